@@ -1,0 +1,48 @@
+# tunelab — every target sets up .venv on first use; only python3 (>= 3.11), pip and make are needed.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+
+.PHONY: demo test lint typecheck proto proto-check unit integration e2e clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+## demo: the main job on the embedded default (local agent + simulator, no GPU needed)
+demo: $(STAMP)
+	$(BIN)/python -m controller.demo
+
+## test: stub freshness, lint, types, then the whole suite
+test: $(STAMP) proto-check lint typecheck
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+## proto: regenerate the committed stubs beside the .proto sources (the one regenerate command)
+proto: $(STAMP)
+	$(BIN)/python -m grpc_tools.protoc -I proto \
+	  --python_out=proto --grpc_python_out=proto --mypy_out=proto --mypy_grpc_out=proto \
+	  proto/tunelab/v1/*.proto
+
+## proto-check: fail when the committed stubs differ from what the sources generate
+proto-check: $(STAMP)
+	@tmp=$$(mktemp -d) && \
+	$(BIN)/python -m grpc_tools.protoc -I proto \
+	  --python_out=$$tmp --grpc_python_out=$$tmp --mypy_out=$$tmp --mypy_grpc_out=$$tmp \
+	  proto/tunelab/v1/*.proto && \
+	for f in $$tmp/tunelab/v1/*; do \
+	  cmp -s "$$f" "proto/tunelab/v1/$$(basename $$f)" || { echo "stale stub: proto/tunelab/v1/$$(basename $$f) (run: make proto)"; rm -rf $$tmp; exit 1; }; \
+	done; rm -rf $$tmp; echo "stubs up to date"
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,96 @@
+"""``tunelab-agent``: the daemon (``serve``) and the host audit (``audit``)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from pathlib import Path
+
+from tunelab.auth import AuthConfigError
+from tunelab.logsetup import configure_logging
+from tunelab.serving import BindError
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
+
+
+def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("serve", help="run the agent daemon")
+    p.add_argument("--config", type=Path, help="TOML file ([agent] table)")
+    p.add_argument("--listen", help="gRPC address (default 127.0.0.1:50051)")
+    p.add_argument(
+        "--state-dir", help="servers' state and logs (default /var/lib/tunelab-agent as root)"
+    )
+    p.add_argument("--token-file", help="require 'authorization: Bearer <token>' on every RPC")
+    p.add_argument("--tls-cert", help="server certificate (PEM)")
+    p.add_argument("--tls-key", help="server private key (PEM)")
+    p.add_argument("--tls-client-ca", help="require client certificates signed by this CA (mTLS)")
+    p.add_argument("--metrics-listen", help="serve Prometheus /metrics here, e.g. 127.0.0.1:9473")
+    p.add_argument(
+        "--nvml-snapshot", help="answer GPU queries from a captured NVML snapshot (tests, demo)"
+    )
+    p.add_argument("--sysfs-root", help="read sysfs/procfs under this root (default /)")
+    p.add_argument("--log-level", help="debug, info, warning or error")
+    p.add_argument("--no-reflection", action="store_true", help="disable gRPC server reflection")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tunelab-agent", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    _serve_parser(sub)
+    try:
+        audit_cli = importlib.import_module("agent.audit.cli")
+    except ModuleNotFoundError:  # the audit is not part of this build yet
+        pass
+    else:
+        audit_cli.add_audit_parser(sub)
+    return parser
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from agent.config import ConfigError, load_config
+    from agent.daemon import serve
+
+    overrides = {
+        "listen": args.listen,
+        "state_dir": args.state_dir,
+        "token_file": args.token_file,
+        "tls_cert": args.tls_cert,
+        "tls_key": args.tls_key,
+        "tls_client_ca": args.tls_client_ca,
+        "metrics_listen": args.metrics_listen,
+        "nvml_snapshot": args.nvml_snapshot,
+        "sysfs_root": args.sysfs_root,
+        "log_level": args.log_level,
+        "reflection": False if args.no_reflection else None,
+    }
+    try:
+        config = load_config(args.config, overrides)
+    except ConfigError as exc:
+        print(f"tunelab-agent: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    configure_logging(config.log_level)
+    try:
+        return serve(config)
+    except AuthConfigError as exc:
+        print(f"tunelab-agent: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except BindError as exc:
+        print(f"tunelab-agent: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "serve":
+        return _serve(args)
+    handler = getattr(args, "handler", None)
+    if handler is None:
+        parser.error(f"unknown command {args.command}")
+    result: int = handler(args)
+    return result
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

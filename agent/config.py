@@ -1,0 +1,152 @@
+"""The agent's configuration: one frozen dataclass, from a TOML file, then ``TUNELAB_AGENT_*``
+environment variables, then command-line flags; validated once at start-up."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from tunelab.auth import ServerAuth, read_token, split_host_port
+from tunelab.durations import parse_duration
+
+ENV_PREFIX = "TUNELAB_AGENT_"
+
+
+class ConfigError(ValueError):
+    """A configuration value is wrong; the message names the key."""
+
+
+def default_state_dir() -> Path:
+    if os.geteuid() == 0:
+        return Path("/var/lib/tunelab-agent")
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "tunelab-agent"
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    listen: str = "127.0.0.1:50051"
+    state_dir: Path = field(default_factory=default_state_dir)
+    token_file: Path | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_client_ca: Path | None = None
+    metrics_listen: str = ""  # e.g. 127.0.0.1:9473; empty = no /metrics endpoint
+    reflection: bool = True
+    log_level: str = "info"
+    probe_interval: float = 0.05
+    kill_timeout: float = 10.0
+    gpu_release_timeout: float = 60.0
+    sampler_interval: float = 1.0
+    sampler_slow_interval: float = 15.0
+    sysfs_root: Path = Path("/")
+    nvml_snapshot: Path | None = None  # answer GPU queries from a captured snapshot (demo, tests)
+    audit_on_start: bool = True
+
+    def auth(self) -> ServerAuth:
+        return ServerAuth(
+            token=read_token(self.token_file),
+            tls_cert=self.tls_cert,
+            tls_key=self.tls_key,
+            tls_client_ca=self.tls_client_ca,
+        )
+
+    def validate(self) -> AgentConfig:
+        for key in ("listen", "metrics_listen"):
+            value = getattr(self, key)
+            if key == "metrics_listen" and not value:
+                continue
+            try:
+                split_host_port(value)
+            except ValueError as exc:
+                raise ConfigError(f"{key}: {exc}") from None
+        for key in ("probe_interval", "sampler_interval", "sampler_slow_interval"):
+            if not getattr(self, key) > 0:
+                raise ConfigError(f"{key}: must be > 0")
+        for key in ("kill_timeout", "gpu_release_timeout"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"{key}: must be >= 0")
+        if self.log_level.lower() not in ("debug", "info", "warning", "error"):
+            raise ConfigError("log_level: expected debug, info, warning or error")
+        return self
+
+    def redacted(self) -> dict[str, Any]:
+        """For the start-up log line: every key, with no secret values (tokens live in files)."""
+        return {f.name: str(getattr(self, f.name)) for f in fields(self)}
+
+
+_DURATIONS = {
+    "probe_interval",
+    "kill_timeout",
+    "gpu_release_timeout",
+    "sampler_interval",
+    "sampler_slow_interval",
+}
+_PATHS = {
+    "state_dir",
+    "token_file",
+    "tls_cert",
+    "tls_key",
+    "tls_client_ca",
+    "sysfs_root",
+    "nvml_snapshot",
+}
+_BOOLS = {"reflection", "audit_on_start"}
+
+
+def _coerce(key: str, value: Any) -> Any:
+    try:
+        if key in _DURATIONS:
+            return parse_duration(value)
+        if key in _PATHS:
+            return Path(str(value)) if value not in (None, "") else None
+        if key in _BOOLS:
+            if isinstance(value, bool):
+                return value
+            text = str(value).lower()
+            if text not in ("1", "0", "true", "false", "yes", "no"):
+                raise ValueError("expected true or false")
+            return text in ("1", "true", "yes")
+        return str(value)
+    except ValueError as exc:
+        raise ConfigError(f"{key}: {exc}") from None
+
+
+def load_config(
+    config_file: Path | None, overrides: dict[str, Any], env: dict[str, str] | None = None
+) -> AgentConfig:
+    """Defaults < ``[agent]`` table of the TOML file < TUNELAB_AGENT_* < flags (``overrides``)."""
+    known = {f.name for f in fields(AgentConfig)}
+    values: dict[str, Any] = {}
+    if config_file is not None:
+        try:
+            data = tomllib.loads(config_file.read_text())
+        except OSError as exc:
+            raise ConfigError(f"--config {config_file}: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"--config {config_file}: {exc}") from None
+        table = data.get("agent", data)
+        for key, value in table.items():
+            if key not in known:
+                raise ConfigError(
+                    f"{config_file}: unknown key {key!r} (known: {', '.join(sorted(known))})"
+                )
+            values[key] = _coerce(key, value)
+    environ = os.environ if env is None else env
+    for name, value in environ.items():
+        if name.startswith(ENV_PREFIX):
+            key = name[len(ENV_PREFIX) :].lower()
+            if key not in known:
+                raise ConfigError(f"{name}: unknown setting (known: {', '.join(sorted(known))})")
+            values[key] = _coerce(key, value)
+    for key, value in overrides.items():
+        if value is not None:
+            values[key] = _coerce(key, value)
+    if values.get("state_dir") is None:
+        values.pop("state_dir", None)
+    if values.get("sysfs_root") is None:
+        values.pop("sysfs_root", None)
+    return replace(AgentConfig(), **values).validate()

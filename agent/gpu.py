@@ -1,0 +1,454 @@
+"""The one module that talks to NVML.
+
+Everything else sees GPUs through :class:`GpuBackend`: a set of named fields per device, each
+already converted to base units (bytes, watts, hertz, joules, ratios), with ``None`` meaning
+"this GPU does not support it" so callers export an absent series rather than a zero.
+
+Two backends satisfy the protocol: :class:`NvmlBackend` (the live driver, through pynvml) and
+:class:`SnapshotBackend`, which answers from a JSON snapshot captured on a real host by
+:func:`capture_snapshot` (``benchmarks/capture_nvml.py``). Tests, ``audit --root`` and hosts
+without a driver use the latter or :class:`NoGpuBackend`.
+
+Errors::
+
+    GpuError            an NVML call failed for a reason other than "not supported"
+    └── GpuUnavailable  no driver / library here; GPU features are off
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Protocol
+
+FieldValue = int | float | str | bool | list[int] | None
+
+
+class GpuError(Exception):
+    """An NVML call failed (GPU lost, driver reloaded, ...)."""
+
+
+class GpuUnavailable(GpuError):
+    """NVML cannot be used on this host at all."""
+
+
+class Cadence(StrEnum):
+    """How often a field is worth reading: cost and rate of change decide."""
+
+    STATIC = "static"  # read once at start
+    FAST = "fast"  # cheap (a few µs): every sampler tick (default 1 s)
+    SLOW = "slow"  # costly (ms) or slowly changing: every slow tick (default 15 s)
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """A compute process holding a context on a GPU."""
+
+    gpu_index: int
+    uuid: str
+    pid: int
+    used_memory_bytes: int | None
+
+
+# Clock-event (throttle) reason bits, as NVML defines them, with the label values we export.
+CLOCK_EVENT_REASONS: dict[int, str] = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+}
+
+
+def clock_event_names(mask: int) -> list[str]:
+    """Decode a clock-event bitmask into reason names (unknown bits as hex)."""
+    names = [name for bit, name in CLOCK_EVENT_REASONS.items() if mask & bit]
+    unknown = mask & ~sum(CLOCK_EVENT_REASONS)
+    if unknown:
+        names.append(f"0x{unknown:x}")
+    return names
+
+
+class GpuBackend(Protocol):
+    """Read-only view of the host's GPUs."""
+
+    def available(self) -> bool:
+        """True when GPU fields can be read at all."""
+        ...
+
+    def unavailable_reason(self) -> str:
+        """Why :meth:`available` is False (empty otherwise)."""
+        ...
+
+    def system(self) -> dict[str, FieldValue]:
+        """Host-wide facts: driver_version, cuda_driver_version, nvml_version."""
+        ...
+
+    def device_count(self) -> int: ...
+
+    def read(self, index: int, field: str) -> FieldValue:
+        """One field of one GPU in base units; None when the GPU does not support it."""
+        ...
+
+    def compute_processes(self) -> list[GpuProcess]:
+        """Every compute process on every GPU."""
+        ...
+
+
+# --- the live backend ------------------------------------------------------------------------
+
+
+def _mw_to_w(value: int) -> float:
+    return value / 1000.0
+
+
+def _mhz_to_hz(value: int) -> int:
+    return int(value) * 1_000_000
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """How to read one field through pynvml, and how often."""
+
+    cadence: Cadence
+    read: Callable[[Any, Any], FieldValue]  # (pynvml module, device handle) -> value in base units
+    help: str
+
+
+def _fields() -> dict[str, FieldSpec]:
+    s, f, w = Cadence.STATIC, Cadence.FAST, Cadence.SLOW
+
+    def ecc(kind: str, counter: str) -> Callable[[Any, Any], FieldValue]:
+        def read(n: Any, h: Any) -> FieldValue:
+            error_type = getattr(n, f"NVML_MEMORY_ERROR_TYPE_{kind}")
+            counter_type = getattr(n, f"NVML_{counter}_ECC")
+            return int(n.nvmlDeviceGetTotalEccErrors(h, error_type, counter_type))
+
+        return read
+
+    def pcie(kind: str) -> Callable[[Any, Any], FieldValue]:
+        # KB/s over a 20 ms window; this call blocks ~20 ms, so it is SLOW by construction.
+        return lambda n, h: int(
+            n.nvmlDeviceGetPcieThroughput(h, getattr(n, f"NVML_PCIE_UTIL_{kind}_BYTES")) * 1000
+        )
+
+    return {
+        "name": FieldSpec(s, lambda n, h: _text(n.nvmlDeviceGetName(h)), "product name"),
+        "uuid": FieldSpec(s, lambda n, h: _text(n.nvmlDeviceGetUUID(h)), "GPU UUID"),
+        "pci_bus_id": FieldSpec(
+            s, lambda n, h: _text(n.nvmlDeviceGetPciInfo(h).busId).lower(), "PCI bus id"
+        ),
+        "minor_number": FieldSpec(
+            s, lambda n, h: int(n.nvmlDeviceGetMinorNumber(h)), "/dev/nvidiaN"
+        ),
+        "vbios_version": FieldSpec(s, lambda n, h: _text(n.nvmlDeviceGetVbiosVersion(h)), "VBIOS"),
+        "compute_capability": FieldSpec(
+            s,
+            lambda n, h: "{}.{}".format(*n.nvmlDeviceGetCudaComputeCapability(h)),
+            "CUDA compute capability",
+        ),
+        "numa_node": FieldSpec(s, lambda n, h: int(n.nvmlDeviceGetNumaNodeId(h)), "NUMA node"),
+        "memory_total_bytes": FieldSpec(
+            s, lambda n, h: int(n.nvmlDeviceGetMemoryInfo(h).total), "framebuffer size"
+        ),
+        "power_default_limit_watts": FieldSpec(
+            s,
+            lambda n, h: _mw_to_w(n.nvmlDeviceGetPowerManagementDefaultLimit(h)),
+            "default power limit",
+        ),
+        "power_min_limit_watts": FieldSpec(
+            s,
+            lambda n, h: _mw_to_w(n.nvmlDeviceGetPowerManagementLimitConstraints(h)[0]),
+            "min settable",
+        ),
+        "power_max_limit_watts": FieldSpec(
+            s,
+            lambda n, h: _mw_to_w(n.nvmlDeviceGetPowerManagementLimitConstraints(h)[1]),
+            "max settable",
+        ),
+        "sm_clock_max_hertz": FieldSpec(
+            s,
+            lambda n, h: _mhz_to_hz(n.nvmlDeviceGetMaxClockInfo(h, n.NVML_CLOCK_SM)),
+            "max SM clock",
+        ),
+        "memory_clock_max_hertz": FieldSpec(
+            s,
+            lambda n, h: _mhz_to_hz(n.nvmlDeviceGetMaxClockInfo(h, n.NVML_CLOCK_MEM)),
+            "max mem clock",
+        ),
+        "pcie_link_generation_max": FieldSpec(
+            s, lambda n, h: int(n.nvmlDeviceGetMaxPcieLinkGeneration(h)), "link's max PCIe gen"
+        ),
+        "pcie_link_width_max": FieldSpec(
+            s, lambda n, h: int(n.nvmlDeviceGetMaxPcieLinkWidth(h)), "link's max PCIe width"
+        ),
+        "utilization_ratio": FieldSpec(
+            f, lambda n, h: n.nvmlDeviceGetUtilizationRates(h).gpu / 100.0, "time a kernel ran"
+        ),
+        "memory_utilization_ratio": FieldSpec(
+            f, lambda n, h: n.nvmlDeviceGetUtilizationRates(h).memory / 100.0, "mem controller busy"
+        ),
+        "memory_used_bytes": FieldSpec(
+            f, lambda n, h: int(n.nvmlDeviceGetMemoryInfo(h).used), "framebuffer used"
+        ),
+        "power_watts": FieldSpec(
+            f, lambda n, h: _mw_to_w(n.nvmlDeviceGetPowerUsage(h)), "board power"
+        ),
+        "temperature_celsius": FieldSpec(
+            f,
+            lambda n, h: int(n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU)),
+            "GPU temperature",
+        ),
+        "sm_clock_hertz": FieldSpec(
+            f, lambda n, h: _mhz_to_hz(n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM)), "SM clock"
+        ),
+        "memory_clock_hertz": FieldSpec(
+            f,
+            lambda n, h: _mhz_to_hz(n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_MEM)),
+            "memory clock",
+        ),
+        "clock_event_reasons": FieldSpec(
+            f, lambda n, h: int(n.nvmlDeviceGetCurrentClocksEventReasons(h)), "throttle bitmask"
+        ),
+        "performance_state": FieldSpec(
+            f, lambda n, h: int(n.nvmlDeviceGetPerformanceState(h)), "P-state, 0 = fastest"
+        ),
+        "energy_joules": FieldSpec(
+            w,
+            lambda n, h: n.nvmlDeviceGetTotalEnergyConsumption(h) / 1000.0,
+            "energy since driver load",
+        ),
+        "power_limit_watts": FieldSpec(
+            w, lambda n, h: _mw_to_w(n.nvmlDeviceGetEnforcedPowerLimit(h)), "enforced power limit"
+        ),
+        "pcie_link_generation": FieldSpec(
+            w, lambda n, h: int(n.nvmlDeviceGetCurrPcieLinkGeneration(h)), "current PCIe gen"
+        ),
+        "pcie_link_width": FieldSpec(
+            w, lambda n, h: int(n.nvmlDeviceGetCurrPcieLinkWidth(h)), "current PCIe width"
+        ),
+        "pcie_tx_bytes_per_second": FieldSpec(w, pcie("TX"), "PCIe transmit rate"),
+        "pcie_rx_bytes_per_second": FieldSpec(w, pcie("RX"), "PCIe receive rate"),
+        "persistence_mode": FieldSpec(
+            w, lambda n, h: bool(n.nvmlDeviceGetPersistenceMode(h)), "persistence mode on"
+        ),
+        "ecc_mode": FieldSpec(w, lambda n, h: bool(n.nvmlDeviceGetEccMode(h)[0]), "ECC enabled"),
+        "ecc_corrected_volatile": FieldSpec(w, ecc("CORRECTED", "VOLATILE"), "since boot"),
+        "ecc_uncorrected_volatile": FieldSpec(w, ecc("UNCORRECTED", "VOLATILE"), "since boot"),
+        "ecc_corrected_aggregate": FieldSpec(w, ecc("CORRECTED", "AGGREGATE"), "lifetime"),
+        "ecc_uncorrected_aggregate": FieldSpec(w, ecc("UNCORRECTED", "AGGREGATE"), "lifetime"),
+    }
+
+
+FIELDS: dict[str, FieldSpec] = _fields()
+
+
+def fields_with(cadence: Cadence) -> list[str]:
+    return [name for name, spec in FIELDS.items() if spec.cadence is cadence]
+
+
+class NvmlBackend:
+    """The live driver. Thread-safe: NVML is, and init/handles are guarded by a lock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._nvml: Any = None
+        self._handles: list[Any] = []
+        self._reason = ""
+        self._init()
+
+    def _init(self) -> None:
+        try:
+            import pynvml
+        except ImportError as exc:  # nvidia-ml-py is a dependency; this is a broken install
+            self._reason = f"pynvml not importable: {exc}"
+            return
+        try:
+            pynvml.nvmlInit()
+            count = pynvml.nvmlDeviceGetCount()
+            self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+        except pynvml.NVMLError as exc:
+            self._reason = f"NVML unavailable: {exc}"
+            return
+        self._nvml = pynvml
+
+    def available(self) -> bool:
+        return self._nvml is not None
+
+    def unavailable_reason(self) -> str:
+        return self._reason
+
+    def close(self) -> None:
+        with self._lock:
+            if self._nvml is not None:
+                self._nvml.nvmlShutdown()
+                self._nvml = None
+                self._reason = "NVML shut down"
+
+    def _require(self) -> Any:
+        if self._nvml is None:
+            raise GpuUnavailable(self._reason or "NVML unavailable")
+        return self._nvml
+
+    def _call(self, fn: Callable[[], FieldValue]) -> FieldValue:
+        n = self._require()
+        try:
+            return fn()
+        except (n.NVMLError_NotSupported, n.NVMLError_FunctionNotFound, n.NVMLError_NoPermission):
+            return None
+        except n.NVMLError as exc:
+            raise GpuError(str(exc)) from exc
+
+    def system(self) -> dict[str, FieldValue]:
+        n = self._require()
+
+        def cuda() -> str:
+            version = int(n.nvmlSystemGetCudaDriverVersion())
+            return f"{version // 1000}.{(version % 1000) // 10}"
+
+        return {
+            "driver_version": self._call(lambda: _text(n.nvmlSystemGetDriverVersion())),
+            "cuda_driver_version": self._call(cuda),
+            "nvml_version": self._call(lambda: _text(n.nvmlSystemGetNVMLVersion())),
+        }
+
+    def device_count(self) -> int:
+        return len(self._handles) if self._nvml is not None else 0
+
+    def read(self, index: int, field: str) -> FieldValue:
+        n = self._require()
+        spec = FIELDS[field]
+        handle = self._handles[index]
+        return self._call(lambda: spec.read(n, handle))
+
+    def compute_processes(self) -> list[GpuProcess]:
+        n = self._require()
+        found: list[GpuProcess] = []
+        for index, handle in enumerate(self._handles):
+            uuid = str(self.read(index, "uuid"))
+            try:
+                procs: list[Any] = n.nvmlDeviceGetComputeRunningProcesses(handle)
+            except (n.NVMLError_NotSupported, n.NVMLError_NoPermission):
+                continue
+            except n.NVMLError as exc:
+                raise GpuError(str(exc)) from exc
+            for proc in procs:
+                used = getattr(proc, "usedGpuMemory", None)
+                found.append(GpuProcess(index, uuid, int(proc.pid), int(used) if used else None))
+        return found
+
+
+# --- captured and absent GPUs ----------------------------------------------------------------
+
+
+class NoGpuBackend:
+    """A host without an NVIDIA driver: every GPU feature is off, with the reason."""
+
+    def __init__(self, reason: str = "no NVIDIA GPU on this host") -> None:
+        self._reason = reason
+
+    def available(self) -> bool:
+        return False
+
+    def unavailable_reason(self) -> str:
+        return self._reason
+
+    def system(self) -> dict[str, FieldValue]:
+        raise GpuUnavailable(self._reason)
+
+    def device_count(self) -> int:
+        return 0
+
+    def read(self, index: int, field: str) -> FieldValue:
+        raise GpuUnavailable(self._reason)
+
+    def compute_processes(self) -> list[GpuProcess]:
+        raise GpuUnavailable(self._reason)
+
+
+class SnapshotBackend:
+    """Answers from a snapshot captured on a real host (see :func:`capture_snapshot`).
+
+    A field the snapshot lacks or holds as null reads as unsupported, exactly as the live GPU
+    said. ``processes`` may be replaced by a test to model a server holding GPU memory.
+    """
+
+    def __init__(self, snapshot: Mapping[str, Any]) -> None:
+        self._system = dict(snapshot.get("system", {}))
+        self._devices: list[dict[str, Any]] = [dict(d["fields"]) for d in snapshot["devices"]]
+        self._lock = threading.Lock()
+        self.processes: list[GpuProcess] = [GpuProcess(**p) for p in snapshot.get("processes", [])]
+
+    @classmethod
+    def load(cls, path: Path) -> SnapshotBackend:
+        return cls(json.loads(path.read_text()))
+
+    def available(self) -> bool:
+        return True
+
+    def unavailable_reason(self) -> str:
+        return ""
+
+    def system(self) -> dict[str, FieldValue]:
+        return dict(self._system)
+
+    def device_count(self) -> int:
+        return len(self._devices)
+
+    def read(self, index: int, field: str) -> FieldValue:
+        if field not in FIELDS:
+            raise KeyError(field)
+        value: FieldValue = self._devices[index].get(field)
+        return value
+
+    def set_field(self, index: int, field: str, value: FieldValue) -> None:
+        """Let a test move a captured GPU into another state (busy, throttled, ...)."""
+        with self._lock:
+            self._devices[index][field] = value
+
+    def compute_processes(self) -> list[GpuProcess]:
+        with self._lock:
+            return list(self.processes)
+
+
+def open_backend(snapshot: Path | None = None) -> GpuBackend:
+    """The live NVML backend, a captured snapshot, or NoGpuBackend with the reason."""
+    if snapshot is not None:
+        return SnapshotBackend.load(snapshot)
+    live = NvmlBackend()
+    if live.available():
+        return live
+    return NoGpuBackend(live.unavailable_reason())
+
+
+def capture_snapshot(backend: GpuBackend, fields: Iterable[str] | None = None) -> dict[str, Any]:
+    """Every field of every GPU, with per-field read cost, as JSON-ready data."""
+    names = list(fields) if fields is not None else list(FIELDS)
+    devices = []
+    for index in range(backend.device_count()):
+        values: dict[str, FieldValue] = {}
+        cost_us: dict[str, float] = {}
+        for name in names:
+            start = time.perf_counter()
+            values[name] = backend.read(index, name)
+            cost_us[name] = round((time.perf_counter() - start) * 1e6, 1)
+        devices.append({"index": index, "fields": values, "read_cost_us": cost_us})
+    return {
+        "captured_at": time.time(),
+        "system": backend.system(),
+        "devices": devices,
+        "processes": [p.__dict__ for p in backend.compute_processes()],
+    }

@@ -1,0 +1,1 @@
+"""Inference-server lifecycle: spawn, load progress, readiness, stop ladder, re-adoption."""
