@@ -1,0 +1,1 @@
+"""The tunelab controller (durable experiment queue) and the laptop CLI ``tunelab``."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from tunelab.durations import format_duration, parse_duration
 
 

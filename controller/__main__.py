@@ -1,0 +1,3 @@
+from controller.cli.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""The ``tunelab`` command line: laptop commands and the controller daemon."""
