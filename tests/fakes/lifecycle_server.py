@@ -48,12 +48,17 @@ def main() -> int:
         while True:
             time.sleep(3600)
     if args.grandchild:
-        # double fork through a short-lived intermediate: the grandchild leaves the group and tree
+        # An intermediate child starts the grandchild in a session of its own and exits at once:
+        # the grandchild leaves both the process group and the process tree (reparented to init).
         code = (
-            "import os,signal,sys,time;signal.signal(signal.SIGTERM,signal.SIG_IGN);os.setsid();"
+            "import os,signal,time;signal.signal(signal.SIGTERM,signal.SIG_IGN);"
             "print('grandchild', os.getpid(), flush=True);time.sleep(100000)"
         )
-        subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+        intermediate = (
+            "import subprocess,sys;"
+            f"subprocess.Popen([sys.executable,'-c',{code!r}],start_new_session=True)"
+        )
+        subprocess.run([sys.executable, "-c", intermediate], check=True)
 
     state = {"ready": False, "first_2xx": None}
     lock = threading.Lock()
