@@ -1,0 +1,3 @@
+from agent.bench.simulator.app import main
+
+raise SystemExit(main())
