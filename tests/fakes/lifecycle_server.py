@@ -9,6 +9,7 @@ It prints tqdm-style shard loading lines, then answers GET on its port. Knobs:
   --ignore-sigterm              keep running on SIGTERM
   --grandchild                  fork a grandchild into its own session that also ignores SIGTERM
   --ready-file PATH             write the wall-clock time of the first 2xx it sends
+  --ready-since-file PATH       write the wall-clock time it became ready (could answer 2xx)
   --model ID                    served by /v1/models
 """
 
@@ -38,6 +39,9 @@ def main() -> int:
     p.add_argument("--ignore-sigterm", action="store_true")
     p.add_argument("--grandchild", action="store_true")
     p.add_argument("--ready-file")
+    p.add_argument(
+        "--ready-since-file", help="write the wall-clock time it became able to answer 2xx"
+    )
     p.add_argument("--model", default="fake-model")
     p.add_argument("--sleep-forever", action="store_true", help="grandchild mode")
     args = p.parse_args()
@@ -115,6 +119,9 @@ def main() -> int:
         server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
         threading.Thread(target=server.serve_forever, daemon=True).start()
     state["ready"] = True
+    if args.ready_since_file:
+        with open(args.ready_since_file, "w") as f:
+            f.write(repr(time.time()))
     if args.die_after_ready >= 0:
         time.sleep(args.die_after_ready)
         print("fatal: CUDA error: an illegal memory access was encountered", flush=True)

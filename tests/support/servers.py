@@ -6,6 +6,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from tunelab.v1 import agent_pb2, agent_pb2_grpc, server_pb2
 
@@ -55,20 +56,16 @@ def wait_state(
         if server.state == state:
             return server
         time.sleep(0.05)
-    raise TimeoutError(
-        f"{server_id} not {server_pb2.ServerState.Name(state)}: {get(stub, server_id)}"
-    )
+    raise TimeoutError(f"{server_id} not in state {state}: {get(stub, server_id)}")
 
 
-def logs(
-    stub: agent_pb2_grpc.AgentStub, server_id: str, **request: object
-) -> tuple[bytes, int, bool]:
+def logs(stub: agent_pb2_grpc.AgentStub, server_id: str, **request: Any) -> tuple[bytes, int, bool]:
     data = b""
     end = 0
     eof = False
     for chunk in stub.StreamLogs(
         agent_pb2.StreamLogsRequest(server_id=server_id, **request), timeout=30
-    ):  # type: ignore[arg-type]
+    ):
         data += chunk.data
         end = chunk.offset + len(chunk.data)
         eof = eof or chunk.eof
