@@ -139,6 +139,17 @@ def _fields() -> dict[str, FieldSpec]:
 
         return read
 
+    def field_ns_to_s(field_id: int) -> Callable[[Any, Any], FieldValue]:
+        # One nvmlDeviceGetFieldValues entry holding a nanosecond counter; each entry carries
+        # its own return code, which is turned back into the exception the caller maps.
+        def read(n: Any, h: Any) -> FieldValue:
+            value = n.nvmlDeviceGetFieldValues(h, [field_id])[0]
+            if value.nvmlReturn != n.NVML_SUCCESS:
+                raise n.NVMLError(value.nvmlReturn)
+            return int(value.value.ullVal) / 1e9
+
+        return read
+
     def pcie(kind: str) -> Callable[[Any, Any], FieldValue]:
         # KB/s over a 20 ms window; this call blocks ~20 ms, so it is SLOW by construction.
         return lambda n, h: int(
@@ -250,6 +261,35 @@ def _fields() -> dict[str, FieldSpec]:
         "ecc_uncorrected_volatile": FieldSpec(w, ecc("UNCORRECTED", "VOLATILE"), "since boot"),
         "ecc_corrected_aggregate": FieldSpec(w, ecc("CORRECTED", "AGGREGATE"), "lifetime"),
         "ecc_uncorrected_aggregate": FieldSpec(w, ecc("UNCORRECTED", "AGGREGATE"), "lifetime"),
+        "pcie_replay_count": FieldSpec(
+            w, lambda n, h: int(n.nvmlDeviceGetPcieReplayCounter(h)), "PCIe replays since boot"
+        ),
+        # Cumulative time clocks were held down, per cause (field values, ns -> s). IDs are the
+        # nvml.h 13.x ones; 269-271 were checked against nvidia-smi -q on the H200 (580.159.04).
+        "clock_event_sw_power_cap_seconds": FieldSpec(w, field_ns_to_s(74), "power cap time"),
+        "clock_event_sync_boost_seconds": FieldSpec(w, field_ns_to_s(76), "sync boost time"),
+        "clock_event_sw_thermal_slowdown_seconds": FieldSpec(
+            w, field_ns_to_s(269), "software thermal slowdown time"
+        ),
+        "clock_event_hw_thermal_slowdown_seconds": FieldSpec(
+            w, field_ns_to_s(270), "hardware thermal slowdown time"
+        ),
+        "clock_event_hw_power_brake_slowdown_seconds": FieldSpec(
+            w, field_ns_to_s(271), "hardware power brake slowdown time"
+        ),
+        # host audit (gpu.ecc): ECC mode after the next reset, and the row remapper's state
+        "ecc_mode_pending": FieldSpec(
+            w, lambda n, h: bool(n.nvmlDeviceGetEccMode(h)[1]), "ECC after next reset"
+        ),
+        "remapped_rows_uncorrectable": FieldSpec(
+            w, lambda n, h: int(n.nvmlDeviceGetRemappedRows(h)[1]), "rows remapped, uncorrectable"
+        ),
+        "remapped_rows_pending": FieldSpec(
+            w, lambda n, h: bool(n.nvmlDeviceGetRemappedRows(h)[2]), "remap waits for a reset"
+        ),
+        "remapped_rows_failure": FieldSpec(
+            w, lambda n, h: bool(n.nvmlDeviceGetRemappedRows(h)[3]), "remapping failed"
+        ),
     }
 
 
@@ -452,3 +492,13 @@ def capture_snapshot(backend: GpuBackend, fields: Iterable[str] | None = None) -
         "devices": devices,
         "processes": [p.__dict__ for p in backend.compute_processes()],
     }
+
+
+def as_int(value: FieldValue) -> int | None:
+    """A numeric field as int (None stays None: unsupported)."""
+    return int(value) if isinstance(value, int | float) else None
+
+
+def as_float(value: FieldValue) -> float | None:
+    """A numeric field as float (None stays None: unsupported)."""
+    return float(value) if isinstance(value, int | float) else None
