@@ -6,17 +6,24 @@ import signal
 import threading
 import time
 import uuid
+from collections.abc import Mapping
 from types import FrameType
+from typing import Any
 
 import structlog
+from prometheus_client.registry import CollectorRegistry
+from tunelab import __version__
 from tunelab.serving import Daemon, start_daemon
 from tunelab.v1 import agent_pb2_grpc
 
+from agent.audit.provider import AuditProvider, gpu_for_audit
 from agent.config import AgentConfig
 from agent.gpu import GpuBackend, open_backend
+from agent.metrics.app import AgentMetrics, MetricsSettings
 from agent.servers.registry import ServerRegistry
 from agent.servers.supervisor import SupervisorSettings
 from agent.service import SERVICE_NAME, AgentIdentity, AgentService
+from agent.system import System
 
 log = structlog.get_logger(__name__)
 
@@ -28,6 +35,15 @@ class AgentApp:
         self.config = config
         self.identity = AgentIdentity(instance_id=uuid.uuid4().hex, started_at=time.time())
         self.gpu = gpu if gpu is not None else open_backend(config.nvml_snapshot)
+        # The host audit: RunAudit and the start-up run both refresh last_audit (for /metrics).
+        self.last_audit: Mapping[str, Any] | None = None
+        audit_system = System(config.sysfs_root)
+        audit_gpu, audit_gpu_reason = gpu_for_audit(
+            audit_system, self.gpu, config.nvml_snapshot is not None or gpu is not None
+        )
+        self.audit = AuditProvider(
+            audit_system, audit_gpu, audit_gpu_reason, on_report=self._keep_audit
+        )
         config.state_dir.mkdir(parents=True, exist_ok=True)
         self.registry = ServerRegistry(
             config.state_dir,
@@ -38,6 +54,23 @@ class AgentApp:
                 gpu_release_timeout=config.gpu_release_timeout,
             ),
         )
+        # Other parts register their collectors here; AgentMetrics serves it on /metrics.
+        self.metrics_registry = CollectorRegistry()
+        self.metrics = AgentMetrics(
+            MetricsSettings(
+                listen=config.metrics_listen,
+                interval=config.sampler_interval,
+                slow_interval=config.sampler_slow_interval,
+                sysfs_root=config.sysfs_root,
+            ),
+            gpu=self.gpu,
+            list_servers=self.registry.servers,
+            registry=self.metrics_registry,
+            last_audit=lambda: getattr(self, "last_audit", None),
+            version=__version__,
+            instance_id=self.identity.instance_id,
+            started_at=self.identity.started_at,
+        )
         self.daemon: Daemon | None = None
 
     def start(self) -> int:
@@ -47,7 +80,14 @@ class AgentApp:
         adopted = self.registry.adopt_existing()
         if adopted:
             log.info("servers_adopted", ids=adopted)
-        service = AgentService(self.identity, self.registry, self.gpu)
+        self.metrics.start()
+        service = AgentService(
+            self.identity,
+            self.registry,
+            self.gpu,
+            audit=self.audit,
+            gpu_memory_by_server=self.metrics.gpu_memory_by_server,
+        )
         self.daemon = start_daemon(
             listen=self.config.listen,
             auth=self.config.auth(),
@@ -55,6 +95,12 @@ class AgentApp:
             service_names=[SERVICE_NAME],
             reflection_enabled=self.config.reflection,
         )
+        if self.config.audit_on_start:
+            # One bounded run (well under a second) off the start-up path; daemon so it never
+            # holds up shutdown.
+            threading.Thread(
+                target=self.audit, args=([],), name="audit-on-start", daemon=True
+            ).start()
         log.info(
             "agent_listening",
             listen=self.config.listen,
@@ -63,10 +109,14 @@ class AgentApp:
         )
         return self.daemon.port
 
+    def _keep_audit(self, report: Mapping[str, Any]) -> None:
+        self.last_audit = report
+
     def close(self, grace: float = 2.0) -> None:
         """Stop serving; leave inference servers running for the next agent to adopt."""
         if self.daemon is not None:
             self.daemon.stop(grace)
+        self.metrics.close()
         self.registry.close()
 
 
