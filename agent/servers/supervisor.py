@@ -50,7 +50,10 @@ class RecordKeeper(Protocol):
     def view(self, server_id: str) -> ServerRecord: ...
 
 
-class ServerSupervisor(threading.Thread):
+class ServerSupervisor:
+    """Owns one server's watch thread (composition, not a Thread subclass: Thread's private
+    methods such as ``_stop`` run during ``join()`` and must never be shadowed)."""
+
     def __init__(
         self,
         keeper: RecordKeeper,
@@ -60,7 +63,7 @@ class ServerSupervisor(threading.Thread):
         settings: SupervisorSettings,
         popen: subprocess.Popen[bytes] | None = None,
     ) -> None:
-        super().__init__(name=f"server-{record.id}", daemon=True)
+        self._thread = threading.Thread(target=self.run, name=f"server-{record.id}", daemon=True)
         self._keeper = keeper
         self._id = record.id
         self._spec = record.spec
@@ -91,6 +94,12 @@ class ServerSupervisor(threading.Thread):
         self._closing.set()
         self._wake.set()
 
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
     # --- the loop ----------------------------------------------------------------------------
 
     def run(self) -> None:
@@ -104,7 +113,7 @@ class ServerSupervisor(threading.Thread):
         last_scan = 0.0
         while not self._closing.is_set():
             if self._stop_grace is not None:
-                self._stop()
+                self._run_stop_ladder()
                 return
             exited, code = self._exit_status()
             if exited:
@@ -226,7 +235,7 @@ class ServerSupervisor(threading.Thread):
         known |= proc_mod.processes_with_env(MARKER_ENV, self._id)
         return known
 
-    def _stop(self) -> None:
+    def _run_stop_ladder(self) -> None:
         record = self._keeper.view(self._id)
         if record.state is not ServerState.STOPPING:
             self._keeper.transition(self._id, ServerState.STOPPING, self._stop_reason)
