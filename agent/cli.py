@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from pathlib import Path
 
 from tunelab.auth import AuthConfigError
 from tunelab.logsetup import configure_logging
 from tunelab.serving import BindError
+
+from agent.audit.cli import add_audit_parser
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
 
@@ -38,12 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tunelab-agent", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     _serve_parser(sub)
-    try:
-        audit_cli = importlib.import_module("agent.audit.cli")
-    except ModuleNotFoundError:  # the audit is not part of this build yet
-        pass
-    else:
-        audit_cli.add_audit_parser(sub)
+    add_audit_parser(sub)
     return parser
 
 

@@ -7,10 +7,16 @@ absolute host paths (``/proc/devices``); they are re-rooted here and nowhere els
 
 from __future__ import annotations
 
+import errno
+import json
 import os
 import stat
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
+
+# Where a captured tree keeps what a copy of files cannot hold: device numbers and open() results.
+CAPTURE_DIR = ".tunelab-capture"
 
 
 @dataclass(frozen=True)
@@ -104,6 +110,53 @@ class System:
             for name in self.listdir("/sys/devices/system/cpu")
             if name.startswith("cpu") and name[3:].isdigit()
         )
+
+    # --- appended for the host audit ----------------------------------------------------------
+
+    @property
+    def is_live(self) -> bool:
+        """True when this view reads the running host (root ``/``), not a captured tree."""
+        return self.root.resolve() == Path("/")
+
+    def is_dir(self, host_path: str) -> bool:
+        return self.path(host_path).is_dir()
+
+    def open_device(self, host_path: str) -> int:
+        """Open a device node read-write and close it at once; 0 or the errno it failed with.
+
+        The errno is the evidence (EPERM: device cgroup, ENXIO: no driver on that major). A
+        captured tree cannot reproduce the captured kernel's answer, so a capture records it in
+        ``CAPTURE_DIR/dev-open.json`` and that record is returned instead of asking this kernel.
+        """
+        if not self.is_live:
+            recorded = self._recorded_open_errno(host_path)
+            if recorded is not None:
+                return recorded
+        try:
+            fd = os.open(self.path(host_path), os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as exc:
+            return exc.errno or -1
+        os.close(fd)
+        return 0
+
+    def _recorded_open_errno(self, host_path: str) -> int | None:
+        return self._open_record.get(host_path)
+
+    @cached_property
+    def _open_record(self) -> dict[str, int]:
+        """``{"/dev/nvidia0": "EPERM" | 0, ...}`` as written by a capture; empty when absent."""
+        text = self.read_text(f"/{CAPTURE_DIR}/dev-open.json")
+        try:
+            data = json.loads(text) if text else {}
+        except ValueError:
+            return {}
+        record: dict[str, int] = {}
+        for path, value in data.items():
+            if isinstance(value, int):
+                record[str(path)] = value
+            elif isinstance(value, str) and isinstance(getattr(errno, value, None), int):
+                record[str(path)] = int(getattr(errno, value))
+        return record
 
 
 def parse_cpu_list(text: str) -> list[int]:

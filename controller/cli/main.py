@@ -9,10 +9,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from controller.cli import server_cmd
+from controller.cli import audit_cmd, server_cmd
 from controller.cli.common import EXIT_USAGE, CliError
 
-COMMAND_MODULES = [server_cmd]
+COMMAND_MODULES = [server_cmd, audit_cmd]
 
 
 def build_parser() -> argparse.ArgumentParser:
