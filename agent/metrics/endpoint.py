@@ -1,5 +1,5 @@
-"""The HTTP endpoint: ``/metrics`` (text format, OpenMetrics when the scraper asks for it, gzip,
-``name[]`` filtering, all by prometheus_client's WSGI app) and ``/metrics/engines``.
+"""The HTTP endpoint: ``/metrics`` (text format, or OpenMetrics when the scraper asks for it;
+gzip when accepted; ``name[]`` filtering as prometheus_client does it) and ``/metrics/engines``.
 
 Each request runs on its own thread, so a slow ``/metrics/engines`` never delays ``/metrics``.
 A scrape that fails is logged with its traceback, counted in
@@ -8,20 +8,23 @@ A scrape that fails is logged with its traceback, counted in
 
 from __future__ import annotations
 
+import gzip
 import socket
 import threading
 from collections.abc import Callable, Iterable
 from socketserver import ThreadingMixIn
 from typing import Any
+from urllib.parse import parse_qs
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import structlog
-from prometheus_client import make_wsgi_app
+from prometheus_client.exposition import choose_encoder, gzip_accepted
 from prometheus_client.registry import CollectorRegistry
 from tunelab.auth import split_host_port
 from tunelab.serving import BindError
 
 from agent.metrics.engines import CONTENT_TYPE
+from agent.metrics.exposition import render
 from agent.metrics.self_metrics import ScrapeErrors
 
 log = structlog.get_logger(__name__)
@@ -54,7 +57,7 @@ class MetricsApp:
         engines: Callable[[], str],
         scrape_errors: ScrapeErrors,
     ) -> None:
-        self._metrics = make_wsgi_app(registry)
+        self._registry = registry
         self._engines = engines
         self._errors = scrape_errors
 
@@ -66,21 +69,40 @@ class MetricsApp:
             return _reply(start_response, "200 OK", INDEX)
         if path not in ("/metrics", "/metrics/engines"):
             return _reply(start_response, "404 Not Found", b"not found; try /metrics\n")
+        content_type = CONTENT_TYPE
         try:
             if path == "/metrics":
-                return list(self._metrics(environ, start_response))
-            body = self._engines().encode()
+                _, content_type = choose_encoder(environ.get("HTTP_ACCEPT", ""))
+                body = render(
+                    self._collector(environ.get("QUERY_STRING", "")),
+                    openmetrics=content_type.startswith("application/openmetrics-text"),
+                )
+            else:
+                body = self._engines().encode()
         except Exception:  # logged with its traceback, counted and answered 500: not hidden
             self._errors.inc(path)
             log.exception("metrics_scrape_failed", endpoint=path)
             return _reply(start_response, "500 Internal Server Error", b"scrape failed; see log\n")
-        return _reply(start_response, "200 OK", body, CONTENT_TYPE)
+        headers = []
+        if gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING", "")):
+            body = gzip.compress(body, compresslevel=1)
+            headers.append(("Content-Encoding", "gzip"))
+        return _reply(start_response, "200 OK", body, content_type, headers)
+
+    def _collector(self, query: str) -> Any:
+        names = parse_qs(query).get("name[]")
+        return self._registry.restricted_registry(names) if names else self._registry
 
 
 def _reply(
-    start_response: StartResponse, status: str, body: bytes, content_type: str = "text/plain"
+    start_response: StartResponse,
+    status: str,
+    body: bytes,
+    content_type: str = "text/plain",
+    extra: list[tuple[str, str]] | None = None,
 ) -> list[bytes]:
-    start_response(status, [("Content-Type", content_type), ("Content-Length", str(len(body)))])
+    headers = [("Content-Type", content_type), ("Content-Length", str(len(body))), *(extra or [])]
+    start_response(status, headers)
     return [body]
 
 
