@@ -16,7 +16,7 @@ from typing import Any
 from tunelab.auditview import exit_code, render_table
 
 from agent.audit.checks import CHECKS
-from agent.audit.context import AuditContext, AuditOptions
+from agent.audit.context import NO_SNAPSHOT_FOR_CAPTURE, AuditContext, AuditOptions
 from agent.audit.report import ReportFileError, compare, fix_script, load_report, render_changes
 from agent.audit.runner import UnknownCheck, parse_only, run_audit
 from agent.gpu import GpuBackend, open_backend
@@ -79,7 +79,7 @@ def _gpu(args: argparse.Namespace, live: bool) -> tuple[GpuBackend | None, str]:
     if args.nvml_snapshot is not None:
         return open_backend(args.nvml_snapshot), ""
     if not live:
-        return None, "reads the live GPUs: with --root, give --nvml-snapshot to judge a capture"
+        return None, NO_SNAPSHOT_FOR_CAPTURE
     return open_backend(), ""
 
 

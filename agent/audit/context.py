@@ -12,6 +12,11 @@ from agent.audit.pcitopo import PciTree, normalize_bus_id
 from agent.gpu import FieldValue, GpuBackend, GpuError
 from agent.system import System
 
+# Why NVML checks SKIP when the files come from a capture and the GPUs would be read live.
+NO_SNAPSHOT_FOR_CAPTURE = (
+    "reads the live GPUs: judging a captured root needs an NVML snapshot (--nvml-snapshot)"
+)
+
 
 @dataclass(frozen=True)
 class AuditOptions:

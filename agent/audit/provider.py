@@ -13,7 +13,7 @@ from typing import Any
 
 import structlog
 
-from agent.audit.context import AuditContext, AuditOptions
+from agent.audit.context import NO_SNAPSHOT_FOR_CAPTURE, AuditContext, AuditOptions
 from agent.audit.runner import UnknownCheck, parse_only, run_audit
 from agent.errors import InvalidSpec
 from agent.gpu import GpuBackend
@@ -73,7 +73,4 @@ def gpu_for_audit(
     """A captured root is judged with NVML only when NVML is a snapshot too."""
     if system.is_live or snapshot_given:
         return gpu, ""
-    return (
-        None,
-        "reads the live GPUs: the agent's sysfs_root is a capture and no NVML snapshot is set",
-    )
+    return None, NO_SNAPSHOT_FOR_CAPTURE

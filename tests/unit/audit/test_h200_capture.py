@@ -1,0 +1,42 @@
+"""The tree captured on the real H200 reproduces the report the real audit printed there."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agent.audit.capture import materialize
+from agent.gpu import SnapshotBackend
+from tests.fixtures.audit.hostbuilder import H200_ROOT
+from tests.unit.audit.conftest import Audit, by_id
+
+H200 = H200_ROOT.parent
+NVML_MOMENT = ("gpu.stale_state",)  # the snapshot was taken a moment after the run
+
+
+@pytest.mark.usefixtures("as_root")
+def test_replay_matches_the_live_report(tmp_path: Path, audit: Audit) -> None:
+    live = json.loads((H200 / "report.json").read_text())
+    root = materialize(H200_ROOT, tmp_path / "root")
+    gpu = SnapshotBackend(json.loads((H200 / "nvml.json").read_text()))
+    replay = audit(root, gpu)
+    assert (replay["host"], replay["environment"], replay["kernel"]) == (
+        live["host"],
+        live["environment"],
+        live["kernel"],
+    )
+    replayed = by_id(replay)
+    for check in live["checks"]:
+        again = replayed[check["id"]]
+        assert again["status"] == check["status"], check["id"]
+        if check["id"] not in NVML_MOMENT:
+            assert again["observed"] == check["observed"], check["id"]
+
+
+def test_the_live_h200_report_has_no_failure() -> None:
+    live = json.loads((H200 / "report.json").read_text())
+    statuses = {c["id"]: c["status"] for c in live["checks"]}
+    assert "FAIL" not in statuses.values() and "ERROR" not in statuses.values()
+    assert statuses["pcie.max_read_request"] == "PASS"  # DevCtl 0x5134: 4096 on that host
