@@ -41,6 +41,10 @@ class RecordingSystem(System):
         self.listed.add("/" + host_path.strip("/"))
         return super().listdir(host_path)
 
+    def names(self, host_path: str) -> list[str]:
+        self.listed.add("/" + host_path.strip("/"))
+        return super().names(host_path)
+
 
 class TreeWriter:
     """Copies host paths from ``source`` (normally ``/``) into ``dest``."""

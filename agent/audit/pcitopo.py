@@ -31,19 +31,19 @@ class PciFunction:
         return f"{DEVICES}/{self.bdf}"
 
     def attr(self, name: str) -> str | None:
-        return self.system.read_line(f"{self.sysfs}/{name}")
+        return self.system.read_attr(f"{self.sysfs}/{name}")
 
     @cached_property
     def vendor(self) -> int | None:
-        return self.system.read_int(f"{self.sysfs}/vendor", 16)
+        return _hex(self.system.read_attr(f"{self.sysfs}/vendor"))
 
     @cached_property
     def device(self) -> int | None:
-        return self.system.read_int(f"{self.sysfs}/device", 16)
+        return _hex(self.system.read_attr(f"{self.sysfs}/device"))
 
     @cached_property
     def pci_class(self) -> int | None:
-        return self.system.read_int(f"{self.sysfs}/class", 16)
+        return _hex(self.system.read_attr(f"{self.sysfs}/class"))
 
     @cached_property
     def config_bytes(self) -> bytes | None:
@@ -81,7 +81,7 @@ class PciTree:
     def __init__(self, system: System) -> None:
         self.system = system
         self._functions: dict[str, PciFunction] = {}
-        self.bdfs = [name for name in system.listdir(DEVICES) if BDF.match(name)]
+        self.bdfs = [name for name in system.names(DEVICES) if BDF.match(name)]
 
     def function(self, bdf: str) -> PciFunction:
         if bdf not in self._functions:
@@ -95,6 +95,13 @@ class PciTree:
     def chain(self, gpu: PciFunction) -> list[PciFunction]:
         """The GPU, then each bridge above it up to the root port."""
         return [gpu, *(self.function(b) for b in gpu.upstream)]
+
+
+def _hex(text: str | None) -> int | None:
+    try:
+        return int(text, 16) if text else None
+    except ValueError:
+        return None
 
 
 def parse_link_speed(text: str | None) -> float | None:

@@ -18,6 +18,13 @@ PM_QOS = "/dev/cpu_dma_latency"
 PM_QOS_NO_CONSTRAINT = 2_000_000_000  # PM_QOS_CPU_LATENCY_DEFAULT_VALUE, 2000 s in µs
 
 
+def _int(text: str | None) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
 def cpu_ranges(cpus: list[int]) -> str:
     """[0, 1, 2, 5] → ``0-2,5``: the kernel's cpulist format, short for 128 CPUs."""
     ordered = sorted(set(cpus))
@@ -40,7 +47,7 @@ def _grouped(values: dict[int, str]) -> str:
 
 
 def _no_cpufreq(ctx: AuditContext, what: str) -> Finding:
-    driver = ctx.system.read_line(f"{CPU}/cpuidle/current_driver")
+    driver = ctx.system.read_attr(f"{CPU}/cpuidle/current_driver")
     evidence = [ev(f"{CPU}/cpu0/cpufreq", "absent"), ev(f"{CPU}/cpuidle/current_driver", driver)]
     if ctx.environment.kind == VM or ctx.environment.virtualized:
         return skip(f"no cpufreq in this VM: the hypervisor sets {what}", evidence)
@@ -53,11 +60,11 @@ def governor(ctx: AuditContext) -> Finding:
     cpus = ctx.system.online_cpus()
     found: dict[int, str] = {}
     for cpu in cpus:
-        value = ctx.system.read_line(f"{CPU}/cpu{cpu}/cpufreq/scaling_governor")
+        value = ctx.system.read_attr(f"{CPU}/cpu{cpu}/cpufreq/scaling_governor")
         found[cpu] = value if value is not None else "no cpufreq"
     if all(v == "no cpufreq" for v in found.values()):
         return _no_cpufreq(ctx, "CPU frequency")
-    driver = ctx.system.read_line(f"{CPU}/cpu{cpus[0]}/cpufreq/scaling_driver")
+    driver = ctx.system.read_attr(f"{CPU}/cpu{cpus[0]}/cpufreq/scaling_driver")
     evidence = [
         ev(f"{CPU}/cpu*/cpufreq/scaling_governor", _grouped(found)),
         ev(f"{CPU}/cpu{cpus[0]}/cpufreq/scaling_driver", driver),
@@ -83,16 +90,16 @@ def governor(ctx: AuditContext) -> Finding:
 
 
 def epp(ctx: AuditContext) -> Finding:
-    policies = [p for p in ctx.system.listdir(f"{CPU}/cpufreq") if p.startswith("policy")]
+    policies = [p for p in ctx.system.names(f"{CPU}/cpufreq") if p.startswith("policy")]
     values: dict[int, str] = {}
     for policy in policies:
-        value = ctx.system.read_line(f"{CPU}/cpufreq/{policy}/energy_performance_preference")
+        value = ctx.system.read_attr(f"{CPU}/cpufreq/{policy}/energy_performance_preference")
         if value is not None and policy[6:].isdigit():
             values[int(policy[6:])] = value
     if not policies:
         return _no_cpufreq(ctx, "the energy/performance preference")
     if not values:
-        driver = ctx.system.read_line(f"{CPU}/cpufreq/{policies[0]}/scaling_driver")
+        driver = ctx.system.read_attr(f"{CPU}/cpufreq/{policies[0]}/scaling_driver")
         return skip(
             f"scaling driver {driver or 'unknown'} has no energy_performance_preference "
             "(only intel_pstate and amd-pstate-epp in active mode expose one)",
@@ -120,10 +127,10 @@ def boost(ctx: AuditContext) -> Finding:
         f"{CPU}/intel_pstate/no_turbo": "0",
         f"{CPU}/cpufreq/boost": "1",
     }
-    for policy in ctx.system.listdir(f"{CPU}/cpufreq"):
+    for policy in ctx.system.names(f"{CPU}/cpufreq"):
         if policy.startswith("policy"):
             knobs[f"{CPU}/cpufreq/{policy}/boost"] = "1"
-    seen = {path: ctx.system.read_line(path) for path in knobs}
+    seen = {path: ctx.system.read_attr(path) for path in knobs}
     present = {path: value for path, value in seen.items() if value is not None}
     if not present:
         return _no_cpufreq(ctx, "turbo/boost")
@@ -152,12 +159,12 @@ def _pm_qos(ctx: AuditContext) -> tuple[int | None, Evidence]:
 
 def cstates(ctx: AuditContext) -> Finding:
     limit = ctx.options.cstate_max_latency_us
-    driver = ctx.system.read_line(f"{CPU}/cpuidle/current_driver")
+    driver = ctx.system.read_attr(f"{CPU}/cpuidle/current_driver")
     qos, qos_evidence = _pm_qos(ctx)
     evidence = [ev(f"{CPU}/cpuidle/current_driver", driver), qos_evidence]
     max_cstate: int | None = None
     for module in ("intel_idle", "processor"):
-        param = ctx.system.read_int(f"/sys/module/{module}/parameters/max_cstate")
+        param = _int(ctx.system.read_attr(f"/sys/module/{module}/parameters/max_cstate"))
         if param is not None:
             evidence.append(ev(f"/sys/module/{module}/parameters/max_cstate", param))
             if module == "intel_idle" and driver == "intel_idle":
@@ -166,17 +173,21 @@ def cstates(ctx: AuditContext) -> Finding:
                 max_cstate = param
     states: dict[tuple[int, str, int, int], list[int]] = defaultdict(list)
     worst: dict[int, int] = {}
+    state_names: dict[tuple[int, int], str] = {}
     for cpu in ctx.system.online_cpus():
         base = f"{CPU}/cpu{cpu}/cpuidle"
-        for entry in ctx.system.listdir(base):
+        for entry in ctx.system.names(base):
             if not entry.startswith("state") or not entry[5:].isdigit():
                 continue
             index = int(entry[5:])
-            latency = ctx.system.read_int(f"{base}/{entry}/latency")
-            disabled = ctx.system.read_int(f"{base}/{entry}/disable")
-            name = ctx.system.read_line(f"{base}/{entry}/name") or entry
+            latency = _int(ctx.system.read_attr(f"{base}/{entry}/latency"))
+            disabled = _int(ctx.system.read_attr(f"{base}/{entry}/disable"))
             if latency is None:
                 continue
+            name = state_names.get((index, latency))
+            if name is None:  # one read per distinct state, not per CPU
+                name = ctx.system.read_attr(f"{base}/{entry}/name") or entry
+                state_names[(index, latency)] = name
             states[(index, name, latency, disabled or 0)].append(cpu)
             usable = not disabled and (max_cstate is None or index <= max_cstate)
             if usable:
