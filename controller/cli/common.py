@@ -12,12 +12,15 @@ from typing import Any, TypeVar
 import grpc
 from tunelab.auth import AuthConfigError, ClientAuth
 
+from controller.cli.userconfig import load_user_config
+
 EXIT_OK = 0
 EXIT_FAILED = 1  # the server, experiment or check failed
 EXIT_USAGE = 2
 EXIT_UNAVAILABLE = 3  # cannot connect, or not authorised
 
 DEFAULT_AGENT = "127.0.0.1:50051"
+DEFAULT_CONTROLLER = "127.0.0.1:50050"
 T = TypeVar("T")
 
 
@@ -43,6 +46,35 @@ def add_agent_args(parser: argparse.ArgumentParser) -> None:
         help=f"agent address HOST:PORT (default $TUNELAB_AGENT or {DEFAULT_AGENT})",
     )
     add_auth_args(parser)
+
+
+def add_controller_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--controller",
+        help="controller HOST:PORT (default $TUNELAB_CONTROLLER, the config file, or "
+        f"{DEFAULT_CONTROLLER})",
+    )
+    add_auth_args(parser)
+
+
+def controller_target(args: argparse.Namespace) -> tuple[str, ClientAuth]:
+    """Where the controller is and how to authenticate: flags, environment, config file."""
+    try:
+        user = load_user_config()
+    except ValueError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from exc
+    address = args.controller or os.environ.get("TUNELAB_CONTROLLER") or user.get("controller")
+    try:
+        auth = ClientAuth.from_options(
+            args.token_file
+            or (None if os.environ.get("TUNELAB_TOKEN") else user.get("token_file")),
+            args.tls_ca or user.get("tls_ca"),
+            args.tls_cert or user.get("tls_cert"),
+            args.tls_key or user.get("tls_key"),
+        )
+    except AuthConfigError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from exc
+    return address or DEFAULT_CONTROLLER, auth
 
 
 def client_auth(args: argparse.Namespace) -> ClientAuth:

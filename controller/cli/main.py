@@ -9,10 +9,16 @@ from __future__ import annotations
 import argparse
 import sys
 
-from controller.cli import audit_cmd, server_cmd
+from controller.cli import (
+    audit_cmd,
+    controller_cmd,
+    experiments_cmd,
+    hosts_cmd,
+    server_cmd,
+)
 from controller.cli.common import EXIT_USAGE, CliError
 
-COMMAND_MODULES = [server_cmd, audit_cmd]
+COMMAND_MODULES = [server_cmd, audit_cmd, controller_cmd, hosts_cmd, experiments_cmd]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,138 @@
+"""The controller's configuration: one frozen dataclass from a TOML file (``[controller]``), then
+``TUNELAB_CONTROLLER_*`` environment variables, then flags; validated once at start-up."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from tunelab.auth import ServerAuth, read_token, split_host_port
+from tunelab.durations import parse_duration
+
+ENV_PREFIX = "TUNELAB_CONTROLLER_"
+
+
+class ConfigError(ValueError):
+    """A configuration value is wrong; the message names the key."""
+
+
+def default_db() -> Path:
+    if os.geteuid() == 0:
+        return Path("/var/lib/tunelab-controller/controller.db")
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "tunelab" / "controller.db"
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    listen: str = "127.0.0.1:50050"
+    db: Path = field(default_factory=default_db)
+    token_file: Path | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_client_ca: Path | None = None
+    metrics_listen: str = ""  # e.g. 127.0.0.1:9474
+    agent_token_file: Path | None = None  # token for agents added without one
+    log_level: str = "info"
+    tick: float = 0.5
+    host_poll_interval: float = 5.0
+    attempt_poll_interval: float = 2.0
+    unknown_after_failures: int = 3
+    lease_timeout: float = 600.0
+    scrape_interval: float = 5.0
+    default_metrics_port: int = 9473
+    results_retention_count: int = 500
+    results_retention_age: float = 7 * 86400.0
+    workers: int = 32
+
+    def auth(self) -> ServerAuth:
+        return ServerAuth(
+            token=read_token(self.token_file),
+            tls_cert=self.tls_cert,
+            tls_key=self.tls_key,
+            tls_client_ca=self.tls_client_ca,
+        )
+
+    def validate(self) -> ControllerConfig:
+        for key in ("listen", "metrics_listen"):
+            value = getattr(self, key)
+            if value:
+                try:
+                    split_host_port(value)
+                except ValueError as exc:
+                    raise ConfigError(f"{key}: {exc}") from None
+        for key in _DURATIONS:
+            if not getattr(self, key) > 0:
+                raise ConfigError(f"{key}: must be > 0")
+        for key in ("unknown_after_failures", "results_retention_count", "workers"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"{key}: must be >= 1")
+        if self.log_level.lower() not in ("debug", "info", "warning", "error"):
+            raise ConfigError("log_level: expected debug, info, warning or error")
+        return self
+
+    def redacted(self) -> dict[str, str]:
+        return {f.name: str(getattr(self, f.name)) for f in fields(self)}
+
+
+_DURATIONS = {
+    "tick",
+    "host_poll_interval",
+    "attempt_poll_interval",
+    "lease_timeout",
+    "scrape_interval",
+    "results_retention_age",
+}
+_PATHS = {"db", "token_file", "tls_cert", "tls_key", "tls_client_ca", "agent_token_file"}
+_INTS = {"unknown_after_failures", "default_metrics_port", "results_retention_count", "workers"}
+
+
+def _coerce(key: str, value: Any) -> Any:
+    try:
+        if key in _DURATIONS:
+            return parse_duration(value)
+        if key in _PATHS:
+            return Path(str(value)) if value not in (None, "") else None
+        if key in _INTS:
+            if isinstance(value, bool):
+                raise ValueError("expected an integer")
+            return int(value)
+        return str(value)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"{key}: {exc}") from None
+
+
+def load_config(
+    config_file: Path | None, overrides: dict[str, Any], env: dict[str, str] | None = None
+) -> ControllerConfig:
+    known = {f.name for f in fields(ControllerConfig)}
+    values: dict[str, Any] = {}
+    if config_file is not None:
+        try:
+            data = tomllib.loads(config_file.read_text())
+        except OSError as exc:
+            raise ConfigError(f"--config {config_file}: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"--config {config_file}: {exc}") from None
+        for key, value in data.get("controller", data).items():
+            if key not in known:
+                raise ConfigError(
+                    f"{config_file}: unknown key {key!r} (known: {', '.join(sorted(known))})"
+                )
+            values[key] = _coerce(key, value)
+    environ = os.environ if env is None else env
+    for name, value in environ.items():
+        if name.startswith(ENV_PREFIX):
+            key = name[len(ENV_PREFIX) :].lower()
+            if key not in known:
+                raise ConfigError(f"{name}: unknown setting (known: {', '.join(sorted(known))})")
+            values[key] = _coerce(key, value)
+    for key, value in overrides.items():
+        if value is not None:
+            values[key] = _coerce(key, value)
+    if values.get("db") is None:
+        values.pop("db", None)
+    return replace(ControllerConfig(), **values).validate()

@@ -1,0 +1,133 @@
+"""Assembling and running the controller: store, agent client, loop, scraper, gRPC, /metrics."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from types import FrameType
+
+import structlog
+from prometheus_client import disable_created_metrics, start_http_server
+from tunelab.auth import read_token, split_host_port
+from tunelab.serving import Daemon, start_daemon
+from tunelab.v1 import controller_pb2_grpc
+
+from controller.agent_client import GrpcAgentClient
+from controller.config import ControllerConfig
+from controller.dispatch import AttemptDriver, DriverSettings
+from controller.hosts import HostMonitor
+from controller.loop import ControlLoop
+from controller.metrics import ControllerMetrics
+from controller.scheduler import Scheduler
+from controller.scrape import MetricsScraper, ScrapeTarget
+from controller.service import SERVICE_NAME, ControllerService
+from controller.states import AttemptState
+from controller.store import SqliteStore
+
+log = structlog.get_logger(__name__)
+SCRAPED_STATES = (AttemptState.STARTING, AttemptState.READY, AttemptState.BENCHMARKING)
+
+
+class ControllerApp:
+    def __init__(self, config: ControllerConfig) -> None:
+        disable_created_metrics()  # type: ignore[no-untyped-call]  # process-wide: no *_created
+        self.config = config
+        self.store = SqliteStore(config.db)
+        self.agents = GrpcAgentClient(read_token(config.agent_token_file))
+        self.metrics = ControllerMetrics(
+            self.store, config.results_retention_count, config.results_retention_age
+        )
+        self.scraper = MetricsScraper(self._scrape_targets, config.scrape_interval)
+        self.driver = AttemptDriver(
+            self.store,
+            self.agents,
+            self.scraper,
+            DriverSettings(config.unknown_after_failures, config.lease_timeout),
+            on_dispatch_latency=self.metrics.dispatch_latency.observe,
+        )
+        self.loop = ControlLoop(
+            HostMonitor(
+                self.store, self.agents, config.host_poll_interval, config.unknown_after_failures
+            ),
+            Scheduler(self.store),
+            self.driver,
+            tick=config.tick,
+            attempt_poll_interval=config.attempt_poll_interval,
+            workers=config.workers,
+            on_pass=self.metrics.scheduling_pass.observe,
+        )
+        self.daemon: Daemon | None = None
+
+    def _scrape_targets(self) -> list[ScrapeTarget]:
+        hosts = {h.name: h for h in self.store.list_hosts()}
+        targets = []
+        for attempt in self.store.live_attempts():
+            host = hosts.get(attempt.host)
+            if host is None or not host.metrics_url or attempt.state not in SCRAPED_STATES:
+                continue
+            benchmarking = attempt.state is AttemptState.BENCHMARKING
+            targets.append(ScrapeTarget(attempt.id, host.metrics_url, attempt.gpus, benchmarking))
+        return targets
+
+    def start(self) -> int:
+        """Resume from the database (nothing is bulk-failed), then serve."""
+        live = self.store.live_attempts()
+        if live:
+            log.info("reconciling", attempts=[a.id for a in live])
+        service = ControllerService(
+            self.store,
+            self.agents,
+            wake=lambda poll_hosts: self.loop.wake(poll_hosts),
+            default_agent_token=read_token(self.config.agent_token_file),
+            default_metrics_port=self.config.default_metrics_port,
+        )
+        self.daemon = start_daemon(
+            listen=self.config.listen,
+            auth=self.config.auth(),
+            register=lambda server: controller_pb2_grpc.add_ControllerServicer_to_server(
+                service, server
+            ),
+            service_names=[SERVICE_NAME],
+        )
+        if self.config.metrics_listen:
+            host, port = split_host_port(self.config.metrics_listen)
+            start_http_server(port, addr=host, registry=self.metrics.registry)
+        self.loop.start()
+        self.loop.wake(poll_hosts=True)
+        self.scraper.start()
+        log.info(
+            "controller_listening",
+            listen=self.config.listen,
+            port=self.daemon.port,
+            db=str(self.config.db),
+        )
+        return self.daemon.port
+
+    def close(self) -> None:
+        if self.daemon is not None:
+            self.daemon.stop(2.0)
+        self.loop.close()
+        self.scraper.close()
+        self.agents.close()
+        self.store.close()
+
+
+def serve(config: ControllerConfig) -> int:
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("controller_stopping", signal=signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    app = ControllerApp(config)
+    log.info("controller_config", **config.redacted())
+    app.start()
+    try:
+        while not stop.wait(3600):
+            pass
+    finally:
+        app.close()
+        log.info("controller_stopped")
+    return 0

@@ -1,0 +1,112 @@
+"""The scheduling pass: queued experiments → hosts, by priority then submission order.
+
+One run at a time per host, or per disjoint GPU set when a spec asks for fewer GPUs than the
+host has. Each placement is committed (an attempt in DISPATCHING) before any agent is called.
+The pass touches only the head of each host selector's queue, so its cost follows the number
+of placements and distinct selectors, not the queue's length.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from controller.states import HostState
+from controller.store import AttemptRow, ExperimentRow, HostRow, Store, StoreConflict
+
+
+@dataclass
+class Occupancy:
+    """Which GPUs of which hosts live attempts hold (whole-host attempts hold everything)."""
+
+    gpus: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
+    whole: set[str] = field(default_factory=set)
+    count: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+    def add(self, host: str, gpus: list[int]) -> None:
+        self.count[host] += 1
+        if gpus:
+            self.gpus[host].update(gpus)
+        else:
+            self.whole.add(host)
+
+
+def matches(selector: Mapping[str, Any], host: HostRow) -> bool:
+    """Name equality, labels a subset of the host's, and enough GPUs on the host."""
+    name = str(selector.get("name") or "")
+    if name and name != host.name:
+        return False
+    labels: Mapping[str, str] = selector.get("labels") or {}
+    if any(host.labels.get(k) != v for k, v in labels.items()):
+        return False
+    return int(selector.get("gpus") or 0) <= host.gpu_count
+
+
+def place(
+    experiment: ExperimentRow, hosts: list[HostRow], busy: Occupancy
+) -> tuple[str, list[int]] | None:
+    """A host (and GPU indices) for ``experiment`` now, or None. Hosts the experiment was lost
+    on are used only when no other host fits; among equals, the least loaded host wins."""
+    needed = experiment.gpus_needed
+    options: list[tuple[bool, int, str, list[int]]] = []
+    for host in hosts:
+        if not matches(experiment.selector, host) or host.name in busy.whole:
+            continue
+        if needed == 0:
+            if busy.count[host.name]:
+                continue
+            gpus: list[int] = []
+        else:
+            free = [i for i in range(host.gpu_count) if i not in busy.gpus[host.name]]
+            if len(free) < needed:
+                continue
+            gpus = free[:needed]
+        options.append(
+            (host.name in experiment.avoid_hosts, busy.count[host.name], host.name, gpus)
+        )
+    if not options:
+        return None
+    _, _, name, gpus = min(options)
+    return name, gpus
+
+
+class Scheduler:
+    def __init__(self, store: Store, clock: Callable[[], float] = time.time) -> None:
+        self._store = store
+        self._clock = clock
+
+    def pass_once(self) -> list[AttemptRow]:
+        """Place as many queued experiments as free hosts allow; returns the new attempts."""
+        hosts = [h for h in self._store.list_hosts() if h.state is HostState.READY and not h.drain]
+        if not hosts:
+            return []
+        busy = Occupancy()
+        for attempt in self._store.live_attempts():
+            busy.add(attempt.host, attempt.gpus)
+        heap = [(-e.priority, e.seq, e) for e in self._store.queued_heads()]
+        heapq.heapify(heap)
+        created: list[AttemptRow] = []
+        while heap:
+            _, _, experiment = heapq.heappop(heap)
+            spot = None if experiment.cancel_requested else place(experiment, hosts, busy)
+            if spot is None and not experiment.cancel_requested:
+                continue  # nothing fits this selector now; its later entries would not fit either
+            if spot is not None:
+                host, gpus = spot
+                try:
+                    created.append(
+                        self._store.create_attempt(experiment.id, host, gpus, self._clock())
+                    )
+                    busy.add(host, gpus)
+                except StoreConflict:
+                    pass  # cancelled or taken meanwhile
+            following = self._store.next_queued(
+                experiment.selector_key, (experiment.priority, experiment.seq)
+            )
+            if following is not None:
+                heapq.heappush(heap, (-following.priority, following.seq, following))
+        return created

@@ -1,0 +1,235 @@
+"""Scraping agents' /metrics during attempts and keeping per-attempt GPU summaries.
+
+While an attempt runs, its host's ``/metrics`` is fetched every few seconds (parsed with
+prometheus_client's parser); each GPU the attempt holds feeds a running mean/max of power,
+utilisation, memory used and SM clock, the throttle reasons seen, and its energy counter, so the
+result carries "GPU power beside throughput" without anyone graphing it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.request
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+from prometheus_client.parser import text_string_to_metric_families
+
+log = structlog.get_logger(__name__)
+
+GAUGES = {
+    "tunelab_gpu_power_watts": "power_watts",
+    "tunelab_gpu_utilization_ratio": "utilization_ratio",
+    "tunelab_gpu_memory_used_bytes": "memory_used_bytes",
+    "tunelab_gpu_sm_clock_hertz": "sm_clock_hertz",
+}
+POWER_LIMIT = "tunelab_gpu_power_limit_watts"
+ENERGY = "tunelab_gpu_energy_joules_total"
+CLOCK_EVENT = "tunelab_gpu_clock_event_active"
+FETCH_TIMEOUT = 2.0
+
+
+@dataclass
+class GpuReading:
+    values: dict[str, float] = field(default_factory=dict)
+    reasons: set[str] = field(default_factory=set)
+    energy_joules: float | None = None
+    power_limit_watts: float | None = None
+
+
+def parse_gpu_readings(text: str) -> dict[str, GpuReading]:
+    """Per GPU index (the ``gpu`` label), the values the summaries need from one scrape."""
+    readings: dict[str, GpuReading] = defaultdict(GpuReading)
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            gpu = sample.labels.get("gpu")
+            if gpu is None:
+                continue
+            name = sample.name
+            if name in GAUGES:
+                readings[gpu].values[GAUGES[name]] = sample.value
+            elif name == ENERGY:
+                readings[gpu].energy_joules = sample.value
+            elif name == POWER_LIMIT:
+                readings[gpu].power_limit_watts = sample.value
+            elif name == CLOCK_EVENT and sample.value >= 1:
+                readings[gpu].reasons.add(sample.labels.get("reason", "?"))
+    return dict(readings)
+
+
+@dataclass
+class _Stat:
+    total: float = 0.0
+    peak: float = float("-inf")
+    count: int = 0
+
+    def add(self, value: float) -> None:
+        self.total += value
+        self.peak = max(self.peak, value)
+        self.count += 1
+
+    def as_dict(self) -> dict[str, float]:
+        return {"mean": self.total / self.count, "max": self.peak} if self.count else {}
+
+
+@dataclass
+class _GpuTrack:
+    stats: dict[str, _Stat] = field(default_factory=lambda: defaultdict(_Stat))
+    reasons: set[str] = field(default_factory=set)
+    energy: float = 0.0  # joules used while the attempt ran (counter resets handled)
+    bench_energy: float = 0.0  # of which during the benchmark
+    last_energy: float | None = None
+    power_limit: float | None = None
+
+
+class AttemptGpuSummary:
+    """Running GPU figures of one attempt."""
+
+    def __init__(self, gpus: list[int]) -> None:
+        self.gpus = {str(g) for g in gpus}  # empty: every GPU of the host
+        self.tracks: dict[str, _GpuTrack] = defaultdict(_GpuTrack)
+        self.samples = 0
+        self.first_at: float | None = None
+        self.last_at: float | None = None
+
+    def add(self, readings: dict[str, GpuReading], at: float, benchmarking: bool) -> None:
+        self.samples += 1
+        self.first_at = self.first_at or at
+        self.last_at = at
+        for gpu, reading in readings.items():
+            if self.gpus and gpu not in self.gpus:
+                continue
+            track = self.tracks[gpu]
+            for key, value in reading.values.items():
+                track.stats[key].add(value)
+            track.reasons |= reading.reasons
+            track.power_limit = reading.power_limit_watts or track.power_limit
+            if reading.energy_joules is not None:
+                if track.last_energy is not None:
+                    delta = reading.energy_joules - track.last_energy
+                    delta = delta if delta >= 0 else reading.energy_joules  # driver reload reset
+                    track.energy += delta
+                    if benchmarking:
+                        track.bench_energy += delta
+                track.last_energy = reading.energy_joules
+
+    def summary(self) -> dict[str, Any]:
+        gpus: dict[str, dict[str, Any]] = {}
+        for gpu, track in sorted(self.tracks.items()):
+            gpus[gpu] = {
+                **{key: stat.as_dict() for key, stat in track.stats.items()},
+                "clock_events_seen": sorted(track.reasons),
+                "energy_joules": round(track.energy, 3),
+                "benchmark_energy_joules": round(track.bench_energy, 3),
+                "power_limit_watts": track.power_limit,
+            }
+        power = [
+            t.stats["power_watts"].total / t.stats["power_watts"].count
+            for t in self.tracks.values()
+            if t.stats["power_watts"].count
+        ]
+        return {
+            "samples": self.samples,
+            "seconds": round((self.last_at or 0) - (self.first_at or 0), 3),
+            "gpus": gpus,
+            "mean_power_watts_total": round(sum(power), 3) if power else None,
+            "energy_joules": round(sum(t.energy for t in self.tracks.values()), 3),
+            "benchmark_energy_joules": round(sum(t.bench_energy for t in self.tracks.values()), 3),
+        }
+
+
+def fetch_metrics(url: str, timeout: float = FETCH_TIMEOUT) -> str:
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"metrics url must be http(s): {url!r}")
+    with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 (scheme checked)
+        body: bytes = response.read(16 * 1024 * 1024)
+    return body.decode("utf-8", errors="replace")
+
+
+@dataclass(frozen=True)
+class ScrapeTarget:
+    attempt_id: str
+    url: str
+    gpus: list[int]
+    benchmarking: bool
+
+
+class MetricsScraper:
+    """Background thread: scrape each live attempt's host, accumulate per attempt."""
+
+    def __init__(
+        self,
+        targets: Callable[[], list[ScrapeTarget]],
+        interval: float = 5.0,
+        fetch: Callable[[str], str] = fetch_metrics,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._targets = targets
+        self._interval = interval
+        self._fetch = fetch
+        self._clock = clock
+        self._summaries: dict[str, AttemptGpuSummary] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="scraper", daemon=True)
+        self.errors = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.scrape_once()
+            self._stop.wait(self._interval)
+
+    def scrape_once(self) -> None:
+        targets = self._targets()
+        pages: dict[str, dict[str, GpuReading] | None] = {}
+        for target in targets:
+            if target.url not in pages:
+                try:
+                    pages[target.url] = parse_gpu_readings(self._fetch(target.url))
+                except (OSError, ValueError) as exc:
+                    self.errors += 1
+                    log.debug("scrape_failed", url=target.url, error=str(exc))
+                    pages[target.url] = None
+            readings = pages[target.url]
+            if readings is None:
+                continue
+            with self._lock:
+                summary = self._summaries.setdefault(
+                    target.attempt_id, AttemptGpuSummary(target.gpus)
+                )
+                summary.add(readings, self._clock(), target.benchmarking)
+
+    def snapshot(self, attempt_id: str) -> dict[str, Any] | None:
+        with self._lock:
+            summary = self._summaries.get(attempt_id)
+            return summary.summary() if summary else None
+
+    def finish(self, attempt_id: str) -> dict[str, Any] | None:
+        """The attempt's summary; the accumulator is dropped."""
+        with self._lock:
+            summary = self._summaries.pop(attempt_id, None)
+            return summary.summary() if summary else None
+
+
+def tokens_per_joule(
+    result: dict[str, Any] | None, gpu_summary: dict[str, Any] | None
+) -> float | None:
+    """Output tokens of the whole sweep per joule the attempt's GPUs used while benchmarking."""
+    if not result or not gpu_summary:
+        return None
+    energy = gpu_summary.get("benchmark_energy_joules") or 0.0
+    tokens = sum(int(p.get("total_output_tokens") or 0) for p in result.get("points", []))
+    if energy <= 0 or tokens <= 0:
+        return None
+    return tokens / energy

@@ -1,0 +1,123 @@
+"""Experiment, attempt and host state machines as data: states, terminal sets, allowed moves."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class ExperimentState(StrEnum):
+    QUEUED = "QUEUED"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+    def is_terminal(self) -> bool:
+        return self in EXPERIMENT_TERMINAL
+
+
+class AttemptState(StrEnum):
+    DISPATCHING = "DISPATCHING"
+    STARTING = "STARTING"
+    READY = "READY"
+    BENCHMARKING = "BENCHMARKING"
+    UNKNOWN = "UNKNOWN"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED_STARTUP = "FAILED_STARTUP"
+    FAILED_BENCHMARK = "FAILED_BENCHMARK"
+    CANCELLED = "CANCELLED"
+    LOST = "LOST"
+    TIMED_OUT = "TIMED_OUT"
+
+    def is_terminal(self) -> bool:
+        return self in ATTEMPT_TERMINAL
+
+    def is_active(self) -> bool:
+        return not self.is_terminal()
+
+
+class HostState(StrEnum):
+    READY = "READY"
+    DRAINING = "DRAINING"
+    UNREACHABLE = "UNREACHABLE"
+    QUARANTINED = "QUARANTINED"
+
+
+EXPERIMENT_TERMINAL = frozenset(
+    {ExperimentState.SUCCEEDED, ExperimentState.FAILED, ExperimentState.CANCELLED}
+)
+ATTEMPT_TERMINAL = frozenset(
+    {
+        AttemptState.SUCCEEDED,
+        AttemptState.FAILED_STARTUP,
+        AttemptState.FAILED_BENCHMARK,
+        AttemptState.CANCELLED,
+        AttemptState.LOST,
+        AttemptState.TIMED_OUT,
+    }
+)
+
+E = ExperimentState
+EXPERIMENT_TRANSITIONS: frozenset[tuple[ExperimentState, ExperimentState]] = frozenset(
+    {
+        (E.QUEUED, E.RUNNING),
+        (E.QUEUED, E.CANCELLED),
+        (E.QUEUED, E.FAILED),  # e.g. no host could ever match (host removed)
+        (E.RUNNING, E.QUEUED),  # the attempt was LOST: queued again for a retry
+        (E.RUNNING, E.SUCCEEDED),
+        (E.RUNNING, E.FAILED),
+        (E.RUNNING, E.CANCELLED),
+    }
+)
+
+A = AttemptState
+_LIVE = (A.DISPATCHING, A.STARTING, A.READY, A.BENCHMARKING)
+_PROGRESS = {(A.DISPATCHING, A.STARTING), (A.STARTING, A.READY), (A.READY, A.BENCHMARKING)}
+_SKIPS = {  # a poll can miss short states
+    (A.DISPATCHING, A.READY),
+    (A.DISPATCHING, A.BENCHMARKING),
+    (A.STARTING, A.BENCHMARKING),
+}
+_TO_UNKNOWN = {(s, A.UNKNOWN) for s in _LIVE}
+_FROM_UNKNOWN = {(A.UNKNOWN, s) for s in _LIVE}  # the agent answers again: back to what it says
+_ENDINGS = {
+    (s, end)
+    for s in (*_LIVE, A.UNKNOWN)
+    for end in (
+        A.SUCCEEDED,
+        A.FAILED_STARTUP,
+        A.FAILED_BENCHMARK,
+        A.CANCELLED,
+        A.LOST,
+        A.TIMED_OUT,
+    )
+}
+ATTEMPT_TRANSITIONS: frozenset[tuple[AttemptState, AttemptState]] = frozenset(
+    _PROGRESS | _SKIPS | _TO_UNKNOWN | _FROM_UNKNOWN | _ENDINGS
+)
+
+
+class TransitionError(RuntimeError):
+    """A move outside the tables: a bug in the caller, never user input."""
+
+
+def check_experiment(current: ExperimentState, target: ExperimentState) -> None:
+    if (current, target) not in EXPERIMENT_TRANSITIONS:
+        raise TransitionError(f"experiment {current} -> {target} is not allowed")
+
+
+def check_attempt(current: AttemptState, target: AttemptState) -> None:
+    if (current, target) not in ATTEMPT_TRANSITIONS:
+        raise TransitionError(f"attempt {current} -> {target} is not allowed")
+
+
+def experiment_outcome(attempt: AttemptState) -> ExperimentState | None:
+    """What a terminal attempt means for its experiment; None = queue it again (LOST)."""
+    return {
+        A.SUCCEEDED: E.SUCCEEDED,
+        A.FAILED_STARTUP: E.FAILED,
+        A.FAILED_BENCHMARK: E.FAILED,
+        A.TIMED_OUT: E.FAILED,
+        A.CANCELLED: E.CANCELLED,
+        A.LOST: None,
+    }.get(attempt)
