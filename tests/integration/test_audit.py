@@ -152,3 +152,31 @@ def test_laptop_exit_codes_for_connect_and_usage() -> None:
     assert unreachable.returncode == 3 and "cannot reach" in unreachable.stderr
     host = laptop_audit("gpu-node-1")
     assert host.returncode == 2 and "--agent" in host.stderr
+
+
+def test_agent_audits_at_start_and_exports_the_result(tmp_path: Path, untuned_root: Path) -> None:
+    import time
+    import urllib.request
+
+    port = free_port()
+    proc = AgentProcess(
+        tmp_path / "metrics-agent",
+        ["--sysfs-root", str(untuned_root), "--metrics-listen", f"127.0.0.1:{port}"],
+    ).start()
+    try:
+        wanted = 'tunelab_audit_check_status{check="cpu.governor",status="FAIL"} 1.0'
+        deadline = time.monotonic() + 20
+        text = ""
+        while time.monotonic() < deadline and wanted not in text:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+                text = reply.read().decode()
+            time.sleep(0.1)
+        assert wanted in text  # the start-up audit ran without any RPC
+        stub = proc.stub()
+        stub.RunAudit(agent_pb2.RunAuditRequest(only=["mem.swap"]), timeout=30)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+            after = reply.read().decode()
+        assert wanted in after  # a partial run refreshes its check inside the full report
+        assert 'tunelab_audit_check_status{check="mem.swap",status="PASS"} 1.0' in after
+    finally:
+        proc.terminate()
