@@ -265,7 +265,8 @@ def _fields() -> dict[str, FieldSpec]:
             w, lambda n, h: int(n.nvmlDeviceGetPcieReplayCounter(h)), "PCIe replays since boot"
         ),
         # Cumulative time clocks were held down, per cause (field values, ns -> s). IDs are the
-        # nvml.h 13.x ones; 269-271 were checked against nvidia-smi -q on the H200 (580.159.04).
+        # nvml.h 13.x ones: on the H200 (driver 580.159.04) 269-271 answer and the older
+        # 251-253 are NOT_SUPPORTED (benchmarks/results/scrape_cost_nvml_probe.txt).
         "clock_event_sw_power_cap_seconds": FieldSpec(w, field_ns_to_s(74), "power cap time"),
         "clock_event_sync_boost_seconds": FieldSpec(w, field_ns_to_s(76), "sync boost time"),
         "clock_event_sw_thermal_slowdown_seconds": FieldSpec(

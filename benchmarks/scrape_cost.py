@@ -172,10 +172,7 @@ def run_tunelab(args: argparse.Namespace, workdir: Path) -> Result:
     child = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         wait_for(
-            lambda: (
-                b"tunelab_agent_sample_age_seconds" in get(port, "/metrics")
-                and b'cadence="slow",source="host"' in get(port, "/metrics")
-            ),
+            lambda: b'_sample_age_seconds{source="host",cadence="slow"}' in get(port, "/metrics"),
             60,
             "tunelab agent",
         )
@@ -189,14 +186,18 @@ def run_tunelab(args: argparse.Namespace, workdir: Path) -> Result:
         window = args.idle_seconds + result.mean_ms * args.scrapes / 1000
         result.sampler_cpu_percent = 100 * (sampler_after - sampler_before) / window
         durations = re.findall(
-            r'^tunelab_agent_sampler_duration_seconds\{cadence="(\w+)",source="(\w+)"\} (\S+)$',
+            r'^tunelab_agent_sampler_duration_seconds\{source="(\w+)",cadence="(\w+)"\} (\S+)$',
             text,
             re.MULTILINE,
         )
         result.notes.append(
             "last sampler cycle (wall): "
-            + ", ".join(f"{src}/{cad} {1000 * float(v):.2f} ms" for cad, src, v in durations)
+            + ", ".join(f"{src}/{cad} {1000 * float(v):.2f} ms" for src, cad, v in durations)
         )
+    except TimeoutError:
+        log.flush()
+        print((workdir / "agent.log").read_text()[-3000:], file=sys.stderr)
+        raise
     finally:
         child.terminate()
         child.wait(20)
