@@ -18,13 +18,14 @@ from typing import Any, Protocol, TypeVar
 import grpc
 import structlog
 from tunelab import __version__
-from tunelab.v1 import agent_pb2, agent_pb2_grpc
+from tunelab.v1 import agent_pb2, agent_pb2_grpc, run_pb2
 
 from agent.errors import AgentError, Busy, Conflict, InvalidSpec, NotFound
 from agent.gpu import GpuBackend, GpuError
 from agent.logfiles import read_log_chunks, tail_offset
+from agent.runs.record import RunRecord, RunSpec
 from agent.servers.registry import ServerRegistry
-from agent.wire import audit_report_to_pb, server_to_pb, spec_from_pb
+from agent.wire import audit_report_to_pb, run_spec_from_pb, run_to_pb, server_to_pb, spec_from_pb
 
 log = structlog.get_logger(__name__)
 
@@ -77,15 +78,13 @@ class AuditProvider(Protocol):
 
 
 class RunProvider(Protocol):
-    """Experiment runs (agent.runs); the service only adapts them."""
+    """Experiment runs (agent.runs.executor.RunExecutor); the service only adapts them."""
 
-    def start(self, request: agent_pb2.StartRunRequest) -> agent_pb2.StartRunResponse: ...
-    def get(self, run_id: str) -> agent_pb2.GetRunResponse: ...
-    def list_runs(self, include_finished: bool) -> agent_pb2.ListRunsResponse: ...
-    def watch(
-        self, run_id: str, cancelled: Callable[[], bool]
-    ) -> Iterator[agent_pb2.WatchRunResponse]: ...
-    def cancel(self, run_id: str) -> agent_pb2.CancelRunResponse: ...
+    def start(self, run_id: str, spec: RunSpec) -> tuple[RunRecord, bool]: ...
+    def get(self, run_id: str) -> RunRecord: ...
+    def runs(self, include_finished: bool) -> list[RunRecord]: ...
+    def watch(self, run_id: str, cancelled: Callable[[], bool]) -> Iterator[RunRecord]: ...
+    def cancel(self, run_id: str) -> RunRecord: ...
     def log_path(self, run_id: str, stream: str) -> Path: ...
     def is_finished(self, run_id: str) -> bool: ...
     def active_run_ids(self) -> list[str]: ...
@@ -268,38 +267,55 @@ class AgentService(agent_pb2_grpc.AgentServicer):
         assert self._runs is not None
         return self._runs
 
+    def _run_pb(self, record: RunRecord) -> run_pb2.Run:
+        server = None
+        if record.server_id:
+            try:
+                server = self._registry.get(record.server_id)
+            except NotFound:
+                server = None
+        return run_to_pb(record, server, self._identity.instance_id)
+
     @_unary
     def StartRun(
         self, request: agent_pb2.StartRunRequest, context: grpc.ServicerContext
     ) -> agent_pb2.StartRunResponse:
-        return self._require_runs(context).start(request)
+        runs = self._require_runs(context)
+        record, created = runs.start(request.run_id, run_spec_from_pb(request.spec))
+        return agent_pb2.StartRunResponse(run=self._run_pb(record), created=created)
 
     @_unary
     def GetRun(
         self, request: agent_pb2.GetRunRequest, context: grpc.ServicerContext
     ) -> agent_pb2.GetRunResponse:
-        return self._require_runs(context).get(request.run_id)
+        return agent_pb2.GetRunResponse(
+            run=self._run_pb(self._require_runs(context).get(request.run_id))
+        )
 
     @_unary
     def ListRuns(
         self, request: agent_pb2.ListRunsRequest, context: grpc.ServicerContext
     ) -> agent_pb2.ListRunsResponse:
-        response = self._require_runs(context).list_runs(request.include_finished)
-        response.agent_instance_id = self._identity.instance_id
-        return response
+        records = self._require_runs(context).runs(request.include_finished)
+        return agent_pb2.ListRunsResponse(
+            runs=[self._run_pb(r) for r in records], agent_instance_id=self._identity.instance_id
+        )
 
     @_stream
     def WatchRun(
         self, request: agent_pb2.WatchRunRequest, context: grpc.ServicerContext
     ) -> Iterator[agent_pb2.WatchRunResponse]:
         runs = self._require_runs(context)
-        yield from runs.watch(request.run_id, _Cancellation(context))
+        for record in runs.watch(request.run_id, _Cancellation(context)):
+            yield agent_pb2.WatchRunResponse(run=self._run_pb(record))
 
     @_unary
     def CancelRun(
         self, request: agent_pb2.CancelRunRequest, context: grpc.ServicerContext
     ) -> agent_pb2.CancelRunResponse:
-        return self._require_runs(context).cancel(request.run_id)
+        return agent_pb2.CancelRunResponse(
+            run=self._run_pb(self._require_runs(context).cancel(request.run_id))
+        )
 
 
 def _cpu_count() -> int:

@@ -3,11 +3,17 @@ knows both)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
-from tunelab.v1 import audit_pb2, server_pb2
+from tunelab.v1 import audit_pb2, run_pb2, server_pb2
 
+from agent.bench.config import BenchConfig
+from agent.errors import InvalidSpec
+from agent.runs.record import CommandBench, RunRecord, RunSpec
+from agent.runs.states import RunState
 from agent.servers.record import ServerRecord
 from agent.servers.spec import (
     DEFAULT_READY_PATH,
@@ -137,3 +143,113 @@ def _text(value: Any) -> str:
     if value is None:
         return ""
     return value if isinstance(value, str) else str(value)
+
+
+# --- runs ------------------------------------------------------------------------------------
+
+RUN_STATE_TO_PB = {state: run_pb2.RunState.Value(f"RUN_STATE_{state.value}") for state in RunState}
+
+
+def run_spec_from_pb(pb: run_pb2.RunSpec) -> RunSpec:
+    """Proto → domain run spec, validating the benchmark settings (errors name the field)."""
+    server = spec_from_pb(pb.server) if pb.HasField("server") else None
+    if server is not None and server.port == 0:
+        server = replace(server, port=1).validated()  # port 0 = auto: validate the rest now
+        server = replace(server, port=0)
+    elif server is not None:
+        server = server.validated()
+    builtin = None
+    command = None
+    kind = pb.benchmark.WhichOneof("kind")
+    if kind == "builtin":
+        config = BenchConfig.from_builtin_pb(pb.benchmark.builtin, "http://127.0.0.1:{port}")
+        builtin = config.to_dict()
+    elif kind == "command":
+        c = pb.benchmark.command
+        if not c.argv:
+            raise InvalidSpec("spec.benchmark.command.argv", "must not be empty")
+        if not c.result_file:
+            raise InvalidSpec("spec.benchmark.command.result_file", "is required")
+        command = CommandBench(tuple(c.argv), c.result_file, dict(c.env))
+    return RunSpec(
+        server=server,
+        server_id=pb.server_id,
+        builtin=builtin,
+        command=command,
+        max_duration=pb.max_duration_seconds,
+        experiment=pb.experiment,
+        keep_server=pb.keep_server,
+    )
+
+
+def _run_spec_to_pb(spec: RunSpec) -> run_pb2.RunSpec:
+    pb = run_pb2.RunSpec(
+        server_id=spec.server_id,
+        max_duration_seconds=spec.max_duration,
+        experiment=spec.experiment,
+        keep_server=spec.keep_server,
+    )
+    if spec.server is not None:
+        pb.server.CopyFrom(spec_to_pb(spec.server))
+    if spec.command is not None:
+        pb.benchmark.command.CopyFrom(
+            run_pb2.CommandBenchmark(
+                argv=list(spec.command.argv),
+                result_file=spec.command.result_file,
+                env=spec.command.env,
+            )
+        )
+    elif spec.builtin is not None:
+        b = spec.builtin
+        pb.benchmark.builtin.CopyFrom(
+            run_pb2.BuiltinBenchmark(
+                api=b.get("api", ""),
+                model=b.get("model", ""),
+                concurrency=list(b.get("concurrency", [])),
+                request_rate=b.get("request_rate", 0.0),
+                requests=b.get("requests", 0),
+                duration_seconds=b.get("duration_seconds", 0.0),
+                input_len=b.get("input_len", 0),
+                output_len=b.get("output_len", 0),
+                url=b.get("url", ""),
+                preset=b.get("preset", ""),
+            )
+        )
+    return pb
+
+
+def run_to_pb(record: RunRecord, server: ServerRecord | None, instance_id: str) -> run_pb2.Run:
+    pb = run_pb2.Run(
+        run_id=record.run_id,
+        spec=_run_spec_to_pb(record.spec),
+        state=RUN_STATE_TO_PB[record.state],
+        server_id=record.server_id,
+        events=[
+            run_pb2.RunEvent(at=e.at, state=RUN_STATE_TO_PB[e.state], message=e.message)
+            for e in record.events
+        ],
+        result_json=json.dumps(record.result, sort_keys=True) if record.result is not None else "",
+        message=record.message,
+        started_at=record.started_at,
+        finished_at=record.finished_at,
+        kill_failed=record.kill_failed,
+        agent_instance_id=instance_id,
+    )
+    if server is not None:
+        pb.server.CopyFrom(server_to_pb(server))
+    p = record.progress
+    if p:
+        pb.progress.CopyFrom(
+            run_pb2.BenchProgress(
+                point_index=int(p.get("point_index", 0)),
+                point_count=int(p.get("point_count", 0)),
+                concurrency=int(p.get("concurrency", 0)),
+                request_rate=float(p.get("request_rate", 0.0)),
+                requests_done=int(p.get("requests_done", 0)),
+                requests_total=int(p.get("requests_total", 0)),
+                errors=int(p.get("errors", 0)),
+                output_tokens_per_second=float(p.get("output_tokens_per_second", 0.0)),
+                elapsed_seconds=float(p.get("elapsed_seconds", 0.0)),
+            )
+        )
+    return pb

@@ -149,6 +149,15 @@ def _variants(
     return [("", {})]
 
 
+def _value_text(value: Any) -> str:
+    """A changed value as the spec would spell it (true, null, 2048)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
 def expand_document(raw: Any, prefix: str = "") -> tuple[list[ExpandedExperiment], list[SpecIssue]]:
     """Validate one document and every variant of it; returns (experiments, issues)."""
     base_spec, issues = check_experiment(raw, prefix)
@@ -170,7 +179,7 @@ def expand_document(raw: Any, prefix: str = "") -> tuple[list[ExpandedExperiment
         if variant_issues:
             issues.extend(variant_issues)
             continue
-        varied = {path: "null" if v is None else str(v) for path, v in changes.items()}
+        varied = {path: _value_text(v) for path, v in changes.items()}
         name = f"{base_spec['name']}/{label}" if label else base_spec["name"]
         for index in range(1, spec["repeat"] + 1):
             suffix = f"#{index}" if spec["repeat"] > 1 else ""

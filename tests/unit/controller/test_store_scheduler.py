@@ -1,0 +1,131 @@
+"""Unit: the SQLite store's compare-and-set rules and the scheduling pass (real SQLite file)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from controller.scheduler import Scheduler
+from controller.spec import expand_text
+from controller.states import AttemptState, ExperimentState, HostState
+from controller.store import ExperimentRow, HostRow, SqliteStore, StoreConflict
+from controller.store.models import selector_key
+
+SPEC = """
+name: s
+host: {labels: {pool: a}, gpus: GPUS}
+server: {command: [sim], ready: {model: m}}
+benchmark: {concurrency: [1], requests: 5}
+repeat: N
+"""
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> SqliteStore:
+    return SqliteStore(tmp_path / "controller.db")
+
+
+def queue(
+    store: SqliteStore, gpus: int = 0, n: int = 1, priority: int = 0, prefix: str = "e"
+) -> list[str]:
+    text = SPEC.replace("GPUS", str(gpus)).replace("N", str(n)) + f"priority: {priority}\n"
+    rows = []
+    for i, e in enumerate(expand_text(text)):
+        key = selector_key(e.host)
+        row = ExperimentRow(f"{prefix}{i}", "g", e.name, ExperimentState.QUEUED, e.spec, e.priority)
+        row.selector_key, row.gpus_needed, row.submitted_at = key, gpus, 1.0
+        rows.append(row)
+    store.insert_experiments(rows)
+    return [r.id for r in rows]
+
+
+def host(store: SqliteStore, name: str, gpus: int, labels: dict[str, str] | None = None) -> None:
+    store.add_host(HostRow(name=name, address=f"{name}:1", labels=labels or {"pool": "a"}))
+    store.update_host(name, state=HostState.READY, gpu_count=gpus)
+
+
+def test_priority_then_submission_order_one_run_per_host(store: SqliteStore) -> None:
+    low = queue(store, n=2, prefix="low")
+    high = queue(store, n=1, priority=5, prefix="high")
+    host(store, "h1", 0)
+    created = Scheduler(store).pass_once()
+    assert [a.experiment_id for a in created] == high  # higher priority first, host now busy
+    assert Scheduler(store).pass_once() == []  # one run at a time on h1
+    host(store, "h2", 0)
+    assert [a.experiment_id for a in Scheduler(store).pass_once()] == low[:1]
+
+
+def test_disjoint_gpu_sets_share_a_host(store: SqliteStore) -> None:
+    queue(store, gpus=4, n=3)
+    host(store, "big", 8)
+    created = Scheduler(store).pass_once()
+    assert sorted(tuple(a.gpus) for a in created) == [(0, 1, 2, 3), (4, 5, 6, 7)]
+    assert all(a.state is AttemptState.DISPATCHING and a.host == "big" for a in created)
+
+
+def test_labels_and_gpu_count_must_match_and_drained_hosts_get_nothing(store: SqliteStore) -> None:
+    queue(store, gpus=4)
+    host(store, "other-pool", 8, {"pool": "b"})
+    host(store, "too-small", 2)
+    host(store, "drained", 8)
+    store.update_host("drained", drain=True)
+    assert Scheduler(store).pass_once() == []
+
+
+def test_lost_attempt_requeues_avoiding_the_host_then_fails_after_max_attempts(
+    store: SqliteStore,
+) -> None:
+    [experiment_id] = queue(store)
+    host(store, "h1", 0)
+    host(store, "h2", 0)
+    first = Scheduler(store).pass_once()[0]
+    _, experiment = store.finish_attempt(
+        first.id, AttemptState.LOST, [AttemptState.DISPATCHING], message="gone"
+    )
+    assert experiment.state is ExperimentState.QUEUED and experiment.avoid_hosts == [first.host]
+    second = Scheduler(store).pass_once()[0]
+    assert second.host != first.host and second.number == 2
+    store.finish_attempt(second.id, AttemptState.LOST, [AttemptState.DISPATCHING])
+    third = Scheduler(store).pass_once()[0]
+    _, experiment = store.finish_attempt(third.id, AttemptState.LOST, [AttemptState.DISPATCHING])
+    assert experiment.state is ExperimentState.FAILED and "lost 3 times" in experiment.message
+    assert experiment_id == experiment.id
+
+
+def test_failed_benchmark_is_not_retried(store: SqliteStore) -> None:
+    queue(store)
+    host(store, "h1", 0)
+    attempt = Scheduler(store).pass_once()[0]
+    store.transition_attempt(attempt.id, AttemptState.BENCHMARKING, [AttemptState.DISPATCHING])
+    _, experiment = store.finish_attempt(
+        attempt.id, AttemptState.FAILED_BENCHMARK, [AttemptState.BENCHMARKING]
+    )
+    assert experiment.state is ExperimentState.FAILED
+    assert Scheduler(store).pass_once() == []
+
+
+def test_compare_and_set_refuses_a_stale_write_and_terminal_rows_are_final(
+    store: SqliteStore,
+) -> None:
+    queue(store)
+    host(store, "h1", 0)
+    attempt = Scheduler(store).pass_once()[0]
+    with pytest.raises(StoreConflict):
+        store.transition_attempt(attempt.id, AttemptState.READY, [AttemptState.STARTING])
+    store.finish_attempt(attempt.id, AttemptState.SUCCEEDED, [AttemptState.DISPATCHING])
+    with pytest.raises(StoreConflict):
+        store.finish_attempt(
+            attempt.id, AttemptState.LOST, [s for s in AttemptState if s.is_active()]
+        )
+    events = store.events_for(attempt.experiment_id)
+    assert [e["to_state"] for e in events if e["kind"] == "attempt"] == ["DISPATCHING", "SUCCEEDED"]
+
+
+def test_the_database_survives_a_reopen(tmp_path: Path) -> None:
+    first = SqliteStore(tmp_path / "c.db")
+    ids = queue(first, n=3)
+    first.close()
+    again = SqliteStore(tmp_path / "c.db")
+    assert [e.id for e in again.list_experiments()] == ids
+    assert (tmp_path / "c.db").stat().st_mode & 0o777 == 0o600
