@@ -20,6 +20,9 @@ from agent.audit.provider import AuditProvider, gpu_for_audit
 from agent.config import AgentConfig
 from agent.gpu import GpuBackend, open_backend
 from agent.metrics.app import AgentMetrics, MetricsSettings
+from agent.runs.builtinjob import BuiltinJob
+from agent.runs.executor import RunExecutor
+from agent.runs.metrics import BenchMetricsCollector
 from agent.servers.registry import ServerRegistry
 from agent.servers.supervisor import SupervisorSettings
 from agent.service import SERVICE_NAME, AgentIdentity, AgentService
@@ -54,8 +57,10 @@ class AgentApp:
                 gpu_release_timeout=config.gpu_release_timeout,
             ),
         )
+        self.runs = RunExecutor(config.state_dir, self.registry, BuiltinJob)
         # Other parts register their collectors here; AgentMetrics serves it on /metrics.
         self.metrics_registry = CollectorRegistry()
+        self.metrics_registry.register(BenchMetricsCollector(self.runs.live_progress))
         self.metrics = AgentMetrics(
             MetricsSettings(
                 listen=config.metrics_listen,
@@ -80,12 +85,16 @@ class AgentApp:
         adopted = self.registry.adopt_existing()
         if adopted:
             log.info("servers_adopted", ids=adopted)
+        resumed = self.runs.adopt_existing()
+        if resumed:
+            log.info("runs_resumed", ids=resumed)
         self.metrics.start()
         service = AgentService(
             self.identity,
             self.registry,
             self.gpu,
             audit=self.audit,
+            runs=self.runs,
             gpu_memory_by_server=self.metrics.gpu_memory_by_server,
         )
         self.daemon = start_daemon(
@@ -117,6 +126,7 @@ class AgentApp:
         if self.daemon is not None:
             self.daemon.stop(grace)
         self.metrics.close()
+        self.runs.close()
         self.registry.close()
 
 

@@ -47,10 +47,11 @@ def experiment_row(experiment: ExperimentRow, attempts: list[AttemptRow]) -> dic
     gpu = attempt.gpu_summary if attempt and attempt.gpu_summary else {}
     points = []
     for point in result.get("points", []):
+        rate = point.get("request_rate")
         entry = {
             "key": _point_key(point),
             "concurrency": point.get("concurrency") or None,
-            "request_rate": point.get("request_rate"),
+            "request_rate": rate if isinstance(rate, int | float) else None,  # "inf" = closed loop
         }
         entry.update({name: point.get(name) for name in POINT_FIELDS})
         points.append(entry)
@@ -104,7 +105,9 @@ def repeat_groups(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             {
                 "name": name,
                 "experiments": [m["id"] for m in members],
-                "output_throughput": {key: _spread(vals) for key, vals in per_point.items() if vals},
+                "output_throughput": {
+                    key: _spread(vals) for key, vals in per_point.items() if vals
+                },
             }
         )
     return out
@@ -118,4 +121,9 @@ def compare(pairs: list[tuple[ExperimentRow, list[AttemptRow]]]) -> dict[str, An
         for point in row["points"]:
             if point["key"] not in keys:
                 keys.append(point["key"])
-    return {"varied_fields": varied, "point_keys": keys, "experiments": rows, "repeats": repeat_groups(rows)}
+    return {
+        "varied_fields": varied,
+        "point_keys": keys,
+        "experiments": rows,
+        "repeats": repeat_groups(rows),
+    }

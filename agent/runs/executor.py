@@ -118,12 +118,12 @@ class RunExecutor:
         return [r.run_id for r in self.runs(include_finished=False)]
 
     def live_progress(self) -> dict[str, dict[str, Any]]:
-        """Latest benchmark progress of each running benchmark, by experiment label or run id."""
+        """Latest benchmark progress of each run that has one, oldest first, by experiment label
+        (or run id). Finished runs keep their last figures so counters do not drop mid-scrape."""
         with self._lock:
+            ordered = sorted(self._runs.values(), key=lambda r: r.started_at)
             return {
-                (r.spec.experiment or r.run_id): dict(r.progress)
-                for r in self._runs.values()
-                if r.progress and r.state is RunState.BENCHMARKING
+                (r.spec.experiment or r.run_id): dict(r.progress) for r in ordered if r.progress
             }
 
     def watch(self, run_id: str, cancelled: Callable[[], bool]) -> Iterator[RunRecord]:
@@ -317,12 +317,14 @@ class RunExecutor:
             job.start()
         elif not job.attach():
             job.start()  # the agent died before the benchmark process was spawned
+        last: dict[str, Any] | None = None
         try:
             while not job.finished():
                 self._check(record.run_id)
                 progress = job.progress()
-                if progress is not None:
+                if progress is not None and progress != last:
                     self._update(record.run_id, progress=progress)
+                    last = progress
                 self._closing.wait(POLL)
         except _Interrupted:
             job.stop(STOP_GRACE_BENCH)
