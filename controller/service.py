@@ -13,6 +13,8 @@ from typing import Any, TypeVar
 
 import grpc
 import structlog
+from tunelab.auth import split_host_port
+from tunelab.v1 import agent_pb2, controller_pb2, controller_pb2_grpc
 
 from controller.agent_client import AgentClient
 from controller.compare import compare
@@ -21,8 +23,6 @@ from controller.states import ExperimentState, HostState
 from controller.store import ExperimentRow, HostRow, Store, StoreConflict
 from controller.store.models import selector_key
 from controller.wire import PB_TO_EXPERIMENT, experiment_to_pb, host_to_pb
-from tunelab.auth import split_host_port
-from tunelab.v1 import agent_pb2, controller_pb2, controller_pb2_grpc
 
 log = structlog.get_logger(__name__)
 SERVICE_NAME = "tunelab.v1.Controller"
@@ -139,7 +139,9 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             self._store.insert_experiments(rows)
             log.info("experiments_submitted", group=group, count=len(rows), source=request.source)
             self._wake(False)
-        return controller_pb2.SubmitExperimentsResponse(experiments=[experiment_to_pb(r, []) for r in rows])
+        return controller_pb2.SubmitExperimentsResponse(
+            experiments=[experiment_to_pb(r, []) for r in rows]
+        )
 
     @_unary
     def ListExperiments(
@@ -153,7 +155,9 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
     def GetExperiment(
         self, request: controller_pb2.GetExperimentRequest, context: grpc.ServicerContext
     ) -> controller_pb2.GetExperimentResponse:
-        return controller_pb2.GetExperimentResponse(experiment=self._pb(self._experiment(request.id)))
+        return controller_pb2.GetExperimentResponse(
+            experiment=self._pb(self._experiment(request.id))
+        )
 
     @_stream
     def WatchExperiment(
@@ -211,11 +215,16 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         experiment = self._experiment(request.id)
         attempts = self._store.attempts_for(experiment.id)
         if not attempts:
-            raise StoreConflict(f"experiment {experiment.id} has not started yet ({experiment.state.value})")
+            raise StoreConflict(
+                f"experiment {experiment.id} has not started yet ({experiment.state.value})"
+            )
         attempt = attempts[-1]
         host = self._host(attempt.host)
         proxied = agent_pb2.StreamLogsRequest(
-            run_id=attempt.id, stream=request.stream or "server", follow=request.follow, tail_lines=request.tail_lines
+            run_id=attempt.id,
+            stream=request.stream or "server",
+            follow=request.follow,
+            tail_lines=request.tail_lines,
         )
         yield from self._agents.stream_logs(host.address, host.token, proxied)
 
@@ -235,17 +244,25 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
     def ListHosts(
         self, request: controller_pb2.ListHostsRequest, context: grpc.ServicerContext
     ) -> controller_pb2.ListHostsResponse:
-        return controller_pb2.ListHostsResponse(hosts=[self._host_pb(h) for h in self._store.list_hosts()])
+        return controller_pb2.ListHostsResponse(
+            hosts=[self._host_pb(h) for h in self._store.list_hosts()]
+        )
 
     @_unary
-    def AddHost(self, request: controller_pb2.AddHostRequest, context: grpc.ServicerContext) -> controller_pb2.AddHostResponse:
+    def AddHost(
+        self, request: controller_pb2.AddHostRequest, context: grpc.ServicerContext
+    ) -> controller_pb2.AddHostResponse:
         if not HOST_NAME.match(request.name):
-            raise InvalidRequest("name: expected 1-63 letters, digits, '.', '_' or '-', starting alnum")
+            raise InvalidRequest(
+                "name: expected 1-63 letters, digits, '.', '_' or '-', starting alnum"
+            )
         try:
             host, _ = split_host_port(request.address)
         except ValueError as exc:
             raise InvalidRequest(f"address: {exc}") from None
-        metrics_url = request.metrics_url or f"http://{_url_host(host)}:{self._metrics_port}/metrics"
+        metrics_url = (
+            request.metrics_url or f"http://{_url_host(host)}:{self._metrics_port}/metrics"
+        )
         if not metrics_url.startswith(("http://", "https://")):
             raise InvalidRequest("metrics_url: must start with http:// or https://")
         for key in request.labels:
@@ -294,7 +311,9 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         return controller_pb2.SetHostDrainResponse(host=self._host_pb(self._host(host.name)))
 
     @_unary
-    def AuditHost(self, request: controller_pb2.AuditHostRequest, context: grpc.ServicerContext) -> controller_pb2.AuditHostResponse:
+    def AuditHost(
+        self, request: controller_pb2.AuditHostRequest, context: grpc.ServicerContext
+    ) -> controller_pb2.AuditHostResponse:
         host = self._host(request.name)
         response = self._agents.run_audit(host.address, host.token, list(request.only))
         return controller_pb2.AuditHostResponse(report=response.report)
@@ -309,11 +328,17 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             raise InvalidRequest("ids: give experiment ids, names or submission groups")
         rows: list[ExperimentRow] = []
         for key in request.ids:
-            group = self._store.list_experiments(limit=100_000, group=key) if key.startswith("g-") else []
+            group = (
+                self._store.list_experiments(limit=100_000, group=key)
+                if key.startswith("g-")
+                else []
+            )
             rows.extend(group or [self._experiment(key)])
         unique = list({r.id: r for r in rows}.values())
         document = compare([(r, self._store.attempts_for(r.id)) for r in unique])
-        return controller_pb2.CompareRunsResponse(comparison_json=json.dumps(document, sort_keys=True))
+        return controller_pb2.CompareRunsResponse(
+            comparison_json=json.dumps(document, sort_keys=True)
+        )
 
 
 def _url_host(host: str) -> str:
