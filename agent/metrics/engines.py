@@ -13,6 +13,7 @@ it never touches ``/metrics``, which is served by other code on other request th
 from __future__ import annotations
 
 import http.client
+import re
 import time
 import urllib.request
 from collections.abc import Callable, Iterable, Sequence
@@ -25,6 +26,7 @@ DEFAULT_TIMEOUT = 2.0
 MAX_BYTES = 32 * 1024 * 1024
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _SUFFIXES = ("_bucket", "_sum", "_count", "_total", "_created", "_gsum", "_gcount")
+_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 
 
 @dataclass(frozen=True)
@@ -127,7 +129,7 @@ def _split_sample(line: str) -> tuple[str, list[tuple[str, str]], str]:
     if brace == -1 or (space != -1 and space < brace):
         if space == -1:
             raise ValueError(f"no value in sample line: {line[:80]!r}")
-        return line[:space], [], line[space + 1 :].strip()
+        return line[:space], [], _checked(line[:space], line[space + 1 :].strip(), line)
     name = line[:brace]
     labels: list[tuple[str, str]] = []
     i = brace + 1
@@ -149,10 +151,17 @@ def _split_sample(line: str) -> tuple[str, list[tuple[str, str]], str]:
             raise ValueError(f"unterminated label value: {line[:80]!r}")
         labels.append((key, line[eq + 1 : j + 1]))
         i = j + 1
-    rest = line[i + 1 :].strip()
-    if not rest:
-        raise ValueError(f"no value in sample line: {line[:80]!r}")
-    return name, labels, rest
+    return name, labels, _checked(name, line[i + 1 :].strip(), line)
+
+
+def _checked(name: str, rest: str, line: str) -> str:
+    """The value (and timestamp) part, after checking the name and that the value is a number."""
+    parts = rest.split()
+    if not _NAME.match(name) or not 1 <= len(parts) <= 2:
+        raise ValueError(f"not a sample line: {line[:80]!r}")
+    for number in parts:
+        float(number)  # ValueError names the bad token; +Inf, -Inf and NaN parse
+    return rest
 
 
 def _escape(value: str) -> str:
