@@ -9,30 +9,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
-import resource
 import signal
 import sys
 import time
 from typing import TextIO
 
+from agent.bench.fdlimit import raise_fd_limit
 from agent.bench.simulator.engine import BadRequest, Generation, error_body, parse_generation
 from agent.bench.simulator.http import Connection, Request
 from agent.bench.simulator.metrics import SimMetrics
 from agent.bench.simulator.options import SimSettings, add_sim_arguments, settings_from_args
-from agent.bench.simulator.timing import LatenessStats, new_event_loop
+from agent.bench.simulator.timing import DeadlineScheduler, LatenessStats, new_event_loop
 
 LISTEN_BACKLOG = 4096  # a closed loop of 1024 connects at once; asyncio's default is 100
 PROGRESS_LABEL = "Loading safetensors checkpoint shards"
-
-
-def raise_fd_limit() -> None:
-    """Lift the soft open-files limit to the hard one: 1024 streams need more than 1024 fds."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY or soft < hard:
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def _clock(seconds: float) -> str:
@@ -56,6 +47,7 @@ class SimApp:
 
     def __init__(self, settings: SimSettings, out: TextIO) -> None:
         self.settings = settings
+        self.scheduler = DeadlineScheduler(asyncio.get_running_loop())
         self.out = out
         self.ready = False
         self.lateness = LatenessStats()
@@ -138,7 +130,14 @@ class SimApp:
                 conn.send_response(fault.status, error_body(fault.status, "injected fault"))
                 return
         Generation(
-            conn, req, self.settings, self.metrics, self.lateness, f"{self.requests:08x}", fault
+            conn,
+            req,
+            self.settings,
+            self.metrics,
+            self.lateness,
+            self.scheduler,
+            f"{self.requests:08x}",
+            fault,
         ).start()
 
     async def load(self) -> None:

@@ -8,7 +8,6 @@ no JSON escaping, so chunks are assembled from string pieces without ``json.dump
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 import time
@@ -18,7 +17,7 @@ from typing import Any
 from agent.bench.simulator.http import Connection
 from agent.bench.simulator.metrics import SimMetrics
 from agent.bench.simulator.options import Fault, SimSettings
-from agent.bench.simulator.timing import LatenessStats
+from agent.bench.simulator.timing import DeadlineScheduler, LatenessStats
 
 _WORD_LIST = (
     "the of and to in is it you that he was for on are with as his they be at one have this "
@@ -115,10 +114,12 @@ class Generation:
         settings: SimSettings,
         metrics: SimMetrics,
         lateness: LatenessStats,
+        scheduler: DeadlineScheduler,
         request_id: str,
         fault: Fault | None,
     ) -> None:
-        self.loop = asyncio.get_running_loop()
+        self.loop = scheduler.loop
+        self.scheduler = scheduler
         self.arrival = self.loop.time()
         self.conn = conn
         self.req = req
@@ -137,7 +138,6 @@ class Generation:
         self.next_chunk = 0
         self.last_write = 0.0
         self.role_sent = False
-        self.handle: asyncio.TimerHandle | None = None
         self.done = False
         created = int(time.time())
         model = json.dumps(settings.model)
@@ -167,18 +167,16 @@ class Generation:
             return  # hold the connection, answer nothing
         if not self.req.stream:
             when = self.arrival + self.ttft + (self.chunks - 1) * self.itl
-            self.handle = self.loop.call_at(when, self._whole)
+            self.scheduler.at(when, self._whole)
             return
         self.conn.start_stream(extra_headers={"x-request-id": self.request_id})
         if self.req.chat and self.role_at >= 0:
-            self.loop.call_at(self.arrival + self.role_at, self._role_only)
-        self.handle = self.loop.call_at(self.arrival + self.ttft, self._emit)
+            self.scheduler.at(self.arrival + self.role_at, self._role_only)
+        self.scheduler.at(self.arrival + self.ttft, self._emit)
 
     def cancel(self) -> None:
         """The client went away: stop writing and count the request as aborted."""
-        if self.handle is not None:
-            self.handle.cancel()
-        self._finish("abort")
+        self._finish("abort")  # pending timers see ``done`` and do nothing
 
     def _finish(self, reason: str) -> None:
         if self.done:
@@ -249,9 +247,7 @@ class Generation:
             self.conn.close()
             self._finish("abort")
             return
-        self.handle = self.loop.call_at(
-            self.arrival + self.ttft + self.next_chunk * self.itl, self._emit
-        )
+        self.scheduler.at(self.arrival + self.ttft + self.next_chunk * self.itl, self._emit)
 
     def _account(self, now: float, tokens: int) -> None:
         if self.last_write == 0.0:
@@ -262,6 +258,8 @@ class Generation:
         self.metrics.generation_tokens += tokens
 
     def _whole(self) -> None:
+        if self.done:
+            return
         now = self.loop.time()
         self.lateness.record(now - (self.arrival + self.ttft + (self.chunks - 1) * self.itl))
         text = _text(0, self.total)
