@@ -201,7 +201,10 @@ def test_openmetrics_gzip_and_name_filter_on_request(agent: Agent) -> None:
 def test_a_stuck_engine_never_holds_up_metrics(agent: Agent) -> None:
     agent.start_engine(engine_spec("stuck", "vllm", "--metrics-delay", "30"))
     agent.start_engine(engine_spec("fine", "sglang"))
-    wait_for_text(f"{agent.url}/metrics", 'tunelab_server_state{server="stuck",state="READY"} 1.0')
+    for name in ("stuck", "fine"):  # READY as the sampler saw it: what /metrics/engines fetches
+        wait_for_text(
+            f"{agent.url}/metrics", f'tunelab_server_state{{server="{name}",state="READY"}} 1.0'
+        )
     engines: dict[str, str] = {}
     scrape = threading.Thread(
         target=lambda: engines.update(body=text(f"{agent.url}/metrics/engines"))
