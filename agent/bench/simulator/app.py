@@ -138,6 +138,7 @@ class SimApp:
             self.scheduler,
             f"{self.requests:08x}",
             fault,
+            request.received,
         ).start()
 
     async def load(self) -> None:

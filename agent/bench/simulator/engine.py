@@ -117,10 +117,11 @@ class Generation:
         scheduler: DeadlineScheduler,
         request_id: str,
         fault: Fault | None,
+        arrival: float,
     ) -> None:
         self.loop = scheduler.loop
         self.scheduler = scheduler
-        self.arrival = self.loop.time()
+        self.arrival = arrival  # when the request was read, so parsing it is inside the TTFT
         self.conn = conn
         self.req = req
         self.metrics = metrics

@@ -36,6 +36,7 @@ class Request:
     path: str
     headers: dict[str, str]
     body: bytes = b""
+    received: float = 0.0  # loop time when its last bytes were read: the request's arrival
 
 
 class Handler(Protocol):
@@ -59,6 +60,7 @@ class Connection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._state = _State()
         self.closed = False
+        self._received = 0.0
 
     # asyncio.Protocol -------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -70,6 +72,7 @@ class Connection(asyncio.Protocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def data_received(self, data: bytes) -> None:
+        self._received = asyncio.get_running_loop().time()
         self._buffer += data
         if not self._state.busy:
             self._next_request()
@@ -121,7 +124,8 @@ class Connection(asyncio.Protocol):
             connection != "close" if version == "HTTP/1.1" else connection == "keep-alive"
         )
         self._state.busy = True
-        self._handler(Request(method, target.split("?", 1)[0], headers, body), self)
+        path = target.split("?", 1)[0]
+        self._handler(Request(method, path, headers, body, self._received), self)
 
     def _fail(self, status: int, message: str) -> None:
         self._state.keep_alive = False

@@ -1,0 +1,153 @@
+"""The load generator against the real simulator: every expected value follows from the
+simulator's schedule (chunk j at arrival + TTFT + j·D). Tolerances allow for a busy 2-core box."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent.bench.config import BenchConfig
+from agent.bench.simulator.process import SimulatorProcess
+from agent.bench.sweep import run_sweep
+
+
+@pytest.fixture
+def start_sim(tmp_path: Path) -> Iterator[Any]:
+    procs: list[SimulatorProcess] = []
+
+    def start(*args: str) -> str:
+        proc = SimulatorProcess(list(args), tmp_path / f"sim{len(procs)}.log").start()
+        procs.append(proc)
+        return proc.url
+
+    yield start
+    for proc in procs:
+        proc.stop()
+
+
+def bench(url: str, **kw: Any) -> dict[str, Any]:
+    kw.setdefault("model", "tunelab-sim")
+    kw.setdefault("input_len", 16)
+    kw.setdefault("concurrency", (1,))
+    doc = run_sweep(BenchConfig(url=url, **kw).with_preset())
+    assert doc["status"] == "completed"
+    return doc["points"][0]  # type: ignore[no-any-return]
+
+
+def test_single_stream_decode(start_sim: Any) -> None:
+    """The users' case: TTFT 300 ms, D = 97 ms, 50 tokens -> TPOT 97.0 ms, E2E 5053 ms."""
+    url = start_sim("--ttft-ms", "300", "--itl-ms", "97")
+    p = bench(url, output_len=50, requests=1)
+    assert p["completed"] == 1 and p["failed"] == 0
+    assert p["total_output_tokens"] == 50
+    assert p["mean_ttft_ms"] == pytest.approx(300.0, abs=5.0)
+    assert p["mean_tpot_ms"] == pytest.approx(97.0, abs=0.5)
+    assert p["mean_e2el_ms"] == pytest.approx(5053.0, abs=10.0)
+    assert p["median_itl_per_token_ms"] == pytest.approx(97.0, abs=1.0)
+    assert p["itl_per_token_samples"] == 49
+    assert p["token_count_source"] == {"usage_continuous": 1}
+    assert p["output_throughput"] == pytest.approx(50 / 5.053, rel=0.01)
+
+
+def test_four_tokens_per_chunk(start_sim: Any) -> None:
+    """k = 4: per-token ITL is D/4, per-chunk ITL is D, TPOT = D(N-k)/(k(N-1))."""
+    url = start_sim("--ttft-ms", "100", "--itl-ms", "40", "--tokens-per-chunk", "4")
+    p = bench(url, output_len=52, requests=2)
+    assert p["total_output_tokens"] == 104
+    assert p["mean_ttft_ms"] == pytest.approx(100.0, abs=5.0)
+    assert p["median_itl_ms"] == pytest.approx(40.0, abs=1.0)
+    assert p["median_itl_per_token_ms"] == pytest.approx(10.0, abs=0.3)
+    assert p["itl_per_token_samples"] == 2 * 48  # the first chunk's 4 tokens are in TTFT
+    assert p["mean_tpot_ms"] == pytest.approx(40.0 * 48 / (4 * 51), abs=0.3)
+
+
+def test_role_only_first_chat_chunk_does_not_set_ttft(start_sim: Any) -> None:
+    url = start_sim("--ttft-ms", "120", "--itl-ms", "20", "--role-chunk-ms", "1")
+    p = bench(url, api="chat", output_len=10, requests=2)
+    assert p["completed"] == 2
+    assert p["mean_ttft_ms"] == pytest.approx(120.0, abs=10.0)  # not the role chunk's 1 ms
+    assert p["itl_samples"] == 2 * 9  # no spurious interval from the role chunk
+    assert p["min_itl_ms"] > 15.0
+
+
+def test_early_eos_counts_the_tokens_generated(start_sim: Any) -> None:
+    url = start_sim("--ttft-ms", "50", "--itl-ms", "20", "--eos-after", "20")
+    p = bench(url, output_len=50, requests=2, ignore_eos=False)
+    assert p["total_output_tokens"] == 40  # never max_tokens (sglang#24254)
+    assert p["mean_output_tokens"] == 20
+    assert p["mean_output_len_requested"] == 50
+    assert p["mean_tpot_ms"] == pytest.approx(20.0, abs=0.5)
+    assert p["mean_e2el_ms"] == pytest.approx(50 + 19 * 20, abs=10.0)
+
+
+def test_closed_loop_throughput_matches_the_schedule(start_sim: Any) -> None:
+    """C·N/(TTFT + (N-1)·D): 16 streams of 20 tokens at TTFT 50 ms, D 20 ms -> 744 tokens/s."""
+    url = start_sim("--ttft-ms", "50", "--itl-ms", "20")
+    p = bench(url, concurrency=(16,), output_len=20, requests=64, warmup=16)
+    expected = 16 * 20 / (0.050 + 19 * 0.020)
+    assert p["completed"] == 64 and p["max_concurrent_requests"] == 16
+    assert p["output_throughput"] == pytest.approx(expected, rel=0.03)
+    assert p["mean_tpot_ms"] == pytest.approx(20.0, abs=0.5)
+
+
+def test_faults_are_errors_by_kind_and_stay_out_of_latency(start_sim: Any) -> None:
+    url = start_sim(
+        "--ttft-ms", "40", "--itl-ms", "10",
+        "--fault", "429:5", "--fault", "500:7", "--fault", "drop:3", "--fault", "malformed:4",
+        "--fault", "hang:11",
+    )  # fmt: skip
+    p = bench(url, concurrency=(3,), output_len=8, requests=22, request_timeout_s=1.5)
+    kinds = p["errors_by_kind"]
+    # requests 1..22: 429 at 5,10,15,20; 500 at 7,14,21; drop at 3,6,9,12,18; malformed at 4,8,16;
+    # hang at 11, 22
+    assert kinds == {
+        "http_429": 4,
+        "http_500": 3,
+        "disconnected": 5,
+        "malformed_stream": 3,
+        "timeout": 2,
+    }
+    assert p["failed"] == 17 and p["completed"] == 5
+    assert p["max_ttft_ms"] == pytest.approx(40.0, abs=8.0)
+    assert p["max_e2el_ms"] < 40 + 7 * 10 + 15
+    assert len(p["errors"]) == 10
+
+
+def test_no_usage_falls_back_to_chunks_with_a_warning(start_sim: Any) -> None:
+    url = start_sim("--ttft-ms", "20", "--itl-ms", "5", "--usage", "none")
+    p = bench(url, output_len=12, requests=2)
+    assert p["token_count_source"] == {"chunks": 2}
+    assert p["total_output_tokens"] == 24
+    assert any("one per chunk" in w for w in p["warnings"])
+
+
+def test_final_usage_only_estimates_per_token_itl(start_sim: Any) -> None:
+    url = start_sim(
+        "--ttft-ms", "20", "--itl-ms", "20", "--usage", "final", "--tokens-per-chunk", "2"
+    )
+    p = bench(url, output_len=12, requests=1)
+    assert p["token_count_source"] == {"usage_final": 1}
+    assert p["total_output_tokens"] == 12
+    assert p["median_itl_per_token_ms"] == pytest.approx(10.0, abs=0.5)
+    assert any("estimated" in w for w in p["warnings"])
+
+
+def test_open_loop_rate_and_goodput(start_sim: Any) -> None:
+    url = start_sim("--ttft-ms", "30", "--itl-ms", "5")
+    p = bench(
+        url,
+        concurrency=(),
+        request_rate=40.0,
+        requests=40,
+        output_len=4,
+        slo_ttft_ms=1000.0,
+        slo_tpot_ms=0.001,  # every multi-token request misses it
+    )
+    assert p["completed"] == 40 and p["request_rate"] == 40.0
+    assert p["duration"] == pytest.approx(1.0 + 0.045, abs=0.15)  # last arrival at 40/40 s
+    assert p["good_requests"] == 0
+    assert p["p99_dispatch_lag_ms"] < 20.0
+    assert p["max_concurrency"] is None
