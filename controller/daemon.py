@@ -44,6 +44,7 @@ class ControllerApp:
             self.scraper,
             DriverSettings(config.unknown_after_failures, config.lease_timeout),
             on_dispatch_latency=self.metrics.dispatch_latency.observe,
+            on_agent_error=self.metrics.count_agent_error,
         )
         self.loop = ControlLoop(
             HostMonitor(

@@ -60,6 +60,7 @@ class AttemptDriver:
         clock: Callable[[], float] = time.time,
         on_dispatch_latency: Callable[[float], None] = lambda seconds: None,
         on_finished: Callable[[AttemptRow], None] = lambda attempt: None,
+        on_agent_error: Callable[[str, str], None] = lambda host, code: None,
     ) -> None:
         self._store = store
         self._agents = agents
@@ -70,6 +71,7 @@ class AttemptDriver:
         self._lock = threading.Lock()
         self._on_latency = on_dispatch_latency
         self._on_finished = on_finished
+        self._on_agent_error = on_agent_error
 
     # --- entry points ------------------------------------------------------------------------
 
@@ -210,6 +212,7 @@ class AttemptDriver:
         self, attempt: AttemptRow, host: HostRow, exc: grpc.RpcError, spec: dict[str, Any]
     ) -> None:
         code = exc.code()
+        self._on_agent_error(host.name, code.name)
         if code == grpc.StatusCode.NOT_FOUND:
             if attempt.state is A.DISPATCHING or (
                 attempt.state is A.UNKNOWN and attempt.prev_state is A.DISPATCHING

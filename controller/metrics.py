@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -151,4 +151,13 @@ class ControllerMetrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
+        self.agent_errors = Counter(
+            "tunelab_controller_agent_errors",
+            "Failed controller-to-agent calls, by host and gRPC status.",
+            ["host", "code"],
+            registry=self.registry,
+        )
         self.registry.register(ControllerCollector(store, retention_count, retention_age))
+
+    def count_agent_error(self, host: str, code: str) -> None:
+        self.agent_errors.labels(host, code).inc()

@@ -11,6 +11,7 @@ import sys
 
 from controller.cli import (
     audit_cmd,
+    bench_cmd,
     controller_cmd,
     experiments_cmd,
     hosts_cmd,
@@ -18,7 +19,7 @@ from controller.cli import (
 )
 from controller.cli.common import EXIT_USAGE, CliError
 
-COMMAND_MODULES = [server_cmd, audit_cmd, controller_cmd, hosts_cmd, experiments_cmd]
+COMMAND_MODULES = [server_cmd, audit_cmd, controller_cmd, hosts_cmd, experiments_cmd, bench_cmd]
 
 
 def build_parser() -> argparse.ArgumentParser:

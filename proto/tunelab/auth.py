@@ -237,6 +237,10 @@ class ClientAuth:
             ("grpc.keepalive_time_ms", 30_000),
             ("grpc.keepalive_timeout_ms", 10_000),
             ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+            # an agent back from a restart is seen within seconds, not after a 2-minute backoff
+            ("grpc.initial_reconnect_backoff_ms", 250),
+            ("grpc.min_reconnect_backoff_ms", 250),
+            ("grpc.max_reconnect_backoff_ms", 3000),
         ]
         if self.tls_server_name:
             options.append(("grpc.ssl_target_name_override", self.tls_server_name))
