@@ -91,7 +91,11 @@ class Sweep:
                     await self._warmup(session, workload, point)
                 state.phase = "measure"
                 state.tokens_at_start = self.live.output_tokens
-                monitor = Monitor(self.config.max_loop_lag_ms, self.config.max_client_cpu)
+                monitor = Monitor(
+                    self.config.max_mean_loop_lag_ms,
+                    self.config.max_loop_lag_ms,
+                    self.config.max_client_cpu,
+                )
                 monitor.start()
                 state.started = time.perf_counter()
                 if point.concurrency:
