@@ -49,17 +49,19 @@ def _length(base: int, ratio: float, rng: random.Random) -> int:
 
 
 class Workload:
-    """Deterministic request bodies for one point: the same seed gives the same requests."""
+    """Deterministic request bodies: request ``i`` of a point depends only on the seed, the point
+    and ``i``, not on the order in which the closed loop's workers claim them."""
 
     def __init__(self, config: BenchConfig, point_index: int) -> None:
         self.config = config
-        self.rng = random.Random(f"{config.seed}:{point_index}")
+        self.point_index = point_index
 
     def request(self, index: int) -> PlannedRequest:
         cfg = self.config
-        input_len = _length(cfg.input_len, cfg.range_ratio, self.rng)
-        output_len = _length(cfg.output_len, cfg.range_ratio, self.rng)
-        prompt = " ".join(self.rng.choices(VOCABULARY, k=input_len))
+        rng = random.Random(f"{cfg.seed}:{self.point_index}:{index}")
+        input_len = _length(cfg.input_len, cfg.range_ratio, rng)
+        output_len = _length(cfg.output_len, cfg.range_ratio, rng)
+        prompt = " ".join(rng.choices(VOCABULARY, k=input_len))
         payload: dict[str, object] = {
             "model": cfg.model,
             "max_tokens": output_len,
