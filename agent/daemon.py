@@ -71,7 +71,7 @@ class AgentApp:
             gpu=self.gpu,
             list_servers=self.registry.servers,
             registry=self.metrics_registry,
-            last_audit=lambda: getattr(self, "last_audit", None),
+            last_audit=lambda: self.last_audit,
             version=__version__,
             instance_id=self.identity.instance_id,
             started_at=self.identity.started_at,
