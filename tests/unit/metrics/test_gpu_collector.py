@@ -13,6 +13,7 @@ from agent.gpu import (
     FIELDS,
     Cadence,
     FieldValue,
+    GpuBackend,
     GpuError,
     GpuProcess,
     NoGpuBackend,
@@ -62,7 +63,7 @@ class Clock:
         return self.now
 
 
-def sampled(backend: SnapshotBackend) -> tuple[GpuSource, CollectorRegistry, Sampler]:
+def sampled(backend: GpuBackend) -> tuple[GpuSource, CollectorRegistry, Sampler]:
     source = GpuSource(backend)
     sampler = Sampler([source], 1.0, 15.0, clock=Clock())
     sampler.tick()
@@ -181,7 +182,7 @@ def test_a_failing_read_drops_that_field_counts_an_error_and_stops_the_age() -> 
 
 
 def test_a_host_without_gpus_samples_nothing_and_exports_nothing() -> None:
-    source, registry, sampler = sampled(NoGpuBackend("no NVIDIA driver"))  # type: ignore[arg-type]
+    source, registry, sampler = sampled(NoGpuBackend("no NVIDIA driver"))
     assert not source.enabled
     assert list(registry.collect()) == []
     assert sampler.stats() == {}
