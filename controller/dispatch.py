@@ -20,7 +20,7 @@ import grpc
 import structlog
 from tunelab.v1 import run_pb2
 
-from controller.agent_client import AgentClient
+from controller.agent_client import AgentClient, StartCall
 from controller.scrape import MetricsScraper, tokens_per_joule
 from controller.spec.render import to_run_spec
 from controller.states import AttemptState, HostState
@@ -116,25 +116,50 @@ class AttemptDriver:
 
     def _start(self, attempt: AttemptRow, host: HostRow, spec: dict[str, Any]) -> None:
         run_spec = to_run_spec(spec, attempt.id, attempt.gpus)
-        if attempt.dispatched_at is None:
-            self._store.update_attempt(attempt.id, dispatched_at=self._clock())
+        sent = self._clock()
         response = self._agents.start_run(host.address, host.token, attempt.id, run_spec)
         now = self._clock()
         self._reset_failures(attempt.id)
-        if attempt.acked_at is None:
+        if attempt.dispatched_at is None:  # the first send, not a re-send after doubt
             self._on_latency(now - attempt.created_at)
         self._store.update_attempt(
-            attempt.id, acked_at=now, agent_instance_id=response.run.agent_instance_id
+            attempt.id,
+            dispatched_at=sent,
+            acked_at=now,
+            agent_instance_id=response.run.agent_instance_id,
         )
-        fresh = self._store.get_attempt(attempt.id)
-        if fresh is not None:
-            self._apply(fresh, host, response.run)
+        attempt.acked_at = now
+        self._apply(attempt, host, response.run)
 
-    def dispatch_new(self, attempts: list[AttemptRow], pool: ThreadPoolExecutor) -> None:
+    def dispatch_new(self, attempts: list[AttemptRow], specs: dict[str, dict[str, Any]]) -> None:
+        """Send StartRun for a pass's new attempts all at once; bookkeeping after the answers."""
         hosts = {h.name: h for h in self._store.list_hosts()}
-        futures = [pool.submit(self.drive, a, hosts.get(a.host)) for a in attempts]
-        for future in futures:
-            future.result()
+        ready = [a for a in attempts if a.host in hosts and a.experiment_id in specs]
+        calls = [
+            StartCall(
+                hosts[a.host].address,
+                hosts[a.host].token,
+                a.id,
+                to_run_spec(specs[a.experiment_id], a.id, a.gpus),
+            )
+            for a in ready
+        ]
+        sent = self._clock()
+        for attempt, outcome in zip(ready, self._agents.start_runs(calls), strict=True):
+            host = hosts[attempt.host]
+            if outcome.error is not None:
+                self._on_error(attempt, host, outcome.error, specs[attempt.experiment_id])
+                continue
+            assert outcome.response is not None
+            self._on_latency(outcome.answered_at - attempt.created_at)
+            self._store.update_attempt(
+                attempt.id,
+                dispatched_at=sent,
+                acked_at=outcome.answered_at,
+                agent_instance_id=outcome.response.run.agent_instance_id,
+            )
+            attempt.acked_at = outcome.answered_at
+            self._apply(attempt, host, outcome.response.run)
 
     # --- follow ------------------------------------------------------------------------------
 

@@ -74,7 +74,7 @@ class ControlLoop:
         created = self._scheduler.pass_once()
         self._on_pass(time.perf_counter() - started)
         if created:
-            self._driver.dispatch_new(created, self._pool)
+            self._driver.dispatch_new(created, self._scheduler.last_specs)
         now = time.monotonic()
         if now - self._last_drive >= self._attempt_poll:
             self._last_drive = now

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from controller.states import HostState
-from controller.store import AttemptRow, ExperimentRow, HostRow, Store, StoreConflict
+from controller.store import AttemptRow, ExperimentRow, HostRow, Store
 
 
 @dataclass
@@ -26,6 +26,10 @@ class Occupancy:
     gpus: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
     whole: set[str] = field(default_factory=set)
     count: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+    def full(self, host: str, gpu_count: int) -> bool:
+        """Nothing more fits: a whole-host run holds it, or every GPU is taken."""
+        return host in self.whole or (gpu_count > 0 and len(self.gpus[host]) >= gpu_count)
 
     def add(self, host: str, gpus: list[int]) -> None:
         self.count[host] += 1
@@ -53,8 +57,8 @@ def place(
     on are used only when no other host fits; among equals, the least loaded host wins."""
     needed = experiment.gpus_needed
     options: list[tuple[bool, int, str, list[int]]] = []
-    for host in hosts:
-        if not matches(experiment.selector, host) or host.name in busy.whole:
+    for host in hosts:  # already filtered by matches()
+        if host.name in busy.whole:
             continue
         if needed == 0:
             if busy.count[host.name]:
@@ -65,48 +69,73 @@ def place(
             if len(free) < needed:
                 continue
             gpus = free[:needed]
-        options.append(
-            (host.name in experiment.avoid_hosts, busy.count[host.name], host.name, gpus)
-        )
+        option = (host.name in experiment.avoid_hosts, busy.count[host.name], host.name, gpus)
+        if not option[0] and option[1] == 0:
+            return host.name, gpus  # idle, never lost here, first by name: nothing beats it
+        options.append(option)
     if not options:
         return None
     _, _, name, gpus = min(options)
     return name, gpus
 
 
+PREFETCH = 64
+
+
 class Scheduler:
     def __init__(self, store: Store, clock: Callable[[], float] = time.time) -> None:
         self._store = store
         self._clock = clock
+        self.last_specs: dict[str, dict[str, Any]] = {}  # experiment id -> spec, of the last pass
+
+    def _following(
+        self, current: ExperimentRow, buffers: dict[str, deque[ExperimentRow]]
+    ) -> ExperimentRow | None:
+        """The experiment queued after ``current`` in its selector's order, read in batches."""
+        buffer = buffers.setdefault(current.selector_key, deque())
+        if not buffer:
+            buffer.extend(
+                self._store.queued_after(
+                    current.selector_key, (current.priority, current.seq), PREFETCH
+                )
+            )
+        return buffer.popleft() if buffer else None
 
     def pass_once(self) -> list[AttemptRow]:
         """Place as many queued experiments as free hosts allow; returns the new attempts."""
         hosts = [h for h in self._store.list_hosts() if h.state is HostState.READY and not h.drain]
         if not hosts:
             return []
+        hosts_by_name = {h.name: h for h in hosts}
         busy = Occupancy()
         for attempt in self._store.live_attempts():
             busy.add(attempt.host, attempt.gpus)
         heap = [(-e.priority, e.seq, e) for e in self._store.queued_heads()]
         heapq.heapify(heap)
-        created: list[AttemptRow] = []
+        plan: list[tuple[str, str, list[int]]] = []
+        specs: dict[str, dict[str, Any]] = {}
+        self.last_specs = specs
+        candidates: dict[str, list[HostRow]] = {}  # per selector: the hosts it may use at all
+        buffers: dict[str, deque[ExperimentRow]] = {}  # per selector: the next queued, prefetched
         while heap:
             _, _, experiment = heapq.heappop(heap)
-            spot = None if experiment.cancel_requested else place(experiment, hosts, busy)
+            fitting = candidates.get(experiment.selector_key)
+            if fitting is None:
+                fitting = [h for h in hosts if matches(experiment.selector, h)]
+                candidates[experiment.selector_key] = fitting
+            spot = None if experiment.cancel_requested else place(experiment, fitting, busy)
             if spot is None and not experiment.cancel_requested:
                 continue  # nothing fits this selector now; its later entries would not fit either
             if spot is not None:
                 host, gpus = spot
-                try:
-                    created.append(
-                        self._store.create_attempt(experiment.id, host, gpus, self._clock())
-                    )
-                    busy.add(host, gpus)
-                except StoreConflict:
-                    pass  # cancelled or taken meanwhile
-            following = self._store.next_queued(
-                experiment.selector_key, (experiment.priority, experiment.seq)
-            )
+                plan.append((experiment.id, host, gpus))
+                specs[experiment.id] = experiment.spec
+                busy.add(host, gpus)
+                if busy.full(host, hosts_by_name[host].gpu_count):  # no selector can use it now
+                    for fitting_hosts in candidates.values():
+                        fitting_hosts[:] = [h for h in fitting_hosts if h.name != host]
+            following = self._following(experiment, buffers)
             if following is not None:
                 heapq.heappush(heap, (-following.priority, following.seq, following))
-        return created
+        # one transaction for the whole pass: committed before any agent is called
+        return self._store.create_attempts(plan, self._clock()) if plan else []

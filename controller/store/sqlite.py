@@ -299,20 +299,28 @@ class SqliteStore:
         return [h for h in heads if h is not None]
 
     def next_queued(self, selector_key: str, after: tuple[int, int] | None) -> ExperimentRow | None:
+        rows = self.queued_after(selector_key, after, 1)
+        return rows[0] if rows else None
+
+    def queued_after(
+        self, selector_key: str, after: tuple[int, int] | None, limit: int
+    ) -> list[ExperimentRow]:
+        """Queued experiments of one selector in queue order (priority, then submission), after
+        the (priority, seq) position given; served by the experiments_queue index."""
         if after is None:
             rows = self._query(
                 "SELECT * FROM experiments WHERE state = 'QUEUED' AND selector_key = ? "
-                "ORDER BY priority DESC, seq LIMIT 1",
-                (selector_key,),
+                "ORDER BY priority DESC, seq LIMIT ?",
+                (selector_key, limit),
             )
         else:
             priority, seq = after
             rows = self._query(
                 "SELECT * FROM experiments WHERE state = 'QUEUED' AND selector_key = ? "
-                "AND (priority < ? OR (priority = ? AND seq > ?)) ORDER BY priority DESC, seq LIMIT 1",
-                (selector_key, priority, priority, seq),
+                "AND (priority < ? OR (priority = ? AND seq > ?)) ORDER BY priority DESC, seq LIMIT ?",
+                (selector_key, priority, priority, seq, limit),
             )
-        return _experiment(rows[0]) if rows else None
+        return [_experiment(r) for r in rows]
 
     def count_experiments_by_state(self) -> dict[str, int]:
         rows = self._query("SELECT state, COUNT(*) AS n FROM experiments GROUP BY state")
@@ -381,44 +389,87 @@ class SqliteStore:
         self, experiment_id: str, host: str, gpus: list[int], now: float
     ) -> AttemptRow:
         """Commit the intent: the experiment is RUNNING on ``host`` before any agent is called."""
+        created = self.create_attempts([(experiment_id, host, gpus)], now)
+        if not created:
+            raise StoreConflict(f"experiment {experiment_id} is not queued")
+        return created[0]
+
+    def create_attempts(
+        self, placements: Sequence[tuple[str, str, list[int]]], now: float
+    ) -> list[AttemptRow]:
+        """Commit a whole scheduling pass in one transaction (the intent log): every placed
+        experiment RUNNING with an attempt in DISPATCHING. Experiments no longer queued (cancelled
+        meanwhile) are skipped."""
+        created: list[AttemptRow] = []
+        if not placements:
+            return created
+        ids = [p[0] for p in placements]
+        marks = ",".join("?" * len(ids))
         with self._tx() as conn:
-            row = conn.execute(
-                "SELECT * FROM experiments WHERE id = ?", (experiment_id,)
-            ).fetchone()
-            if row is None or row["state"] != "QUEUED" or row["cancel_requested"]:
-                raise StoreConflict(f"experiment {experiment_id} is not queued")
-            number = (
-                conn.execute(
-                    "SELECT COUNT(*) AS n FROM attempts WHERE experiment_id = ?", (experiment_id,)
-                ).fetchone()["n"]
-                + 1
-            )
-            attempt_id = f"{experiment_id}-a{number}"
-            self._set_experiment(
-                conn,
-                experiment_id,
-                ExperimentState.RUNNING,
-                [ExperimentState.QUEUED],
-                started_at=row["started_at"] or now,
-                message=f"attempt {number} on {host}",
-            )
-            conn.execute(
-                "INSERT INTO attempts (id, experiment_id, number, host, gpus_json, state, created_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (
-                    attempt_id,
+            claimed = {
+                r["id"]
+                for r in conn.execute(
+                    f"UPDATE experiments SET state = 'RUNNING', started_at = COALESCE(started_at, ?), "
+                    f"message = 'dispatching' WHERE id IN ({marks}) AND state = 'QUEUED' "
+                    f"AND cancel_requested = 0 RETURNING id",
+                    (now, *ids),
+                ).fetchall()
+            }
+            counts = {
+                r["experiment_id"]: r["n"]
+                for r in conn.execute(
+                    f"SELECT experiment_id, COUNT(*) AS n FROM attempts WHERE experiment_id IN ({marks}) "
+                    f"GROUP BY experiment_id",
+                    ids,
+                ).fetchall()
+            }
+            events = []
+            for experiment_id, host, gpus in placements:
+                if experiment_id not in claimed:
+                    continue  # cancelled or taken meanwhile
+                number = counts.get(experiment_id, 0) + 1
+                attempt = AttemptRow(
+                    f"{experiment_id}-a{number}",
                     experiment_id,
                     number,
                     host,
-                    json.dumps(gpus),
-                    AttemptState.DISPATCHING.value,
-                    now,
-                ),
+                    AttemptState.DISPATCHING,
+                    list(gpus),
+                    created_at=now,
+                )
+                created.append(attempt)
+                events += [
+                    (
+                        now,
+                        "experiment",
+                        experiment_id,
+                        "QUEUED",
+                        "RUNNING",
+                        f"attempt {number} on {host}",
+                    ),
+                    (now, "attempt", attempt.id, None, "DISPATCHING", f"on {host} gpus {gpus}"),
+                ]
+            conn.executemany(
+                "INSERT INTO attempts (id, experiment_id, number, host, gpus_json, state, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        a.id,
+                        a.experiment_id,
+                        a.number,
+                        a.host,
+                        json.dumps(a.gpus),
+                        a.state.value,
+                        now,
+                    )
+                    for a in created
+                ],
             )
-            self._event(conn, "attempt", attempt_id, None, "DISPATCHING", f"on {host} gpus {gpus}")
-        attempt = self.get_attempt(attempt_id)
-        assert attempt is not None
-        return attempt
+            conn.executemany(
+                "INSERT INTO events (at, kind, ref, from_state, to_state, message) VALUES (?, ?, ?, ?, ?, ?)",
+                events,
+            )
+        return created
 
     def get_attempt(self, attempt_id: str) -> AttemptRow | None:
         rows = self._query("SELECT * FROM attempts WHERE id = ?", (attempt_id,))
