@@ -14,9 +14,17 @@ import sys
 from typing import Any
 
 from tunelab.auditview import exit_code, render_table
-from tunelab.v1 import agent_pb2, agent_pb2_grpc, audit_pb2
+from tunelab.v1 import agent_pb2, agent_pb2_grpc, audit_pb2, controller_pb2, controller_pb2_grpc
 
-from controller.cli.common import EXIT_USAGE, CliError, add_agent_args, agent_channel, call
+from controller.cli.common import (
+    DEFAULT_AGENT,
+    EXIT_USAGE,
+    CliError,
+    add_auth_args,
+    agent_channel,
+    call,
+    controller_target,
+)
 
 AUDIT_TIMEOUT = 120.0  # a full audit takes well under a second; NVML on a sick GPU can hang
 
@@ -31,9 +39,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "host",
         nargs="?",
-        help="a host known to the controller (not available yet: use --agent ADDR)",
+        help="a host known to the controller (see tunelab hosts ls); or use --agent ADDR",
     )
-    add_agent_args(p)
+    p.add_argument(
+        "--agent",
+        help="audit this agent directly, HOST:PORT (default $TUNELAB_AGENT or 127.0.0.1:50051)",
+    )
+    p.add_argument(
+        "--controller",
+        help="controller HOST:PORT for a named HOST (default $TUNELAB_CONTROLLER, config file)",
+    )
+    add_auth_args(p)
     p.add_argument(
         "--only", action="append", default=[], metavar="ID[,ID...]", help="run only these checks"
     )
@@ -66,22 +82,32 @@ def report_from_pb(report: audit_pb2.AuditReport) -> dict[str, Any]:
     }
 
 
-def run(args: argparse.Namespace) -> int:
-    if args.host:
-        raise CliError(
-            f"audit {args.host}: naming a host needs the controller, which this version does not "
-            "have yet; run: tunelab audit --agent HOST:PORT",
-            EXIT_USAGE,
-        )
-    only = [part.strip() for value in args.only for part in value.split(",") if part.strip()]
+def _through_controller(args: argparse.Namespace, only: list[str]) -> audit_pb2.AuditReport:
+    """``tunelab audit HOST``: the controller asks the host's agent (with its own credentials)."""
+    address, auth = controller_target(args)
+    with auth.channel(address) as channel:
+        stub = controller_pb2_grpc.ControllerStub(channel)
+        request = controller_pb2.AuditHostRequest(name=args.host, only=only)
+        return call(address, lambda: stub.AuditHost(request, timeout=AUDIT_TIMEOUT)).report
+
+
+def _direct(args: argparse.Namespace, only: list[str]) -> audit_pb2.AuditReport:
+    """``tunelab audit --agent ADDR``: straight to one agent."""
     with agent_channel(args) as channel:
         stub = agent_pb2_grpc.AgentStub(channel)
-        reply = call(
-            args.agent,
-            lambda: stub.RunAudit(agent_pb2.RunAuditRequest(only=only), timeout=AUDIT_TIMEOUT),
-        )
-    text = reply.report.report_json
-    document: dict[str, Any] = json.loads(text) if text else report_from_pb(reply.report)
+        request = agent_pb2.RunAuditRequest(only=only)
+        return call(args.agent, lambda: stub.RunAudit(request, timeout=AUDIT_TIMEOUT)).report
+
+
+def run(args: argparse.Namespace) -> int:
+    args.agent_given = args.agent is not None
+    args.agent = args.agent or os.environ.get("TUNELAB_AGENT", DEFAULT_AGENT)
+    if args.host and args.agent_given:
+        raise CliError("give a HOST known to the controller or --agent ADDR, not both", EXIT_USAGE)
+    only = [part.strip() for value in args.only for part in value.split(",") if part.strip()]
+    report = _through_controller(args, only) if args.host else _direct(args, only)
+    text = report.report_json
+    document: dict[str, Any] = json.loads(text) if text else report_from_pb(report)
     if args.json:
         print(text if text else json.dumps(document, indent=2))
     else:

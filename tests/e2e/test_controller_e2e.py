@@ -274,11 +274,9 @@ def test_cancel_queued_and_running_experiments(lab: Lab) -> None:
     final = controller.wait_for(running["id"], lambda e: state(e) == "CANCELLED", 60)
     assert attempt_state(final.attempts[0]) == "CANCELLED"
     run = agent.stub().GetRun(agent_pb2.GetRunRequest(run_id=final.attempts[0].id), timeout=5).run
-    assert (
-        (run.server.pid
-        and not psutil.pid_exists(run.server.pid))
-        or psutil.Process(run.server.pid).status() == psutil.STATUS_ZOMBIE
-    )
+    assert (run.server.pid and not psutil.pid_exists(run.server.pid)) or psutil.Process(
+        run.server.pid
+    ).status() == psutil.STATUS_ZOMBIE
 
 
 def test_a_bad_spec_changes_nothing_in_the_queue(lab: Lab) -> None:
@@ -295,3 +293,17 @@ def test_a_bad_spec_changes_nothing_in_the_queue(lab: Lab) -> None:
     assert result.returncode == 2
     assert "[1].server.env.NCCL_P2P_LEVEL: must be a string" in result.stderr
     assert controller.cli_json("ls") == before
+
+
+def test_audit_a_host_through_the_controller_matches_the_agent(lab: Lab) -> None:
+    controller = lab.start_controller()
+    agent = lab.add_agent("gpu-a")
+    via_controller = controller.cli("audit", "gpu-a", "--json")
+    direct = controller.cli("audit", "--agent", agent.address, "--json")
+    assert via_controller.returncode == direct.returncode
+    assert via_controller.returncode in (0, 1), via_controller.stderr
+    checks = [c["id"] for c in json.loads(via_controller.stdout)["checks"]]
+    assert checks == [c["id"] for c in json.loads(direct.stdout)["checks"]]
+    assert "cpu.governor" in checks and "gpu.power_limit" in checks
+    unknown = controller.cli("audit", "no-such-host")
+    assert unknown.returncode == 1 and "no host 'no-such-host'" in unknown.stderr

@@ -30,9 +30,15 @@ def as_root() -> None:
         pytest.skip("mknod of /dev/nvidia* fixture nodes needs root")
 
 
-def run(*argv: str) -> subprocess.CompletedProcess[str]:
+def run(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, *argv], cwd=REPO, capture_output=True, text=True, timeout=60, check=False
+        [sys.executable, *argv],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, **(env or {})},
     )
 
 
@@ -40,8 +46,8 @@ def agent_audit(*argv: str) -> subprocess.CompletedProcess[str]:
     return run("-m", "agent", "audit", *argv)
 
 
-def laptop_audit(*argv: str) -> subprocess.CompletedProcess[str]:
-    return run("-m", "controller", "audit", *argv)
+def laptop_audit(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return run("-m", "controller", "audit", *argv, env=env)
 
 
 def without_time(text: str) -> str:
@@ -150,8 +156,12 @@ def test_agent_with_the_h200_capture_and_snapshot(tmp_path: Path) -> None:
 def test_laptop_exit_codes_for_connect_and_usage() -> None:
     unreachable = laptop_audit("--agent", f"127.0.0.1:{free_port()}")
     assert unreachable.returncode == 3 and "cannot reach" in unreachable.stderr
-    host = laptop_audit("gpu-node-1")
-    assert host.returncode == 2 and "--agent" in host.stderr
+    # a named host goes through the controller: none is running at that address
+    env_controller = {"TUNELAB_CONTROLLER": f"127.0.0.1:{free_port()}"}
+    host = laptop_audit("gpu-node-1", env=env_controller)
+    assert host.returncode == 3 and "cannot reach" in host.stderr
+    both = laptop_audit("gpu-node-1", "--agent", "127.0.0.1:1")
+    assert both.returncode == 2 and "not both" in both.stderr
 
 
 def test_agent_audits_at_start_and_exports_the_result(tmp_path: Path, untuned_root: Path) -> None:
