@@ -1,11 +1,17 @@
 """``make demo``: the main job on the embedded default, end to end, with nothing but this checkout.
 
-A local agent starts the built-in simulator as its inference server, shows its load progress and
-READY, streams a few log lines, stops it (the stop ladder), and shuts the agent down.
+It starts a local agent and controller (SQLite in a temporary directory), registers the host,
+audits it, submits a small ablation of simulator settings (examples/demo-ablation.yaml), waits
+for it, prints ``tunelab compare``, and stops what it started. Every step is the real CLI.
+Without an NVIDIA GPU the agent answers GPU queries from an H200 snapshot captured for the tests,
+so the GPU columns show the pipeline working; with a GPU they are live.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -13,16 +19,15 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from tunelab.auth import ClientAuth
-from tunelab.durations import format_duration
-from tunelab.v1 import agent_pb2, agent_pb2_grpc, server_pb2
 
-from controller.cli.progress_view import ServerProgressView
+REPO = Path(__file__).resolve().parents[1]
+SPEC = REPO / "examples" / "demo-ablation.yaml"
+SNAPSHOT = REPO / "tests" / "fixtures" / "nvml" / "h200-busy.json"
 
 
 def _free_port() -> int:
@@ -35,104 +40,132 @@ def _say(text: str) -> None:
     print(f"\n== {text}", flush=True)
 
 
+def _has_gpu() -> bool:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        pynvml.nvmlShutdown()
+    except Exception:
+        return False
+    return True
+
+
 @contextmanager
-def local_agent(state_dir: Path) -> Iterator[str]:
-    """A real ``tunelab-agent serve`` on a free loopback port, stopped with SIGTERM at the end."""
-    address = f"127.0.0.1:{_free_port()}"
-    log = (state_dir / "agent.log").open("ab")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "agent",
-            "serve",
-            "--listen",
-            address,
-            "--state-dir",
-            str(state_dir),
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+def _daemon(
+    name: str, argv: list[str], address: str, log: Path, env: dict[str, str]
+) -> Iterator[None]:
+    """A daemon process, SIGTERMed at the end; waits until its gRPC health check answers."""
+    with log.open("ab") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=env)
     try:
         with grpc.insecure_channel(address) as channel:
             health = health_pb2_grpc.HealthStub(channel)
             deadline = time.monotonic() + 30
             while True:
                 if proc.poll() is not None:
-                    raise SystemExit(f"the agent exited; see {state_dir / 'agent.log'}")
+                    raise SystemExit(f"{name} exited; see {log}")
                 try:
                     health.Check(health_pb2.HealthCheckRequest(), timeout=1)
                     break
                 except grpc.RpcError:
                     if time.monotonic() > deadline:
-                        raise SystemExit("the agent did not start within 30 s") from None
+                        raise SystemExit(f"{name} did not start within 30 s; see {log}") from None
                     time.sleep(0.1)
-        yield address
+        print(f"{name} listening on {address} (log: {log})")
+        yield
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
-        log.close()
 
 
-def run_server_lifecycle(address: str) -> int:
-    stub = agent_pb2_grpc.AgentStub(ClientAuth().channel(address))
-    info = stub.GetInfo(agent_pb2.GetInfoRequest(), timeout=10)
-    gpus = (
-        f"{len(info.gpus)} GPU(s)" if info.gpu_metrics_enabled else f"no GPU ({info.gpu_message})"
+def _tunelab(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    print(f"$ tunelab {' '.join(args)}", flush=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "controller", *args],
+        cwd=REPO,
+        env=env,
+        text=True,
+        capture_output=True,
     )
-    print(f"agent {info.version} on {info.hostname} at {address}: {gpus}")
-
-    port = _free_port()
-    argv = [
-        sys.executable, "-m", "agent.bench.simulator", "--port", str(port),
-        "--startup-seconds", "3", "--shards", "12", "--model", "demo-model",
-    ]  # fmt: skip
-    _say(f"start the simulator on port {port}: {' '.join(argv[1:])}")
-    spec = server_pb2.ServerSpec(
-        name="demo-sim", argv=argv, port=port, ready_model="demo-model", stop_grace_seconds=10
-    )
-    server = stub.StartServer(agent_pb2.StartServerRequest(spec=spec), timeout=10).server
-    last_done = -1
-    with ServerProgressView(enabled=sys.stdout.isatty()) as view:
-        for update in stub.WatchServer(agent_pb2.WatchServerRequest(id=server.id), timeout=120):
-            server = update.server
-            view.update(server)
-            if (
-                not sys.stdout.isatty()
-                and server.progress.done != last_done
-                and server.progress.total
-            ):
-                last_done = server.progress.done
-                print(f"  {server.progress.label}: {server.progress.done}/{server.progress.total}")
-            if server.state in (server_pb2.SERVER_STATE_READY, server_pb2.SERVER_STATE_FAILED):
-                break
-    state = server_pb2.ServerState.Name(server.state).removeprefix("SERVER_STATE_")
-    if server.state != server_pb2.SERVER_STATE_READY:
-        print(f"{state}: {server.message}")
-        return 1
-    print(f"{state} in {format_duration(server.ready_seconds)} (pid {server.pid})")
-
-    _say("last log lines (StreamLogs from a byte offset near the end)")
-    request = agent_pb2.StreamLogsRequest(server_id=server.id, tail_lines=4)
-    text = b"".join(chunk.data for chunk in stub.StreamLogs(request, timeout=10))
-    lines = [line for line in text.decode(errors="replace").splitlines() if line.strip()]
-    for line in lines[-4:]:  # splitlines() also splits tqdm's \r redraws
-        print(f"  | {line}")
-
-    _say("stop it: SIGTERM to its process group, grace, SIGKILL, then check NVML")
-    stopped = stub.StopServer(agent_pb2.StopServerRequest(id=server.id), timeout=120).server
-    state = server_pb2.ServerState.Name(stopped.state).removeprefix("SERVER_STATE_")
-    print(f"{state}: {stopped.message}")
-    return 0 if stopped.state == server_pb2.SERVER_STATE_STOPPED else 1
+    sys.stdout.write(result.stdout)
+    sys.stderr.write(result.stderr)
+    return result
 
 
 def main() -> int:
-    with tempfile.TemporaryDirectory(prefix="tunelab-demo-") as tmp:
-        _say("start a local agent (tunelab-agent serve)")
-        with local_agent(Path(tmp)) as address:
-            code = run_server_lifecycle(address)
-        _say("agent shut down; demo " + ("done" if code == 0 else "FAILED"))
+    workdir = Path(tempfile.mkdtemp(prefix="tunelab-demo-"))
+    agent, controller = f"127.0.0.1:{_free_port()}", f"127.0.0.1:{_free_port()}"
+    agent_metrics, controller_metrics = _free_port(), _free_port()
+    env = {
+        **os.environ,
+        "TUNELAB_CONTROLLER": controller,
+        "XDG_CONFIG_HOME": str(workdir / "config"),  # keep the user's own config out of it
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    agent_argv = [sys.executable, "-m", "agent", "serve", "--listen", agent]
+    agent_argv += [
+        "--state-dir",
+        str(workdir / "agent"),
+        "--metrics-listen",
+        f"127.0.0.1:{agent_metrics}",
+    ]
+    if not _has_gpu():
+        agent_argv += ["--nvml-snapshot", str(SNAPSHOT)]
+    controller_argv = [
+        sys.executable,
+        "-m",
+        "controller",
+        "controller",
+        "serve",
+        "--listen",
+        controller,
+    ]
+    controller_argv += ["--db", str(workdir / "controller.db")]
+    controller_argv += ["--metrics-listen", f"127.0.0.1:{controller_metrics}"]
+    code = 0
+    with ExitStack() as stack:
+        _say("start a local agent and a controller (SQLite in a temporary directory)")
+        # the agent runs the spec's `python3 -m agent.bench.simulator`: this venv's python first
+        stack.enter_context(_daemon("agent", agent_argv, agent, workdir / "agent.log", env))
+        controller_log = workdir / "controller.log"
+        stack.enter_context(_daemon("controller", controller_argv, controller, controller_log, env))
+        if "--nvml-snapshot" in agent_argv:
+            print("no NVIDIA GPU here: the agent answers GPU queries from a captured H200 snapshot")
+
+        _say("register the host")
+        _tunelab(env, "hosts", "add", "local", agent, "--label", "pool=demo",
+                 "--metrics-url", f"http://127.0.0.1:{agent_metrics}/metrics")  # fmt: skip
+        time.sleep(1.0)
+        _tunelab(env, "hosts", "ls")
+
+        _say("audit it (a FAIL here is about this machine, not the demo)")
+        _tunelab(
+            env, "audit", "local", "--only", "cpu.governor,numa.balancing,mem.thp,gpu.power_limit"
+        )
+
+        _say(f"submit a small ablation: {SPEC.relative_to(REPO)}")
+        submitted = _tunelab(env, "submit", str(SPEC), "--wait")
+        if submitted.returncode != 0:
+            code = 1
+
+        _say("compare")
+        listed = subprocess.run(
+            [sys.executable, "-m", "controller", "ls", "--json"],
+            cwd=REPO,
+            env=env,
+            text=True,
+            capture_output=True,
+        )
+        groups = sorted({e["group"] for e in json.loads(listed.stdout or "[]")})
+        if groups:
+            _tunelab(env, "compare", groups[-1])
+        _say("stop what the demo started")
+    if code == 0:
+        shutil.rmtree(workdir, ignore_errors=True)
+        _say("demo done")
+    else:
+        _say(f"demo FAILED (logs kept in {workdir})")
     return code
 
 
