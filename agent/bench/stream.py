@@ -20,6 +20,8 @@ from typing import Any
 
 import aiohttp
 
+from agent.bench.transport import read_marks, timed_pieces
+
 JSON_HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream"}
 ERROR_BODY_BYTES = 300
 
@@ -210,8 +212,12 @@ async def send(
             if resp.status != 200:
                 text = (await resp.content.read(ERROR_BODY_BYTES)).decode("utf-8", "replace")
                 raise StreamFailure(f"http_{resp.status}", text.strip())
+            marks = read_marks(resp)
+            consumed = 0
             async for data in resp.content.iter_any():
-                parser.feed(data, time.perf_counter())
+                for piece, at in timed_pieces(data, consumed, marks, time.perf_counter()):
+                    parser.feed(piece, at)
+                consumed += len(data)
                 if parser.done:
                     break
             parser.finish()

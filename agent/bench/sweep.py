@@ -24,10 +24,10 @@ from agent.bench.progress import PROGRESS_INTERVAL, PointProgress, ProgressWrite
 from agent.bench.selfcheck import Monitor
 from agent.bench.stats import summarize, tpot
 from agent.bench.stream import LiveCounters, RequestRecord, send
+from agent.bench.transport import open_session
 from agent.bench.workload import Workload, arrival_offsets
 
 RESULT_VERSION = 1
-READ_BUFSIZE = 4 * 1024 * 1024
 
 
 @dataclass
@@ -79,14 +79,9 @@ class Sweep:
     async def run_point(self, point: Point) -> dict[str, Any]:
         state = PointState(point)
         workload = Workload(self.config, point.index)
-        connector = aiohttp.TCPConnector(
-            limit=point.concurrency, limit_per_host=0, keepalive_timeout=60
-        )
         reporter = asyncio.get_running_loop().create_task(self._report(state))
         try:
-            async with aiohttp.ClientSession(
-                connector=connector, read_bufsize=READ_BUFSIZE, auto_decompress=False
-            ) as session:
+            async with open_session(point.concurrency) as session:
                 if self.config.warmup:
                     await self._warmup(session, workload, point)
                 state.phase = "measure"

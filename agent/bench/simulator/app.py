@@ -147,7 +147,7 @@ class SimApp:
         duration = self.settings.startup_seconds
         per_item = duration / total
         start = time.monotonic()
-        for done in range(total + 1):
+        for done in range(0 if duration > 0 else total, total + 1):
             elapsed = time.monotonic() - start
             end = "\n" if done == total else ""
             self.out.write("\r" + progress_line(done, total, elapsed, per_item) + end)

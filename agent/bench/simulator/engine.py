@@ -51,11 +51,14 @@ class GenRequest:
 
 
 def _prompt_tokens(value: Any, field: str) -> int:
+    """Words of a prompt: a string, token ids, or chat content parts (``{"type": "text"}``)."""
     if isinstance(value, str):
         return len(value.split())
     if isinstance(value, list) and all(isinstance(t, int) for t in value):
         return len(value)
-    raise BadRequest(f"{field} must be a string or a list of token ids")
+    if isinstance(value, list) and all(isinstance(p, dict) for p in value):
+        return sum(len(str(p.get("text", "")).split()) for p in value)
+    raise BadRequest(f"{field} must be a string, a list of token ids or of content parts")
 
 
 def parse_generation(body: bytes, chat: bool, settings: SimSettings) -> GenRequest:
