@@ -4,19 +4,15 @@ environment variables, then command-line flags; validated once at start-up."""
 from __future__ import annotations
 
 import os
-import tomllib
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from tunelab.auth import ServerAuth, read_token, split_host_port
-from tunelab.durations import parse_duration
+from tunelab.configload import ConfigError, KeyKinds, load_layered
 
 ENV_PREFIX = "TUNELAB_AGENT_"
-
-
-class ConfigError(ValueError):
-    """A configuration value is wrong; the message names the key."""
+__all__ = ["ENV_PREFIX", "AgentConfig", "ConfigError", "load_config"]
 
 
 def default_state_dir() -> Path:
@@ -78,75 +74,41 @@ class AgentConfig:
         return {f.name: str(getattr(self, f.name)) for f in fields(self)}
 
 
-_DURATIONS = {
-    "probe_interval",
-    "kill_timeout",
-    "gpu_release_timeout",
-    "sampler_interval",
-    "sampler_slow_interval",
-}
-_PATHS = {
-    "state_dir",
-    "token_file",
-    "tls_cert",
-    "tls_key",
-    "tls_client_ca",
-    "sysfs_root",
-    "nvml_snapshot",
-}
-_BOOLS = {"reflection", "audit_on_start"}
-
-
-def _coerce(key: str, value: Any) -> Any:
-    try:
-        if key in _DURATIONS:
-            return parse_duration(value)
-        if key in _PATHS:
-            return Path(str(value)) if value not in (None, "") else None
-        if key in _BOOLS:
-            if isinstance(value, bool):
-                return value
-            text = str(value).lower()
-            if text not in ("1", "0", "true", "false", "yes", "no"):
-                raise ValueError("expected true or false")
-            return text in ("1", "true", "yes")
-        return str(value)
-    except ValueError as exc:
-        raise ConfigError(f"{key}: {exc}") from None
+KINDS = KeyKinds(
+    durations=frozenset(
+        {
+            "probe_interval",
+            "kill_timeout",
+            "gpu_release_timeout",
+            "sampler_interval",
+            "sampler_slow_interval",
+        }
+    ),
+    paths=frozenset(
+        {
+            "state_dir",
+            "token_file",
+            "tls_cert",
+            "tls_key",
+            "tls_client_ca",
+            "sysfs_root",
+            "nvml_snapshot",
+        }
+    ),
+    bools=frozenset({"reflection", "audit_on_start"}),
+)
 
 
 def load_config(
     config_file: Path | None, overrides: dict[str, Any], env: dict[str, str] | None = None
 ) -> AgentConfig:
     """Defaults < ``[agent]`` table of the TOML file < TUNELAB_AGENT_* < flags (``overrides``)."""
-    known = {f.name for f in fields(AgentConfig)}
-    values: dict[str, Any] = {}
-    if config_file is not None:
-        try:
-            data = tomllib.loads(config_file.read_text())
-        except OSError as exc:
-            raise ConfigError(f"--config {config_file}: {exc.strerror}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"--config {config_file}: {exc}") from None
-        table = data.get("agent", data)
-        for key, value in table.items():
-            if key not in known:
-                raise ConfigError(
-                    f"{config_file}: unknown key {key!r} (known: {', '.join(sorted(known))})"
-                )
-            values[key] = _coerce(key, value)
-    environ = os.environ if env is None else env
-    for name, value in environ.items():
-        if name.startswith(ENV_PREFIX):
-            key = name[len(ENV_PREFIX) :].lower()
-            if key not in known:
-                raise ConfigError(f"{name}: unknown setting (known: {', '.join(sorted(known))})")
-            values[key] = _coerce(key, value)
-    for key, value in overrides.items():
-        if value is not None:
-            values[key] = _coerce(key, value)
-    if values.get("state_dir") is None:
-        values.pop("state_dir", None)
-    if values.get("sysfs_root") is None:
-        values.pop("sysfs_root", None)
-    return replace(AgentConfig(), **values).validate()
+    return load_layered(
+        AgentConfig,
+        table="agent",
+        env_prefix=ENV_PREFIX,
+        kinds=KINDS,
+        config_file=config_file,
+        overrides=overrides,
+        env=env,
+    )

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import signal
 import threading
 import time
 import uuid
 from collections.abc import Mapping
-from types import FrameType
 from typing import Any
 
 import structlog
 from prometheus_client.registry import CollectorRegistry
 from tunelab import __version__
-from tunelab.serving import Daemon, start_daemon
+from tunelab.serving import Daemon, run_until_signalled, start_daemon
 from tunelab.v1 import agent_pb2_grpc
 
 from agent.audit.provider import AuditProvider, gpu_for_audit
@@ -132,21 +130,6 @@ class AgentApp:
 
 def serve(config: AgentConfig) -> int:
     """Run until SIGTERM or SIGINT; returns the process exit code."""
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        log.info("agent_stopping", signal=signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
     app = AgentApp(config)
     log.info("agent_config", **config.redacted())
-    app.start()
-    try:
-        while not stop.wait(3600):
-            pass
-    finally:
-        app.close()
-        log.info("agent_stopped")
-    return 0
+    return run_until_signalled("agent", app.start, app.close)

@@ -5,7 +5,6 @@ No lifecycle logic lives here. Domain errors become status codes in one table (`
 
 from __future__ import annotations
 
-import functools
 import os
 import platform
 import socket
@@ -13,14 +12,15 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 import grpc
 import structlog
 from tunelab import __version__
+from tunelab.rpcerrors import StatusMapper, StatusTable
 from tunelab.v1 import agent_pb2, agent_pb2_grpc, run_pb2
 
-from agent.errors import AgentError, Busy, Conflict, InvalidSpec, NotFound
+from agent.errors import Busy, Conflict, InvalidSpec, NotFound
 from agent.gpu import GpuBackend, GpuError
 from agent.logfiles import read_log_chunks, tail_offset
 from agent.runs.record import RunRecord, RunSpec
@@ -29,7 +29,7 @@ from agent.wire import audit_report_to_pb, run_spec_from_pb, run_to_pb, server_t
 
 log = structlog.get_logger(__name__)
 
-STATUS_BY_ERROR: tuple[tuple[type[AgentError], grpc.StatusCode], ...] = (
+STATUS_BY_ERROR: StatusTable = (
     (InvalidSpec, grpc.StatusCode.INVALID_ARGUMENT),
     (NotFound, grpc.StatusCode.NOT_FOUND),
     (Conflict, grpc.StatusCode.FAILED_PRECONDITION),
@@ -38,37 +38,8 @@ STATUS_BY_ERROR: tuple[tuple[type[AgentError], grpc.StatusCode], ...] = (
 SERVICE_NAME = "tunelab.v1.Agent"
 STOP_WAIT_MARGIN = 75.0  # kill timeout + GPU release wait, beyond the grace period
 
-T = TypeVar("T")
-
-
-def _status_for(exc: AgentError) -> grpc.StatusCode:
-    for kind, code in STATUS_BY_ERROR:
-        if isinstance(exc, kind):
-            return code
-    return grpc.StatusCode.INTERNAL
-
-
-def _unary(method: Callable[..., T]) -> Callable[..., T]:
-    @functools.wraps(method)
-    def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> T:
-        try:
-            return method(self, request, context)
-        except AgentError as exc:
-            context.abort(_status_for(exc), str(exc))
-            raise  # abort raises; this line is for type checkers
-
-    return wrapper
-
-
-def _stream(method: Callable[..., Iterator[T]]) -> Callable[..., Iterator[T]]:
-    @functools.wraps(method)
-    def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Iterator[T]:
-        try:
-            yield from method(self, request, context)
-        except AgentError as exc:
-            context.abort(_status_for(exc), str(exc))
-
-    return wrapper
+_errors = StatusMapper(STATUS_BY_ERROR)
+_unary, _stream = _errors.unary, _errors.stream
 
 
 class AuditProvider(Protocol):

@@ -4,19 +4,15 @@
 from __future__ import annotations
 
 import os
-import tomllib
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from tunelab.auth import ServerAuth, read_token, split_host_port
-from tunelab.durations import parse_duration
+from tunelab.configload import ConfigError, KeyKinds, load_layered
 
 ENV_PREFIX = "TUNELAB_CONTROLLER_"
-
-
-class ConfigError(ValueError):
-    """A configuration value is wrong; the message names the key."""
+__all__ = ["ENV_PREFIX", "ConfigError", "ControllerConfig", "load_config"]
 
 
 def default_db() -> Path:
@@ -86,53 +82,29 @@ _DURATIONS = {
     "scrape_interval",
     "results_retention_age",
 }
-_PATHS = {"db", "token_file", "tls_cert", "tls_key", "tls_client_ca", "agent_token_file"}
-_INTS = {"unknown_after_failures", "default_metrics_port", "results_retention_count", "workers"}
 
 
-def _coerce(key: str, value: Any) -> Any:
-    try:
-        if key in _DURATIONS:
-            return parse_duration(value)
-        if key in _PATHS:
-            return Path(str(value)) if value not in (None, "") else None
-        if key in _INTS:
-            if isinstance(value, bool):
-                raise ValueError("expected an integer")
-            return int(value)
-        return str(value)
-    except (ValueError, TypeError) as exc:
-        raise ConfigError(f"{key}: {exc}") from None
+KINDS = KeyKinds(
+    durations=frozenset(_DURATIONS),
+    paths=frozenset(
+        {"db", "token_file", "tls_cert", "tls_key", "tls_client_ca", "agent_token_file"}
+    ),
+    ints=frozenset(
+        {"unknown_after_failures", "default_metrics_port", "results_retention_count", "workers"}
+    ),
+)
 
 
 def load_config(
     config_file: Path | None, overrides: dict[str, Any], env: dict[str, str] | None = None
 ) -> ControllerConfig:
-    known = {f.name for f in fields(ControllerConfig)}
-    values: dict[str, Any] = {}
-    if config_file is not None:
-        try:
-            data = tomllib.loads(config_file.read_text())
-        except OSError as exc:
-            raise ConfigError(f"--config {config_file}: {exc.strerror}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"--config {config_file}: {exc}") from None
-        for key, value in data.get("controller", data).items():
-            if key not in known:
-                raise ConfigError(
-                    f"{config_file}: unknown key {key!r} (known: {', '.join(sorted(known))})"
-                )
-            values[key] = _coerce(key, value)
-    environ = os.environ if env is None else env
-    for name, value in environ.items():
-        if name.startswith(ENV_PREFIX):
-            key = name[len(ENV_PREFIX) :].lower()
-            if key not in known:
-                raise ConfigError(f"{name}: unknown setting (known: {', '.join(sorted(known))})")
-            values[key] = _coerce(key, value)
-    for key, value in overrides.items():
-        if value is not None:
-            values[key] = _coerce(key, value)
-    if values.get("db") is None:
-        values.pop("db", None)
-    return replace(ControllerConfig(), **values).validate()
+    """Defaults < ``[controller]`` table < TUNELAB_CONTROLLER_* < flags (``overrides``)."""
+    return load_layered(
+        ControllerConfig,
+        table="controller",
+        env_prefix=ENV_PREFIX,
+        kinds=KINDS,
+        config_file=config_file,
+        overrides=overrides,
+        env=env,
+    )

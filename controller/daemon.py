@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import signal
-import threading
-from types import FrameType
-
 import structlog
 from prometheus_client import disable_created_metrics, start_http_server
 from tunelab.auth import read_token, split_host_port
-from tunelab.serving import Daemon, start_daemon
+from tunelab.serving import Daemon, run_until_signalled, start_daemon
 from tunelab.v1 import controller_pb2_grpc
 
 from controller.agent_client import GrpcAgentClient
@@ -114,21 +110,7 @@ class ControllerApp:
 
 
 def serve(config: ControllerConfig) -> int:
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        log.info("controller_stopping", signal=signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    """Run until SIGTERM or SIGINT; returns the process exit code."""
     app = ControllerApp(config)
     log.info("controller_config", **config.redacted())
-    app.start()
-    try:
-        while not stop.wait(3600):
-            pass
-    finally:
-        app.close()
-        log.info("controller_stopped")
-    return 0
+    return run_until_signalled("controller", app.start, app.close)

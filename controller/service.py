@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 import secrets
@@ -14,6 +13,7 @@ from typing import Any, TypeVar
 import grpc
 import structlog
 from tunelab.auth import split_host_port
+from tunelab.rpcerrors import StatusMapper, StatusTable
 from tunelab.v1 import agent_pb2, controller_pb2, controller_pb2_grpc
 
 from controller.agent_client import AgentClient
@@ -39,45 +39,14 @@ class InvalidRequest(ValueError):
     pass
 
 
-STATUS_BY_ERROR: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
+STATUS_BY_ERROR: StatusTable = (
     (SpecError, grpc.StatusCode.INVALID_ARGUMENT),
     (InvalidRequest, grpc.StatusCode.INVALID_ARGUMENT),
     (NotFoundError, grpc.StatusCode.NOT_FOUND),
     (StoreConflict, grpc.StatusCode.FAILED_PRECONDITION),
 )
-_HANDLED = tuple(kind for kind, _ in STATUS_BY_ERROR)
-
-
-def _code(exc: Exception) -> grpc.StatusCode:
-    return next(code for kind, code in STATUS_BY_ERROR if isinstance(exc, kind))
-
-
-def _unary(method: Callable[..., T]) -> Callable[..., T]:
-    @functools.wraps(method)
-    def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> T:
-        try:
-            return method(self, request, context)
-        except _HANDLED as exc:
-            context.abort(_code(exc), str(exc))
-            raise
-        except grpc.RpcError as exc:  # a proxied agent call: pass its status through
-            context.abort(exc.code(), f"agent: {exc.details()}")
-            raise
-
-    return wrapper
-
-
-def _stream(method: Callable[..., Iterator[T]]) -> Callable[..., Iterator[T]]:
-    @functools.wraps(method)
-    def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Iterator[T]:
-        try:
-            yield from method(self, request, context)
-        except _HANDLED as exc:
-            context.abort(_code(exc), str(exc))
-        except grpc.RpcError as exc:
-            context.abort(exc.code(), f"agent: {exc.details()}")
-
-    return wrapper
+_errors = StatusMapper(STATUS_BY_ERROR, proxy="agent")
+_unary, _stream = _errors.unary, _errors.stream
 
 
 class ControllerService(controller_pb2_grpc.ControllerServicer):

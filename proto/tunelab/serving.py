@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import signal
+import threading
 from collections.abc import Callable, Sequence
 from concurrent import futures
 from dataclasses import dataclass
+from types import FrameType
 
 import grpc
+import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
@@ -83,3 +87,24 @@ def start_daemon(
     daemon = Daemon(server, health_servicer, port, names)
     daemon.set_serving(True)
     return daemon
+
+
+def run_until_signalled(name: str, start: Callable[[], object], close: Callable[[], None]) -> int:
+    """Start a daemon, block until SIGTERM or SIGINT, then close it; returns the exit code."""
+    stop = threading.Event()
+    log = structlog.get_logger(name)
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info(f"{name}_stopping", signal=signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    start()
+    try:
+        while not stop.wait(3600):
+            pass
+    finally:
+        close()
+        log.info(f"{name}_stopped")
+    return 0

@@ -6,15 +6,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tunelab.auth import ClientAuth
 from tunelab.v1 import agent_pb2_grpc
 
+from tests.support.health import wait_serving
 from tests.support.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -58,20 +57,7 @@ class AgentProcess:
         return self
 
     def wait_serving(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        with grpc.insecure_channel(self.address) as channel:
-            health = health_pb2_grpc.HealthStub(channel)
-            while time.monotonic() < deadline:
-                if self.proc is not None and self.proc.poll() is not None:
-                    raise RuntimeError(f"agent exited with {self.proc.returncode}:\n{self.log()}")
-                try:
-                    reply = health.Check(health_pb2.HealthCheckRequest(service=""), timeout=1.0)
-                    if reply.status == health_pb2.HealthCheckResponse.SERVING:
-                        return
-                except grpc.RpcError:
-                    pass
-                time.sleep(0.05)
-        raise TimeoutError(f"agent not serving after {timeout}s:\n{self.log()}")
+        wait_serving(self.address, self.proc, timeout, "agent", self.log)
 
     def channel(self, token: str | None = None) -> grpc.Channel:
         return ClientAuth(token=token if token is not None else self.token).channel(self.address)

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tunelab.v1 import controller_pb2, controller_pb2_grpc
 
+from tests.support.health import wait_serving
 from tests.support.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -59,18 +59,8 @@ class ControllerProcess:
                 command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
                 env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
             )  # fmt: skip
-        deadline = time.monotonic() + timeout
-        with grpc.insecure_channel(self.address) as channel:
-            health = health_pb2_grpc.HealthStub(channel)
-            while time.monotonic() < deadline:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"controller exited {self.proc.returncode}:\n{self.log()}")
-                try:
-                    health.Check(health_pb2.HealthCheckRequest(), timeout=1)
-                    return self
-                except grpc.RpcError:
-                    time.sleep(0.05)
-        raise TimeoutError(f"controller not serving:\n{self.log()}")
+        wait_serving(self.address, self.proc, timeout, "controller", self.log)
+        return self
 
     def stub(self) -> controller_pb2_grpc.ControllerStub:
         return controller_pb2_grpc.ControllerStub(grpc.insecure_channel(self.address))
