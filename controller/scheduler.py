@@ -101,11 +101,22 @@ class Scheduler:
             )
         return buffer.popleft() if buffer else None
 
+    def _explain_wait(self, head: ExperimentRow, registered: list[HostRow]) -> None:
+        """Say why a selector's queue waits: no such host at all, or none free right now."""
+        if any(matches(head.selector, h) for h in registered):
+            why = "waiting for a free host"
+        else:
+            selector = head.selector
+            wanted = selector.get("name") or selector.get("labels") or "any host"
+            gpus = f" with {selector['gpus']} GPUs" if selector.get("gpus") else ""
+            why = f"waiting: no registered host matches {wanted}{gpus} (tunelab hosts add)"
+        if head.message != why:
+            self._store.set_queue_message(head.selector_key, why)
+
     def pass_once(self) -> list[AttemptRow]:
         """Place as many queued experiments as free hosts allow; returns the new attempts."""
-        hosts = [h for h in self._store.list_hosts() if h.state is HostState.READY and not h.drain]
-        if not hosts:
-            return []
+        registered = self._store.list_hosts()
+        hosts = [h for h in registered if h.state is HostState.READY and not h.drain]
         hosts_by_name = {h.name: h for h in hosts}
         busy = Occupancy()
         for attempt in self._store.live_attempts():
@@ -125,6 +136,7 @@ class Scheduler:
                 candidates[experiment.selector_key] = fitting
             spot = None if experiment.cancel_requested else place(experiment, fitting, busy)
             if spot is None and not experiment.cancel_requested:
+                self._explain_wait(experiment, registered)
                 continue  # nothing fits this selector now; its later entries would not fit either
             if spot is not None:
                 host, gpus = spot

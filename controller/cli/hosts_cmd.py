@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -160,7 +161,11 @@ def cmd_export_targets(args: argparse.Namespace) -> int:
         address = url.split("://", 1)[-1].split("/", 1)[0]
         if not address:
             continue
-        labels = {"host": host.name, **{f"label_{k}": v for k, v in sorted(host.labels.items())}}
+        labels = {"host": host.name}
+        for key, value in sorted(host.labels.items()):
+            # host label keys may hold '.', '/' or '-'; a Prometheus label name may not, and one
+            # bad name makes Prometheus drop the whole file
+            labels.setdefault("label_" + re.sub(r"[^A-Za-z0-9_]", "_", key), value)
         groups.append({"targets": [address], "labels": labels})
     text = json.dumps(groups, indent=2, sort_keys=True) + "\n"
     if args.out:

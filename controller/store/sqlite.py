@@ -322,6 +322,14 @@ class SqliteStore:
             )
         return [_experiment(r) for r in rows]
 
+    def set_queue_message(self, selector_key: str, message: str) -> None:
+        """Tell every queued experiment of one host selector why it waits."""
+        with self._tx() as conn:
+            conn.execute(
+                "UPDATE experiments SET message = ? WHERE state = 'QUEUED' AND selector_key = ? AND message != ?",
+                (message, selector_key, message),
+            )
+
     def count_experiments_by_state(self) -> dict[str, int]:
         rows = self._query("SELECT state, COUNT(*) AS n FROM experiments GROUP BY state")
         return {r["state"]: r["n"] for r in rows}

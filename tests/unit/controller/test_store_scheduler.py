@@ -129,3 +129,16 @@ def test_the_database_survives_a_reopen(tmp_path: Path) -> None:
     again = SqliteStore(tmp_path / "c.db")
     assert [e.id for e in again.list_experiments()] == ids
     assert (tmp_path / "c.db").stat().st_mode & 0o777 == 0o600
+
+
+def test_a_waiting_queue_says_why(store: SqliteStore) -> None:
+    ids = queue(store, gpus=4, n=2)
+    assert Scheduler(store).pass_once() == []
+    messages = {store.get_experiment(i).message for i in ids}  # type: ignore[union-attr]
+    assert messages == {
+        "waiting: no registered host matches {'pool': 'a'} with 4 GPUs (tunelab hosts add)"
+    }
+    host(store, "big", 8)
+    store.update_host("big", drain=True)
+    Scheduler(store).pass_once()
+    assert store.get_experiment(ids[0]).message == "waiting for a free host"  # type: ignore[union-attr]
