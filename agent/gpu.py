@@ -425,13 +425,22 @@ class SnapshotBackend:
 
     A field the snapshot lacks or holds as null reads as unsupported, exactly as the live GPU
     said. ``processes`` may be replaced by a test to model a server holding GPU memory.
+
+    A snapshot is one instant, so its energy counter stands still. A snapshot that says
+    ``"replay": {"energy_from_power": true}`` lets the counter grow at the captured power, as the
+    GPU's own would, for tests that need energy per run (tokens per joule).
     """
 
-    def __init__(self, snapshot: Mapping[str, Any]) -> None:
+    def __init__(
+        self, snapshot: Mapping[str, Any], clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._system = dict(snapshot.get("system", {}))
         self._devices: list[dict[str, Any]] = [dict(d["fields"]) for d in snapshot["devices"]]
         self._lock = threading.Lock()
         self.processes: list[GpuProcess] = [GpuProcess(**p) for p in snapshot.get("processes", [])]
+        self._energy_from_power = bool(snapshot.get("replay", {}).get("energy_from_power"))
+        self._clock = clock
+        self._loaded_at = clock()
 
     @classmethod
     def load(cls, path: Path) -> SnapshotBackend:
@@ -453,6 +462,10 @@ class SnapshotBackend:
         if field not in FIELDS:
             raise KeyError(field)
         value: FieldValue = self._devices[index].get(field)
+        if field == "energy_joules" and self._energy_from_power:
+            energy, power = as_float(value), as_float(self._devices[index].get("power_watts"))
+            if energy is not None and power is not None:
+                return energy + power * (self._clock() - self._loaded_at)
         return value
 
     def set_field(self, index: int, field: str, value: FieldValue) -> None:
