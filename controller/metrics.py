@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
 
 from controller.scrape import tokens_per_joule
@@ -33,7 +33,7 @@ class ControllerCollector(Collector):
     def describe(self) -> list[GaugeMetricFamily]:
         return []  # families depend on data; an empty describe keeps registration cheap
 
-    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily | InfoMetricFamily]:
         experiments = GaugeMetricFamily(
             "tunelab_controller_experiments", "Experiments by state.", labels=["state"]
         )
@@ -66,7 +66,25 @@ class ControllerCollector(Collector):
             target.add_metric([astate.value], attempt_counts.get(astate.value, 0))
         yield live
         yield ended
+        yield self._live_attempts()
         yield from self._results()
+
+    def _live_attempts(self) -> InfoMetricFamily:
+        """``run`` is the label agents put on their tunelab_bench_* series (the attempt id), so a
+        dashboard can name the experiment a live run belongs to."""
+        info = InfoMetricFamily(
+            "tunelab_controller_attempt",
+            "Attempts not yet finished: the agents' run label, experiment name and id, host.",
+            labels=["run", "experiment", "id", "host"],
+        )
+        names: dict[str, str] = {}
+        for attempt in self._store.live_attempts():
+            if attempt.experiment_id not in names:
+                experiment = self._store.get_experiment(attempt.experiment_id)
+                names[attempt.experiment_id] = experiment.name if experiment else ""
+            name = names[attempt.experiment_id]
+            info.add_metric([attempt.id, name, attempt.experiment_id, attempt.host], {})
+        return info
 
     def _results(self) -> Iterator[GaugeMetricFamily]:
         labels = ["experiment", "id", "host", "concurrency"]
