@@ -1,8 +1,9 @@
 """Per-point figures from request records, named as ``vllm bench serve`` names them plus ours.
 
 Definitions (successful, measured requests only; times in ms in the output):
-- TTFT: dispatch → first token-bearing chunk.
-- E2E (``e2el``): dispatch → last token-bearing chunk.
+- TTFT: request written to the socket → first token-bearing chunk.
+- E2E (``e2el``): request written → last token-bearing chunk.
+- send delay: the client began the request → wrote it (pool wait, connect, building it).
 - TPOT: per request ``(E2E - TTFT) / (output_tokens - 1)``, for requests with > 1 token.
 - ITL per chunk (``itl``, vLLM's ITL): every gap between consecutive token-bearing chunks.
 - ITL per token (``itl_per_token``): each gap divided by the tokens its chunk carries, counted
@@ -159,6 +160,7 @@ def summarize(
         **distribution(itl_token, "itl_per_token"),
         **distribution((r.latency for r in ok), "e2el"),
         **distribution(lags, "dispatch_lag"),
+        **distribution((r.dispatched - r.start for r in ok), "send_delay"),
         **lengths([r.input_len for r in records], "input_len_requested"),
         **lengths([r.prompt_tokens for r in ok], "input_tokens"),
         **lengths([r.max_tokens for r in records], "output_len_requested"),

@@ -46,7 +46,8 @@ class RequestRecord:
     input_len: int  # requested
     max_tokens: int  # requested
     scheduled: float = 0.0  # perf_counter time it was due (open loop), else == start
-    start: float = 0.0
+    start: float = 0.0  # the client began the request (pool, connect, build, write)
+    sent: float = 0.0  # its body was written to the socket: where TTFT and E2E start
     end: float = 0.0  # when the stream finished or failed
     chunk_times: list[float] = field(default_factory=list)  # perf_counter, token-bearing chunks
     chunk_tokens: list[int | None] = field(default_factory=list)
@@ -62,13 +63,20 @@ class RequestRecord:
         return self.error_kind is None
 
     @property
+    def dispatched(self) -> float:
+        return self.sent or self.start
+
+    @property
     def ttft(self) -> float:
-        return self.chunk_times[0] - self.start
+        return self.chunk_times[0] - self.dispatched
 
     @property
     def latency(self) -> float:
-        """E2E: dispatch to the last token-bearing chunk (vLLM's definition)."""
-        return self.chunk_times[-1] - self.start
+        """E2E: request written to the last token-bearing chunk."""
+        return self.chunk_times[-1] - self.dispatched
+
+    def mark_sent(self, at: float) -> None:
+        self.sent = at
 
 
 class StreamParser:
@@ -208,7 +216,13 @@ async def send(
     if not record.scheduled:
         record.scheduled = record.start
     try:
-        async with session.post(url, data=body, headers=JSON_HEADERS, timeout=timeout) as resp:
+        async with session.post(
+            url,
+            data=body,
+            headers=JSON_HEADERS,
+            timeout=timeout,
+            trace_request_ctx=record.mark_sent,
+        ) as resp:
             if resp.status != 200:
                 text = (await resp.content.read(ERROR_BODY_BYTES)).decode("utf-8", "replace")
                 raise StreamFailure(f"http_{resp.status}", text.strip())

@@ -307,10 +307,11 @@ def request_line(point_index: int, rec: RequestRecord, origin: float) -> dict[st
         "finish_reason": rec.finish_reason,
         "start_s": round(rec.start - origin, 6),  # from the point's first measured dispatch
         "dispatch_lag_ms": round((rec.start - rec.scheduled) * 1000.0, 4),
+        "send_delay_ms": round((rec.dispatched - rec.start) * 1000.0, 4),
         "ttft_ms": None,
         "e2e_ms": None,
         "tpot_ms": None,
-        "chunk_ms": [round((t - rec.start) * 1000.0, 4) for t in rec.chunk_times],
+        "chunk_ms": [round((t - rec.dispatched) * 1000.0, 4) for t in rec.chunk_times],
         "chunk_tokens": rec.chunk_tokens,
     }
     if rec.ok:

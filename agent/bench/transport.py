@@ -18,6 +18,7 @@ import asyncio
 import collections
 import functools
 import time
+import types
 from collections.abc import Iterator
 
 import aiohttp
@@ -52,15 +53,32 @@ def _timed_handler(loop: asyncio.AbstractEventLoop) -> ResponseHandler:
     return TimedResponseHandler(loop)
 
 
+async def _body_sent(
+    session: aiohttp.ClientSession,
+    ctx: types.SimpleNamespace,
+    params: aiohttp.TraceRequestChunkSentParams,
+) -> None:
+    """aiohttp calls this just before it writes the request body to the socket."""
+    on_sent = ctx.trace_request_ctx
+    if callable(on_sent):
+        on_sent(time.perf_counter())
+
+
 def open_session(concurrency: int) -> aiohttp.ClientSession:
     """A session whose pool holds ``concurrency`` connections (0 = unlimited: open loops);
-    aiohttp's default cap of 100 would silently throttle a higher concurrency."""
+    aiohttp's default cap of 100 would silently throttle a higher concurrency. Pass a callable
+    as ``trace_request_ctx`` to learn when a request's body went out."""
     connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=0, keepalive_timeout=60)
     if hasattr(connector, "_factory"):
         loop = asyncio.get_running_loop()
         connector._factory = functools.partial(_timed_handler, loop)
+    trace = aiohttp.TraceConfig()
+    trace.on_request_chunk_sent.append(_body_sent)
     return aiohttp.ClientSession(
-        connector=connector, read_bufsize=READ_BUFSIZE, auto_decompress=False
+        connector=connector,
+        read_bufsize=READ_BUFSIZE,
+        auto_decompress=False,
+        trace_configs=[trace],
     )
 
 

@@ -151,3 +151,18 @@ def test_open_loop_rate_and_goodput(start_sim: Any) -> None:
     assert p["good_requests"] == 0
     assert p["p99_dispatch_lag_ms"] < 20.0
     assert p["max_concurrency"] is None
+
+
+def test_duration_bounded_closed_loop_and_self_check_flag(start_sim: Any) -> None:
+    url = start_sim("--ttft-ms", "20", "--itl-ms", "10")
+    p = bench(
+        url, concurrency=(2,), duration_seconds=1.0, output_len=5, max_client_cpu=0.0
+    )  # every point exceeds a 0 % CPU budget: the flag and its figures must show
+    per_request = 0.020 + 4 * 0.010
+    assert p["requests_planned"] == 0
+    assert 2 * 0.9 / per_request <= p["completed"] <= 2 * 1.1 / per_request + 2
+    assert 1.0 <= p["duration"] <= 1.0 + per_request + 0.05
+    assert p["client_saturated"] is True
+    check = p["client_check"]
+    assert any("client CPU" in reason for reason in check["reasons"])
+    assert check["cpu_seconds"] > 0 and check["loop_lag_p99_ms"] >= 0
