@@ -62,7 +62,7 @@ class BenchConfig:
     seed: int = 0
     preset: str = ""
     label: str = ""
-    request_timeout_s: float = 600.0
+    request_timeout_s: float = 600.0  # a request fails as "timeout" after this long without a byte
     continuous_usage: bool = True  # ask for per-chunk usage (vLLM/SGLang continuous_usage_stats)
     # self-check: the client marks a point saturated when its event loop runs late (mean or p99)
     # or its single thread uses more than this share of a core

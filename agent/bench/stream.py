@@ -238,7 +238,7 @@ async def send(
     except StreamFailure as exc:
         _fail(record, exc.kind, str(exc))
     except TimeoutError:
-        _fail(record, "timeout", f"no complete answer within {timeout.total} s")
+        _fail(record, "timeout", f"nothing received for {timeout.sock_read} s")
     except aiohttp.ClientConnectorError as exc:
         _fail(record, "connect", str(exc))
     except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError) as exc:

@@ -53,7 +53,11 @@ class Sweep:
         self.live = LiveCounters()
         self.outcomes: Counter[str] = Counter()
         self.points = config.points()
-        self.timeout = aiohttp.ClientTimeout(total=config.request_timeout_s)
+        # A stall limit, not a total: a long decode at a slow server may take far longer than
+        # any fixed total, but a server that sends nothing for this long is not answering.
+        self.timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=config.request_timeout_s, sock_read=config.request_timeout_s
+        )
         self.chat = config.api == "chat"
         self.started_at = time.time()
 

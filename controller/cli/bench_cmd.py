@@ -70,7 +70,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--slo-tpot-ms", type=float, default=0.0, help="goodput: TPOT limit")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--preset", choices=("decode",), help="decode: one stream, long output")
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds allowed per request")
+    p.add_argument(
+        "--timeout", type=float, default=600.0, help="seconds without a byte before a request fails"
+    )
     p.add_argument("--label", default="", help="free text stored in the result")
     p.add_argument("--json", action="store_true", help="print the result document as JSON")
     p.add_argument(
