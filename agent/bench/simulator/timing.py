@@ -141,7 +141,8 @@ class LatenessStats:
             self.max = late
 
     def quantile(self, q: float) -> float:
-        """Upper edge of the bin holding quantile ``q`` (seconds); 0 with no data."""
+        """Upper edge of the bin holding quantile ``q`` (seconds); 0 with no data; 100 ms when it
+        falls in the overflow bin (read: at least 100 ms)."""
         if self.count == 0:
             return 0.0
         target = q * self.count
@@ -149,7 +150,7 @@ class LatenessStats:
         for index, n in enumerate(self.counts):
             seen += n
             if seen >= target and n:
-                return min((index + 1) * self.BIN_SECONDS, self.max)
+                return min(min(index + 1, self.BINS) * self.BIN_SECONDS, self.max)
         return self.max
 
     def summary(self) -> dict[str, Any]:
