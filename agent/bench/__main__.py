@@ -19,7 +19,8 @@ from agent.bench.config import BenchConfig, BenchConfigError
 from agent.bench.fdlimit import raise_fd_limit
 from agent.bench.launcher import BenchFiles
 from agent.bench.progress import ProgressWriter
-from agent.bench.sweep import Sweep, write_result
+from agent.bench.records import write_result
+from agent.bench.sweep import Sweep
 
 
 async def _run(sweep: Sweep, files: BenchFiles, progress: ProgressWriter) -> int:
