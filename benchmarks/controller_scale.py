@@ -56,6 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--experiments", type=int, default=10_000)
     parser.add_argument("--agents", type=int, default=200)
     parser.add_argument("--batch", type=int, default=100, help="experiments per SubmitExperiments")
+    parser.add_argument(
+        "--singles", type=int, default=30, help="experiments submitted one by one at the end"
+    )
     args = parser.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="tunelab-scale-"))
     fleets: list[subprocess.Popen[str]] = []
@@ -136,10 +139,36 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(1.0)
         drain_seconds = time.perf_counter() - started
 
+        # one experiment at a time on the idle fleet: the latency a single submission sees
+        single_ids = []
+        for n in range(args.singles):
+            reply = stub.SubmitExperiments(
+                controller_pb2.SubmitExperimentsRequest(spec_yaml=spec_text(f"single{n}", 1)),
+                timeout=30,
+            )
+            single_ids.append(reply.experiments[0].id)
+            while True:
+                got = stub.GetExperiment(
+                    controller_pb2.GetExperimentRequest(id=single_ids[-1]), timeout=10
+                )
+                if got.experiment.state == controller_pb2.EXPERIMENT_STATE_SUCCEEDED:
+                    break
+                time.sleep(0.05)
+
         store = SqliteStore(controller.db)
-        rows = store._query("SELECT created_at, acked_at FROM attempts WHERE acked_at IS NOT NULL")
+        rows = store._query(
+            "SELECT experiment_id, created_at, acked_at FROM attempts WHERE acked_at IS NOT NULL"
+        )
         store.close()
-        latencies = [(r["acked_at"] - r["created_at"]) * 1000 for r in rows]
+        singles = set(single_ids)
+        latencies = [
+            (r["acked_at"] - r["created_at"]) * 1000
+            for r in rows
+            if r["experiment_id"] not in singles
+        ]
+        single_latencies = [
+            (r["acked_at"] - r["created_at"]) * 1000 for r in rows if r["experiment_id"] in singles
+        ]
     finally:
         if controller.proc is not None:
             controller.terminate()
@@ -153,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         f"controller scale: {args.experiments} experiments, "
         f"{args.agents} simulated agents (instant runs)"
     )
-    print(f"{'figure':<46} {'value':>14} {'goal':>10}")
+    print(f"{'figure':<50} {'value':>14} {'goal':>10}")
     rows_out = [
         ("submissions per second", f"{args.experiments / submit_seconds:,.0f}/s", ""),
         (
@@ -166,16 +195,30 @@ def main(argv: list[str] | None = None) -> int:
             f"{pass_busy * 1000:.1f} ms",
             "< 50 ms",
         ),
-        ("dispatch latency median", f"{statistics.median(latencies):.1f} ms", ""),
-        ("dispatch latency p99", f"{percentile(latencies, 0.99):.1f} ms", "< 100 ms"),
-        ("dispatch latency max", f"{max(latencies):.1f} ms", ""),
-        ("attempts dispatched", f"{len(latencies)}", ""),
+        ("dispatch latency median (200-wide waves)", f"{statistics.median(latencies):.1f} ms", ""),
+        (
+            "dispatch latency p99 (200-wide waves)",
+            f"{percentile(latencies, 0.99):.1f} ms",
+            "< 100 ms",
+        ),
+        ("dispatch latency max (200-wide waves)", f"{max(latencies):.1f} ms", ""),
+        (
+            "dispatch latency median (one at a time)",
+            f"{statistics.median(single_latencies):.1f} ms",
+            "",
+        ),
+        (
+            "dispatch latency p99 (one at a time)",
+            f"{percentile(single_latencies, 0.99):.1f} ms",
+            "< 100 ms",
+        ),
+        ("attempts dispatched", f"{len(latencies)} + {len(single_latencies)}", ""),
         ("queue drained in", f"{drain_seconds:.1f} s", ""),
         ("controller RSS with the queue full", f"{rss_queued / 2**20:.0f} MiB", ""),
         ("controller RSS peak while draining", f"{peak_rss / 2**20:.0f} MiB", ""),
     ]
     for name, value, goal in rows_out:
-        print(f"{name:<46} {value:>14} {goal:>10}")
+        print(f"{name:<50} {value:>14} {goal:>10}")
     return 0
 
 
