@@ -66,7 +66,10 @@ def experiment_row(experiment: ExperimentRow, attempts: list[AttemptRow]) -> dic
         "repeat_index": experiment.repeat_index,
         "points": points,
         "mean_power_watts": gpu.get("mean_power_watts_total"),
-        "energy_joules": gpu.get("benchmark_energy_joules"),
+        "energy_joules": gpu.get(
+            "benchmark_energy_used_joules", gpu.get("benchmark_energy_joules")
+        ),
+        "energy_source": gpu.get("benchmark_energy_source"),
         "tokens_per_joule": gpu.get("tokens_per_joule"),
         "clock_events_seen": sorted(
             {r for g in (gpu.get("gpus") or {}).values() for r in g.get("clock_events_seen", [])}

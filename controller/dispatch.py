@@ -21,7 +21,7 @@ import structlog
 from tunelab.v1 import run_pb2
 
 from controller.agent_client import AgentClient, StartCall
-from controller.scrape import MetricsScraper, tokens_per_joule
+from controller.scrape import MetricsScraper, benchmark_energy, tokens_per_joule
 from controller.spec.render import to_run_spec
 from controller.states import AttemptState, HostState
 from controller.store import AttemptRow, HostRow, Store, StoreConflict
@@ -198,6 +198,9 @@ class AttemptDriver:
     ) -> None:
         summary = self._scraper.finish(attempt.id) if self._scraper else None
         if summary is not None:
+            energy = benchmark_energy(fields.get("result"), summary)
+            if energy is not None:
+                summary["benchmark_energy_used_joules"], summary["benchmark_energy_source"] = energy
             summary["tokens_per_joule"] = tokens_per_joule(fields.get("result"), summary)
             fields["gpu_summary"] = summary
         try:

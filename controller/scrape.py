@@ -95,11 +95,16 @@ class AttemptGpuSummary:
         self.samples = 0
         self.first_at: float | None = None
         self.last_at: float | None = None
+        self.bench_power = _Stat()  # total power of the attempt's GPUs, per benchmarking scrape
+        self.bench_counter_moves = 0  # benchmarking scrapes in which the energy counter moved
 
     def add(self, readings: dict[str, GpuReading], at: float, benchmarking: bool) -> None:
         self.samples += 1
         self.first_at = self.first_at or at
         self.last_at = at
+        mine = {g: r for g, r in readings.items() if not self.gpus or g in self.gpus}
+        if benchmarking and any("power_watts" in r.values for r in mine.values()):
+            self.bench_power.add(sum(r.values.get("power_watts", 0.0) for r in mine.values()))
         for gpu, reading in readings.items():
             if self.gpus and gpu not in self.gpus:
                 continue
@@ -115,6 +120,7 @@ class AttemptGpuSummary:
                     track.energy += delta
                     if benchmarking:
                         track.bench_energy += delta
+                        self.bench_counter_moves += delta > 0
                 track.last_energy = reading.energy_joules
 
     def summary(self) -> dict[str, Any]:
@@ -139,6 +145,12 @@ class AttemptGpuSummary:
             "mean_power_watts_total": round(sum(power), 3) if power else None,
             "energy_joules": round(sum(t.energy for t in self.tracks.values()), 3),
             "benchmark_energy_joules": round(sum(t.bench_energy for t in self.tracks.values()), 3),
+            "benchmark_energy_counter_moves": self.bench_counter_moves,
+            "benchmark_mean_power_watts_total": (
+                round(self.bench_power.total / self.bench_power.count, 3)
+                if self.bench_power.count
+                else None
+            ),
         }
 
 
@@ -222,14 +234,41 @@ class MetricsScraper:
             return summary.summary() if summary else None
 
 
+COUNTER_MOVES_NEEDED = 2  # the agent reads the energy counter every ~15 s: short runs miss it
+
+
+def benchmark_energy(
+    result: dict[str, Any] | None, gpu_summary: dict[str, Any] | None
+) -> tuple[float, str] | None:
+    """Joules the attempt's GPUs used while benchmarking, and how that was found.
+
+    The GPUs' own energy counter is used when it moved at least twice during the benchmark;
+    otherwise (a sweep shorter than the agent's slow cadence) mean scraped power times the sweep's
+    measured duration.
+    """
+    if not result or not gpu_summary:
+        return None
+    counted = float(gpu_summary.get("benchmark_energy_joules") or 0.0)
+    if (
+        counted > 0
+        and int(gpu_summary.get("benchmark_energy_counter_moves") or 0) >= COUNTER_MOVES_NEEDED
+    ):
+        return counted, "energy counter"
+    power = gpu_summary.get("benchmark_mean_power_watts_total") or gpu_summary.get(
+        "mean_power_watts_total"
+    )
+    seconds = sum(float(p.get("duration") or 0.0) for p in result.get("points", []))
+    if not power or seconds <= 0:
+        return None
+    return float(power) * seconds, "mean power x benchmark time"
+
+
 def tokens_per_joule(
     result: dict[str, Any] | None, gpu_summary: dict[str, Any] | None
 ) -> float | None:
     """Output tokens of the whole sweep per joule the attempt's GPUs used while benchmarking."""
-    if not result or not gpu_summary:
+    energy = benchmark_energy(result, gpu_summary)
+    tokens = sum(int(p.get("total_output_tokens") or 0) for p in (result or {}).get("points", []))
+    if energy is None or energy[0] <= 0 or tokens <= 0:
         return None
-    energy = gpu_summary.get("benchmark_energy_joules") or 0.0
-    tokens = sum(int(p.get("total_output_tokens") or 0) for p in result.get("points", []))
-    if energy <= 0 or tokens <= 0:
-        return None
-    return tokens / energy
+    return tokens / energy[0]

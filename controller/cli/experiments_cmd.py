@@ -218,7 +218,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         if gpu.get("samples"):
             print(
                 f"    GPU: {gpu.get('mean_power_watts_total')} W mean (sum), "
-                f"{gpu.get('benchmark_energy_joules')} J while benchmarking, "
+                f"{gpu.get('benchmark_energy_used_joules', '-')} J while benchmarking "
+                f"({gpu.get('benchmark_energy_source', 'no energy figure')}), "
                 f"{gpu.get('tokens_per_joule') or '-'} tok/J over {gpu['samples']} scrapes"
             )
     return EXIT_FAILED if data["state"] == "FAILED" else EXIT_OK

@@ -69,6 +69,11 @@ def test_matrix_spreads_over_both_hosts_with_gpu_power_beside_throughput(lab: La
         assert gpu["gpus"]["0"]["clock_events_seen"] == ["sw_power_cap"]
         points = experiment["attempts"][-1]["result"]["points"]
         assert [p["concurrency"] for p in points] == [1, 4]
+        # the snapshot's energy counter stands still: joules = mean power x measured sweep time
+        assert gpu["benchmark_energy_source"] == "mean power x benchmark time"
+        seconds = sum(p["duration"] for p in points)
+        tokens = sum(p["total_output_tokens"] for p in points)
+        assert abs(gpu["tokens_per_joule"] - tokens / (622.248 * seconds)) < 1e-9
 
     group = done[0]["group"]
     comparison = controller.cli_json("compare", group)
@@ -84,6 +89,18 @@ def test_matrix_spreads_over_both_hosts_with_gpu_power_beside_throughput(lab: La
         "server.flags.--itl-ms",
         "server.flags.--tokens-per-chunk",
     ]
+    shown = controller.cli("show", done[0]["id"])
+    assert (
+        shown.returncode == 0
+        and "tok/J" in shown.stdout
+        and "mean power x benchmark time" in shown.stdout
+    )
+    server_log = controller.cli("logs", done[0]["id"])
+    assert (
+        server_log.returncode == 0 and "Loading safetensors checkpoint shards" in server_log.stdout
+    )
+    bench_log = controller.cli("logs", done[0]["id"], "--bench")
+    assert bench_log.returncode == 0, bench_log.stderr
     table = controller.cli("compare", group)
     assert table.returncode == 0 and "tok/s c=4" in table.stdout and "622.2" in table.stdout
     csv_text = controller.cli("compare", group, "--csv").stdout
