@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from tunelab.auth import AuthConfigError
-from tunelab.logsetup import configure_logging
-from tunelab.serving import BindError
+from tunelab.serving import run_daemon_command
 
 from agent.audit.cli import add_audit_parser
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
 
 
 def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -44,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from agent.config import ConfigError, load_config
+    from agent.config import load_config
     from agent.daemon import serve
 
     overrides = {
@@ -60,20 +56,7 @@ def _serve(args: argparse.Namespace) -> int:
         "log_level": args.log_level,
         "reflection": False if args.no_reflection else None,
     }
-    try:
-        config = load_config(args.config, overrides)
-    except ConfigError as exc:
-        print(f"tunelab-agent: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    configure_logging(config.log_level)
-    try:
-        return serve(config)
-    except AuthConfigError as exc:
-        print(f"tunelab-agent: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except BindError as exc:
-        print(f"tunelab-agent: {exc}", file=sys.stderr)
-        return EXIT_UNAVAILABLE
+    return run_daemon_command("tunelab-agent", lambda: load_config(args.config, overrides), serve)
 
 
 def main(argv: list[str] | None = None) -> int:

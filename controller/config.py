@@ -8,8 +8,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from tunelab.auth import ServerAuth, read_token, split_host_port
-from tunelab.configload import ConfigError, KeyKinds, load_layered
+from tunelab.auth import ServerAuth
+from tunelab.configload import ConfigError, KeyKinds, check_daemon_basics, load_layered
 
 ENV_PREFIX = "TUNELAB_CONTROLLER_"
 __all__ = ["ENV_PREFIX", "ConfigError", "ControllerConfig", "load_config"]
@@ -45,29 +45,18 @@ class ControllerConfig:
     workers: int = 32
 
     def auth(self) -> ServerAuth:
-        return ServerAuth(
-            token=read_token(self.token_file),
-            tls_cert=self.tls_cert,
-            tls_key=self.tls_key,
-            tls_client_ca=self.tls_client_ca,
+        return ServerAuth.from_files(
+            self.token_file, self.tls_cert, self.tls_key, self.tls_client_ca
         )
 
     def validate(self) -> ControllerConfig:
-        for key in ("listen", "metrics_listen"):
-            value = getattr(self, key)
-            if value:
-                try:
-                    split_host_port(value)
-                except ValueError as exc:
-                    raise ConfigError(f"{key}: {exc}") from None
+        check_daemon_basics(self)
         for key in _DURATIONS:
             if not getattr(self, key) > 0:
                 raise ConfigError(f"{key}: must be > 0")
         for key in ("unknown_after_failures", "results_retention_count", "workers"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"{key}: must be >= 1")
-        if self.log_level.lower() not in ("debug", "info", "warning", "error"):
-            raise ConfigError("log_level: expected debug, info, warning or error")
         return self
 
     def redacted(self) -> dict[str, str]:

@@ -3,14 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from tunelab.auth import AuthConfigError
-from tunelab.logsetup import configure_logging
-from tunelab.serving import BindError
-
-from controller.cli.common import EXIT_UNAVAILABLE, EXIT_USAGE
+from tunelab.serving import run_daemon_command
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -35,7 +30,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def serve_command(args: argparse.Namespace) -> int:
-    from controller.config import ConfigError, load_config
+    from controller.config import load_config
     from controller.daemon import serve
 
     overrides = {
@@ -53,17 +48,6 @@ def serve_command(args: argparse.Namespace) -> int:
         "scrape_interval": args.scrape_interval,
         "log_level": args.log_level,
     }
-    try:
-        config = load_config(args.config, overrides)
-    except ConfigError as exc:
-        print(f"tunelab controller: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    configure_logging(config.log_level)
-    try:
-        return serve(config)
-    except AuthConfigError as exc:
-        print(f"tunelab controller: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except BindError as exc:
-        print(f"tunelab controller: {exc}", file=sys.stderr)
-        return EXIT_UNAVAILABLE
+    return run_daemon_command(
+        "tunelab controller", lambda: load_config(args.config, overrides), serve
+    )

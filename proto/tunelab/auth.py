@@ -77,6 +77,17 @@ class ServerAuth:
     tls_key: Path | None = None
     tls_client_ca: Path | None = None
 
+    @classmethod
+    def from_files(
+        cls,
+        token_file: Path | None,
+        tls_cert: Path | None,
+        tls_key: Path | None,
+        tls_client_ca: Path | None,
+    ) -> ServerAuth:
+        """A daemon's auth from its configured files (the token is read now)."""
+        return cls(read_token(token_file), tls_cert, tls_key, tls_client_ca)
+
     @property
     def mtls(self) -> bool:
         return self.tls_client_ca is not None

@@ -11,6 +11,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from tunelab.auth import split_host_port
 from tunelab.durations import parse_duration
 
 
@@ -49,6 +50,24 @@ class KeyKinds:
             return str(value)
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"{key}: {exc}") from None
+
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def check_daemon_basics(config: Any) -> None:
+    """What both daemons require: ``listen`` is HOST:PORT, ``metrics_listen`` is HOST:PORT or
+    empty (off), and ``log_level`` is one we know."""
+    for key in ("listen", "metrics_listen"):
+        value = getattr(config, key)
+        if key == "metrics_listen" and not value:
+            continue
+        try:
+            split_host_port(value)
+        except ValueError as exc:
+            raise ConfigError(f"{key}: {exc}") from None
+    if str(config.log_level).lower() not in LOG_LEVELS:
+        raise ConfigError(f"log_level: expected one of {', '.join(LOG_LEVELS)}")
 
 
 def _boolean(value: Any) -> bool:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from concurrent import futures
 from dataclasses import dataclass
 from types import FrameType
+from typing import Any
 
 import grpc
 import structlog
@@ -108,3 +110,26 @@ def run_until_signalled(name: str, start: Callable[[], object], close: Callable[
         close()
         log.info(f"{name}_stopped")
     return 0
+
+
+def run_daemon_command(prog: str, load: Callable[[], Any], serve: Callable[[Any], int]) -> int:
+    """The ``serve`` command of either daemon: load its config, set up logging, run it, and
+    turn start-up failures into a message and an exit code (2 bad settings, 3 cannot listen)."""
+    from tunelab.auth import AuthConfigError
+    from tunelab.configload import ConfigError
+    from tunelab.logsetup import configure_logging
+
+    try:
+        config = load()
+    except ConfigError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(config.log_level)
+    try:
+        return serve(config)
+    except AuthConfigError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 2
+    except BindError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 3

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.support.agent_proc import REPO
+from tests.support.daemon_proc import REPO
 
 
 def test_demo_runs_the_main_job_end_to_end() -> None:

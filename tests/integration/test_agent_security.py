@@ -13,8 +13,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tunelab.auth import ClientAuth
 from tunelab.v1 import agent_pb2, agent_pb2_grpc, server_pb2
 
-from tests.support.agent_proc import REPO, AgentProcess
+from tests.support.agent_proc import AgentProcess
 from tests.support.certs import make_pki
+from tests.support.daemon_proc import REPO
 from tests.support.ports import free_port
 from tests.support.servers import fake_spec
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.agent_proc import REPO, AgentProcess
+from tests.support.agent_proc import AgentProcess
+from tests.support.daemon_proc import REPO
 from tests.support.ports import free_port
 from tests.support.servers import FAKE_SERVER
 
