@@ -10,7 +10,6 @@ from tunelab.serving import run_daemon_command
 from agent.audit.cli import add_audit_parser
 
 
-
 def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("serve", help="run the agent daemon")
     p.add_argument("--config", type=Path, help="TOML file ([agent] table)")
