@@ -13,6 +13,7 @@ import time
 import urllib.request
 from collections import defaultdict
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -188,6 +189,7 @@ class MetricsScraper:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="scraper", daemon=True)
+        self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="scrape")
         self.errors = 0
 
     def start(self) -> None:
@@ -196,31 +198,35 @@ class MetricsScraper:
     def close(self) -> None:
         self._stop.set()
         self._thread.join(5)
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
             self.scrape_once()
             self._stop.wait(self._interval)
 
+    def _page(self, url: str) -> dict[str, GpuReading] | None:
+        try:
+            return parse_gpu_readings(self._fetch(url))
+        except (OSError, ValueError) as exc:
+            self.errors += 1
+            log.debug("scrape_failed", url=url, error=str(exc))
+            return None
+
     def scrape_once(self) -> None:
+        """One page per host, fetched in parallel (a hung agent delays only itself)."""
         targets = self._targets()
-        pages: dict[str, dict[str, GpuReading] | None] = {}
-        for target in targets:
-            if target.url not in pages:
-                try:
-                    pages[target.url] = parse_gpu_readings(self._fetch(target.url))
-                except (OSError, ValueError) as exc:
-                    self.errors += 1
-                    log.debug("scrape_failed", url=target.url, error=str(exc))
-                    pages[target.url] = None
-            readings = pages[target.url]
-            if readings is None:
-                continue
-            with self._lock:
-                summary = self._summaries.setdefault(
-                    target.attempt_id, AttemptGpuSummary(target.gpus)
-                )
-                summary.add(readings, self._clock(), target.benchmarking)
+        urls = sorted({t.url for t in targets})
+        pages = dict(zip(urls, self._pool.map(self._page, urls), strict=True))
+        now = self._clock()
+        with self._lock:
+            for target in targets:
+                readings = pages[target.url]
+                if readings is not None:
+                    summary = self._summaries.setdefault(
+                        target.attempt_id, AttemptGpuSummary(target.gpus)
+                    )
+                    summary.add(readings, now, target.benchmarking)
 
     def snapshot(self, attempt_id: str) -> dict[str, Any] | None:
         with self._lock:
