@@ -15,11 +15,23 @@ $(STAMP): pyproject.toml
 
 ## demo: the main job on the embedded default (local agent + simulator, no GPU needed)
 demo: $(STAMP)
-	$(BIN)/python -m controller.demo
+	$(BIN)/python -P -m tunelab.controller.demo
 
-## test: stub freshness, lint, types, then the whole suite
+## test: stub freshness, lint, types, then the whole suite (every layer below)
 test: $(STAMP) proto-check lint typecheck
 	$(BIN)/python -m pytest
+
+## unit: no sockets, no child processes; seconds. Run it on every edit.
+unit: $(STAMP)
+	$(BIN)/python -m pytest tests/unit
+
+## integration: the real agent daemon, real child servers, real gRPC on loopback; a few minutes
+integration: $(STAMP)
+	$(BIN)/python -m pytest tests/integration
+
+## e2e: controller + agents as processes, kill -9, a real Prometheus, the demo, the wheel
+e2e: $(STAMP)
+	$(BIN)/python -m pytest tests/e2e
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -24,14 +24,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent.audit.capture import make_nodes
-from agent.audit.checks import CHECKS
-from agent.audit.context import AuditContext
-from agent.audit.runner import run_check
-from agent.gpu import SnapshotBackend
-from agent.system import System
 from tests.fixtures.audit.hostbuilder import H200_ROOT
 from tests.fixtures.audit.scenarios import big_host
+from tunelab.agent.audit.capture import make_nodes
+from tunelab.agent.audit.checks import CHECKS
+from tunelab.agent.audit.context import AuditContext
+from tunelab.agent.audit.runner import run_check
+from tunelab.agent.gpu import SnapshotBackend
+from tunelab.agent.system import System
 
 GOAL_MS = 200.0
 

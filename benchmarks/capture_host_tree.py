@@ -18,10 +18,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent.audit.capture import RecordingSystem, write_tree
-from agent.audit.context import AuditContext
-from agent.audit.runner import run_audit
-from agent.gpu import GpuBackend, capture_snapshot, open_backend
+from tunelab.agent.audit.capture import RecordingSystem, write_tree
+from tunelab.agent.audit.context import AuditContext
+from tunelab.agent.audit.runner import run_audit
+from tunelab.agent.gpu import GpuBackend, capture_snapshot, open_backend
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent.gpu import NvmlBackend, capture_snapshot
+from tunelab.agent.gpu import NvmlBackend, capture_snapshot
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -43,9 +43,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from agent.bench.config import BenchConfig  # noqa: E402
-from agent.bench.launcher import BenchFiles, bench_argv  # noqa: E402
-from agent.bench.simulator.process import SimulatorProcess  # noqa: E402
+from tunelab.bench.config import BenchConfig  # noqa: E402
+from tunelab.bench.launcher import BenchFiles, bench_argv  # noqa: E402
+from tunelab.bench.simulator.process import SimulatorProcess  # noqa: E402
 
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 TOKENIZER_SCRIPT = """

@@ -22,12 +22,11 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tunelab.v1 import controller_pb2
-
-from controller.scheduler import Scheduler
-from controller.states import HostState
-from controller.store import SqliteStore
 from tests.support.controller_proc import ControllerProcess
+from tunelab.controller.scheduler import Scheduler
+from tunelab.controller.states import HostState
+from tunelab.controller.store import SqliteStore
+from tunelab.v1 import controller_pb2
 
 FAKE_AGENTS = Path(__file__).resolve().parent / "fake_agents.py"
 PER_PROCESS = 50

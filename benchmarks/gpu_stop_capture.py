@@ -20,12 +20,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tunelab.v1 import agent_pb2, server_pb2
-
-from agent.gpu import NvmlBackend, as_int
 from tests.support.agent_proc import AgentProcess
 from tests.support.ports import free_port
 from tests.support.servers import start, watch_until
+from tunelab.agent.gpu import NvmlBackend, as_int
+from tunelab.v1 import agent_pb2, server_pb2
 
 GPU_SERVER = Path(__file__).resolve().parent / "gpu_server.py"
 

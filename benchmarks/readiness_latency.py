@@ -24,11 +24,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tunelab.v1 import agent_pb2, agent_pb2_grpc, server_pb2
-
 from tests.support.agent_proc import AgentProcess
 from tests.support.ports import free_port
 from tests.support.servers import fake_spec, start, watch_until
+from tunelab.v1 import agent_pb2, agent_pb2_grpc, server_pb2
 
 CURL_LOOP = 'until curl -sf -o /dev/null "$0"; do sleep "$1"; done; date +%s.%N'
 

@@ -152,7 +152,7 @@ def run_tunelab(args: argparse.Namespace, workdir: Path) -> Result:
     argv = [
         sys.executable,
         "-m",
-        "agent",
+        "tunelab.agent",
         "serve",
         "--listen",
         f"127.0.0.1:{free_port()}",

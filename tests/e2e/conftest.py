@@ -26,7 +26,7 @@ def sim_experiment(name: str, **overrides: Any) -> dict[str, Any]:
         "name": name,
         "host": {"labels": {"pool": "e2e"}},
         "server": {
-            "command": [sys.executable, "-m", "agent.bench.simulator"],
+            "command": [sys.executable, "-m", "tunelab.bench.simulator"],
             "flags": {
                 "--port": "{port}",
                 "--startup-seconds": 0.3,

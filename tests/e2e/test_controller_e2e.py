@@ -8,15 +8,15 @@ import urllib.request
 
 import psutil
 from prometheus_client.parser import text_string_to_metric_families
-from tunelab.v1 import agent_pb2, controller_pb2
 
-from controller.spec import expand_text
-from controller.states import ExperimentState
-from controller.store import ExperimentRow, SqliteStore
-from controller.store.models import selector_key
 from tests.e2e.conftest import Lab, sim_experiment
 from tests.support.ports import free_port
 from tests.support.tcp_proxy import TcpProxy
+from tunelab.controller.spec import expand_text
+from tunelab.controller.states import ExperimentState
+from tunelab.controller.store import ExperimentRow, SqliteStore
+from tunelab.controller.store.models import selector_key
+from tunelab.v1 import agent_pb2, controller_pb2
 
 X = controller_pb2
 
@@ -203,7 +203,7 @@ def test_start_run_already_received_is_adopted_not_repeated(lab: Lab) -> None:
     attempt = store.create_attempt("x-acked", "gpu-a", [], time.time())
     store.close()
     # the agent got StartRun, but the controller died before it recorded the answer
-    from controller.spec.render import to_run_spec
+    from tunelab.controller.spec.render import to_run_spec
 
     agent.stub().StartRun(
         agent_pb2.StartRunRequest(

@@ -1,4 +1,4 @@
-"""E2E: the job `make demo` runs (python -m controller.demo), start to finish."""
+"""E2E: the job `make demo` runs (python -m tunelab.controller.demo), start to finish."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from tests.support.daemon_proc import REPO
 
 def test_demo_runs_the_main_job_end_to_end() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "controller.demo"],
+        [sys.executable, "-m", "tunelab.controller.demo"],
         cwd=REPO, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr

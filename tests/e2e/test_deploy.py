@@ -18,8 +18,6 @@ from typing import Any
 import pytest
 import yaml
 
-from agent import cli as agent_cli
-from controller.cli import main as controller_cli
 from tests.e2e.conftest import Lab, sim_experiment
 from tests.support.agent_proc import AgentProcess
 from tests.support.ports import free_port
@@ -39,6 +37,8 @@ from tests.support.prometheus_shipped import (
     substitute,
     variables,
 )
+from tunelab.agent import cli as agent_cli
+from tunelab.cli import main as controller_cli
 
 SCRAPE = 1.0  # the test's scrape and evaluation interval (the shipped one is 5 s)
 SNAPSHOT = REPO / "tests" / "unit" / "metrics" / "fixtures" / "nvml" / "h200-busy-full.json"
@@ -418,11 +418,11 @@ def env_file(name: str, commented: bool = False) -> dict[str, str]:
 @pytest.mark.parametrize(
     ("unit", "env", "module", "prefix"),
     [
-        ("tunelab-agent.service", "agent.env", "agent.config", "TUNELAB_AGENT_"),
+        ("tunelab-agent.service", "agent.env", "tunelab.agent.config", "TUNELAB_AGENT_"),
         (
             "tunelab-controller.service",
             "controller.env",
-            "controller.config",
+            "tunelab.controller.config",
             "TUNELAB_CONTROLLER_",
         ),
     ],

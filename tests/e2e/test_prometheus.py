@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tunelab.v1 import agent_pb2, server_pb2
 
 from tests.integration.test_metrics_engines import engine_spec
 from tests.support.agent_proc import AgentProcess
 from tests.support.ports import free_port
 from tests.support.servers import wait_state
+from tunelab.v1 import agent_pb2, server_pb2
 
 REPO = Path(__file__).resolve().parents[2]
 SNAPSHOT = REPO / "tests" / "unit" / "metrics" / "fixtures" / "nvml" / "h200-busy-full.json"

@@ -10,11 +10,11 @@ import psutil
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
     ProtoReflectionDescriptorDatabase,
 )
-from tunelab.v1 import agent_pb2, server_pb2
 
 from tests.support.agent_proc import AgentProcess
 from tests.support.ports import free_port
 from tests.support.servers import fake_spec, get, start, watch_until
+from tunelab.v1 import agent_pb2, server_pb2
 
 
 def test_reflection_lists_the_agent_and_health_services(agent: AgentProcess) -> None:

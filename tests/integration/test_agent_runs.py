@@ -10,12 +10,12 @@ from pathlib import Path
 import grpc
 import psutil
 import pytest
-from tunelab.v1 import agent_pb2, agent_pb2_grpc, run_pb2, server_pb2
 
 from tests.support.agent_proc import AgentProcess
+from tunelab.v1 import agent_pb2, agent_pb2_grpc, run_pb2, server_pb2
 
 R = run_pb2
-SIM = [sys.executable, "-m", "agent.bench.simulator", "--port", "{port}", "--model", "sim"]
+SIM = [sys.executable, "-m", "tunelab.bench.simulator", "--port", "{port}", "--model", "sim"]
 
 
 def run_spec(*sim_args: str, max_duration: float = 120, **bench: object) -> run_pb2.RunSpec:

@@ -10,14 +10,14 @@ import grpc
 import psutil
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from tunelab.auth import ClientAuth
-from tunelab.v1 import agent_pb2, agent_pb2_grpc, server_pb2
 
 from tests.support.agent_proc import AgentProcess
 from tests.support.certs import make_pki
 from tests.support.daemon_proc import REPO
 from tests.support.ports import free_port
 from tests.support.servers import fake_spec
+from tunelab.common.auth import ClientAuth
+from tunelab.v1 import agent_pb2, agent_pb2_grpc, server_pb2
 
 TOKEN = "s3cret-token-for-tests"
 
@@ -77,7 +77,15 @@ def test_right_token_works_and_health_needs_none(token_agent: AgentProcess) -> N
 
 
 def _serve(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "agent", "serve", "--state-dir", str(tmp_path / "s"), *args]
+    command = [
+        sys.executable,
+        "-m",
+        "tunelab.agent",
+        "serve",
+        "--state-dir",
+        str(tmp_path / "s"),
+        *args,
+    ]
     return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=30)
 
 
@@ -95,7 +103,7 @@ def test_non_loopback_listen_with_a_token_is_allowed(tmp_path: Path) -> None:
     agent.command = lambda: [  # type: ignore[method-assign]
         sys.executable,
         "-m",
-        "agent",
+        "tunelab.agent",
         "serve",
         "--listen",
         f"0.0.0.0:{agent.port}",
@@ -122,7 +130,7 @@ def test_mtls_accepts_only_clients_with_a_certificate_from_the_ca(tmp_path: Path
         [
             sys.executable,
             "-m",
-            "agent",
+            "tunelab.agent",
             "serve",
             "--listen",
             f"0.0.0.0:{port}",

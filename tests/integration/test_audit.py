@@ -12,13 +12,13 @@ from pathlib import Path
 
 import grpc
 import pytest
-from tunelab.v1 import agent_pb2
 
-from agent.audit.capture import make_nodes, materialize
 from tests.fixtures.audit import scenarios
 from tests.fixtures.audit.hostbuilder import H200_ROOT
 from tests.support.agent_proc import AgentProcess
 from tests.support.ports import free_port
+from tunelab.agent.audit.capture import make_nodes, materialize
+from tunelab.v1 import agent_pb2
 
 REPO = Path(__file__).resolve().parents[2]
 NVML = H200_ROOT.parent / "nvml.json"
@@ -43,11 +43,11 @@ def run(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
 
 
 def agent_audit(*argv: str) -> subprocess.CompletedProcess[str]:
-    return run("-m", "agent", "audit", *argv)
+    return run("-m", "tunelab.agent", "audit", *argv)
 
 
 def laptop_audit(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return run("-m", "controller", "audit", *argv, env=env)
+    return run("-m", "tunelab.cli", "audit", *argv, env=env)
 
 
 def without_time(text: str) -> str:

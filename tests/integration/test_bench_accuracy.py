@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from agent.bench.config import BenchConfig
-from agent.bench.simulator.process import SimulatorProcess
-from agent.bench.sweep import run_sweep
+from tunelab.bench.config import BenchConfig
+from tunelab.bench.simulator.process import SimulatorProcess
+from tunelab.bench.sweep import run_sweep
 
 
 @pytest.fixture

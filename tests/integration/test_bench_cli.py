@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.bench.simulator.process import SimulatorProcess
-from controller.cli.main import main
 from tests.support.ports import free_port
+from tunelab.bench.simulator.process import SimulatorProcess
+from tunelab.cli.main import main
 
 
 @pytest.fixture
@@ -88,7 +88,7 @@ def test_bench_all_failed_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[
 
 def test_sim_server_command(tmp_path: Path) -> None:
     port = free_port()
-    argv = [sys.executable, "-m", "controller", "sim-server", "--port", str(port)]
+    argv = [sys.executable, "-m", "tunelab.cli", "sim-server", "--port", str(port)]
     log = (tmp_path / "sim.log").open("wb")
     proc = subprocess.Popen([*argv, "--startup-seconds", "0.3"], stdout=log, stderr=log)
     try:

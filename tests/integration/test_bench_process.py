@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.bench.config import BenchConfig
-from agent.bench.launcher import BenchFiles, bench_argv, spawn
-from agent.bench.progress import ProgressReader
-from agent.bench.simulator.process import SimulatorProcess
+from tunelab.bench.config import BenchConfig
+from tunelab.bench.launcher import BenchFiles, bench_argv, spawn
+from tunelab.bench.progress import ProgressReader
+from tunelab.bench.simulator.process import SimulatorProcess
 
 
 @pytest.fixture

@@ -14,15 +14,15 @@ import grpc
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from structlog.testing import capture_logs
-from tunelab.v1 import agent_pb2, agent_pb2_grpc
 
-from agent.config import AgentConfig
-from agent.daemon import AgentApp
-from agent.gpu import GpuBackend, GpuProcess, NoGpuBackend, SnapshotBackend
-from agent.servers.spec import ServerSpec
-from agent.servers.states import ServerState
 from tests.support.ports import free_port
 from tests.support.servers import FAKE_SERVER
+from tunelab.agent.config import AgentConfig
+from tunelab.agent.daemon import AgentApp
+from tunelab.agent.gpu import GpuBackend, GpuProcess, NoGpuBackend, SnapshotBackend
+from tunelab.agent.servers.spec import ServerSpec
+from tunelab.agent.servers.states import ServerState
+from tunelab.v1 import agent_pb2, agent_pb2_grpc
 
 REPO = Path(__file__).resolve().parents[2]
 SNAPSHOT = REPO / "tests" / "unit" / "metrics" / "fixtures" / "nvml" / "h200-busy-full.json"

@@ -25,11 +25,11 @@ from prometheus_client.openmetrics.parser import (
     text_string_to_metric_families as parse_openmetrics,
 )
 from prometheus_client.parser import text_string_to_metric_families as parse_text
-from tunelab.v1 import agent_pb2, agent_pb2_grpc, server_pb2
 
 from tests.support.agent_proc import AgentProcess
 from tests.support.ports import free_port
 from tests.support.servers import wait_state
+from tunelab.v1 import agent_pb2, agent_pb2_grpc, server_pb2
 
 REPO = Path(__file__).resolve().parents[2]
 BODIES = REPO / "tests" / "unit" / "metrics" / "fixtures" / "engines"

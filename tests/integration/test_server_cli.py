@@ -19,7 +19,7 @@ def tunelab(
     *args: str, env: dict[str, str] | None = None, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "controller", *args],
+        [sys.executable, "-m", "tunelab.cli", *args],
         cwd=REPO,
         capture_output=True,
         text=True,

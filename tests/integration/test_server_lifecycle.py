@@ -13,11 +13,11 @@ from pathlib import Path
 import grpc
 import psutil
 import pytest
-from tunelab.v1 import agent_pb2, server_pb2
 
 from tests.support.agent_proc import AgentProcess
 from tests.support.ports import free_port
 from tests.support.servers import fake_spec, get, logs, start, watch_until
+from tunelab.v1 import agent_pb2, server_pb2
 
 S = server_pb2
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.bench.simulator.process import SimulatorProcess
-from agent.servers.progress import ProgressTracker
+from tunelab.agent.servers.progress import ProgressTracker
+from tunelab.bench.simulator.process import SimulatorProcess
 
 
 def get(url: str) -> tuple[int, bytes]:

@@ -7,11 +7,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import grpc
-from tunelab.auth import ClientAuth
-from tunelab.v1 import agent_pb2_grpc
 
 from tests.support.daemon_proc import DaemonProcess
 from tests.support.ports import free_port
+from tunelab.common.auth import ClientAuth
+from tunelab.v1 import agent_pb2_grpc
 
 
 class AgentProcess(DaemonProcess):
@@ -32,7 +32,7 @@ class AgentProcess(DaemonProcess):
         return [
             sys.executable,
             "-m",
-            "agent",
+            "tunelab.agent",
             "serve",
             "--listen",
             self.address,

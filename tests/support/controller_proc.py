@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from tunelab.v1 import controller_pb2, controller_pb2_grpc
 
 from tests.support.daemon_proc import REPO, DaemonProcess
 from tests.support.ports import free_port
+from tunelab.v1 import controller_pb2, controller_pb2_grpc
 
 FAST = {
     "TUNELAB_CONTROLLER_TICK": "0.2s",
@@ -42,7 +42,7 @@ class ControllerProcess(DaemonProcess):
 
     def command(self) -> list[str]:
         metrics = f"127.0.0.1:{self.metrics_port}"
-        command = [sys.executable, "-m", "controller", "controller", "serve"]
+        command = [sys.executable, "-m", "tunelab.cli", "controller", "serve"]
         command += ["--listen", self.address, "--db", str(self.db), "--metrics-listen", metrics]
         return [*command, *self.extra_args]
 
@@ -63,7 +63,7 @@ class ControllerProcess(DaemonProcess):
             "XDG_CONFIG_HOME": str(self.workdir / "cfg"),
         }
         return subprocess.run(
-            [sys.executable, "-m", "controller", *args],
+            [sys.executable, "-m", "tunelab.cli", *args],
             cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env, input=stdin,
         )  # fmt: skip
 

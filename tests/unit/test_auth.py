@@ -5,7 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tunelab.auth import AuthConfigError, ServerAuth, is_loopback, read_token, split_host_port
+
+from tunelab.common.auth import (
+    AuthConfigError,
+    ServerAuth,
+    is_loopback,
+    read_token,
+    split_host_port,
+)
 
 
 @pytest.mark.parametrize(

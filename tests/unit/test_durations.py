@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from tunelab.durations import format_duration, parse_duration
+
+from tunelab.common.durations import format_duration, parse_duration
 
 
 @pytest.mark.parametrize(

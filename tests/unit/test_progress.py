@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.servers.progress import ProgressTracker, parse_progress_line
+from tunelab.agent.servers.progress import ProgressTracker, parse_progress_line
 
 
 def test_sglang_shard_line() -> None:

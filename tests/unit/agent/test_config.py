@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.config import ConfigError, load_config
+from tunelab.agent.config import ConfigError, load_config
 
 
 def test_layering(tmp_path: Path) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent.logfiles import last_lines, read_log_chunks, tail_offset
+from tunelab.agent.logfiles import last_lines, read_log_chunks, tail_offset
 
 
 def test_tail_offset_counts_lines_from_the_end(tmp_path: Path) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agent.errors import InvalidSpec
-from agent.servers.spec import ServerSpec
+from tunelab.agent.errors import InvalidSpec
+from tunelab.agent.servers.spec import ServerSpec
 
 
 def spec(**fields: object) -> ServerSpec:

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from agent.servers.states import (
+from tunelab.agent.servers.states import (
     ALLOWED_TRANSITIONS,
     TERMINAL_STATES,
     ServerState,

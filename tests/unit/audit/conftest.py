@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from agent.audit.capture import make_nodes
-from agent.audit.context import AuditContext
-from agent.audit.runner import run_audit
-from agent.gpu import GpuBackend
-from agent.system import System
+from tunelab.agent.audit.capture import make_nodes
+from tunelab.agent.audit.context import AuditContext
+from tunelab.agent.audit.runner import run_audit
+from tunelab.agent.gpu import GpuBackend
+from tunelab.agent.system import System
 
 Audit = Callable[..., dict[str, Any]]
 

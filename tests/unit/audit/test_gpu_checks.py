@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from agent.gpu import GpuProcess, SnapshotBackend
 from tests.fixtures.audit.hostbuilder import H200_ROOT
 from tests.unit.audit.conftest import Audit, by_id
+from tunelab.agent.gpu import GpuProcess, SnapshotBackend
 
 NVML = Path(__file__).resolve().parents[2] / "fixtures" / "nvml"
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.audit.capture import materialize
-from agent.gpu import SnapshotBackend
 from tests.fixtures.audit.hostbuilder import H200_ROOT
 from tests.unit.audit.conftest import Audit, by_id
+from tunelab.agent.audit.capture import materialize
+from tunelab.agent.gpu import SnapshotBackend
 
 H200 = H200_ROOT.parent
 NVML_MOMENT = ("gpu.stale_state",)  # the snapshot was taken a moment after the run

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent.audit import devnodes
-from agent.audit.environment import detect
-from agent.audit.pveconf import parse_config
-from agent.system import System
 from tests.fixtures.audit.hostbuilder import H200_ROOT, HostTree
+from tunelab.agent.audit import devnodes
+from tunelab.agent.audit.environment import detect
+from tunelab.agent.audit.pveconf import parse_config
+from tunelab.agent.system import System
 
 
 def test_proc_devices_from_the_h200_exact_names() -> None:

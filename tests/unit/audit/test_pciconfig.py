@@ -6,7 +6,8 @@ import re
 
 import pytest
 
-from agent.audit.pciconfig import (
+from tests.fixtures.audit.hostbuilder import PCI, h200_config
+from tunelab.agent.audit.pciconfig import (
     DEVCTL_FLR_BIT,
     AcsCap,
     ConfigSpaceError,
@@ -15,8 +16,7 @@ from agent.audit.pciconfig import (
     decode,
     setpci_readrq_command,
 )
-from agent.audit.pcidump import DumpError, parse_dump
-from tests.fixtures.audit.hostbuilder import PCI, h200_config
+from tunelab.agent.audit.pcidump import DumpError, parse_dump
 
 DUMPS = sorted(PCI.glob("lspci-*.txt"))
 FUNCTIONS = [(d.name, f) for d in DUMPS for f in parse_dump(d.read_text())]
@@ -32,7 +32,7 @@ def _line(text: list[str], prefix: str) -> str | None:
     ("dump", "function"), FUNCTIONS, ids=[f"{d}:{f.bdf}" for d, f in FUNCTIONS]
 )
 def test_decode_matches_lspci_text(dump: str, function: object) -> None:
-    from agent.audit.pcidump import DumpedFunction
+    from tunelab.agent.audit.pcidump import DumpedFunction
 
     assert isinstance(function, DumpedFunction)
     cap = decode(function.config).pcie()

@@ -7,10 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from agent.audit.provider import merge
-from agent.audit.report import ReportFileError, compare, fix_script, load_report, render_changes
 from tests.fixtures.audit import scenarios
 from tests.unit.audit.conftest import Audit
+from tunelab.agent.audit.provider import merge
+from tunelab.agent.audit.report import (
+    ReportFileError,
+    compare,
+    fix_script,
+    load_report,
+    render_changes,
+)
 
 
 def test_fix_script_has_each_runtime_fix_and_no_manual_step_as_a_command(

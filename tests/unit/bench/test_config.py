@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from tunelab.v1 import run_pb2
 
-from agent.bench.config import BenchConfig, BenchConfigError
-from agent.errors import InvalidSpec
+from tunelab.bench.config import BenchConfig, BenchConfigError
+from tunelab.v1 import run_pb2
 
 URL = "http://127.0.0.1:8000"
 
@@ -74,6 +73,6 @@ def test_from_builtin_pb_defaults_and_errors() -> None:
     c = BenchConfig.from_builtin_pb(pb, "unused")
     assert (c.ignore_eos, c.temperature, c.url) == (False, 0.7, URL)
     pb.concurrency.append(-3)
-    with pytest.raises(InvalidSpec) as err:
+    with pytest.raises(BenchConfigError) as err:
         BenchConfig.from_builtin_pb(pb, URL)
-    assert err.value.field == "benchmark.concurrency[2]"
+    assert err.value.field == "concurrency[2]"

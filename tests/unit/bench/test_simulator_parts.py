@@ -8,11 +8,11 @@ import asyncio
 
 import pytest
 
-from agent.bench.simulator.app import progress_line
-from agent.bench.simulator.engine import BadRequest, parse_generation
-from agent.bench.simulator.options import Fault, SimSettings, parse_fault
-from agent.bench.simulator.timing import DeadlineScheduler, LatenessStats, new_event_loop
-from agent.servers.progress import parse_progress_line
+from tunelab.agent.servers.progress import parse_progress_line
+from tunelab.bench.simulator.app import progress_line
+from tunelab.bench.simulator.engine import BadRequest, parse_generation
+from tunelab.bench.simulator.options import Fault, SimSettings, parse_fault
+from tunelab.bench.simulator.timing import DeadlineScheduler, LatenessStats, new_event_loop
 
 
 def test_scheduler_runs_callbacks_at_their_deadlines_in_order() -> None:

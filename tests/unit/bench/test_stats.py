@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agent.bench.stats import percentile, summarize, token_gaps, tpot
-from agent.bench.stream import RequestRecord
+from tunelab.bench.stats import percentile, summarize, token_gaps, tpot
+from tunelab.bench.stream import RequestRecord
 
 
 def record(times: list[float], tokens: list[int | None], start: float = 0.0) -> RequestRecord:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from agent.bench.stream import LiveCounters, RequestRecord, StreamFailure, StreamParser
+from tunelab.bench.stream import LiveCounters, RequestRecord, StreamFailure, StreamParser
 
 
 def event(obj: object) -> bytes:

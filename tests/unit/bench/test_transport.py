@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import collections
 
-from agent.bench.transport import Marks, timed_pieces
+from tunelab.bench.transport import Marks, timed_pieces
 
 
 def test_pieces_split_at_read_boundaries() -> None:

@@ -8,8 +8,8 @@ import statistics
 
 import pytest
 
-from agent.bench.config import BenchConfig
-from agent.bench.workload import Workload, arrival_offsets
+from tunelab.bench.config import BenchConfig
+from tunelab.bench.workload import Workload, arrival_offsets
 
 
 def cfg(**kw: object) -> BenchConfig:

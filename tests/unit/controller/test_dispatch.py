@@ -8,15 +8,15 @@ from pathlib import Path
 
 import grpc
 import pytest
-from tunelab.v1 import agent_pb2, run_pb2
 
-from controller.agent_client import StartCall, StartOutcome
-from controller.dispatch import AttemptDriver, DriverSettings
-from controller.scheduler import Scheduler
-from controller.spec import expand_text
-from controller.states import AttemptState, ExperimentState, HostState
-from controller.store import ExperimentRow, HostRow, SqliteStore
-from controller.store.models import selector_key
+from tunelab.controller.agent_client import StartCall, StartOutcome
+from tunelab.controller.dispatch import AttemptDriver, DriverSettings
+from tunelab.controller.scheduler import Scheduler
+from tunelab.controller.spec import expand_text
+from tunelab.controller.states import AttemptState, ExperimentState, HostState
+from tunelab.controller.store import ExperimentRow, HostRow, SqliteStore
+from tunelab.controller.store.models import selector_key
+from tunelab.v1 import agent_pb2, run_pb2
 
 SPEC = """
 name: q

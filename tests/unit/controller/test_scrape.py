@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from controller.scrape import (
+from tunelab.controller.scrape import (
     AttemptGpuSummary,
     benchmark_energy,
     parse_gpu_readings,

@@ -6,15 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from controller.spec import SpecError, expand_text
-from controller.spec.render import render_flags, to_run_spec
+from tunelab.controller.spec import SpecError, expand_text
+from tunelab.controller.spec.render import render_flags, to_run_spec
 
 EXAMPLE = (Path(__file__).resolve().parents[3] / "examples" / "glm5-ablation.yaml").read_text()
 
 BASE = """
 name: sim
 server:
-  command: [python, -m, agent.bench.simulator]
+  command: [python, -m, tunelab.bench.simulator]
   flags: {--port: "{port}", --itl-ms: 10}
   ready: {model: sim-model}
 benchmark: {concurrency: [1, 8], requests: 20, input_len: 64, output_len: 32}

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from controller.states import (
+from tunelab.controller.states import (
     ATTEMPT_TERMINAL,
     ATTEMPT_TRANSITIONS,
     EXPERIMENT_TRANSITIONS,

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from controller.scheduler import Scheduler
-from controller.spec import expand_text
-from controller.states import AttemptState, ExperimentState, HostState
-from controller.store import ExperimentRow, HostRow, SqliteStore, StoreConflict
-from controller.store.models import selector_key
+from tunelab.controller.scheduler import Scheduler
+from tunelab.controller.spec import expand_text
+from tunelab.controller.states import AttemptState, ExperimentState, HostState
+from tunelab.controller.store import ExperimentRow, HostRow, SqliteStore, StoreConflict
+from tunelab.controller.store.models import selector_key
 
 SPEC = """
 name: s

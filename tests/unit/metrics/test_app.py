@@ -6,9 +6,9 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 
-from agent.gpu import SnapshotBackend
-from agent.metrics.app import AgentMetrics, MetricsSettings
 from tests.unit.metrics import roots
+from tunelab.agent.gpu import SnapshotBackend
+from tunelab.agent.metrics.app import AgentMetrics, MetricsSettings
 
 SNAPSHOT = roots.FIXTURES / "nvml" / "h200-busy-full.json"
 

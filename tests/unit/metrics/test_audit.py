@@ -7,7 +7,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from agent.metrics.audit import STATUSES, AuditCollector
+from tunelab.agent.metrics.audit import STATUSES, AuditCollector
 
 REPORT: dict[str, Any] = {
     "host": "gpu-node-1",

@@ -9,8 +9,8 @@ from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.core import Metric
 from structlog.testing import capture_logs
 
-from agent.metrics.endpoint import MetricsApp
-from agent.metrics.self_metrics import ScrapeErrors
+from tunelab.agent.metrics.endpoint import MetricsApp
+from tunelab.agent.metrics.self_metrics import ScrapeErrors
 
 
 class Broken:

@@ -7,9 +7,9 @@ import threading
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent.metrics.engines import EngineScraper, EngineTarget, merge, relabel, render
-from agent.servers.states import ServerState
 from tests.unit.metrics.roots import FIXTURES
+from tunelab.agent.metrics.engines import EngineScraper, EngineTarget, merge, relabel, render
+from tunelab.agent.servers.states import ServerState
 
 VLLM = (FIXTURES / "engines" / "vllm.txt").read_text()
 SGLANG = (FIXTURES / "engines" / "sglang.txt").read_text()
@@ -114,7 +114,7 @@ def test_a_slow_or_broken_engine_is_reported_and_left_out() -> None:
 
 
 def test_only_ready_servers_are_fetched() -> None:
-    from agent.metrics.engines import ready_targets
+    from tunelab.agent.metrics.engines import ready_targets
 
     targets = ready_targets(
         [

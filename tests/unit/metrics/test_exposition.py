@@ -13,8 +13,8 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
-from agent.metrics.exposition import render
-from agent.metrics.families import FamilyCollector, counter, gauge, info
+from tunelab.agent.metrics.exposition import render
+from tunelab.agent.metrics.families import FamilyCollector, counter, gauge, info
 
 
 class Odd(FamilyCollector):

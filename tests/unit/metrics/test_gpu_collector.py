@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from agent.gpu import (
+from tests.unit.metrics.roots import FIXTURES
+from tunelab.agent.gpu import (
     FIELDS,
     Cadence,
     FieldValue,
@@ -20,10 +21,9 @@ from agent.gpu import (
     SnapshotBackend,
     fields_with,
 )
-from agent.metrics.gpu_collector import GpuCollector
-from agent.metrics.gpu_source import GpuSource
-from agent.metrics.sampler import Sampler
-from tests.unit.metrics.roots import FIXTURES
+from tunelab.agent.metrics.gpu_collector import GpuCollector
+from tunelab.agent.metrics.gpu_source import GpuSource
+from tunelab.agent.metrics.sampler import Sampler
 
 REPO = Path(__file__).resolve().parents[3]
 NVML = FIXTURES / "nvml"

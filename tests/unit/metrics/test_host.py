@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from agent.gpu import Cadence
-from agent.metrics.host import HostCollector, HostSource, cpu_utilization, parse_cpu_times
-from agent.system import System
 from tests.unit.metrics import roots
+from tunelab.agent.gpu import Cadence
+from tunelab.agent.metrics.host import HostCollector, HostSource, cpu_utilization, parse_cpu_times
+from tunelab.agent.system import System
 
 CPU = "/sys/devices/system/cpu"
 

@@ -9,7 +9,7 @@ from typing import Any
 import pynvml
 import pytest
 
-from agent.gpu import FIELDS, Cadence, NvmlBackend
+from tunelab.agent.gpu import FIELDS, Cadence, NvmlBackend
 
 # What nvmlDeviceGetFieldValues returned on the H200 (driver 580.159.04) for these ids, busy:
 # 74 = power-cap time (ns), 269-271 thermal / power-brake slowdown time, 251 unsupported there.

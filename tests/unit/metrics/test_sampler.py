@@ -7,8 +7,8 @@ import threading
 import pytest
 from structlog.testing import capture_logs
 
-from agent.gpu import Cadence
-from agent.metrics.sampler import Sampler
+from tunelab.agent.gpu import Cadence
+from tunelab.agent.metrics.sampler import Sampler
 
 
 class Clock:

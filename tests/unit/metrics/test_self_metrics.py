@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
-from agent.gpu import Cadence
-from agent.metrics.sampler import Sampler
-from agent.metrics.self_metrics import AgentCollector, ScrapeErrors
+from tunelab.agent.gpu import Cadence
+from tunelab.agent.metrics.sampler import Sampler
+from tunelab.agent.metrics.self_metrics import AgentCollector, ScrapeErrors
 
 
 class Clock:

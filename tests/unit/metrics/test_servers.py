@@ -9,13 +9,13 @@ import psutil
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent.gpu import Cadence, GpuProcess
-from agent.metrics.servers import ServerCollector, ServerSource, attribute_gpu_memory
-from agent.servers.process import ProcessId
-from agent.servers.progress import LoadProgress
-from agent.servers.record import ServerRecord
-from agent.servers.spec import ServerSpec
-from agent.servers.states import ServerState
+from tunelab.agent.gpu import Cadence, GpuProcess
+from tunelab.agent.metrics.servers import ServerCollector, ServerSource, attribute_gpu_memory
+from tunelab.agent.servers.process import ProcessId
+from tunelab.agent.servers.progress import LoadProgress
+from tunelab.agent.servers.record import ServerRecord
+from tunelab.agent.servers.spec import ServerSpec
+from tunelab.agent.servers.states import ServerState
 
 NOW = 1_800_000_000.0
 UUID = "GPU-d054c584-9e1b-bfe2-19d0-26060914d318"

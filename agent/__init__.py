@@ -1,5 +1,0 @@
-"""The tunelab host agent: inference-server lifecycle, audit, metrics and experiment runs."""
-
-from tunelab import __version__
-
-__all__ = ["__version__"]

@@ -1,3 +1,0 @@
-from agent.bench.simulator.app import main
-
-raise SystemExit(main())

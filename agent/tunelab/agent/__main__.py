@@ -1,0 +1,3 @@
+from tunelab.agent.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,448 @@
+"""Carrying out runs: one thread per run drives server → readiness → benchmark → stop, writing
+every step to ``runs/<run_id>/run.json`` before it is reported, and enforcing the run's own
+``max_duration`` whether or not any controller is listening."""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Protocol
+
+import structlog
+
+from tunelab.agent.errors import AgentError, Conflict, InvalidSpec, NotFound
+from tunelab.agent.runs.commandjob import BenchFailed, CommandJob
+from tunelab.agent.runs.record import MAX_EVENTS, RunEvent, RunRecord, RunSpec
+from tunelab.agent.runs.states import RunState, check_run_transition
+from tunelab.agent.servers.record import ServerRecord
+from tunelab.agent.servers.registry import ServerRegistry
+from tunelab.agent.servers.spec import SERVER_NAME, ServerSpec
+from tunelab.agent.servers.states import ServerState
+from tunelab.agent.statefile import read_json, write_json_atomic
+
+log = structlog.get_logger(__name__)
+RUN_FILE = "run.json"
+RESULT_FILE = "result.json"
+STOP_GRACE_BENCH = 10.0
+POLL = 0.25
+
+
+class BenchJob(Protocol):
+    """A running benchmark, whichever kind (built-in load generator or external command)."""
+
+    def start(self) -> None: ...
+    def attach(self) -> bool: ...
+    def progress(self) -> dict[str, Any] | None: ...
+    def finished(self) -> bool: ...
+    def result(self) -> dict[str, Any]: ...
+    def stop(self, grace: float) -> None: ...
+
+
+BuiltinJobFactory = Callable[[dict[str, Any], Path, str], BenchJob]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("0.0.0.0", 0))
+        return int(sock.getsockname()[1])
+
+
+class _Interrupted(Exception):
+    """The run was cancelled or ran past its max_duration."""
+
+    def __init__(self, state: RunState, message: str) -> None:
+        super().__init__(message)
+        self.state = state
+
+
+class RunExecutor:
+    def __init__(
+        self,
+        state_dir: Path,
+        registry: ServerRegistry,
+        builtin_job: BuiltinJobFactory,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._dir = state_dir / "runs"
+        self._dir.mkdir(parents=True, exist_ok=True)
+        self._registry = registry
+        self._builtin_job = builtin_job
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
+        self._runs: dict[str, RunRecord] = {}
+        self._jobs: dict[str, BenchJob] = {}
+        self._threads: dict[str, threading.Thread] = {}
+        self._closing = threading.Event()
+
+    # --- paths and queries -------------------------------------------------------------------
+
+    def run_dir(self, run_id: str) -> Path:
+        return self._dir / run_id
+
+    def log_path(self, run_id: str, stream: str) -> Path:
+        record = self.get(run_id)
+        if stream == "bench":
+            return self.run_dir(run_id) / "bench.log"
+        if stream not in ("", "server"):
+            raise InvalidSpec("stream", "expected server or bench")
+        if not record.server_id:
+            return self.run_dir(run_id) / "no-server-yet.log"
+        return self._registry.log_path(record.server_id)
+
+    def get(self, run_id: str) -> RunRecord:
+        with self._lock:
+            record = self._runs.get(run_id)
+            if record is None:
+                raise NotFound(f"no run {run_id!r}")
+            return record.snapshot()
+
+    def runs(self, include_finished: bool) -> list[RunRecord]:
+        with self._lock:
+            return [
+                r.snapshot()
+                for r in self._runs.values()
+                if include_finished or not r.state.is_terminal()
+            ]
+
+    def is_finished(self, run_id: str) -> bool:
+        return self.get(run_id).state.is_terminal()
+
+    def active_run_ids(self) -> list[str]:
+        return [r.run_id for r in self.runs(include_finished=False)]
+
+    def live_progress(self) -> dict[str, dict[str, Any]]:
+        """Latest benchmark progress of each run that has one, oldest first, by experiment label
+        (or run id). Finished runs keep their last figures so counters do not drop mid-scrape."""
+        with self._lock:
+            ordered = sorted(self._runs.values(), key=lambda r: r.started_at)
+            return {
+                (r.spec.experiment or r.run_id): dict(r.progress) for r in ordered if r.progress
+            }
+
+    def watch(self, run_id: str, cancelled: Callable[[], bool]) -> Iterator[RunRecord]:
+        self.get(run_id)
+        seen = -1
+        while not cancelled():
+            with self._changed:
+                record = self._runs[run_id]
+                if record.version == seen:
+                    self._changed.wait(0.5)
+                    continue
+                seen = record.version
+                snapshot = record.snapshot()
+            yield snapshot
+            if snapshot.state.is_terminal():
+                return
+
+    # --- start / cancel ----------------------------------------------------------------------
+
+    def start(self, run_id: str, spec: RunSpec) -> tuple[RunRecord, bool]:
+        """Start a run; a known id returns that run (``created`` False), never a second one."""
+        if not run_id:
+            run_id = f"run-{secrets.token_hex(4)}"
+        if not SERVER_NAME.match(run_id):
+            raise InvalidSpec(
+                "run_id", "expected 1-63 letters, digits, '.', '_' or '-', starting alnum"
+            )
+        if (spec.server is None) == (not spec.server_id):
+            raise InvalidSpec(
+                "spec.server", "give a server to start or the server_id of a READY one"
+            )
+        if (spec.builtin is None) == (spec.command is None):
+            raise InvalidSpec("spec.benchmark", "give a builtin or a command benchmark")
+        if spec.max_duration < 0:
+            raise InvalidSpec("spec.max_duration_seconds", "must be >= 0")
+        with self._lock:
+            if self._closing.is_set():
+                raise Conflict("the agent is shutting down")
+            existing = self._runs.get(run_id)
+            if existing is not None:
+                return existing.snapshot(), False
+            now = self._clock()
+            record = RunRecord(run_id=run_id, spec=spec, started_at=now, message="accepted")
+            record.events.append(RunEvent(now, RunState.PENDING, "accepted"))
+            self._runs[run_id] = record
+            self._persist(record)
+            self._launch(run_id)
+            return record.snapshot(), True
+
+    def cancel(self, run_id: str) -> RunRecord:
+        with self._changed:
+            record = self._runs.get(run_id)
+            if record is None:
+                raise NotFound(f"no run {run_id!r}")
+            if not record.state.is_terminal() and not record.cancel_requested:
+                record.cancel_requested = True
+                record.version += 1
+                self._persist(record)
+                self._changed.notify_all()
+            return record.snapshot()
+
+    # --- the run thread ----------------------------------------------------------------------
+
+    def _launch(self, run_id: str) -> None:
+        thread = threading.Thread(
+            target=self._drive, args=(run_id,), name=f"run-{run_id}", daemon=True
+        )
+        self._threads[run_id] = thread
+        thread.start()
+
+    def _drive(self, run_id: str) -> None:
+        log_ = log.bind(run_id=run_id)
+        try:
+            self._steps(run_id)
+        except _Interrupted as stop:
+            self._stop_all(run_id)
+            self._finish(run_id, stop.state, str(stop))
+        except (AgentError, BenchFailed) as exc:
+            record = self.get(run_id)
+            failed = (
+                RunState.FAILED_BENCHMARK
+                if record.state in (RunState.BENCHMARKING, RunState.STOPPING)
+                else RunState.FAILED_STARTUP
+            )
+            self._stop_all(run_id)
+            self._finish(run_id, failed, str(exc))
+        except _Closing:
+            log_.info("run_detached", state=self.get(run_id).state.value)
+        except Exception:  # a bug: record it as a failure instead of leaving the run hanging
+            log_.exception("run_crashed")
+            self._stop_all(run_id)
+            self._finish(
+                run_id, RunState.FAILED_BENCHMARK, "internal error in the agent (see its log)"
+            )
+
+    def _steps(self, run_id: str) -> None:
+        record = self.get(run_id)
+        if record.state is RunState.PENDING:
+            self._start_server(record)
+            record = self.get(run_id)
+        if record.state is RunState.STARTING:
+            self._wait_ready(record)
+            record = self.get(run_id)
+        if record.state is RunState.READY:
+            self._benchmark(record, fresh=True)
+        elif record.state is RunState.BENCHMARKING:
+            self._benchmark(record, fresh=False)
+        record = self.get(run_id)
+        if record.state is RunState.STOPPING:
+            self._stop_server(record)
+            self._finish(run_id, RunState.SUCCEEDED, "benchmark finished; result stored")
+
+    def _check(self, run_id: str) -> None:
+        if self._closing.is_set():
+            raise _Closing
+        record = self.get(run_id)
+        if record.cancel_requested:
+            raise _Interrupted(RunState.CANCELLED, "cancelled on request")
+        limit = record.spec.max_duration
+        if limit and self._clock() - record.started_at > limit:
+            raise _Interrupted(RunState.TIMED_OUT, f"ran past its max_duration of {limit:g} s")
+
+    def _start_server(self, record: RunRecord) -> None:
+        spec = record.spec
+        if spec.server is None:
+            server = self._registry.get(spec.server_id)
+            if server.state is not ServerState.READY:
+                raise InvalidSpec(
+                    "spec.server_id", f"server {spec.server_id} is {server.state.value}, not READY"
+                )
+            self._transition(
+                record.run_id,
+                RunState.READY,
+                f"using READY server {server.id}",
+                server_id=server.id,
+                port=server.spec.port,
+            )
+            return
+        port = spec.server.port or free_port()
+        server_spec = _with_port(spec.server, port)
+        server_id = f"{record.run_id}-server"
+        self._transition(
+            record.run_id,
+            RunState.STARTING,
+            f"starting server {server_id} on port {port}",
+            server_id=server_id,
+            port=port,
+        )
+        self._registry.start(server_spec, server_id)
+
+    def _wait_ready(self, record: RunRecord) -> None:
+        while True:
+            self._check(record.run_id)
+            server = self._registry.get(record.server_id)
+            if server.state is ServerState.READY:
+                self._transition(
+                    record.run_id, RunState.READY, f"server READY in {server.ready_seconds:.1f} s"
+                )
+                return
+            if server.state.is_terminal():
+                tail = " | ".join(server.log_tail[-5:])
+                raise BenchFailed(
+                    f"server {server.state.value}: {server.message}"
+                    + (f" — {tail}" if tail else "")
+                )
+            self._registry.wait_for(server.id, _changed_since(server.version), POLL * 4)
+
+    def _job(self, record: RunRecord) -> BenchJob:
+        with self._lock:
+            known = self._jobs.get(record.run_id)
+            if known is not None:
+                return known
+        subs = {"port": str(record.port), "url": f"http://127.0.0.1:{record.port}"}
+        workdir = self.run_dir(record.run_id)
+        if record.spec.command is not None:
+            job: BenchJob = CommandJob(record.spec.command, workdir, subs)
+        else:
+            config = dict(record.spec.builtin or {})
+            config["url"] = (
+                str(config.get("url", "")).replace("{port}", subs["port"]) or subs["url"]
+            )
+            job = self._builtin_job(config, workdir, record.spec.experiment or record.run_id)
+        with self._lock:
+            self._jobs[record.run_id] = job
+            return job
+
+    def _benchmark(self, record: RunRecord, fresh: bool) -> None:
+        job = self._job(record)
+        if fresh:
+            self._transition(record.run_id, RunState.BENCHMARKING, "benchmark started")
+            job.start()
+        elif not job.attach():
+            job.start()  # the agent died before the benchmark process was spawned
+        last: dict[str, Any] | None = None
+        try:
+            while not job.finished():
+                self._check(record.run_id)
+                progress = job.progress()
+                if progress is not None and progress != last:
+                    self._update(record.run_id, progress=progress)
+                    last = progress
+                self._closing.wait(POLL)
+        except _Interrupted:
+            job.stop(STOP_GRACE_BENCH)
+            raise
+        progress = job.progress()
+        if progress is not None:
+            self._update(record.run_id, progress=progress)
+        result = job.result()
+        write_json_atomic(
+            self.run_dir(record.run_id) / RESULT_FILE, result
+        )  # on disk before reported
+        self._transition(record.run_id, RunState.STOPPING, "benchmark finished", result=result)
+
+    def _stop_server(self, record: RunRecord) -> None:
+        if not record.server_id or record.spec.server is None or record.spec.keep_server:
+            return
+        server = self._registry.stop(record.server_id)
+        if server.state is ServerState.KILL_FAILED:
+            self._update(record.run_id, kill_failed=True, message=server.message)
+
+    def _stop_all(self, run_id: str) -> None:
+        """After a failure, cancel or timeout: end the benchmark, then the server we started."""
+        with self._lock:
+            job = self._jobs.get(run_id)
+        if job is not None:
+            job.stop(STOP_GRACE_BENCH)
+        record = self.get(run_id)
+        if record.server_id and record.spec.server is not None and not record.spec.keep_server:
+            with contextlib.suppress(NotFound):  # removed by hand meanwhile: nothing to stop
+                self._stop_server(record)
+
+    # --- state changes -----------------------------------------------------------------------
+
+    def _transition(self, run_id: str, target: RunState, message: str, **updates: Any) -> None:
+        with self._changed:
+            record = self._runs[run_id]
+            check_run_transition(record.state, target)
+            for key, value in updates.items():
+                setattr(record, key, value)
+            record.state = target
+            record.message = message
+            record.events.append(RunEvent(self._clock(), target, message))
+            del record.events[:-MAX_EVENTS]
+            if target.is_terminal():
+                record.finished_at = self._clock()
+            record.version += 1
+            self._persist(record)
+            self._changed.notify_all()
+        log.info("run_state", run_id=run_id, state=target.value, detail=message)
+
+    def _update(self, run_id: str, **updates: Any) -> None:
+        with self._changed:
+            record = self._runs[run_id]
+            for key, value in updates.items():
+                setattr(record, key, value)
+            record.version += 1
+            self._changed.notify_all()
+
+    def _finish(self, run_id: str, target: RunState, message: str) -> None:
+        record = self.get(run_id)
+        if record.state.is_terminal():
+            return
+        if record.kill_failed:
+            message = f"{message}; a process survived the stop ladder: {record.message}"
+        self._transition(run_id, target, message)
+        with self._lock:
+            self._jobs.pop(run_id, None)
+
+    def _persist(self, record: RunRecord) -> None:
+        write_json_atomic(self.run_dir(record.run_id) / RUN_FILE, record.to_dict())
+
+    # --- agent start and shutdown ------------------------------------------------------------
+
+    def adopt_existing(self) -> list[str]:
+        """Load every run; continue the unfinished ones where they stood."""
+        resumed = []
+        for path in sorted(self._dir.glob(f"*/{RUN_FILE}")):
+            try:
+                record = RunRecord.from_dict(read_json(path))
+            except (ValueError, KeyError, TypeError) as exc:
+                log.error("run_file_unreadable", path=str(path), error=str(exc))
+                continue
+            result_path = path.parent / RESULT_FILE
+            if result_path.exists():
+                try:
+                    record.result = read_json(result_path)
+                except ValueError:
+                    record.result = None
+            with self._lock:
+                self._runs[record.run_id] = record
+                if not record.state.is_terminal():
+                    self._launch(record.run_id)
+                    resumed.append(record.run_id)
+        return resumed
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Agent shutdown: stop following runs; their processes go on for the next agent."""
+        self._closing.set()
+        with self._lock:
+            threads = list(self._threads.values())
+        for thread in threads:
+            thread.join(timeout)
+
+
+def _changed_since(version: int) -> Callable[[ServerRecord], bool]:
+    return lambda record: record.version != version
+
+
+class _Closing(Exception):
+    """The agent is shutting down: leave the run as it is on disk."""
+
+
+def _with_port(spec: ServerSpec, port: int) -> ServerSpec:
+    """The server spec with its port set and ``{port}`` filled into argv and env values."""
+    placeholder = "{port}"
+    return replace(
+        spec,
+        port=port,
+        argv=tuple(a.replace(placeholder, str(port)) for a in spec.argv),
+        env={k: v.replace(placeholder, str(port)) for k, v in spec.env.items()},
+    ).validated()

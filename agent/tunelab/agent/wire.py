@@ -1,0 +1,257 @@
+"""Conversions between protobuf messages and the agent's domain objects (the only place that
+knows both)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from tunelab.agent.errors import InvalidSpec
+from tunelab.agent.runs.record import CommandBench, RunRecord, RunSpec
+from tunelab.agent.runs.states import RunState
+from tunelab.agent.servers.record import ServerRecord
+from tunelab.agent.servers.spec import (
+    DEFAULT_READY_PATH,
+    DEFAULT_STARTUP_TIMEOUT,
+    DEFAULT_STOP_GRACE,
+    ServerSpec,
+)
+from tunelab.agent.servers.states import ServerState
+from tunelab.bench.config import BenchConfig, BenchConfigError
+from tunelab.v1 import audit_pb2, run_pb2, server_pb2
+
+STATE_TO_PB = {
+    state: server_pb2.ServerState.Value(f"SERVER_STATE_{state.value}") for state in ServerState
+}
+PB_TO_STATE = {v: k for k, v in STATE_TO_PB.items()}
+
+CHECK_STATUS_TO_PB = {
+    name: audit_pb2.CheckStatus.Value(f"CHECK_STATUS_{name}")
+    for name in ("PASS", "WARN", "FAIL", "SKIP", "ERROR")
+}
+
+
+def spec_from_pb(pb: server_pb2.ServerSpec) -> ServerSpec:
+    """Proto → domain spec; defaults applied here, validation left to ServerSpec.validated()."""
+    return ServerSpec(
+        argv=tuple(pb.argv),
+        port=pb.port,
+        name=pb.name,
+        env=dict(pb.env),
+        cwd=pb.cwd,
+        ready_path=pb.ready_path or DEFAULT_READY_PATH,
+        ready_model=pb.ready_model,
+        startup_timeout=pb.startup_timeout_seconds or DEFAULT_STARTUP_TIMEOUT,
+        stop_grace=pb.stop_grace_seconds
+        if pb.HasField("stop_grace_seconds")
+        else DEFAULT_STOP_GRACE,
+    )
+
+
+def spec_to_pb(spec: ServerSpec) -> server_pb2.ServerSpec:
+    return server_pb2.ServerSpec(
+        name=spec.name,
+        argv=list(spec.argv),
+        env=dict(spec.env),
+        cwd=spec.cwd,
+        port=spec.port,
+        ready_path=spec.ready_path,
+        ready_model=spec.ready_model,
+        startup_timeout_seconds=spec.startup_timeout,
+        stop_grace_seconds=spec.stop_grace,
+    )
+
+
+def server_to_pb(
+    record: ServerRecord, log_path: str = "", gpu_memory_bytes: int = 0
+) -> server_pb2.Server:
+    pb = server_pb2.Server(
+        id=record.id,
+        spec=spec_to_pb(record.spec),
+        state=STATE_TO_PB[record.state],
+        pid=record.pid,
+        create_time=record.create_time,
+        ready_seconds=record.ready_seconds,
+        started_at=record.started_at,
+        ready_at=record.ready_at,
+        finished_at=record.finished_at,
+        message=record.message,
+        log_tail=record.log_tail,
+        log_path=log_path,
+        descendants=[
+            server_pb2.ProcessRef(pid=p.pid, create_time=p.create_time)
+            for p in sorted(record.descendants)
+        ],
+        gpu_check_skipped=record.gpu_check_skipped,
+        gpu_memory_bytes=gpu_memory_bytes,
+    )
+    if record.exit_code is not None:
+        pb.exit_code = record.exit_code
+    if record.progress is not None:
+        p = record.progress
+        pb.progress.CopyFrom(
+            server_pb2.LoadProgress(
+                label=p.label,
+                done=p.done,
+                total=p.total,
+                rate_per_second=p.rate_per_second,
+                eta_seconds=p.eta_seconds,
+                updated_at=p.updated_at,
+            )
+        )
+    return pb
+
+
+def audit_report_to_pb(report: Mapping[str, Any], report_json: str) -> audit_pb2.AuditReport:
+    """The audit's JSON document (see README, "Audit a new host") → AuditReport."""
+    checks = []
+    for check in report.get("checks", []):
+        remediation = check.get("remediation") or {}
+        checks.append(
+            audit_pb2.CheckResult(
+                id=str(check["id"]),
+                title=str(check.get("title", "")),
+                status=CHECK_STATUS_TO_PB.get(
+                    str(check.get("status")), audit_pb2.CHECK_STATUS_UNSPECIFIED
+                ),
+                observed=_text(check.get("observed")),
+                expected=_text(check.get("expected")),
+                evidence=[
+                    audit_pb2.Evidence(source=str(e.get("source", "")), value=_text(e.get("value")))
+                    for e in check.get("evidence", [])
+                ],
+                remediation=audit_pb2.Remediation(
+                    command=str(remediation.get("command") or ""),
+                    persistent=str(remediation.get("persistent") or ""),
+                    reboot_required=bool(remediation.get("reboot_required", False)),
+                ),
+            )
+        )
+    return audit_pb2.AuditReport(
+        host=str(report.get("host", "")),
+        environment=str(report.get("environment", "")),
+        checks=checks,
+        generated_at=float(report.get("generated_at", 0.0)),
+        report_json=report_json,
+    )
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else str(value)
+
+
+# --- runs ------------------------------------------------------------------------------------
+
+RUN_STATE_TO_PB = {state: run_pb2.RunState.Value(f"RUN_STATE_{state.value}") for state in RunState}
+
+
+def run_spec_from_pb(pb: run_pb2.RunSpec) -> RunSpec:
+    """Proto → domain run spec, validating the benchmark settings (errors name the field)."""
+    server = spec_from_pb(pb.server) if pb.HasField("server") else None
+    if server is not None and server.port == 0:
+        server = replace(server, port=1).validated()  # port 0 = auto: validate the rest now
+        server = replace(server, port=0)
+    elif server is not None:
+        server = server.validated()
+    builtin = None
+    command = None
+    kind = pb.benchmark.WhichOneof("kind")
+    if kind == "builtin":
+        try:
+            config = BenchConfig.from_builtin_pb(pb.benchmark.builtin, "http://127.0.0.1:{port}")
+        except BenchConfigError as exc:
+            raise InvalidSpec(f"benchmark.{exc.field}", exc.problem) from exc
+        builtin = config.to_dict()
+    elif kind == "command":
+        c = pb.benchmark.command
+        if not c.argv:
+            raise InvalidSpec("spec.benchmark.command.argv", "must not be empty")
+        if not c.result_file:
+            raise InvalidSpec("spec.benchmark.command.result_file", "is required")
+        command = CommandBench(tuple(c.argv), c.result_file, dict(c.env))
+    return RunSpec(
+        server=server,
+        server_id=pb.server_id,
+        builtin=builtin,
+        command=command,
+        max_duration=pb.max_duration_seconds,
+        experiment=pb.experiment,
+        keep_server=pb.keep_server,
+    )
+
+
+def _run_spec_to_pb(spec: RunSpec) -> run_pb2.RunSpec:
+    pb = run_pb2.RunSpec(
+        server_id=spec.server_id,
+        max_duration_seconds=spec.max_duration,
+        experiment=spec.experiment,
+        keep_server=spec.keep_server,
+    )
+    if spec.server is not None:
+        pb.server.CopyFrom(spec_to_pb(spec.server))
+    if spec.command is not None:
+        pb.benchmark.command.CopyFrom(
+            run_pb2.CommandBenchmark(
+                argv=list(spec.command.argv),
+                result_file=spec.command.result_file,
+                env=spec.command.env,
+            )
+        )
+    elif spec.builtin is not None:
+        b = spec.builtin
+        pb.benchmark.builtin.CopyFrom(
+            run_pb2.BuiltinBenchmark(
+                api=b.get("api", ""),
+                model=b.get("model", ""),
+                concurrency=list(b.get("concurrency", [])),
+                request_rate=b.get("request_rate", 0.0),
+                requests=b.get("requests", 0),
+                duration_seconds=b.get("duration_seconds", 0.0),
+                input_len=b.get("input_len", 0),
+                output_len=b.get("output_len", 0),
+                url=b.get("url", ""),
+                preset=b.get("preset", ""),
+            )
+        )
+    return pb
+
+
+def run_to_pb(record: RunRecord, server: ServerRecord | None, instance_id: str) -> run_pb2.Run:
+    pb = run_pb2.Run(
+        run_id=record.run_id,
+        spec=_run_spec_to_pb(record.spec),
+        state=RUN_STATE_TO_PB[record.state],
+        server_id=record.server_id,
+        events=[
+            run_pb2.RunEvent(at=e.at, state=RUN_STATE_TO_PB[e.state], message=e.message)
+            for e in record.events
+        ],
+        result_json=json.dumps(record.result, sort_keys=True) if record.result is not None else "",
+        message=record.message,
+        started_at=record.started_at,
+        finished_at=record.finished_at,
+        kill_failed=record.kill_failed,
+        agent_instance_id=instance_id,
+    )
+    if server is not None:
+        pb.server.CopyFrom(server_to_pb(server))
+    p = record.progress
+    if p:
+        pb.progress.CopyFrom(
+            run_pb2.BenchProgress(
+                point_index=int(p.get("point_index", 0)),
+                point_count=int(p.get("point_count", 0)),
+                concurrency=int(p.get("concurrency", 0)),
+                request_rate=float(p.get("request_rate", 0.0)),
+                requests_done=int(p.get("requests_done", 0)),
+                requests_total=int(p.get("requests_total", 0)),
+                errors=int(p.get("errors", 0)),
+                output_tokens_per_second=float(p.get("output_tokens_per_second", 0.0)),
+                elapsed_seconds=float(p.get("elapsed_seconds", 0.0)),
+            )
+        )
+    return pb

@@ -1,0 +1,121 @@
+"""Terminal views of a bench run (rich): a progress bar per point while it runs, then a summary.
+
+Drawn by the process that watches the bench process, never by the one measuring.
+"""
+
+from __future__ import annotations
+
+import sys
+from types import TracebackType
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from tunelab.bench.progress import ProgressState
+
+
+def point_label(concurrency: int, rate: float | str) -> str:
+    return f"c={concurrency}" if concurrency else f"rate={rate}/s"
+
+
+class BenchProgressView:
+    """One bar per sweep point: requests done of total (or seconds of the duration)."""
+
+    def __init__(self, enabled: bool, point_count: int) -> None:
+        self.enabled = enabled
+        self.point_count = point_count
+        self.progress: Progress | None = None
+        self.tasks: dict[int, TaskID] = {}
+
+    def __enter__(self) -> BenchProgressView:
+        if self.enabled:
+            self.progress = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TextColumn("{task.fields[detail]}"),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+            )
+            self.progress.start()
+        return self
+
+    def update(self, state: ProgressState) -> None:
+        p = state.latest
+        if self.progress is None or p is None:
+            return
+        task = self.tasks.get(p.point_index)
+        where = point_label(p.concurrency, p.request_rate)
+        label = f"point {p.point_index + 1}/{p.point_count} {where}"
+        if task is None:
+            task = self.progress.add_task(label, total=None, detail="")
+            self.tasks[p.point_index] = task
+        if p.phase == "warmup":
+            self.progress.update(task, description=f"{label} warm-up", detail="")
+            return
+        total = p.requests_total or None
+        detail = (
+            f"{p.requests_done}{'/' + str(p.requests_total) if p.requests_total else ''} req  "
+            f"{p.output_tokens_per_second:,.0f} tok/s  {p.errors} errors"
+        )
+        self.progress.update(
+            task, description=label, total=total, completed=p.requests_done, detail=detail
+        )
+        if p.phase == "done" and total is None:
+            self.progress.update(task, total=p.requests_done, completed=p.requests_done)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+
+def _pair(point: dict[str, Any], metric: str, first: str = "mean", second: str = "p99") -> str:
+    if not point["completed"]:
+        return "-"
+    return f"{point[f'{first}_{metric}_ms']:.1f} / {point[f'{second}_{metric}_ms']:.1f}"
+
+
+def render_summary(document: dict[str, Any], decode: bool, console: Console | None = None) -> None:
+    """The summary table (one row per point), errors, warnings, and the decode line."""
+    out = console or Console(width=None if sys.stdout.isatty() else 140)
+    table = Table(title=f"tunelab bench: {document['config']['model']} ({document['status']})")
+    for header in (
+        "point", "ok", "failed", "req/s", "out tok/s", "TTFT mean/p99", "TPOT mean/p99",
+        "ITL/token p50/p99", "E2E mean/p99", "client",
+    ):  # fmt: skip
+        table.add_column(header, justify="right")
+    for p in document["points"]:
+        table.add_row(
+            point_label(p["concurrency"], p["request_rate"]),
+            str(p["completed"]),
+            str(p["failed"]),
+            f"{p['request_throughput']:.2f}",
+            f"{p['output_throughput']:,.0f}",
+            _pair(p, "ttft"),
+            _pair(p, "tpot"),
+            _pair(p, "itl_per_token", "median"),
+            _pair(p, "e2el"),
+            "SATURATED" if p["client_saturated"] else "ok",
+        )
+    out.print(table)
+    out.print("times in ms; TPOT = (E2E - TTFT)/(tokens - 1); ITL/token = chunk gap / its tokens")
+    for p in document["points"]:
+        label = point_label(p["concurrency"], p["request_rate"])
+        if p["errors_by_kind"]:
+            kinds = ", ".join(f"{k} {n}" for k, n in sorted(p["errors_by_kind"].items()))
+            out.print(f"{label} errors: {kinds}")
+        if decode and p["completed"]:
+            out.print(
+                f"{label} decode: TPOT {p['mean_tpot_ms']:.2f} ms; per-token ITL min "
+                f"{p['min_itl_per_token_ms']:.2f}, median {p['median_itl_per_token_ms']:.2f}, "
+                f"max {p['max_itl_per_token_ms']:.2f} ms over {p['itl_per_token_samples']} "
+                f"tokens ({p['completed']} requests, {p['mean_output_tokens']:.0f} tokens each)"
+            )
+    for warning in document.get("warnings", []):
+        out.print(f"[yellow]warning:[/yellow] {warning}")

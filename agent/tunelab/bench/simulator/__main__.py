@@ -1,0 +1,3 @@
+from tunelab.bench.simulator.app import main
+
+raise SystemExit(main())

@@ -1,0 +1,213 @@
+"""The simulator process: routes, fake loading, signal handling.
+
+Routes: ``/health`` (503 while loading, then 200), ``/v1/models``, ``/v1/completions``,
+``/v1/chat/completions``, ``/metrics`` (vLLM names) and ``/sim/stats`` (how late the writes were,
+for the client-accuracy benchmark).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import sys
+import time
+from typing import TextIO
+
+from tunelab.bench.fdlimit import raise_fd_limit
+from tunelab.bench.simulator.engine import BadRequest, Generation, error_body, parse_generation
+from tunelab.bench.simulator.http import Connection, Request
+from tunelab.bench.simulator.metrics import SimMetrics
+from tunelab.bench.simulator.options import SimSettings, add_sim_arguments, settings_from_args
+from tunelab.bench.simulator.timing import DeadlineScheduler, LatenessStats, new_event_loop
+
+LISTEN_BACKLOG = 4096  # a closed loop of 1024 connects at once; asyncio's default is 100
+PROGRESS_LABEL = "Loading safetensors checkpoint shards"
+
+
+def _clock(seconds: float) -> str:
+    whole = int(seconds)
+    return f"{whole // 60:02d}:{whole % 60:02d}"
+
+
+def progress_line(done: int, total: int, elapsed: float, per_item: float) -> str:
+    """One SGLang/tqdm-style line: ``...:  54% Completed | 45/83 [00:14<00:13,  3.13it/s]``."""
+    rate = done / elapsed if elapsed > 0 else 0.0
+    remaining = (total - done) * per_item
+    pct = int(100 * done / total)
+    return (
+        f"{PROGRESS_LABEL}: {pct:3d}% Completed | {done}/{total} "
+        f"[{_clock(elapsed)}<{_clock(remaining)}, {rate:5.2f}it/s]"
+    )
+
+
+class SimApp:
+    """Routes requests to the generation engine; holds the shared counters."""
+
+    def __init__(self, settings: SimSettings, out: TextIO) -> None:
+        self.settings = settings
+        self.scheduler = DeadlineScheduler(asyncio.get_running_loop())
+        self.out = out
+        self.ready = False
+        self.lateness = LatenessStats()
+        self.metrics = SimMetrics(settings.model, self.lateness)
+        self.requests = 0
+        self.started = time.time()
+
+    def handle(self, request: Request, conn: Connection) -> None:
+        routes = {
+            "/health": self._health,
+            "/health_generate": self._health,
+            "/v1/models": self._models,
+            "/metrics": self._metrics,
+            "/sim/stats": self._stats,
+        }
+        if request.path in ("/v1/completions", "/v1/chat/completions"):
+            if request.method != "POST":
+                conn.send_response(405, error_body(405, "use POST"))
+                return
+            self._generate(request, conn, chat=request.path.endswith("chat/completions"))
+            return
+        route = routes.get(request.path)
+        if route is None:
+            conn.send_response(404, error_body(404, f"no route {request.path}"))
+        elif request.method not in ("GET", "HEAD"):
+            conn.send_response(405, error_body(405, "use GET"))
+        else:
+            route(conn)
+
+    def _health(self, conn: Connection) -> None:
+        conn.send_response(200 if self.ready else 503, b"", "text/plain")
+
+    def _models(self, conn: Connection) -> None:
+        if not self.ready and not self.settings.models_while_loading:
+            conn.send_response(503, error_body(503, "loading"))
+            return
+        body = {
+            "object": "list",
+            "data": [
+                {
+                    "id": self.settings.model,
+                    "object": "model",
+                    "created": int(self.started),
+                    "owned_by": "tunelab-sim",
+                    "root": self.settings.model,
+                    "max_model_len": 131072,
+                }
+            ],
+        }
+        conn.send_response(200, json.dumps(body).encode())
+
+    def _metrics(self, conn: Connection) -> None:
+        conn.send_response(200, self.metrics.render(), "text/plain; version=0.0.4; charset=utf-8")
+
+    def _stats(self, conn: Connection) -> None:
+        body = {
+            "ready": self.ready,
+            "requests": self.requests,
+            "running": self.metrics.running,
+            "generation_tokens": self.metrics.generation_tokens,
+            "write_lateness": self.lateness.summary(),
+        }
+        conn.send_response(200, json.dumps(body).encode())
+
+    def _generate(self, request: Request, conn: Connection, chat: bool) -> None:
+        if not self.ready:
+            conn.send_response(503, error_body(503, "the model is still loading"))
+            return
+        try:
+            req = parse_generation(request.body, chat, self.settings)
+        except BadRequest as exc:
+            conn.send_response(400, error_body(400, str(exc)))
+            return
+        self.requests += 1
+        fault = self.settings.fault_for(self.requests)
+        if fault is not None:
+            errs = self.metrics.errors_injected
+            errs[fault.kind] = errs.get(fault.kind, 0) + 1
+            if fault.status is not None:
+                conn.send_response(fault.status, error_body(fault.status, "injected fault"))
+                return
+        Generation(
+            conn,
+            req,
+            self.settings,
+            self.metrics,
+            self.lateness,
+            self.scheduler,
+            f"{self.requests:08x}",
+            fault,
+            request.received,
+        ).start()
+
+    async def load(self) -> None:
+        """Print tqdm-style shard progress (``\\r`` redraws) for ``startup_seconds``, then ready."""
+        total = self.settings.shards
+        duration = self.settings.startup_seconds
+        per_item = duration / total
+        start = time.monotonic()
+        for done in range(0 if duration > 0 else total, total + 1):
+            elapsed = time.monotonic() - start
+            end = "\n" if done == total else ""
+            self.out.write("\r" + progress_line(done, total, elapsed, per_item) + end)
+            self.out.flush()
+            if done < total and per_item > 0:
+                await asyncio.sleep(max(0.0, start + (done + 1) * per_item - time.monotonic()))
+        self.ready = True
+        self.out.write("The server is fired up and ready to roll!\n")
+        self.out.flush()
+
+
+async def serve(settings: SimSettings, out: TextIO) -> None:
+    loop = asyncio.get_running_loop()
+    app = SimApp(settings, out)
+    server = await loop.create_server(
+        lambda: Connection(app.handle),
+        host=settings.host,
+        port=settings.port,
+        backlog=LISTEN_BACKLOG,
+        reuse_address=True,
+    )
+    port = server.sockets[0].getsockname()[1]
+    out.write(
+        f"tunelab-sim {settings.model}: listening on http://{settings.host}:{port} "
+        f"(ttft {settings.ttft_ms} ms, itl {settings.itl_ms} ms, "
+        f"{settings.tokens_per_chunk} tokens/chunk)\n"
+    )
+    out.flush()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    loading = asyncio.create_task(app.load())
+    try:
+        await stop.wait()
+    finally:
+        loading.cancel()
+        server.close()
+        out.write("tunelab-sim: shutting down\n")
+        out.flush()
+
+
+def run(settings: SimSettings, out: TextIO | None = None) -> int:
+    """Serve until SIGTERM/SIGINT on an event loop with sub-millisecond timers."""
+    raise_fd_limit()
+    loop = new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_until_complete(serve(settings, out if out is not None else sys.stderr))
+    except OSError as exc:
+        print(f"tunelab-sim: cannot listen on {settings.host}:{settings.port}: {exc}", file=out)
+        return 1
+    finally:
+        loop.close()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tunelab.bench.simulator",
+        description="An OpenAI-compatible inference-server simulator with exact timing.",
+    )
+    add_sim_arguments(parser)
+    return run(settings_from_args(parser.parse_args(argv)))

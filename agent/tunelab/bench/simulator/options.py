@@ -1,0 +1,178 @@
+"""The simulator's settings: one frozen dataclass, built from command-line flags.
+
+The same flags serve ``python -m tunelab.bench.simulator`` and ``tunelab sim-server``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+USAGE_MODES = ("continuous", "final", "none")
+FAULT_KINDS = ("drop", "hang", "malformed")
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A fault applied to every ``every``-th generation request (1 = all of them).
+
+    ``kind`` is an HTTP status ("429", "500", ...), ``drop`` (close the connection mid-stream),
+    ``hang`` (read the request, never answer) or ``malformed`` (one broken SSE line mid-stream).
+    """
+
+    kind: str
+    every: int = 1
+
+    @property
+    def status(self) -> int | None:
+        return int(self.kind) if self.kind.isdigit() else None
+
+    def applies_to(self, request_number: int) -> bool:
+        return request_number % self.every == 0
+
+
+def parse_fault(text: str) -> Fault:
+    """``KIND[:EVERY]``, e.g. ``429``, ``500:3``, ``drop:5``, ``hang``."""
+    kind, _, every_text = text.partition(":")
+    kind = kind.strip().lower()
+    if not (kind in FAULT_KINDS or (kind.isdigit() and 400 <= int(kind) <= 599)):
+        raise argparse.ArgumentTypeError(
+            "fault kind must be an HTTP status 400-599 or one of "
+            f"{', '.join(FAULT_KINDS)}: {text!r}"
+        )
+    try:
+        every = int(every_text) if every_text else 1
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"fault EVERY must be an integer: {text!r}") from None
+    if every < 1:
+        raise argparse.ArgumentTypeError(f"fault EVERY must be >= 1: {text!r}")
+    return Fault(kind, every)
+
+
+@dataclass(frozen=True)
+class SimSettings:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    model: str = "tunelab-sim"
+    startup_seconds: float = 0.0
+    shards: int = 83
+    ttft_ms: float = 50.0
+    itl_ms: float = 10.0
+    tokens_per_chunk: int = 1
+    default_max_tokens: int = 16
+    eos_after: int = 0  # emit EOS after this many tokens unless ignore_eos; 0 = never
+    usage: str = "continuous"
+    role_chunk_ms: float = (
+        -1.0
+    )  # chat: role-only chunk this long after arrival; -1 = with 1st token
+    drop_after_chunks: int = 2
+    faults: tuple[Fault, ...] = ()
+    models_while_loading: bool = True  # SGLang lists the model before /health turns 200
+
+    def fault_for(self, request_number: int) -> Fault | None:
+        for fault in self.faults:
+            if fault.applies_to(request_number):
+                return fault
+        return None
+
+
+def _non_negative(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
+    return value
+
+
+def add_sim_arguments(p: argparse.ArgumentParser) -> None:
+    """Add the simulator's flags to ``p`` (shared by both front ends)."""
+    d = SimSettings()
+    p.add_argument("--port", type=int, required=True, help="TCP port to listen on")
+    p.add_argument("--host", default=d.host, help=f"address to bind (default {d.host})")
+    p.add_argument("--model", default=d.model, help=f"model id served (default {d.model})")
+    p.add_argument(
+        "--startup-seconds",
+        type=_non_negative,
+        default=d.startup_seconds,
+        help="seconds of fake shard loading; /health answers 503 meanwhile (default 0)",
+    )
+    p.add_argument("--shards", type=_positive_int, default=d.shards, help="shards to 'load'")
+    p.add_argument("--ttft-ms", type=_non_negative, default=d.ttft_ms, help="time to first chunk")
+    p.add_argument("--itl-ms", type=_non_negative, default=d.itl_ms, help="time between chunks")
+    p.add_argument(
+        "--tokens-per-chunk",
+        type=_positive_int,
+        default=d.tokens_per_chunk,
+        help="tokens carried by each streamed chunk (MTP, --stream-interval)",
+    )
+    p.add_argument(
+        "--default-max-tokens",
+        type=_positive_int,
+        default=d.default_max_tokens,
+        help="output length when a request sets no max_tokens",
+    )
+    p.add_argument(
+        "--eos-after",
+        type=int,
+        default=d.eos_after,
+        help="stop after this many tokens unless the request sets ignore_eos (0 = never)",
+    )
+    p.add_argument(
+        "--usage",
+        choices=USAGE_MODES,
+        default=d.usage,
+        help="continuous: honour stream_options fully; final: never per-chunk usage; none: none",
+    )
+    p.add_argument(
+        "--role-chunk-ms",
+        type=float,
+        default=d.role_chunk_ms,
+        help="chat: send the role-only first chunk this long after arrival (default: with the "
+        "first token)",
+    )
+    p.add_argument(
+        "--drop-after-chunks",
+        type=int,
+        default=d.drop_after_chunks,
+        help="chunks sent before a 'drop' fault closes the connection",
+    )
+    p.add_argument(
+        "--fault",
+        type=parse_fault,
+        action="append",
+        default=[],
+        metavar="KIND[:EVERY]",
+        help="inject a fault into every EVERY-th generation request: an HTTP status (429, 500), "
+        "drop, hang or malformed; repeatable, the first that applies wins",
+    )
+    p.add_argument(
+        "--no-models-while-loading",
+        action="store_true",
+        help="answer /v1/models 503 while loading (default: 200 at once, as SGLang does)",
+    )
+
+
+def settings_from_args(args: argparse.Namespace) -> SimSettings:
+    return SimSettings(
+        host=args.host,
+        port=args.port,
+        model=args.model,
+        startup_seconds=args.startup_seconds,
+        shards=args.shards,
+        ttft_ms=args.ttft_ms,
+        itl_ms=args.itl_ms,
+        tokens_per_chunk=args.tokens_per_chunk,
+        default_max_tokens=args.default_max_tokens,
+        eos_after=args.eos_after,
+        usage=args.usage,
+        role_chunk_ms=args.role_chunk_ms,
+        drop_after_chunks=args.drop_after_chunks,
+        faults=tuple(args.fault),
+        models_while_loading=not args.no_models_while_loading,
+    )

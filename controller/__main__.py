@@ -1,3 +1,0 @@
-from controller.cli.main import main
-
-raise SystemExit(main())

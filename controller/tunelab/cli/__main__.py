@@ -1,0 +1,3 @@
+from tunelab.cli.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,115 @@
+"""``tunelab audit``: a host's audit, run by its agent, shown here exactly as on the host.
+
+The agent returns the report document it would print with ``tunelab-agent audit --json``;
+``--json`` prints it unchanged and the table is rendered from it by the same code, so output and
+exit code (0 no FAIL, 1 a FAIL, 2 usage, 3 cannot connect/auth) match the host's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from tunelab.cli.common import (
+    DEFAULT_AGENT,
+    EXIT_USAGE,
+    CliError,
+    add_auth_args,
+    agent_channel,
+    call,
+    controller_target,
+)
+from tunelab.common.auditview import exit_code, render_table
+from tunelab.v1 import agent_pb2, agent_pb2_grpc, audit_pb2, controller_pb2, controller_pb2_grpc
+
+AUDIT_TIMEOUT = 120.0  # a full audit takes well under a second; NVML on a sick GPU can hang
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "audit",
+        help="audit a GPU host for inference tuning (through its agent)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "host",
+        nargs="?",
+        help="a host known to the controller (see tunelab hosts ls); or use --agent ADDR",
+    )
+    p.add_argument(
+        "--agent",
+        help="audit this agent directly, HOST:PORT (default $TUNELAB_AGENT or 127.0.0.1:50051)",
+    )
+    p.add_argument(
+        "--controller",
+        help="controller HOST:PORT for a named HOST (default $TUNELAB_CONTROLLER, config file)",
+    )
+    add_auth_args(p)
+    p.add_argument(
+        "--only", action="append", default=[], metavar="ID[,ID...]", help="run only these checks"
+    )
+    p.add_argument("--json", action="store_true", help="print the agent's report document")
+    p.set_defaults(handler=run)
+
+
+def report_from_pb(report: audit_pb2.AuditReport) -> dict[str, Any]:
+    """The document from the message fields, for an agent that sent no report_json."""
+    return {
+        "host": report.host,
+        "environment": report.environment,
+        "generated_at": report.generated_at,
+        "checks": [
+            {
+                "id": c.id,
+                "title": c.title,
+                "status": audit_pb2.CheckStatus.Name(c.status).removeprefix("CHECK_STATUS_"),
+                "observed": c.observed,
+                "expected": c.expected,
+                "evidence": [{"source": e.source, "value": e.value} for e in c.evidence],
+                "remediation": {
+                    "command": c.remediation.command,
+                    "persistent": c.remediation.persistent,
+                    "reboot_required": c.remediation.reboot_required,
+                },
+            }
+            for c in report.checks
+        ],
+    }
+
+
+def _through_controller(args: argparse.Namespace, only: list[str]) -> audit_pb2.AuditReport:
+    """``tunelab audit HOST``: the controller asks the host's agent (with its own credentials)."""
+    address, auth = controller_target(args)
+    with auth.channel(address) as channel:
+        stub = controller_pb2_grpc.ControllerStub(channel)
+        request = controller_pb2.AuditHostRequest(name=args.host, only=only)
+        return call(address, lambda: stub.AuditHost(request, timeout=AUDIT_TIMEOUT)).report
+
+
+def _direct(args: argparse.Namespace, only: list[str]) -> audit_pb2.AuditReport:
+    """``tunelab audit --agent ADDR``: straight to one agent."""
+    with agent_channel(args) as channel:
+        stub = agent_pb2_grpc.AgentStub(channel)
+        request = agent_pb2.RunAuditRequest(only=only)
+        return call(args.agent, lambda: stub.RunAudit(request, timeout=AUDIT_TIMEOUT)).report
+
+
+def run(args: argparse.Namespace) -> int:
+    args.agent_given = args.agent is not None
+    args.agent = args.agent or os.environ.get("TUNELAB_AGENT", DEFAULT_AGENT)
+    if args.host and args.agent_given:
+        raise CliError("give a HOST known to the controller or --agent ADDR, not both", EXIT_USAGE)
+    only = [part.strip() for value in args.only for part in value.split(",") if part.strip()]
+    report = _through_controller(args, only) if args.host else _direct(args, only)
+    text = report.report_json
+    document: dict[str, Any] = json.loads(text) if text else report_from_pb(report)
+    if args.json:
+        print(text if text else json.dumps(document, indent=2))
+    else:
+        colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+        sys.stdout.write(render_table(document, colour=colour))
+    return exit_code(document)

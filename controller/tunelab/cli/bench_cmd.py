@@ -1,0 +1,207 @@
+"""``tunelab bench`` (the built-in load generator, from any machine) and ``tunelab sim-server``.
+
+The load generator runs as a child process (``python -m tunelab.bench``); this process only
+draws its progress from the progress file, so terminal drawing never delays a timestamp.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tunelab.cli.common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    CliError,
+    is_terminal,
+    print_json,
+)
+from tunelab.common.durations import parse_duration
+
+if TYPE_CHECKING:  # the load generator is imported by the handlers only (see cli.main)
+    from tunelab.bench.config import BenchConfig
+    from tunelab.bench.launcher import BenchFiles
+
+POLL_SECONDS = 0.2
+EXIT_INTERRUPTED = 130
+_FLAGS = {
+    "request_rate": "--rate",
+    "duration_seconds": "--duration",
+    "request_timeout_s": "--timeout",
+    "concurrency": "--concurrency",
+}
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "bench",
+        help="benchmark an OpenAI-compatible server (throughput, TTFT, TPOT, ITL)",
+        description="Run the built-in load generator against URL and print a summary per point.",
+    )
+    p.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:8000")
+    p.add_argument("--model", required=True, help="model id sent in requests")
+    p.add_argument("--api", choices=("completions", "chat"), default="completions")
+    load = p.add_mutually_exclusive_group()
+    load.add_argument("--concurrency", help="closed loop: comma-separated list, e.g. 1,256,1024")
+    load.add_argument("--rate", type=float, default=0.0, help="open loop: requests per second")
+    p.add_argument("--burstiness", type=float, default=1.0, help="gamma shape (1 = Poisson)")
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--requests", type=int, default=0, help="requests per point")
+    size.add_argument("--duration", help="time per point, e.g. 60s or 2m")
+    p.add_argument("--input-len", type=int, default=0, help="prompt length in tokens")
+    p.add_argument("--output-len", type=int, default=0, help="max_tokens per request")
+    p.add_argument("--range-ratio", type=float, default=0.0, help="lengths in [L(1-r), L(1+r)]")
+    p.add_argument("--warmup", type=int, default=0, help="warm-up requests per point (excluded)")
+    p.add_argument("--no-ignore-eos", action="store_true", help="let the model stop early")
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--slo-ttft-ms", type=float, default=0.0, help="goodput: TTFT limit")
+    p.add_argument("--slo-tpot-ms", type=float, default=0.0, help="goodput: TPOT limit")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--preset", choices=("decode",), help="decode: one stream, long output")
+    p.add_argument(
+        "--timeout", type=float, default=600.0, help="seconds without a byte before a request fails"
+    )
+    p.add_argument("--label", default="", help="free text stored in the result")
+    p.add_argument("--json", action="store_true", help="print the result document as JSON")
+    p.add_argument(
+        "--out", type=Path, help="write the result JSON here (requests beside it, .jsonl)"
+    )
+    p.set_defaults(handler=bench)
+
+    s = sub.add_parser(
+        "sim-server",
+        help="run an inference-server simulator with exact timing (no GPU needed)",
+        description="An OpenAI-compatible server that streams chunk j at arrival + TTFT + j*ITL.",
+    )
+    from tunelab.bench.simulator.options import add_sim_arguments  # argparse only
+
+    add_sim_arguments(s)
+    s.set_defaults(handler=sim_server)
+
+
+def sim_server(args: argparse.Namespace) -> int:
+    from tunelab.bench.simulator.app import run as run_simulator
+    from tunelab.bench.simulator.options import settings_from_args
+
+    return run_simulator(settings_from_args(args))
+
+
+def config_from_args(args: argparse.Namespace) -> BenchConfig:
+    from tunelab.bench.config import BenchConfig, BenchConfigError
+
+    try:
+        concurrency = tuple(int(c) for c in args.concurrency.split(",")) if args.concurrency else ()
+    except ValueError:
+        raise CliError(
+            f"--concurrency: expected integers like 1,256,1024, got {args.concurrency!r}",
+            EXIT_USAGE,
+        ) from None
+    try:
+        duration = parse_duration(args.duration) if args.duration else 0.0
+    except ValueError as exc:
+        raise CliError(f"--duration: {exc}", EXIT_USAGE) from None
+    try:
+        return BenchConfig(
+            url=args.url,
+            model=args.model,
+            api=args.api,
+            concurrency=concurrency,
+            request_rate=args.rate,
+            burstiness=args.burstiness,
+            requests=args.requests,
+            duration_seconds=duration,
+            input_len=args.input_len,
+            output_len=args.output_len,
+            range_ratio=args.range_ratio,
+            warmup=args.warmup,
+            ignore_eos=not args.no_ignore_eos,
+            temperature=args.temperature,
+            slo_ttft_ms=args.slo_ttft_ms,
+            slo_tpot_ms=args.slo_tpot_ms,
+            seed=args.seed,
+            preset=args.preset or "",
+            label=args.label,
+            request_timeout_s=args.timeout,
+        ).with_preset()
+    except BenchConfigError as exc:
+        name = exc.field.split("[", 1)[0]
+        flag = _FLAGS.get(name, "--" + name.replace("_", "-"))
+        raise CliError(f"{flag}: {exc.problem}", EXIT_USAGE) from None
+
+
+def preflight(config: BenchConfig) -> None:
+    """Fail fast, with exit code 3, when nothing answers at the URL."""
+    url = config.url.rstrip("/").removesuffix("/v1") + "/v1/models"
+    try:
+        with urllib.request.urlopen(url, timeout=10):  # noqa: S310 - an http(s) URL, validated
+            return
+    except urllib.error.HTTPError:
+        return  # it answers; the benchmark will say how
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise CliError(f"cannot reach {config.url}: {reason}", EXIT_UNAVAILABLE) from None
+
+
+def bench(args: argparse.Namespace) -> int:
+    from tunelab.bench.console import render_summary
+    from tunelab.bench.launcher import BenchFiles
+
+    config = config_from_args(args)
+    preflight(config)
+    workdir = Path(tempfile.mkdtemp(prefix="tunelab-bench-"))
+    try:
+        files = BenchFiles(workdir)
+        document, interrupted = _run(config, files, show=is_terminal() and not args.json)
+        if args.out is not None:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(files.result, args.out)
+            shutil.copyfile(files.requests, args.out.with_suffix(".requests.jsonl"))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    if args.json:
+        print_json(document)
+    else:
+        render_summary(document, decode=config.preset == "decode")
+        if args.out is not None:
+            print(f"result: {args.out}  requests: {args.out.with_suffix('.requests.jsonl')}")
+    if interrupted:
+        return EXIT_INTERRUPTED
+    points = document.get("points", [])
+    ok = document.get("status") == "completed" and all(p["completed"] > 0 for p in points)
+    return EXIT_OK if ok else EXIT_FAILED
+
+
+def _run(config: BenchConfig, files: BenchFiles, show: bool) -> tuple[dict[str, Any], bool]:
+    from tunelab.bench.console import BenchProgressView
+    from tunelab.bench.launcher import spawn
+    from tunelab.bench.progress import ProgressReader
+
+    """Run the bench process to its end; the document and whether Ctrl-C stopped it."""
+    proc = spawn(config, files, new_session=False)  # Ctrl-C reaches it too; it writes a partial
+    reader = ProgressReader(files.progress)
+    interrupted = False
+    with BenchProgressView(show, len(config.points())) as view:
+        while True:
+            try:
+                code = proc.poll()
+                view.update(reader.poll())
+                if code is not None:
+                    break
+                time.sleep(POLL_SECONDS)
+            except KeyboardInterrupt:
+                interrupted = True  # the child got SIGINT as well; let it write what it has
+    state = reader.poll()
+    if not files.result.exists():
+        detail = state.error or files.log_tail(800) or f"exit status {proc.returncode}"
+        raise CliError(f"the load generator failed: {detail}", EXIT_FAILED)
+    document: dict[str, Any] = json.loads(files.result.read_text(encoding="utf-8"))
+    return document, interrupted

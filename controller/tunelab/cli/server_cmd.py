@@ -1,0 +1,330 @@
+"""``tunelab server``: direct control of one agent's inference servers from a laptop."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+import grpc
+
+from tunelab.cli.common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    CliError,
+    add_agent_args,
+    agent_channel,
+    call,
+    is_terminal,
+    print_json,
+    rpc_error,
+)
+from tunelab.cli.progress_view import ServerProgressView
+from tunelab.common.durations import format_duration, parse_duration
+from tunelab.v1 import agent_pb2, agent_pb2_grpc, server_pb2
+
+UNARY_TIMEOUT = 15.0
+FAILED_STATES = {server_pb2.SERVER_STATE_FAILED, server_pb2.SERVER_STATE_KILL_FAILED}
+
+
+def state_name(state: server_pb2.ServerState.ValueType) -> str:
+    return server_pb2.ServerState.Name(state).removeprefix("SERVER_STATE_")
+
+
+def server_json(server: server_pb2.Server) -> dict[str, Any]:
+    """The CLI's JSON form of a server (a contract: keys are only ever added)."""
+    progress = None
+    if server.HasField("progress"):
+        p = server.progress
+        progress = {
+            "label": p.label,
+            "done": p.done,
+            "total": p.total,
+            "rate_per_second": p.rate_per_second,
+            "eta_seconds": p.eta_seconds if p.eta_seconds >= 0 else None,
+        }
+    return {
+        "id": server.id,
+        "name": server.spec.name or server.id,
+        "state": state_name(server.state),
+        "pid": server.pid,
+        "exit_code": server.exit_code if server.HasField("exit_code") else None,
+        "progress": progress,
+        "ready_seconds": server.ready_seconds or None,
+        "port": server.spec.port,
+        "argv": list(server.spec.argv),
+        "message": server.message,
+        "log_tail": list(server.log_tail),
+        "log_path": server.log_path,
+        "started_at": server.started_at or None,
+        "ready_at": server.ready_at or None,
+        "finished_at": server.finished_at or None,
+        "gpu_check_skipped": server.gpu_check_skipped,
+        "gpu_memory_bytes": server.gpu_memory_bytes,
+    }
+
+
+def _env_pairs(values: list[str]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise CliError(f"--env {item!r}: expected NAME=VALUE", EXIT_USAGE)
+        env[key] = value
+    return env
+
+
+def _duration(flag: str, text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise CliError(f"{flag}: {exc}", EXIT_USAGE) from None
+
+
+def _stub(args: argparse.Namespace) -> agent_pb2_grpc.AgentStub:
+    return agent_pb2_grpc.AgentStub(agent_channel(args))
+
+
+# --- start ---------------------------------------------------------------------------------
+
+
+def cmd_start(args: argparse.Namespace) -> int:
+    argv = list(args.argv)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if not argv:
+        raise CliError(
+            "give the server command after --, e.g. -- python -m vllm.entrypoints...", EXIT_USAGE
+        )
+    spec = server_pb2.ServerSpec(
+        name=args.name or "",
+        argv=argv,
+        env=_env_pairs(args.env),
+        cwd=args.cwd or "",
+        port=args.port,
+        ready_path=args.ready_path,
+        ready_model=args.ready_model or "",
+        startup_timeout_seconds=_duration("--startup-timeout", args.startup_timeout),
+        stop_grace_seconds=_duration("--grace", args.grace),
+    )
+    stub = _stub(args)
+    response = call(
+        args.agent,
+        lambda: stub.StartServer(
+            agent_pb2.StartServerRequest(id=args.id or "", spec=spec), timeout=UNARY_TIMEOUT
+        ),
+    )
+    server = response.server
+    if args.wait:
+        server = _wait_ready(stub, args, server)
+    if args.json:
+        print_json(server_json(server))
+    else:
+        _print_summary(server)
+    return EXIT_FAILED if server.state in FAILED_STATES else EXIT_OK
+
+
+def _wait_ready(
+    stub: agent_pb2_grpc.AgentStub, args: argparse.Namespace, server: server_pb2.Server
+) -> server_pb2.Server:
+    """Follow WatchServer until READY or terminal, reconnecting if the stream drops."""
+    view = ServerProgressView(enabled=is_terminal() and not args.json)
+    last = server
+    with view:
+        while True:
+            try:
+                for update in stub.WatchServer(agent_pb2.WatchServerRequest(id=server.id)):
+                    last = update.server
+                    view.update(last)
+                    if last.state == server_pb2.SERVER_STATE_READY or last.state in FAILED_STATES:
+                        return last
+                    if last.state in (server_pb2.SERVER_STATE_STOPPED,):
+                        return last
+                return last
+            except grpc.RpcError as exc:
+                error = rpc_error(exc, args.agent)
+                if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                    raise error from exc
+                time.sleep(1.0)  # the agent restarted: re-attach to the same server
+
+
+def _print_summary(server: server_pb2.Server) -> None:
+    data = server_json(server)
+    line = f"{data['id']}  {data['state']}  pid {data['pid']}  port {data['port']}"
+    if data["ready_seconds"]:
+        line += f"  ready in {format_duration(data['ready_seconds'])}"
+    print(line)
+    if server.state in FAILED_STATES:
+        print(f"  {server.message}")
+        if data["exit_code"] is not None:
+            print(f"  exit code {data['exit_code']}")
+        for tail in server.log_tail:
+            print(f"  | {tail}")
+
+
+# --- ls / status -----------------------------------------------------------------------------
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    stub = _stub(args)
+    response = call(
+        args.agent,
+        lambda: stub.ListServers(
+            agent_pb2.ListServersRequest(include_finished=args.all), timeout=UNARY_TIMEOUT
+        ),
+    )
+    rows = [server_json(s) for s in response.servers]
+    if args.json:
+        print_json(rows)
+        return EXIT_OK
+    if not rows:
+        print("no servers" + ("" if args.all else " (--all shows finished ones)"))
+        return EXIT_OK
+    header = ("ID", "NAME", "STATE", "PID", "PORT", "PROGRESS", "READY IN")
+    table = [header]
+    for row in rows:
+        progress = row["progress"]
+        table.append(
+            (
+                row["id"],
+                row["name"],
+                row["state"],
+                str(row["pid"]),
+                str(row["port"]),
+                f"{progress['done']}/{progress['total']}" if progress else "-",
+                format_duration(row["ready_seconds"]) if row["ready_seconds"] else "-",
+            )
+        )
+    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+    for r in table:
+        print("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(r)).rstrip())
+    return EXIT_OK
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    stub = _stub(args)
+    response = call(
+        args.agent,
+        lambda: stub.GetServer(agent_pb2.GetServerRequest(id=args.id), timeout=UNARY_TIMEOUT),
+    )
+    server = response.server
+    if args.json:
+        print_json(server_json(server))
+    else:
+        _print_summary(server)
+        if server.HasField("progress") and server.state != server_pb2.SERVER_STATE_READY:
+            p = server.progress
+            print(f"  {p.label}: {p.done}/{p.total}")
+        if server.state not in FAILED_STATES:
+            print(f"  {server.message}")
+    return EXIT_FAILED if server.state in FAILED_STATES else EXIT_OK
+
+
+# --- logs ------------------------------------------------------------------------------------
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    stub = _stub(args)
+    out = sys.stdout.buffer
+    offset = 0
+    tail = args.tail
+    while True:
+        request = agent_pb2.StreamLogsRequest(server_id=args.id, follow=args.follow)
+        if tail is not None:
+            request.tail_lines = tail
+        else:
+            request.offset = offset
+        try:
+            for chunk in stub.StreamLogs(request):
+                out.write(chunk.data)
+                out.flush()
+                offset = chunk.offset + len(chunk.data)
+                if chunk.eof:
+                    return EXIT_OK
+            return EXIT_OK
+        except grpc.RpcError as exc:
+            if not args.follow or exc.code() != grpc.StatusCode.UNAVAILABLE:
+                raise rpc_error(exc, args.agent) from exc
+            tail = None  # resume exactly where the stream broke
+            time.sleep(1.0)
+
+
+# --- stop ------------------------------------------------------------------------------------
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    stub = _stub(args)
+    grace = _duration("--grace", args.grace) if args.grace else 0.0
+    current = call(
+        args.agent,
+        lambda: stub.GetServer(agent_pb2.GetServerRequest(id=args.id), timeout=UNARY_TIMEOUT),
+    ).server
+    budget = (grace or current.spec.stop_grace_seconds or 30.0) + 90.0
+    response = call(
+        args.agent,
+        lambda: stub.StopServer(
+            agent_pb2.StopServerRequest(id=args.id, grace_seconds=grace), timeout=budget
+        ),
+    )
+    server = response.server
+    if args.json:
+        print_json(server_json(server))
+    else:
+        print(f"{server.id}  {state_name(server.state)}  {server.message}")
+    return EXIT_FAILED if server.state == server_pb2.SERVER_STATE_KILL_FAILED else EXIT_OK
+
+
+# --- parsers ---------------------------------------------------------------------------------
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    server = sub.add_parser("server", help="start, watch and stop inference servers on one agent")
+    ssub = server.add_subparsers(dest="server_command", required=True, metavar="SUBCOMMAND")
+
+    start = ssub.add_parser(
+        "start", help="start a server: tunelab server start --port P -- ARGV..."
+    )
+    add_agent_args(start)
+    start.add_argument("--id", help="caller-chosen id; repeating it returns the same server")
+    start.add_argument("--name", help="unique name among live servers (default: the id)")
+    start.add_argument(
+        "--env", action="append", default=[], metavar="K=V", help="environment addition"
+    )
+    start.add_argument("--cwd", help="working directory (absolute)")
+    start.add_argument("--port", type=int, required=True, help="port the server listens on")
+    start.add_argument("--ready-path", default="/health", help="readiness path (any 2xx = ready)")
+    start.add_argument("--ready-model", help="also require this model id in /v1/models")
+    start.add_argument("--startup-timeout", default="20m", help="startup budget (default 20m)")
+    start.add_argument("--grace", default="30s", help="SIGTERM grace on stop (default 30s)")
+    start.add_argument("--wait", action="store_true", help="follow the load until READY or FAILED")
+    start.add_argument("--json", action="store_true", help="print one JSON object")
+    start.add_argument("argv", nargs=argparse.REMAINDER, help="-- the server's argv")
+    start.set_defaults(handler=cmd_start)
+
+    ls = ssub.add_parser("ls", help="list servers")
+    add_agent_args(ls)
+    ls.add_argument("--all", action="store_true", help="include stopped and failed servers")
+    ls.add_argument("--json", action="store_true")
+    ls.set_defaults(handler=cmd_ls)
+
+    status = ssub.add_parser("status", help="one server's state, progress and last log lines")
+    add_agent_args(status)
+    status.add_argument("id", help="server id or name")
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(handler=cmd_status)
+
+    logs = ssub.add_parser("logs", help="print a server's log")
+    add_agent_args(logs)
+    logs.add_argument("id", help="server id or name")
+    logs.add_argument("-f", "--follow", action="store_true", help="keep printing until it ends")
+    logs.add_argument("--tail", type=int, help="start N lines before the end")
+    logs.set_defaults(handler=cmd_logs)
+
+    stop = ssub.add_parser("stop", help="stop a server and wait until its GPUs are free")
+    add_agent_args(stop)
+    stop.add_argument("id", help="server id or name")
+    stop.add_argument("--grace", help="override the SIGTERM grace period")
+    stop.add_argument("--json", action="store_true")
+    stop.set_defaults(handler=cmd_stop)

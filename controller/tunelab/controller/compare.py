@@ -1,0 +1,132 @@
+"""Side-by-side comparison of experiments: what was varied, throughput per concurrency, latency,
+GPU power and tokens per joule, and the spread across ``repeat`` launches.
+
+The document this builds is the contract of ``tunelab compare --json`` (README, "Compare").
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections import defaultdict
+from typing import Any
+
+from tunelab.controller.states import AttemptState
+from tunelab.controller.store import AttemptRow, ExperimentRow
+
+POINT_FIELDS = (
+    "output_throughput",
+    "request_throughput",
+    "total_token_throughput",
+    "median_ttft_ms",
+    "p99_ttft_ms",
+    "median_tpot_ms",
+    "p99_tpot_ms",
+    "median_itl_ms",
+    "completed",
+    "failed",
+)
+REPEAT_SUFFIX = re.compile(r"#\d+$")
+
+
+def _point_key(point: dict[str, Any]) -> str:
+    if point.get("concurrency"):
+        return f"c{point['concurrency']}"
+    rate = point.get("request_rate")
+    return f"r{rate}" if rate not in (None, "inf") else f"p{point.get('point_index', 0)}"
+
+
+def _result_attempt(attempts: list[AttemptRow]) -> AttemptRow | None:
+    done = [a for a in attempts if a.state is AttemptState.SUCCEEDED]
+    return done[-1] if done else (attempts[-1] if attempts else None)
+
+
+def experiment_row(experiment: ExperimentRow, attempts: list[AttemptRow]) -> dict[str, Any]:
+    attempt = _result_attempt(attempts)
+    result = attempt.result if attempt and attempt.result else {}
+    gpu = attempt.gpu_summary if attempt and attempt.gpu_summary else {}
+    points = []
+    for point in result.get("points", []):
+        rate = point.get("request_rate")
+        entry = {
+            "key": _point_key(point),
+            "concurrency": point.get("concurrency") or None,
+            "request_rate": rate if isinstance(rate, int | float) else None,  # "inf" = closed loop
+        }
+        entry.update({name: point.get(name) for name in POINT_FIELDS})
+        points.append(entry)
+    return {
+        "id": experiment.id,
+        "name": experiment.name,
+        "group": experiment.group,
+        "state": experiment.state.value,
+        "host": attempt.host if attempt else None,
+        "attempt": attempt.id if attempt else None,
+        "varied": experiment.varied,
+        "repeat_index": experiment.repeat_index,
+        "points": points,
+        "mean_power_watts": gpu.get("mean_power_watts_total"),
+        "energy_joules": gpu.get(
+            "benchmark_energy_used_joules", gpu.get("benchmark_energy_joules")
+        ),
+        "energy_source": gpu.get("benchmark_energy_source"),
+        "tokens_per_joule": gpu.get("tokens_per_joule"),
+        "clock_events_seen": sorted(
+            {r for g in (gpu.get("gpus") or {}).values() for r in g.get("clock_events_seen", [])}
+        ),
+        "gpu_summary_samples": gpu.get("samples", 0),
+    }
+
+
+def _spread(values: list[float]) -> dict[str, float]:
+    mean = statistics.fmean(values)
+    stdev = statistics.stdev(values) if len(values) > 1 else 0.0
+    return {
+        "n": len(values),
+        "mean": mean,
+        "min": min(values),
+        "max": max(values),
+        "stdev": stdev,
+        "cv_percent": 100.0 * stdev / mean if mean else 0.0,
+    }
+
+
+def repeat_groups(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Launches of the same variant (``name#1``, ``name#2``...) and their throughput spread."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        if REPEAT_SUFFIX.search(row["name"]):
+            groups[(row["group"], REPEAT_SUFFIX.sub("", row["name"]))].append(row)
+    out = []
+    for (_, name), members in sorted(groups.items(), key=lambda kv: kv[0][1]):
+        per_point: dict[str, list[float]] = defaultdict(list)
+        for member in members:
+            for point in member["points"]:
+                if point.get("output_throughput") is not None:
+                    per_point[point["key"]].append(float(point["output_throughput"]))
+        out.append(
+            {
+                "name": name,
+                "experiments": [m["id"] for m in members],
+                "output_throughput": {
+                    key: _spread(vals) for key, vals in per_point.items() if vals
+                },
+            }
+        )
+    return out
+
+
+def compare(pairs: list[tuple[ExperimentRow, list[AttemptRow]]]) -> dict[str, Any]:
+    rows = [experiment_row(e, a) for e, a in pairs]
+    varied = sorted({key for row in rows for key in row["varied"]})
+    keys: list[str] = []
+    for row in rows:
+        for point in row["points"]:
+            if point["key"] not in keys:
+                keys.append(point["key"])
+    return {
+        "varied_fields": varied,
+        "point_keys": keys,
+        "experiments": rows,
+        "repeats": repeat_groups(rows),
+    }

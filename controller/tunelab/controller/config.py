@@ -1,0 +1,99 @@
+"""The controller's configuration: one frozen dataclass from a TOML file (``[controller]``), then
+``TUNELAB_CONTROLLER_*`` environment variables, then flags; validated once at start-up."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from tunelab.common.auth import ServerAuth
+from tunelab.common.configload import ConfigError, KeyKinds, check_daemon_basics, load_layered
+
+ENV_PREFIX = "TUNELAB_CONTROLLER_"
+__all__ = ["ENV_PREFIX", "ConfigError", "ControllerConfig", "load_config"]
+
+
+def default_db() -> Path:
+    if os.geteuid() == 0:
+        return Path("/var/lib/tunelab-controller/controller.db")
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "tunelab" / "controller.db"
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    listen: str = "127.0.0.1:50050"
+    db: Path = field(default_factory=default_db)
+    token_file: Path | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_client_ca: Path | None = None
+    metrics_listen: str = ""  # e.g. 127.0.0.1:9474
+    agent_token_file: Path | None = None  # token for agents added without one
+    log_level: str = "info"
+    tick: float = 0.5
+    host_poll_interval: float = 5.0
+    attempt_poll_interval: float = 2.0
+    unknown_after_failures: int = 3
+    lease_timeout: float = 600.0
+    scrape_interval: float = 5.0
+    default_metrics_port: int = 9473
+    results_retention_count: int = 500
+    results_retention_age: float = 7 * 86400.0
+    workers: int = 32
+
+    def auth(self) -> ServerAuth:
+        return ServerAuth.from_files(
+            self.token_file, self.tls_cert, self.tls_key, self.tls_client_ca
+        )
+
+    def validate(self) -> ControllerConfig:
+        check_daemon_basics(self)
+        for key in _DURATIONS:
+            if not getattr(self, key) > 0:
+                raise ConfigError(f"{key}: must be > 0")
+        for key in ("unknown_after_failures", "results_retention_count", "workers"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"{key}: must be >= 1")
+        return self
+
+    def redacted(self) -> dict[str, str]:
+        return {f.name: str(getattr(self, f.name)) for f in fields(self)}
+
+
+_DURATIONS = {
+    "tick",
+    "host_poll_interval",
+    "attempt_poll_interval",
+    "lease_timeout",
+    "scrape_interval",
+    "results_retention_age",
+}
+
+
+KINDS = KeyKinds(
+    durations=frozenset(_DURATIONS),
+    paths=frozenset(
+        {"db", "token_file", "tls_cert", "tls_key", "tls_client_ca", "agent_token_file"}
+    ),
+    ints=frozenset(
+        {"unknown_after_failures", "default_metrics_port", "results_retention_count", "workers"}
+    ),
+)
+
+
+def load_config(
+    config_file: Path | None, overrides: dict[str, Any], env: dict[str, str] | None = None
+) -> ControllerConfig:
+    """Defaults < ``[controller]`` table < TUNELAB_CONTROLLER_* < flags (``overrides``)."""
+    return load_layered(
+        ControllerConfig,
+        table="controller",
+        env_prefix=ENV_PREFIX,
+        kinds=KINDS,
+        config_file=config_file,
+        overrides=overrides,
+        env=env,
+    )

@@ -1,0 +1,116 @@
+"""Assembling and running the controller: store, agent client, loop, scraper, gRPC, /metrics."""
+
+from __future__ import annotations
+
+import structlog
+from prometheus_client import disable_created_metrics, start_http_server
+
+from tunelab.common.auth import read_token, split_host_port
+from tunelab.common.serving import Daemon, run_until_signalled, start_daemon
+from tunelab.controller.agent_client import GrpcAgentClient
+from tunelab.controller.config import ControllerConfig
+from tunelab.controller.dispatch import AttemptDriver, DriverSettings
+from tunelab.controller.hosts import HostMonitor
+from tunelab.controller.loop import ControlLoop
+from tunelab.controller.metrics import ControllerMetrics
+from tunelab.controller.scheduler import Scheduler
+from tunelab.controller.scrape import MetricsScraper, ScrapeTarget
+from tunelab.controller.service import SERVICE_NAME, ControllerService
+from tunelab.controller.states import AttemptState
+from tunelab.controller.store import SqliteStore
+from tunelab.v1 import controller_pb2_grpc
+
+log = structlog.get_logger(__name__)
+SCRAPED_STATES = (AttemptState.STARTING, AttemptState.READY, AttemptState.BENCHMARKING)
+
+
+class ControllerApp:
+    def __init__(self, config: ControllerConfig) -> None:
+        disable_created_metrics()  # type: ignore[no-untyped-call]  # process-wide: no *_created
+        self.config = config
+        self.store = SqliteStore(config.db)
+        self.agents = GrpcAgentClient(read_token(config.agent_token_file))
+        self.metrics = ControllerMetrics(
+            self.store, config.results_retention_count, config.results_retention_age
+        )
+        self.scraper = MetricsScraper(self._scrape_targets, config.scrape_interval)
+        self.driver = AttemptDriver(
+            self.store,
+            self.agents,
+            self.scraper,
+            DriverSettings(config.unknown_after_failures, config.lease_timeout),
+            on_dispatch_latency=self.metrics.dispatch_latency.observe,
+            on_agent_error=self.metrics.count_agent_error,
+        )
+        self.loop = ControlLoop(
+            HostMonitor(
+                self.store, self.agents, config.host_poll_interval, config.unknown_after_failures
+            ),
+            Scheduler(self.store),
+            self.driver,
+            tick=config.tick,
+            attempt_poll_interval=config.attempt_poll_interval,
+            workers=config.workers,
+            on_pass=self.metrics.scheduling_pass.observe,
+        )
+        self.daemon: Daemon | None = None
+
+    def _scrape_targets(self) -> list[ScrapeTarget]:
+        hosts = {h.name: h for h in self.store.list_hosts()}
+        targets = []
+        for attempt in self.store.live_attempts():
+            host = hosts.get(attempt.host)
+            if host is None or not host.metrics_url or attempt.state not in SCRAPED_STATES:
+                continue
+            benchmarking = attempt.state is AttemptState.BENCHMARKING
+            targets.append(ScrapeTarget(attempt.id, host.metrics_url, attempt.gpus, benchmarking))
+        return targets
+
+    def start(self) -> int:
+        """Resume from the database (nothing is bulk-failed), then serve."""
+        live = self.store.live_attempts()
+        if live:
+            log.info("reconciling", attempts=[a.id for a in live])
+        service = ControllerService(
+            self.store,
+            self.agents,
+            wake=lambda poll_hosts: self.loop.wake(poll_hosts),
+            default_agent_token=read_token(self.config.agent_token_file),
+            default_metrics_port=self.config.default_metrics_port,
+        )
+        self.daemon = start_daemon(
+            listen=self.config.listen,
+            auth=self.config.auth(),
+            register=lambda server: controller_pb2_grpc.add_ControllerServicer_to_server(
+                service, server
+            ),
+            service_names=[SERVICE_NAME],
+        )
+        if self.config.metrics_listen:
+            host, port = split_host_port(self.config.metrics_listen)
+            start_http_server(port, addr=host, registry=self.metrics.registry)
+        self.loop.start()
+        self.loop.wake(poll_hosts=True)
+        self.scraper.start()
+        log.info(
+            "controller_listening",
+            listen=self.config.listen,
+            port=self.daemon.port,
+            db=str(self.config.db),
+        )
+        return self.daemon.port
+
+    def close(self) -> None:
+        if self.daemon is not None:
+            self.daemon.stop(2.0)
+        self.loop.close()
+        self.scraper.close()
+        self.agents.close()
+        self.store.close()
+
+
+def serve(config: ControllerConfig) -> int:
+    """Run until SIGTERM or SIGINT; returns the process exit code."""
+    app = ControllerApp(config)
+    log.info("controller_config", **config.redacted())
+    return run_until_signalled("controller", app.start, app.close)

@@ -1,0 +1,169 @@
+"""``make demo``: the main job on the embedded default, end to end, with nothing but this checkout.
+
+It starts a local agent and controller (SQLite in a temporary directory), registers the host,
+audits it, submits a small ablation of simulator settings (examples/demo-ablation.yaml), waits
+for it, prints ``tunelab compare``, and stops what it started. Every step is the real CLI.
+Without an NVIDIA GPU the agent answers GPU queries from an H200 snapshot captured for the tests,
+so the GPU columns show the pipeline working; with a GPU they are live.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from tunelab.common.pyexec import python_module_argv
+
+REPO = Path(__file__).resolve().parents[3]  # controller/tunelab/controller/demo.py
+SPEC = REPO / "examples" / "demo-ablation.yaml"
+SNAPSHOT = REPO / "tests" / "fixtures" / "nvml" / "h200-busy.json"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _say(text: str) -> None:
+    print(f"\n== {text}", flush=True)
+
+
+def _has_gpu() -> bool:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        pynvml.nvmlShutdown()
+    except Exception:
+        return False
+    return True
+
+
+@contextmanager
+def _daemon(
+    name: str, argv: list[str], address: str, log: Path, env: dict[str, str]
+) -> Iterator[None]:
+    """A daemon process, SIGTERMed at the end; waits until its gRPC health check answers."""
+    with log.open("ab") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=env)
+    try:
+        with grpc.insecure_channel(address) as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            deadline = time.monotonic() + 30
+            while True:
+                if proc.poll() is not None:
+                    raise SystemExit(f"{name} exited; see {log}")
+                try:
+                    health.Check(health_pb2.HealthCheckRequest(), timeout=1)
+                    break
+                except grpc.RpcError:
+                    if time.monotonic() > deadline:
+                        raise SystemExit(f"{name} did not start within 30 s; see {log}") from None
+                    time.sleep(0.1)
+        print(f"{name} listening on {address} (log: {log})")
+        yield
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+
+
+def _tunelab(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    print(f"$ tunelab {' '.join(args)}", flush=True)
+    result = subprocess.run(
+        python_module_argv("tunelab.cli", *args),
+        cwd=REPO,
+        env=env,
+        text=True,
+        capture_output=True,
+    )
+    sys.stdout.write(result.stdout)
+    sys.stderr.write(result.stderr)
+    return result
+
+
+def main() -> int:
+    workdir = Path(tempfile.mkdtemp(prefix="tunelab-demo-"))
+    agent, controller = f"127.0.0.1:{_free_port()}", f"127.0.0.1:{_free_port()}"
+    agent_metrics, controller_metrics = _free_port(), _free_port()
+    env = {
+        **os.environ,
+        "TUNELAB_CONTROLLER": controller,
+        "XDG_CONFIG_HOME": str(workdir / "config"),  # keep the user's own config out of it
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    agent_argv = python_module_argv("tunelab.agent", "serve", "--listen", agent)
+    agent_argv += [
+        "--state-dir",
+        str(workdir / "agent"),
+        "--metrics-listen",
+        f"127.0.0.1:{agent_metrics}",
+    ]
+    if not _has_gpu():
+        agent_argv += ["--nvml-snapshot", str(SNAPSHOT)]
+    controller_argv = python_module_argv(
+        "tunelab.cli", "controller", "serve", "--listen", controller
+    )
+    controller_argv += ["--db", str(workdir / "controller.db")]
+    controller_argv += ["--metrics-listen", f"127.0.0.1:{controller_metrics}"]
+    code = 0
+    with ExitStack() as stack:
+        _say("start a local agent and a controller (SQLite in a temporary directory)")
+        # the agent runs the spec's `python3 -m tunelab.bench.simulator`: this venv's python first
+        stack.enter_context(_daemon("agent", agent_argv, agent, workdir / "agent.log", env))
+        controller_log = workdir / "controller.log"
+        stack.enter_context(_daemon("controller", controller_argv, controller, controller_log, env))
+        if "--nvml-snapshot" in agent_argv:
+            print("no NVIDIA GPU here: the agent answers GPU queries from a captured H200 snapshot")
+
+        _say("register the host")
+        _tunelab(env, "hosts", "add", "local", agent, "--label", "pool=demo",
+                 "--metrics-url", f"http://127.0.0.1:{agent_metrics}/metrics")  # fmt: skip
+        time.sleep(1.0)
+        _tunelab(env, "hosts", "ls")
+
+        _say("audit it (a FAIL here is about this machine, not the demo)")
+        _tunelab(
+            env, "audit", "local", "--only", "cpu.governor,numa.balancing,mem.thp,gpu.power_limit"
+        )
+
+        _say(f"submit a small ablation: {SPEC.relative_to(REPO)}")
+        submitted = _tunelab(env, "submit", str(SPEC), "--wait")
+        if submitted.returncode != 0:
+            code = 1
+
+        _say("compare")
+        listed = subprocess.run(
+            python_module_argv("tunelab.cli", "ls", "--json"),
+            cwd=REPO,
+            env=env,
+            text=True,
+            capture_output=True,
+        )
+        groups = sorted({e["group"] for e in json.loads(listed.stdout or "[]")})
+        if groups:
+            _tunelab(env, "compare", groups[-1])
+        _say("stop what the demo started")
+    if code == 0:
+        shutil.rmtree(workdir, ignore_errors=True)
+        _say("demo done")
+    else:
+        _say(f"demo FAILED (logs kept in {workdir})")
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,312 @@
+"""Driving attempts on agents: send StartRun, follow the run, cancel, and decide UNKNOWN / LOST.
+
+Transport errors never end an attempt by themselves: an agent that does not answer makes it
+UNKNOWN, and only a lease timeout (or an agent that answers but no longer has the run) makes it
+LOST. StartRun is idempotent on the attempt id, so re-sending it after any doubt is safe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+import structlog
+
+from tunelab.controller.agent_client import AgentClient, StartCall
+from tunelab.controller.scrape import MetricsScraper, benchmark_energy, tokens_per_joule
+from tunelab.controller.spec.render import to_run_spec
+from tunelab.controller.states import AttemptState, HostState
+from tunelab.controller.store import AttemptRow, HostRow, Store, StoreConflict
+from tunelab.v1 import run_pb2
+
+log = structlog.get_logger(__name__)
+A = AttemptState
+
+RUN_TO_ATTEMPT = {
+    run_pb2.RUN_STATE_PENDING: A.STARTING,
+    run_pb2.RUN_STATE_STARTING: A.STARTING,
+    run_pb2.RUN_STATE_READY: A.READY,
+    run_pb2.RUN_STATE_BENCHMARKING: A.BENCHMARKING,
+    run_pb2.RUN_STATE_SUCCEEDED: A.SUCCEEDED,
+    run_pb2.RUN_STATE_FAILED_STARTUP: A.FAILED_STARTUP,
+    run_pb2.RUN_STATE_FAILED_BENCHMARK: A.FAILED_BENCHMARK,
+    run_pb2.RUN_STATE_CANCELLED: A.CANCELLED,
+    run_pb2.RUN_STATE_TIMED_OUT: A.TIMED_OUT,
+}
+TRANSPORT_ERRORS = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+LIVE = tuple(s for s in AttemptState if s.is_active())
+
+
+@dataclass(frozen=True)
+class DriverSettings:
+    unknown_after_failures: int = 3
+    lease_timeout: float = 600.0  # UNKNOWN this long → LOST
+
+
+class AttemptDriver:
+    def __init__(
+        self,
+        store: Store,
+        agents: AgentClient,
+        scraper: MetricsScraper | None,
+        settings: DriverSettings,
+        clock: Callable[[], float] = time.time,
+        on_dispatch_latency: Callable[[float], None] = lambda seconds: None,
+        on_finished: Callable[[AttemptRow], None] = lambda attempt: None,
+        on_agent_error: Callable[[str, str], None] = lambda host, code: None,
+    ) -> None:
+        self._store = store
+        self._agents = agents
+        self._scraper = scraper
+        self._settings = settings
+        self._clock = clock
+        self._failures: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._on_latency = on_dispatch_latency
+        self._on_finished = on_finished
+        self._on_agent_error = on_agent_error
+
+    # --- entry points ------------------------------------------------------------------------
+
+    def drive_all(self, pool: ThreadPoolExecutor) -> None:
+        """One look at every live attempt, hosts in parallel."""
+        hosts = {h.name: h for h in self._store.list_hosts()}
+        attempts = self._store.live_attempts()
+        futures = [pool.submit(self.drive, a, hosts.get(a.host)) for a in attempts]
+        for future in futures:
+            future.result()
+
+    def drive(self, attempt: AttemptRow, host: HostRow | None) -> None:
+        if host is None:
+            self._finish(attempt, A.LOST, "its host was removed from the controller")
+            return
+        experiment = self._store.get_experiment(attempt.experiment_id)
+        if experiment is None:
+            return
+        unacked = attempt.acked_at is None and A.DISPATCHING in (attempt.state, attempt.prev_state)
+        try:
+            if experiment.cancel_requested and unacked:
+                # The agent may or may not have got StartRun: ask it to cancel, never start it.
+                run = self._agents.cancel_run(host.address, host.token, attempt.id)
+                self._apply(attempt, host, run)
+                return
+            if attempt.state is A.DISPATCHING and attempt.acked_at is None:
+                self._start(attempt, host, experiment.spec)
+                return
+            run = self._agents.get_run(host.address, host.token, attempt.id)
+        except grpc.RpcError as exc:
+            if experiment.cancel_requested and unacked and exc.code() == grpc.StatusCode.NOT_FOUND:
+                self._finish(attempt, A.CANCELLED, "cancelled before the agent started it")
+                return
+            self._on_error(attempt, host, exc, experiment.spec)
+            return
+        self._reset_failures(attempt.id)
+        if experiment.cancel_requested and not _run_terminal(run):
+            self._cancel(attempt, host)
+        self._apply(attempt, host, run)
+
+    # --- start -------------------------------------------------------------------------------
+
+    def _start(self, attempt: AttemptRow, host: HostRow, spec: dict[str, Any]) -> None:
+        run_spec = to_run_spec(spec, attempt.id, attempt.gpus)
+        sent = self._clock()
+        response = self._agents.start_run(host.address, host.token, attempt.id, run_spec)
+        now = self._clock()
+        self._reset_failures(attempt.id)
+        if attempt.dispatched_at is None:  # the first send, not a re-send after doubt
+            self._on_latency(now - attempt.created_at)
+        self._store.update_attempt(
+            attempt.id,
+            dispatched_at=sent,
+            acked_at=now,
+            agent_instance_id=response.run.agent_instance_id,
+        )
+        attempt.acked_at = now
+        self._apply(attempt, host, response.run)
+
+    def dispatch_new(self, attempts: list[AttemptRow], specs: dict[str, dict[str, Any]]) -> None:
+        """Send StartRun for a pass's new attempts all at once; bookkeeping after the answers."""
+        hosts = {h.name: h for h in self._store.list_hosts()}
+        ready = [a for a in attempts if a.host in hosts and a.experiment_id in specs]
+        calls = [
+            StartCall(
+                hosts[a.host].address,
+                hosts[a.host].token,
+                a.id,
+                to_run_spec(specs[a.experiment_id], a.id, a.gpus),
+            )
+            for a in ready
+        ]
+        sent = self._clock()
+        for attempt, outcome in zip(ready, self._agents.start_runs(calls), strict=True):
+            host = hosts[attempt.host]
+            if outcome.error is not None:
+                self._on_error(attempt, host, outcome.error, specs[attempt.experiment_id])
+                continue
+            assert outcome.response is not None
+            self._on_latency(outcome.answered_at - attempt.created_at)
+            self._store.update_attempt(
+                attempt.id,
+                dispatched_at=sent,
+                acked_at=outcome.answered_at,
+                agent_instance_id=outcome.response.run.agent_instance_id,
+            )
+            attempt.acked_at = outcome.answered_at
+            self._apply(attempt, host, outcome.response.run)
+
+    # --- follow ------------------------------------------------------------------------------
+
+    def _apply(self, attempt: AttemptRow, host: HostRow, run: run_pb2.Run) -> None:
+        target = RUN_TO_ATTEMPT.get(run.state)
+        progress = _progress(run)
+        if progress is not None and progress != attempt.progress:
+            self._store.update_attempt(attempt.id, progress=progress)
+        if run.kill_failed:
+            self._quarantine(
+                host, f"run {attempt.id}: a process survived the stop ladder ({run.message})"
+            )
+        if target is None or target is attempt.state:
+            if attempt.state is A.UNKNOWN and attempt.prev_state is not None:
+                self._move(attempt, attempt.prev_state, "the agent answers again")
+            return
+        if target.is_terminal():
+            result = json.loads(run.result_json) if run.result_json else None
+            self._finish(attempt, target, run.message, result=result)
+            return
+        self._move(attempt, target, run.message)
+
+    def _move(self, attempt: AttemptRow, target: AttemptState, message: str) -> None:
+        with contextlib.suppress(StoreConflict):  # another pass moved it; the next look sees it
+            self._store.transition_attempt(
+                attempt.id,
+                target,
+                [attempt.state],
+                message=message,
+                unknown_since=None,
+                prev_state=None,
+            )
+
+    def _finish(
+        self, attempt: AttemptRow, target: AttemptState, message: str, **fields: Any
+    ) -> None:
+        summary = self._scraper.finish(attempt.id) if self._scraper else None
+        if summary is not None:
+            energy = benchmark_energy(fields.get("result"), summary)
+            if energy is not None:
+                summary["benchmark_energy_used_joules"], summary["benchmark_energy_source"] = energy
+            summary["tokens_per_joule"] = tokens_per_joule(fields.get("result"), summary)
+            fields["gpu_summary"] = summary
+        try:
+            done, experiment = self._store.finish_attempt(
+                attempt.id, target, LIVE, message=message, **fields
+            )
+        except StoreConflict:
+            return
+        log.info(
+            "attempt_finished",
+            attempt=attempt.id,
+            state=target.value,
+            experiment_state=experiment.state.value,
+        )
+        self._on_finished(done)
+
+    def _cancel(self, attempt: AttemptRow, host: HostRow) -> None:
+        try:
+            self._agents.cancel_run(host.address, host.token, attempt.id)
+        except grpc.RpcError as exc:
+            log.warning("cancel_failed", attempt=attempt.id, error=exc.details())
+
+    def _quarantine(self, host: HostRow, reason: str) -> None:
+        if not host.quarantined:
+            self._store.update_host(
+                host.name, quarantined=True, state=HostState.QUARANTINED, state_reason=reason
+            )
+            log.error("host_quarantined", host=host.name, reason=reason)
+
+    # --- errors ------------------------------------------------------------------------------
+
+    def _reset_failures(self, attempt_id: str) -> None:
+        with self._lock:
+            self._failures.pop(attempt_id, None)
+
+    def _on_error(
+        self, attempt: AttemptRow, host: HostRow, exc: grpc.RpcError, spec: dict[str, Any]
+    ) -> None:
+        code = exc.code()
+        self._on_agent_error(host.name, code.name)
+        if code == grpc.StatusCode.NOT_FOUND:
+            if attempt.state is A.DISPATCHING or (
+                attempt.state is A.UNKNOWN and attempt.prev_state is A.DISPATCHING
+            ):
+                self._start_quietly(attempt, host, spec)  # the agent never got it: send it again
+                return
+            self._finish(attempt, A.LOST, f"agent {host.name} no longer has the run")
+            return
+        if code == grpc.StatusCode.INVALID_ARGUMENT or code == grpc.StatusCode.FAILED_PRECONDITION:
+            self._finish(attempt, A.FAILED_STARTUP, f"the agent refused the run: {exc.details()}")
+            return
+        if code in TRANSPORT_ERRORS or code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+            self._count_failure(attempt, f"{code.name}: {exc.details()}")
+            return
+        log.warning("agent_call_failed", attempt=attempt.id, code=code.name, details=exc.details())
+        self._count_failure(attempt, f"{code.name}: {exc.details()}")
+
+    def _start_quietly(self, attempt: AttemptRow, host: HostRow, spec: dict[str, Any]) -> None:
+        try:
+            self._store.update_attempt(attempt.id, acked_at=None)
+            fresh = self._store.get_attempt(attempt.id) or attempt
+            self._start(fresh, host, spec)
+        except grpc.RpcError as exc:
+            self._count_failure(attempt, f"{exc.code().name}: {exc.details()}")
+
+    def _count_failure(self, attempt: AttemptRow, reason: str) -> None:
+        with self._lock:
+            count = self._failures.get(attempt.id, 0) + 1
+            self._failures[attempt.id] = count
+        now = self._clock()
+        if attempt.state is A.UNKNOWN:
+            since = attempt.unknown_since or now
+            if now - since >= self._settings.lease_timeout:
+                self._finish(
+                    attempt, A.LOST, f"no answer from the agent for {now - since:.0f} s ({reason})"
+                )
+            return
+        if count >= self._settings.unknown_after_failures:
+            with contextlib.suppress(StoreConflict):
+                self._store.transition_attempt(
+                    attempt.id,
+                    A.UNKNOWN,
+                    [attempt.state],
+                    prev_state=attempt.state,
+                    unknown_since=now,
+                    message=f"agent not answering ({count} failures: {reason})",
+                )
+
+
+def _run_terminal(run: run_pb2.Run) -> bool:
+    target = RUN_TO_ATTEMPT.get(run.state)
+    return target is not None and target.is_terminal()
+
+
+def _progress(run: run_pb2.Run) -> dict[str, Any] | None:
+    if not run.HasField("progress"):
+        return None
+    p = run.progress
+    return {
+        "point_index": p.point_index,
+        "point_count": p.point_count,
+        "concurrency": p.concurrency,
+        "request_rate": p.request_rate,
+        "requests_done": p.requests_done,
+        "requests_total": p.requests_total,
+        "errors": p.errors,
+        "output_tokens_per_second": round(p.output_tokens_per_second, 3),
+        "elapsed_seconds": round(p.elapsed_seconds, 3),
+    }

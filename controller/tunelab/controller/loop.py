@@ -1,0 +1,81 @@
+"""The controller's control loop: poll hosts, schedule, dispatch, follow attempts — one tick at
+a time in one thread, with agent calls fanned out to a pool."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import structlog
+
+from tunelab.controller.dispatch import AttemptDriver
+from tunelab.controller.hosts import HostMonitor
+from tunelab.controller.scheduler import Scheduler
+
+log = structlog.get_logger(__name__)
+
+
+class ControlLoop:
+    def __init__(
+        self,
+        monitor: HostMonitor,
+        scheduler: Scheduler,
+        driver: AttemptDriver,
+        *,
+        tick: float = 0.5,
+        attempt_poll_interval: float = 2.0,
+        workers: int = 32,
+        on_pass: Callable[[float], None] = lambda seconds: None,
+    ) -> None:
+        self._monitor = monitor
+        self._scheduler = scheduler
+        self._driver = driver
+        self._tick = tick
+        self._attempt_poll = attempt_poll_interval
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="agent-call")
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._force_host_poll = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="control-loop", daemon=True)
+        self._last_drive = 0.0
+        self._on_pass = on_pass
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def wake(self, poll_hosts: bool = False) -> None:
+        """Run a tick now (after a submit, a cancel, a new host)."""
+        if poll_hosts:
+            self._force_host_poll.set()
+        self._wake.set()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(10)
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.tick_once()
+            except Exception:  # one bad tick must not stop the queue; it is logged in full
+                log.exception("control_tick_failed")
+            self._wake.wait(self._tick)
+            self._wake.clear()
+
+    def tick_once(self) -> None:
+        force = self._force_host_poll.is_set()
+        self._force_host_poll.clear()
+        self._monitor.poll_due(self._pool, force=force)
+        started = time.perf_counter()
+        created = self._scheduler.pass_once()
+        self._on_pass(time.perf_counter() - started)
+        if created:
+            self._driver.dispatch_new(created, self._scheduler.last_specs)
+        now = time.monotonic()
+        if now - self._last_drive >= self._attempt_poll:
+            self._last_drive = now
+            self._driver.drive_all(self._pool)

@@ -1,0 +1,153 @@
+"""The scheduling pass: queued experiments → hosts, by priority then submission order.
+
+One run at a time per host, or per disjoint GPU set when a spec asks for fewer GPUs than the
+host has. Each placement is committed (an attempt in DISPATCHING) before any agent is called.
+The pass touches only the head of each host selector's queue, so its cost follows the number
+of placements and distinct selectors, not the queue's length.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections import defaultdict, deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tunelab.controller.states import HostState
+from tunelab.controller.store import AttemptRow, ExperimentRow, HostRow, Store
+
+
+@dataclass
+class Occupancy:
+    """Which GPUs of which hosts live attempts hold (whole-host attempts hold everything)."""
+
+    gpus: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
+    whole: set[str] = field(default_factory=set)
+    count: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+    def full(self, host: str, gpu_count: int) -> bool:
+        """Nothing more fits: a whole-host run holds it, or every GPU is taken."""
+        return host in self.whole or (gpu_count > 0 and len(self.gpus[host]) >= gpu_count)
+
+    def add(self, host: str, gpus: list[int]) -> None:
+        self.count[host] += 1
+        if gpus:
+            self.gpus[host].update(gpus)
+        else:
+            self.whole.add(host)
+
+
+def matches(selector: Mapping[str, Any], host: HostRow) -> bool:
+    """Name equality, labels a subset of the host's, and enough GPUs on the host."""
+    name = str(selector.get("name") or "")
+    if name and name != host.name:
+        return False
+    labels: Mapping[str, str] = selector.get("labels") or {}
+    if any(host.labels.get(k) != v for k, v in labels.items()):
+        return False
+    return int(selector.get("gpus") or 0) <= host.gpu_count
+
+
+def place(
+    experiment: ExperimentRow, hosts: list[HostRow], busy: Occupancy
+) -> tuple[str, list[int]] | None:
+    """A host (and GPU indices) for ``experiment`` now, or None. Hosts the experiment was lost
+    on are used only when no other host fits; among equals, the least loaded host wins."""
+    needed = experiment.gpus_needed
+    options: list[tuple[bool, int, str, list[int]]] = []
+    for host in hosts:  # already filtered by matches()
+        if host.name in busy.whole:
+            continue
+        if needed == 0:
+            if busy.count[host.name]:
+                continue
+            gpus: list[int] = []
+        else:
+            free = [i for i in range(host.gpu_count) if i not in busy.gpus[host.name]]
+            if len(free) < needed:
+                continue
+            gpus = free[:needed]
+        option = (host.name in experiment.avoid_hosts, busy.count[host.name], host.name, gpus)
+        if not option[0] and option[1] == 0:
+            return host.name, gpus  # idle, never lost here, first by name: nothing beats it
+        options.append(option)
+    if not options:
+        return None
+    _, _, name, gpus = min(options)
+    return name, gpus
+
+
+PREFETCH = 64
+
+
+class Scheduler:
+    def __init__(self, store: Store, clock: Callable[[], float] = time.time) -> None:
+        self._store = store
+        self._clock = clock
+        self.last_specs: dict[str, dict[str, Any]] = {}  # experiment id -> spec, of the last pass
+
+    def _following(
+        self, current: ExperimentRow, buffers: dict[str, deque[ExperimentRow]]
+    ) -> ExperimentRow | None:
+        """The experiment queued after ``current`` in its selector's order, read in batches."""
+        buffer = buffers.setdefault(current.selector_key, deque())
+        if not buffer:
+            buffer.extend(
+                self._store.queued_after(
+                    current.selector_key, (current.priority, current.seq), PREFETCH
+                )
+            )
+        return buffer.popleft() if buffer else None
+
+    def _explain_wait(self, head: ExperimentRow, registered: list[HostRow]) -> None:
+        """Say why a selector's queue waits: no such host at all, or none free right now."""
+        if any(matches(head.selector, h) for h in registered):
+            why = "waiting for a free host"
+        else:
+            selector = head.selector
+            wanted = selector.get("name") or selector.get("labels") or "any host"
+            gpus = f" with {selector['gpus']} GPUs" if selector.get("gpus") else ""
+            why = f"waiting: no registered host matches {wanted}{gpus} (tunelab hosts add)"
+        if head.message != why:
+            self._store.set_queue_message(head.selector_key, why)
+
+    def pass_once(self) -> list[AttemptRow]:
+        """Place as many queued experiments as free hosts allow; returns the new attempts."""
+        registered = self._store.list_hosts()
+        hosts = [h for h in registered if h.state is HostState.READY and not h.drain]
+        hosts_by_name = {h.name: h for h in hosts}
+        busy = Occupancy()
+        for attempt in self._store.live_attempts():
+            busy.add(attempt.host, attempt.gpus)
+        heap = [(-e.priority, e.seq, e) for e in self._store.queued_heads()]
+        heapq.heapify(heap)
+        plan: list[tuple[str, str, list[int]]] = []
+        specs: dict[str, dict[str, Any]] = {}
+        self.last_specs = specs
+        candidates: dict[str, list[HostRow]] = {}  # per selector: the hosts it may use at all
+        buffers: dict[str, deque[ExperimentRow]] = {}  # per selector: the next queued, prefetched
+        while heap:
+            _, _, experiment = heapq.heappop(heap)
+            fitting = candidates.get(experiment.selector_key)
+            if fitting is None:
+                fitting = [h for h in hosts if matches(experiment.selector, h)]
+                candidates[experiment.selector_key] = fitting
+            spot = None if experiment.cancel_requested else place(experiment, fitting, busy)
+            if spot is None and not experiment.cancel_requested:
+                self._explain_wait(experiment, registered)
+                continue  # nothing fits this selector now; its later entries would not fit either
+            if spot is not None:
+                host, gpus = spot
+                plan.append((experiment.id, host, gpus))
+                specs[experiment.id] = experiment.spec
+                busy.add(host, gpus)
+                if busy.full(host, hosts_by_name[host].gpu_count):  # no selector can use it now
+                    for fitting_hosts in candidates.values():
+                        fitting_hosts[:] = [h for h in fitting_hosts if h.name != host]
+            following = self._following(experiment, buffers)
+            if following is not None:
+                heapq.heappush(heap, (-following.priority, following.seq, following))
+        # one transaction for the whole pass: committed before any agent is called
+        return self._store.create_attempts(plan, self._clock()) if plan else []

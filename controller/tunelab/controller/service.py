@@ -1,0 +1,314 @@
+"""The gRPC adapter for ``tunelab.v1.Controller``: requests in, store/loop calls, messages out."""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import grpc
+import structlog
+
+from tunelab.common.auth import split_host_port
+from tunelab.common.rpcerrors import StatusMapper, StatusTable
+from tunelab.controller.agent_client import AgentClient
+from tunelab.controller.compare import compare
+from tunelab.controller.spec import SpecError, expand_text
+from tunelab.controller.states import ExperimentState, HostState
+from tunelab.controller.store import ExperimentRow, HostRow, Store, StoreConflict
+from tunelab.controller.store.models import selector_key
+from tunelab.controller.wire import PB_TO_EXPERIMENT, experiment_to_pb, host_to_pb
+from tunelab.v1 import agent_pb2, controller_pb2, controller_pb2_grpc
+
+log = structlog.get_logger(__name__)
+SERVICE_NAME = "tunelab.v1.Controller"
+HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+WATCH_POLL = 0.5
+T = TypeVar("T")
+
+
+class NotFoundError(LookupError):
+    pass
+
+
+class InvalidRequest(ValueError):
+    pass
+
+
+STATUS_BY_ERROR: StatusTable = (
+    (SpecError, grpc.StatusCode.INVALID_ARGUMENT),
+    (InvalidRequest, grpc.StatusCode.INVALID_ARGUMENT),
+    (NotFoundError, grpc.StatusCode.NOT_FOUND),
+    (StoreConflict, grpc.StatusCode.FAILED_PRECONDITION),
+)
+_errors = StatusMapper(STATUS_BY_ERROR, proxy="agent")
+_unary, _stream = _errors.unary, _errors.stream
+
+
+class ControllerService(controller_pb2_grpc.ControllerServicer):
+    def __init__(
+        self,
+        store: Store,
+        agents: AgentClient,
+        wake: Callable[[bool], None],
+        default_agent_token: str | None = None,
+        default_metrics_port: int = 9473,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._store = store
+        self._agents = agents
+        self._wake = wake
+        self._default_token = default_agent_token
+        self._metrics_port = default_metrics_port
+        self._clock = clock
+
+    # --- experiments -------------------------------------------------------------------------
+
+    def _experiment(self, key: str) -> ExperimentRow:
+        row = self._store.get_experiment(key)
+        if row is None:
+            by_name = [e for e in self._store.list_experiments(limit=100_000) if e.name == key]
+            if not by_name:
+                raise NotFoundError(f"no experiment {key!r}")
+            row = by_name[-1]
+        return row
+
+    def _pb(self, row: ExperimentRow) -> controller_pb2.Experiment:
+        return experiment_to_pb(row, self._store.attempts_for(row.id))
+
+    @_unary
+    def SubmitExperiments(
+        self, request: controller_pb2.SubmitExperimentsRequest, context: grpc.ServicerContext
+    ) -> controller_pb2.SubmitExperimentsResponse:
+        expanded = expand_text(request.spec_yaml, request.source)
+        group = f"g-{secrets.token_hex(4)}"
+        now = self._clock()
+        rows = [
+            ExperimentRow(
+                id=f"x-{secrets.token_hex(4)}",
+                group=group,
+                name=e.name,
+                state=ExperimentState.QUEUED,
+                spec=e.spec,
+                priority=e.priority,
+                varied=e.varied,
+                selector_key=selector_key(e.host),
+                gpus_needed=int(e.host.get("gpus") or 0),
+                repeat_index=e.repeat_index,
+                max_attempts=e.max_attempts,
+                submitted_at=now,
+            )
+            for e in expanded
+        ]
+        if not request.dry_run:
+            self._store.insert_experiments(rows)
+            log.info("experiments_submitted", group=group, count=len(rows), source=request.source)
+            self._wake(False)
+        return controller_pb2.SubmitExperimentsResponse(
+            experiments=[experiment_to_pb(r, []) for r in rows]
+        )
+
+    @_unary
+    def ListExperiments(
+        self, request: controller_pb2.ListExperimentsRequest, context: grpc.ServicerContext
+    ) -> controller_pb2.ListExperimentsResponse:
+        states = [PB_TO_EXPERIMENT[s] for s in request.states]
+        rows = self._store.list_experiments(states, request.limit or 500, request.group)
+        return controller_pb2.ListExperimentsResponse(experiments=[self._pb(r) for r in rows])
+
+    @_unary
+    def GetExperiment(
+        self, request: controller_pb2.GetExperimentRequest, context: grpc.ServicerContext
+    ) -> controller_pb2.GetExperimentResponse:
+        return controller_pb2.GetExperimentResponse(
+            experiment=self._pb(self._experiment(request.id))
+        )
+
+    @_stream
+    def WatchExperiment(
+        self, request: controller_pb2.WatchExperimentRequest, context: grpc.ServicerContext
+    ) -> Iterator[controller_pb2.WatchExperimentResponse]:
+        ids = [self._experiment(i).id for i in request.ids]
+        seen: dict[str, bytes] = {}
+        stopped = threading.Event()
+        context.add_callback(stopped.set)
+        while context.is_active() and not stopped.is_set():
+            pending = False
+            for experiment_id in ids:
+                row = self._store.get_experiment(experiment_id)
+                if row is None:
+                    continue
+                message = self._pb(row)
+                encoded = message.SerializeToString(deterministic=True)
+                if seen.get(experiment_id) != encoded:
+                    seen[experiment_id] = encoded
+                    yield controller_pb2.WatchExperimentResponse(experiment=message)
+                pending = pending or not row.state.is_terminal()
+            if not pending:
+                return
+            stopped.wait(WATCH_POLL)
+
+    @_unary
+    def CancelExperiment(
+        self, request: controller_pb2.CancelExperimentRequest, context: grpc.ServicerContext
+    ) -> controller_pb2.CancelExperimentResponse:
+        rows = [self._experiment(i) for i in request.ids]  # all known before any is touched
+        out = []
+        for row in rows:
+            if row.state is ExperimentState.QUEUED:
+                try:
+                    row = self._store.set_experiment_state(
+                        row.id,
+                        ExperimentState.CANCELLED,
+                        [ExperimentState.QUEUED],
+                        finished_at=self._clock(),
+                        message="cancelled while queued",
+                        cancel_requested=True,
+                    )
+                except StoreConflict:  # dispatched meanwhile: cancel the running attempt
+                    row = self._store.request_cancel(row.id) or row
+            elif row.state is ExperimentState.RUNNING:
+                row = self._store.request_cancel(row.id) or row
+            out.append(self._pb(row))
+        self._wake(False)
+        return controller_pb2.CancelExperimentResponse(experiments=out)
+
+    @_stream
+    def StreamExperimentLogs(
+        self, request: controller_pb2.StreamExperimentLogsRequest, context: grpc.ServicerContext
+    ) -> Iterator[agent_pb2.StreamLogsResponse]:
+        experiment = self._experiment(request.id)
+        attempts = self._store.attempts_for(experiment.id)
+        if not attempts:
+            raise StoreConflict(
+                f"experiment {experiment.id} has not started yet ({experiment.state.value})"
+            )
+        attempt = attempts[-1]
+        host = self._host(attempt.host)
+        proxied = agent_pb2.StreamLogsRequest(
+            run_id=attempt.id,
+            stream=request.stream or "server",
+            follow=request.follow,
+            tail_lines=request.tail_lines,
+        )
+        yield from self._agents.stream_logs(host.address, host.token, proxied)
+
+    # --- hosts -------------------------------------------------------------------------------
+
+    def _host(self, name: str) -> HostRow:
+        host = self._store.get_host(name)
+        if host is None:
+            raise NotFoundError(f"no host {name!r} (tunelab hosts ls lists them)")
+        return host
+
+    def _host_pb(self, host: HostRow) -> controller_pb2.Host:
+        current = [a.id for a in self._store.live_attempts(host.name)]
+        return host_to_pb(host, current)
+
+    @_unary
+    def ListHosts(
+        self, request: controller_pb2.ListHostsRequest, context: grpc.ServicerContext
+    ) -> controller_pb2.ListHostsResponse:
+        return controller_pb2.ListHostsResponse(
+            hosts=[self._host_pb(h) for h in self._store.list_hosts()]
+        )
+
+    @_unary
+    def AddHost(
+        self, request: controller_pb2.AddHostRequest, context: grpc.ServicerContext
+    ) -> controller_pb2.AddHostResponse:
+        if not HOST_NAME.match(request.name):
+            raise InvalidRequest(
+                "name: expected 1-63 letters, digits, '.', '_' or '-', starting alnum"
+            )
+        try:
+            host, _ = split_host_port(request.address)
+        except ValueError as exc:
+            raise InvalidRequest(f"address: {exc}") from None
+        metrics_url = (
+            request.metrics_url or f"http://{_url_host(host)}:{self._metrics_port}/metrics"
+        )
+        if not metrics_url.startswith(("http://", "https://")):
+            raise InvalidRequest("metrics_url: must start with http:// or https://")
+        for key in request.labels:
+            if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$", key):
+                raise InvalidRequest(f"labels: bad label name {key!r}")
+        row = HostRow(
+            name=request.name,
+            address=request.address,
+            labels=dict(request.labels),
+            token=request.token or self._default_token,
+            metrics_url=metrics_url,
+            state=HostState.UNREACHABLE,
+            state_reason="not polled yet",
+            added_at=self._clock(),
+        )
+        saved = self._store.add_host(row, replace=request.replace)
+        self._wake(True)
+        return controller_pb2.AddHostResponse(host=self._host_pb(saved))
+
+    @_unary
+    def RemoveHost(
+        self, request: controller_pb2.RemoveHostRequest, context: grpc.ServicerContext
+    ) -> controller_pb2.RemoveHostResponse:
+        self._host(request.name)
+        self._store.remove_host(request.name)
+        return controller_pb2.RemoveHostResponse()
+
+    @_unary
+    def SetHostDrain(
+        self, request: controller_pb2.SetHostDrainRequest, context: grpc.ServicerContext
+    ) -> controller_pb2.SetHostDrainResponse:
+        host = self._host(request.name)
+        fields: dict[str, Any] = {"drain": request.drain}
+        quarantined = host.quarantined and not request.clear_quarantine
+        if not quarantined:
+            fields["quarantined"] = False
+        if host.state is not HostState.UNREACHABLE:
+            if quarantined:
+                fields["state"] = HostState.QUARANTINED
+            elif request.drain:
+                fields.update(state=HostState.DRAINING, state_reason="drained by a person")
+            else:
+                fields.update(state=HostState.READY, state_reason="")
+        self._store.update_host(host.name, **fields)
+        self._wake(True)
+        return controller_pb2.SetHostDrainResponse(host=self._host_pb(self._host(host.name)))
+
+    @_unary
+    def AuditHost(
+        self, request: controller_pb2.AuditHostRequest, context: grpc.ServicerContext
+    ) -> controller_pb2.AuditHostResponse:
+        host = self._host(request.name)
+        response = self._agents.run_audit(host.address, host.token, list(request.only))
+        return controller_pb2.AuditHostResponse(report=response.report)
+
+    # --- results -----------------------------------------------------------------------------
+
+    @_unary
+    def CompareRuns(
+        self, request: controller_pb2.CompareRunsRequest, context: grpc.ServicerContext
+    ) -> controller_pb2.CompareRunsResponse:
+        if not request.ids:
+            raise InvalidRequest("ids: give experiment ids, names or submission groups")
+        rows: list[ExperimentRow] = []
+        for key in request.ids:
+            group = (
+                self._store.list_experiments(limit=100_000, group=key)
+                if key.startswith("g-")
+                else []
+            )
+            rows.extend(group or [self._experiment(key)])
+        unique = list({r.id: r for r in rows}.values())
+        document = compare([(r, self._store.attempts_for(r.id)) for r in unique])
+        return controller_pb2.CompareRunsResponse(
+            comparison_json=json.dumps(document, sort_keys=True)
+        )
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host

@@ -1,0 +1,207 @@
+"""From a spec file to queue entries: documents, matrix (cartesian product), ablation (baseline
+plus each change alone) and repeat (separate launches). Each result is one experiment."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from tunelab.controller.spec.errors import SpecError, SpecIssue
+from tunelab.controller.spec.schema import check_experiment
+
+VARIABLE_ROOTS = ("server", "benchmark", "host", "max_duration", "priority", "max_attempts")
+
+
+@dataclass(frozen=True)
+class ExpandedExperiment:
+    """One queue entry: a fully validated spec and what makes it differ from its baseline."""
+
+    name: str
+    spec: dict[str, Any]
+    varied: dict[str, str] = field(default_factory=dict)
+    repeat_index: int = 1
+
+    @property
+    def priority(self) -> int:
+        return int(self.spec["priority"])
+
+    @property
+    def host(self) -> dict[str, Any]:
+        return dict(self.spec["host"])
+
+    @property
+    def max_attempts(self) -> int:
+        return int(self.spec["max_attempts"])
+
+
+def parse_spec_text(text: str, source: str = "") -> list[Any]:
+    """The experiment documents in a YAML text: a mapping, a list of them, or several ``---``."""
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:
+        raise SpecError([SpecIssue("", f"not valid YAML: {exc}")], source) from None
+    flat: list[Any] = []
+    for doc in docs:
+        flat.extend(doc if isinstance(doc, list) else [doc])
+    if not flat:
+        raise SpecError([SpecIssue("", "no experiment in the file")], source)
+    return flat
+
+
+def split_path(path: str) -> list[str]:
+    """``server.flags.--a.b`` → ``["server", "flags", "--a.b"]``: map keys may hold dots."""
+    parts = path.split(".")
+    if (
+        len(parts) >= 3
+        and parts[0] in ("server", "benchmark")
+        and parts[1] in ("flags", "env", "slo")
+    ):
+        return [parts[0], parts[1], ".".join(parts[2:])]
+    return parts
+
+
+def apply_change(doc: Mapping[str, Any], path: str, value: Any) -> dict[str, Any]:
+    """A copy of a raw document with one dotted field set (flags/env keys created as needed)."""
+    out = copy.deepcopy(dict(doc))
+    node: dict[str, Any] = out
+    parts = split_path(path)
+    for part in parts[:-1]:
+        child = node.get(part)
+        if child is None:
+            child = {}
+            node[part] = child
+        if not isinstance(child, dict):
+            raise ValueError(f"{part} is not a mapping")
+        node = child
+    node[parts[-1]] = value
+    return out
+
+
+def change_label(path: str, value: Any) -> str:
+    parts = split_path(path)
+    key = parts[-1] if len(parts) == 3 and parts[1] == "flags" else path
+    if value is True and len(parts) == 3 and parts[1] == "flags":
+        return key
+    if value is None:
+        return f"no {key}"
+    return f"{key}={value}"
+
+
+def _variants(
+    raw: Mapping[str, Any], prefix: str, issues: list[SpecIssue]
+) -> list[tuple[str, dict[str, Any]]]:
+    """(label, {path: value}) for each variant; the baseline has an empty change set."""
+    matrix, ablation = raw.get("matrix"), raw.get("ablation")
+    if matrix is not None and ablation is not None:
+        issues.append(SpecIssue(f"{prefix}matrix", "use matrix or ablation, not both"))
+        return []
+    if matrix is not None:
+        if not isinstance(matrix, Mapping) or not matrix:
+            issues.append(
+                SpecIssue(f"{prefix}matrix", "must map dotted field paths to lists of values")
+            )
+            return []
+        axes = []
+        for path, values in matrix.items():
+            if str(path).split(".")[0] not in VARIABLE_ROOTS:
+                issues.append(
+                    SpecIssue(f"{prefix}matrix.{path}", f"must start with one of {VARIABLE_ROOTS}")
+                )
+            if not isinstance(values, list) or not values:
+                issues.append(
+                    SpecIssue(f"{prefix}matrix.{path}", "must be a non-empty list of values")
+                )
+                return []
+            axes.append([(str(path), v) for v in values])
+        combos = []
+        for combo in itertools.product(*axes):
+            changes = dict(combo)
+            combos.append((",".join(change_label(p, v) for p, v in combo), changes))
+        return combos
+    if ablation is not None:
+        if not isinstance(ablation, list) or not ablation:
+            issues.append(
+                SpecIssue(f"{prefix}ablation", "must be a non-empty list of {field: value}")
+            )
+            return []
+        out: list[tuple[str, dict[str, Any]]] = [("baseline", {})]
+        for i, entry in enumerate(ablation):
+            if not isinstance(entry, Mapping) or not entry:
+                issues.append(
+                    SpecIssue(f"{prefix}ablation[{i}]", "must map dotted field paths to a value")
+                )
+                continue
+            for path in entry:
+                if str(path).split(".")[0] not in VARIABLE_ROOTS:
+                    issues.append(
+                        SpecIssue(
+                            f"{prefix}ablation[{i}].{path}",
+                            f"must start with one of {VARIABLE_ROOTS}",
+                        )
+                    )
+            out.append((",".join(change_label(str(p), v) for p, v in entry.items()), dict(entry)))
+        return out
+    return [("", {})]
+
+
+def _value_text(value: Any) -> str:
+    """A changed value as the spec would spell it (true, null, 2048)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def expand_document(raw: Any, prefix: str = "") -> tuple[list[ExpandedExperiment], list[SpecIssue]]:
+    """Validate one document and every variant of it; returns (experiments, issues)."""
+    base_spec, issues = check_experiment(raw, prefix)
+    if issues or not isinstance(raw, Mapping):
+        return [], issues
+    base = {k: v for k, v in raw.items() if k not in ("matrix", "ablation")}
+    experiments: list[ExpandedExperiment] = []
+    for label, changes in _variants(raw, prefix, issues):
+        doc = base
+        try:
+            for path, value in changes.items():
+                doc = apply_change(doc, path, value)
+        except ValueError as exc:
+            issues.append(SpecIssue(f"{prefix}{label}", str(exc)))
+            continue
+        spec, variant_issues = check_experiment(
+            doc, f"{prefix}variant {label!r}: " if label else prefix
+        )
+        if variant_issues:
+            issues.extend(variant_issues)
+            continue
+        varied = {path: _value_text(v) for path, v in changes.items()}
+        name = f"{base_spec['name']}/{label}" if label else base_spec["name"]
+        for index in range(1, spec["repeat"] + 1):
+            suffix = f"#{index}" if spec["repeat"] > 1 else ""
+            experiments.append(ExpandedExperiment(name + suffix, spec, varied, index))
+    return experiments, issues
+
+
+def expand_text(text: str, source: str = "") -> list[ExpandedExperiment]:
+    """Every experiment in a spec file, or SpecError listing every problem (nothing partial)."""
+    docs = parse_spec_text(text, source)
+    experiments: list[ExpandedExperiment] = []
+    issues: list[SpecIssue] = []
+    for i, doc in enumerate(docs):
+        found, problems = expand_document(doc, f"[{i}]." if len(docs) > 1 else "")
+        experiments.extend(found)
+        issues.extend(problems)
+    if issues:
+        raise SpecError(issues, source)
+    names = [e.name for e in experiments]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise SpecError(
+            [SpecIssue("name", f"expands to duplicate experiment names: {duplicates}")], source
+        )
+    return experiments

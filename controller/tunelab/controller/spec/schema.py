@@ -1,0 +1,309 @@
+"""Validation of one experiment document, producing a normalized spec (defaults filled in).
+
+Every problem is collected with the dotted path of its field, so a user fixes a file in one go.
+Unknown keys are errors: a typo must never silently drop a setting.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from tunelab.common.durations import parse_duration
+from tunelab.controller.spec.errors import SpecIssue
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$")
+
+TOP_KEYS = {"name", "priority", "host", "server", "benchmark", "max_duration", "repeat", "matrix",
+            "ablation", "max_attempts"}  # fmt: skip
+SERVER_KEYS = {"command", "flags", "env", "port", "ready", "stop_grace", "cwd"}
+READY_KEYS = {"path", "model", "timeout"}
+HOST_KEYS = {"name", "labels", "gpus"}
+BUILTIN_KEYS = {"api", "model", "concurrency", "rate", "burstiness", "requests", "duration",
+                "input_len", "output_len", "range_ratio", "warmup", "ignore_eos", "temperature",
+                "slo", "seed", "preset", "url"}  # fmt: skip
+COMMAND_KEYS = {"command", "result_file", "env"}
+SLO_KEYS = {"ttft_ms", "tpot_ms"}
+DEFAULT_MAX_DURATION = 2 * 3600.0
+
+
+class Checker:
+    """Collects issues while reading a document; each reader returns a normalized value."""
+
+    def __init__(self, prefix: str = "") -> None:
+        self.prefix = prefix
+        self.issues: list[SpecIssue] = []
+
+    def fail(self, path: str, problem: str) -> None:
+        self.issues.append(SpecIssue(self.prefix + path, problem))
+
+    def mapping(self, value: Any, path: str, allowed: set[str]) -> dict[str, Any]:
+        if not isinstance(value, Mapping):
+            self.fail(path, f"must be a mapping, got {_kind(value)}")
+            return {}
+        for key in value:
+            if key not in allowed:
+                where = f"{path}.{key}" if path else str(key)
+                self.fail(where, f"unknown key (expected one of: {', '.join(sorted(allowed))})")
+        return dict(value)
+
+    def string(self, value: Any, path: str, pattern: re.Pattern[str] | None = None) -> str:
+        if not isinstance(value, str):
+            self.fail(path, f"must be a string, got {_kind(value)}")
+            return ""
+        if pattern is not None and not pattern.match(value):
+            self.fail(path, f"{value!r} does not match {pattern.pattern}")
+        return value
+
+    def integer(self, value: Any, path: str, minimum: int | None = None) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.fail(path, f"must be an integer, got {_kind(value)}")
+            return minimum or 0
+        if minimum is not None and value < minimum:
+            self.fail(path, f"must be >= {minimum}, got {value}")
+        return value
+
+    def number(self, value: Any, path: str, minimum: float | None = None) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            self.fail(path, f"must be a number, got {_kind(value)}")
+            return minimum or 0.0
+        if minimum is not None and value < minimum:
+            self.fail(path, f"must be >= {minimum:g}, got {value}")
+        return float(value)
+
+    def boolean(self, value: Any, path: str) -> bool:
+        if not isinstance(value, bool):
+            self.fail(path, f"must be true or false, got {_kind(value)}")
+            return False
+        return value
+
+    def duration(self, value: Any, path: str) -> float:
+        if isinstance(value, bool):
+            self.fail(path, "must be a duration such as 30s, 20m or 2h")
+            return 0.0
+        try:
+            return parse_duration(value)
+        except (ValueError, TypeError) as exc:
+            self.fail(path, str(exc))
+            return 0.0
+
+    def string_list(self, value: Any, path: str) -> list[str]:
+        if isinstance(value, str) or not isinstance(value, list):
+            self.fail(
+                path,
+                f"must be a list of strings (an argv, never a shell string), got {_kind(value)}",
+            )
+            return []
+        if not value:
+            self.fail(path, "must not be empty")
+        return [self.string(item, f"{path}[{i}]") for i, item in enumerate(value)]
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    kinds = {
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+    }
+    return kinds.get(
+        type(value), "a mapping" if isinstance(value, Mapping) else type(value).__name__
+    )
+
+
+def _flag_value(check: Checker, value: Any, path: str) -> Any:
+    if value is None or value is True:
+        return value
+    if value is False:
+        check.fail(path, "false is not a flag value: use true for a bare flag, null to remove it")
+        return None
+    if isinstance(value, int | float | str):
+        return value
+    if isinstance(value, list) and all(
+        isinstance(v, int | float | str) and not isinstance(v, bool) for v in value
+    ):
+        return value
+    check.fail(path, f"must be a string, number, true, null or a list of those, got {_kind(value)}")
+    return None
+
+
+def check_server(check: Checker, raw: Any) -> dict[str, Any]:
+    server = check.mapping(raw, "server", SERVER_KEYS)
+    command = (
+        check.string_list(server.get("command"), "server.command") if "command" in server else []
+    )
+    if "command" not in server:
+        check.fail("server.command", "is required (the server's argv prefix)")
+    flags_raw = server.get("flags", {})
+    flags: dict[str, Any] = {}
+    if not isinstance(flags_raw, Mapping):
+        check.fail("server.flags", f"must be a mapping of flag -> value, got {_kind(flags_raw)}")
+    else:
+        for key, value in flags_raw.items():
+            if not isinstance(key, str) or not key.startswith("-"):
+                check.fail(f"server.flags.{key}", "flag names start with - or --")
+                continue
+            flags[key] = _flag_value(check, value, f"server.flags.{key}")
+    env_raw = server.get("env", {})
+    env: dict[str, str] = {}
+    if not isinstance(env_raw, Mapping):
+        check.fail("server.env", f'must be a mapping of NAME: "value", got {_kind(env_raw)}')
+    else:
+        for key, value in env_raw.items():
+            if not isinstance(key, str) or not ENV_NAME.match(key):
+                check.fail(f"server.env.{key}", "name must match [A-Za-z_][A-Za-z0-9_]*")
+            env[str(key)] = check.string(value, f"server.env.{key}")
+    port_raw = server.get("port", "auto")
+    port: int | str = "auto"
+    if port_raw != "auto":
+        port = check.integer(port_raw, "server.port", 1)
+        if isinstance(port, int) and port > 65535:
+            check.fail("server.port", f"must be 1-65535 or auto, got {port}")
+    ready = check.mapping(server.get("ready", {}), "server.ready", READY_KEYS)
+    path = check.string(ready.get("path", "/health"), "server.ready.path")
+    if path and not path.startswith("/"):
+        check.fail("server.ready.path", "must start with /")
+    return {
+        "command": command,
+        "flags": flags,
+        "env": env,
+        "port": port,
+        "ready": {
+            "path": path,
+            "model": check.string(ready["model"], "server.ready.model") if "model" in ready else "",
+            "timeout": check.duration(ready.get("timeout", "20m"), "server.ready.timeout"),
+        },
+        "stop_grace": check.duration(server.get("stop_grace", "30s"), "server.stop_grace"),
+        "cwd": check.string(server["cwd"], "server.cwd") if "cwd" in server else "",
+    }
+
+
+def check_benchmark(check: Checker, raw: Any, default_model: str) -> dict[str, Any]:
+    if isinstance(raw, Mapping) and "command" in raw:
+        bench = check.mapping(raw, "benchmark", COMMAND_KEYS)
+        env_raw = bench.get("env", {})
+        env = check.mapping(
+            env_raw, "benchmark.env", set(env_raw) if isinstance(env_raw, Mapping) else set()
+        )
+        if "result_file" not in bench:
+            check.fail("benchmark.result_file", "is required with benchmark.command")
+        return {
+            "kind": "command",
+            "command": check.string_list(bench.get("command"), "benchmark.command"),
+            "result_file": check.string(bench.get("result_file", ""), "benchmark.result_file"),
+            "env": {str(k): check.string(v, f"benchmark.env.{k}") for k, v in env.items()},
+        }
+    bench = check.mapping(raw, "benchmark", BUILTIN_KEYS)
+    concurrency_raw = bench.get("concurrency", [])
+    if isinstance(concurrency_raw, int) and not isinstance(concurrency_raw, bool):
+        concurrency_raw = [concurrency_raw]
+    concurrency: list[int] = []
+    if not isinstance(concurrency_raw, list):
+        check.fail(
+            "benchmark.concurrency", f"must be a list of integers, got {_kind(concurrency_raw)}"
+        )
+    else:
+        concurrency = [
+            check.integer(c, f"benchmark.concurrency[{i}]", 1)
+            for i, c in enumerate(concurrency_raw)
+        ]
+    rate = check.number(bench["rate"], "benchmark.rate", 0.0) if "rate" in bench else 0.0
+    if not concurrency and not rate:
+        check.fail("benchmark", "set concurrency (a sweep list) or rate (requests/s)")
+    if concurrency and rate:
+        check.fail("benchmark", "set concurrency or rate, not both")
+    slo = check.mapping(bench.get("slo", {}), "benchmark.slo", SLO_KEYS)
+    api = check.string(bench.get("api", "completions"), "benchmark.api")
+    if api not in ("completions", "chat"):
+        check.fail("benchmark.api", f"must be completions or chat, got {api!r}")
+    model = check.string(bench["model"], "benchmark.model") if "model" in bench else default_model
+    if not model:
+        check.fail("benchmark.model", "is required when server.ready.model is not set")
+    out = {
+        "kind": "builtin",
+        "api": api,
+        "model": model,
+        "concurrency": concurrency,
+        "rate": rate,
+        "burstiness": check.number(bench.get("burstiness", 1.0), "benchmark.burstiness", 0.0),
+        "requests": check.integer(bench.get("requests", 0), "benchmark.requests", 0),
+        "duration": check.duration(bench.get("duration", 0), "benchmark.duration"),
+        "input_len": check.integer(bench.get("input_len", 1024), "benchmark.input_len", 1),
+        "output_len": check.integer(bench.get("output_len", 256), "benchmark.output_len", 1),
+        "range_ratio": check.number(bench.get("range_ratio", 0.0), "benchmark.range_ratio", 0.0),
+        "warmup": check.integer(bench.get("warmup", 0), "benchmark.warmup", 0),
+        "ignore_eos": check.boolean(bench.get("ignore_eos", True), "benchmark.ignore_eos"),
+        "temperature": check.number(bench.get("temperature", 0.0), "benchmark.temperature", 0.0),
+        "slo_ttft_ms": check.number(slo.get("ttft_ms", 0.0), "benchmark.slo.ttft_ms", 0.0),
+        "slo_tpot_ms": check.number(slo.get("tpot_ms", 0.0), "benchmark.slo.tpot_ms", 0.0),
+        "seed": check.integer(bench.get("seed", 0), "benchmark.seed", 0),
+        "preset": check.string(bench.get("preset", ""), "benchmark.preset"),
+        "url": check.string(bench.get("url", ""), "benchmark.url"),
+    }
+    if not out["requests"] and not out["duration"]:
+        check.fail("benchmark", "set requests (per point) or duration (per point)")
+    if out["preset"] not in ("", "decode"):
+        check.fail("benchmark.preset", f"must be decode or empty, got {out['preset']!r}")
+    return out
+
+
+def check_host(check: Checker, raw: Any) -> dict[str, Any]:
+    if isinstance(raw, str):
+        return {"name": check.string(raw, "host", NAME), "labels": {}, "gpus": 0}
+    if raw is None:
+        return {"name": "", "labels": {}, "gpus": 0}
+    host = check.mapping(raw, "host", HOST_KEYS)
+    labels_raw = host.get("labels", {})
+    labels = check.mapping(
+        labels_raw, "host.labels", set(labels_raw) if isinstance(labels_raw, Mapping) else set()
+    )
+    return {
+        "name": check.string(host["name"], "host.name", NAME) if "name" in host else "",
+        "labels": {
+            str(k): check.string(_label_text(v), f"host.labels.{k}") for k, v in labels.items()
+        },
+        "gpus": check.integer(host.get("gpus", 0), "host.gpus", 0),
+    }
+
+
+def _label_text(value: Any) -> Any:
+    """YAML reads `gpus: 8` or `tp: 2` as numbers; label values are compared as text."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    return value
+
+
+def check_experiment(raw: Any, prefix: str = "") -> tuple[dict[str, Any], list[SpecIssue]]:
+    """Validate one experiment document; returns (normalized spec, issues)."""
+    check = Checker(prefix)
+    doc = check.mapping(raw, "", TOP_KEYS)
+    if not isinstance(raw, Mapping):
+        return {}, check.issues
+    if "name" not in doc:
+        check.fail("name", "is required")
+    if "server" not in doc:
+        check.fail("server", "is required")
+    if "benchmark" not in doc:
+        check.fail("benchmark", "is required")
+    server = check_server(check, doc.get("server", {}))
+    spec: dict[str, Any] = {
+        "name": check.string(doc.get("name", ""), "name", NAME),
+        "priority": check.integer(doc.get("priority", 0), "priority"),
+        "host": check_host(check, doc.get("host")),
+        "server": server,
+        "benchmark": check_benchmark(check, doc.get("benchmark", {}), server["ready"]["model"]),
+        "max_duration": check.duration(
+            doc.get("max_duration", DEFAULT_MAX_DURATION), "max_duration"
+        ),
+        "repeat": check.integer(doc.get("repeat", 1), "repeat", 1),
+        "max_attempts": check.integer(doc.get("max_attempts", 3), "max_attempts", 1),
+    }
+    if spec["max_duration"] <= 0 and not any(i.path.endswith("max_duration") for i in check.issues):
+        check.fail("max_duration", "must be > 0")
+    return spec, check.issues

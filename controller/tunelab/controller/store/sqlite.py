@@ -1,0 +1,615 @@
+"""SQLite implementation of the controller store (WAL, one connection, compare-and-set writes).
+
+Every state change is an ``UPDATE ... WHERE state IN (expected)`` in the same transaction as its
+event row; a zero-row update raises StoreConflict instead of overwriting someone else's write.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from tunelab.controller.states import (
+    ATTEMPT_TERMINAL,
+    AttemptState,
+    ExperimentState,
+    HostState,
+    check_attempt,
+    check_experiment,
+    experiment_outcome,
+)
+from tunelab.controller.store.base import StoreConflict
+from tunelab.controller.store.models import AttemptRow, ExperimentRow, HostRow
+
+_JSON_FIELDS = {
+    "labels": "labels_json",
+    "gpus": "gpus_json",
+    "spec": "spec_json",
+    "varied": "varied_json",
+    "avoid_hosts": "avoid_hosts_json",
+    "result": "result_json",
+    "gpu_summary": "gpu_summary_json",
+    "progress": "progress_json",
+}
+_RENAMES = {"group": "grp"}
+_LIVE = tuple(s.value for s in AttemptState if s not in ATTEMPT_TERMINAL)
+
+
+def _column_values(fields: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in fields.items():
+        if key in _JSON_FIELDS:
+            out[_JSON_FIELDS[key]] = None if value is None else json.dumps(value, sort_keys=True)
+        elif isinstance(value, bool):
+            out[_RENAMES.get(key, key)] = int(value)
+        elif hasattr(value, "value") and isinstance(getattr(value, "value", None), str):
+            out[_RENAMES.get(key, key)] = value.value
+        else:
+            out[_RENAMES.get(key, key)] = value
+    return out
+
+
+def _loads(text: str | None, default: Any) -> Any:
+    return default if text is None else json.loads(text)
+
+
+def _host(row: sqlite3.Row) -> HostRow:
+    return HostRow(
+        name=row["name"],
+        address=row["address"],
+        labels=_loads(row["labels_json"], {}),
+        token=row["token"],
+        metrics_url=row["metrics_url"],
+        state=HostState(row["state"]),
+        state_reason=row["state_reason"],
+        drain=bool(row["drain"]),
+        quarantined=bool(row["quarantined"]),
+        gpu_count=row["gpu_count"],
+        gpus=_loads(row["gpus_json"], []),
+        last_seen=row["last_seen"],
+        agent_instance_id=row["agent_instance_id"],
+        agent_version=row["agent_version"],
+        failures=row["failures"],
+        added_at=row["added_at"],
+    )
+
+
+def _experiment(row: sqlite3.Row) -> ExperimentRow:
+    return ExperimentRow(
+        seq=row["seq"],
+        id=row["id"],
+        group=row["grp"],
+        name=row["name"],
+        state=ExperimentState(row["state"]),
+        priority=row["priority"],
+        spec=_loads(row["spec_json"], {}),
+        varied=_loads(row["varied_json"], {}),
+        selector_key=row["selector_key"],
+        gpus_needed=row["gpus_needed"],
+        repeat_index=row["repeat_index"],
+        max_attempts=row["max_attempts"],
+        avoid_hosts=_loads(row["avoid_hosts_json"], []),
+        submitted_at=row["submitted_at"],
+        started_at=row["started_at"],
+        finished_at=row["finished_at"],
+        message=row["message"],
+        cancel_requested=bool(row["cancel_requested"]),
+    )
+
+
+def _attempt(row: sqlite3.Row) -> AttemptRow:
+    return AttemptRow(
+        id=row["id"],
+        experiment_id=row["experiment_id"],
+        number=row["number"],
+        host=row["host"],
+        gpus=_loads(row["gpus_json"], []),
+        state=AttemptState(row["state"]),
+        prev_state=AttemptState(row["prev_state"]) if row["prev_state"] else None,
+        created_at=row["created_at"],
+        dispatched_at=row["dispatched_at"],
+        acked_at=row["acked_at"],
+        finished_at=row["finished_at"],
+        unknown_since=row["unknown_since"],
+        message=row["message"],
+        result=_loads(row["result_json"], None),
+        gpu_summary=_loads(row["gpu_summary_json"], None),
+        progress=_loads(row["progress_json"], None),
+        agent_instance_id=row["agent_instance_id"],
+    )
+
+
+class SqliteStore:
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        if str(path) != ":memory:":
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._conn = sqlite3.connect(
+            str(path), isolation_level=None, check_same_thread=False, timeout=30
+        )
+        self._conn.row_factory = sqlite3.Row
+        self._lock = threading.RLock()
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        self._conn.execute("PRAGMA foreign_keys=ON")
+        schema = resources.files("tunelab.controller.store").joinpath("schema.sql").read_text()
+        self._conn.executescript(schema)
+        if str(path) != ":memory:":
+            self.path.chmod(0o600)  # host tokens are stored here
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        with self._lock:
+            return self._conn.execute(sql, params).fetchall()
+
+    @staticmethod
+    def _event(
+        conn: sqlite3.Connection, kind: str, ref: str, src: str | None, dst: str | None, msg: str
+    ) -> None:
+        conn.execute(
+            "INSERT INTO events (at, kind, ref, from_state, to_state, message) VALUES (?, ?, ?, ?, ?, ?)",
+            (time.time(), kind, ref, src, dst, msg),
+        )
+
+    # --- hosts -------------------------------------------------------------------------------
+
+    def add_host(self, host: HostRow, replace: bool = False) -> HostRow:
+        values = _column_values(
+            {
+                "name": host.name,
+                "address": host.address,
+                "labels": host.labels,
+                "token": host.token,
+                "metrics_url": host.metrics_url,
+                "state": host.state,
+                "state_reason": host.state_reason,
+                "drain": host.drain,
+                "added_at": host.added_at or time.time(),
+            }
+        )
+        columns = ", ".join(values)
+        marks = ", ".join("?" for _ in values)
+        verb = "INSERT OR REPLACE" if replace else "INSERT"
+        with self._tx() as conn:
+            try:
+                conn.execute(
+                    f"{verb} INTO hosts ({columns}) VALUES ({marks})", list(values.values())
+                )
+            except sqlite3.IntegrityError as exc:
+                raise StoreConflict(
+                    f"host {host.name!r} exists (use --replace to change it)"
+                ) from exc
+            self._event(conn, "host", host.name, None, host.state.value, f"added {host.address}")
+        found = self.get_host(host.name)
+        assert found is not None
+        return found
+
+    def remove_host(self, name: str) -> None:
+        with self._tx() as conn:
+            live = conn.execute(
+                f"SELECT id FROM attempts WHERE host = ? AND state IN ({','.join('?' * len(_LIVE))})",
+                (name, *_LIVE),
+            ).fetchall()
+            if live:
+                raise StoreConflict(
+                    f"host {name!r} has live attempts {[r['id'] for r in live]}; drain it first"
+                )
+            if conn.execute("DELETE FROM hosts WHERE name = ?", (name,)).rowcount == 0:
+                raise KeyError(name)
+            self._event(conn, "host", name, None, None, "removed")
+
+    def get_host(self, name: str) -> HostRow | None:
+        rows = self._query("SELECT * FROM hosts WHERE name = ?", (name,))
+        return _host(rows[0]) if rows else None
+
+    def list_hosts(self) -> list[HostRow]:
+        return [_host(r) for r in self._query("SELECT * FROM hosts ORDER BY name")]
+
+    def update_host(self, name: str, **fields: Any) -> None:
+        values = _column_values(fields)
+        assignments = ", ".join(f"{k} = ?" for k in values)
+        with self._tx() as conn:
+            before = conn.execute("SELECT state FROM hosts WHERE name = ?", (name,)).fetchone()
+            if before is None:
+                raise KeyError(name)
+            conn.execute(f"UPDATE hosts SET {assignments} WHERE name = ?", (*values.values(), name))
+            if "state" in values and values["state"] != before["state"]:
+                self._event(
+                    conn,
+                    "host",
+                    name,
+                    before["state"],
+                    values["state"],
+                    fields.get("state_reason", ""),
+                )
+
+    # --- experiments -------------------------------------------------------------------------
+
+    def insert_experiments(self, rows: Sequence[ExperimentRow]) -> None:
+        with self._tx() as conn:
+            for row in rows:
+                values = _column_values(
+                    {
+                        "id": row.id,
+                        "group": row.group,
+                        "name": row.name,
+                        "state": row.state,
+                        "priority": row.priority,
+                        "spec": row.spec,
+                        "varied": row.varied,
+                        "selector_key": row.selector_key,
+                        "gpus_needed": row.gpus_needed,
+                        "repeat_index": row.repeat_index,
+                        "max_attempts": row.max_attempts,
+                        "submitted_at": row.submitted_at,
+                    }
+                )
+                conn.execute(
+                    f"INSERT INTO experiments ({', '.join(values)}) VALUES ({', '.join('?' * len(values))})",
+                    list(values.values()),
+                )
+                self._event(conn, "experiment", row.id, None, row.state.value, "submitted")
+
+    def get_experiment(self, experiment_id: str) -> ExperimentRow | None:
+        rows = self._query("SELECT * FROM experiments WHERE id = ?", (experiment_id,))
+        return _experiment(rows[0]) if rows else None
+
+    def list_experiments(
+        self, states: Iterable[ExperimentState] = (), limit: int = 500, group: str = ""
+    ) -> list[ExperimentRow]:
+        wanted = [s.value for s in states]
+        where, params = [], []
+        if wanted:
+            where.append(f"state IN ({','.join('?' * len(wanted))})")
+            params.extend(wanted)
+        if group:
+            where.append("grp = ?")
+            params.append(group)
+        clause = f"WHERE {' AND '.join(where)}" if where else ""
+        rows = self._query(
+            f"SELECT * FROM experiments {clause} ORDER BY seq DESC LIMIT ?", (*params, limit)
+        )
+        return [_experiment(r) for r in reversed(rows)]
+
+    def queued_heads(self) -> list[ExperimentRow]:
+        """The first queued experiment (priority, then submission order) of every host selector."""
+        keys = self._query("SELECT DISTINCT selector_key FROM experiments WHERE state = 'QUEUED'")
+        heads = [self.next_queued(k["selector_key"], None) for k in keys]
+        return [h for h in heads if h is not None]
+
+    def next_queued(self, selector_key: str, after: tuple[int, int] | None) -> ExperimentRow | None:
+        rows = self.queued_after(selector_key, after, 1)
+        return rows[0] if rows else None
+
+    def queued_after(
+        self, selector_key: str, after: tuple[int, int] | None, limit: int
+    ) -> list[ExperimentRow]:
+        """Queued experiments of one selector in queue order (priority, then submission), after
+        the (priority, seq) position given; served by the experiments_queue index."""
+        if after is None:
+            rows = self._query(
+                "SELECT * FROM experiments WHERE state = 'QUEUED' AND selector_key = ? "
+                "ORDER BY priority DESC, seq LIMIT ?",
+                (selector_key, limit),
+            )
+        else:
+            priority, seq = after
+            rows = self._query(
+                "SELECT * FROM experiments WHERE state = 'QUEUED' AND selector_key = ? "
+                "AND (priority < ? OR (priority = ? AND seq > ?)) ORDER BY priority DESC, seq LIMIT ?",
+                (selector_key, priority, priority, seq, limit),
+            )
+        return [_experiment(r) for r in rows]
+
+    def set_queue_message(self, selector_key: str, message: str) -> None:
+        """Tell every queued experiment of one host selector why it waits."""
+        with self._tx() as conn:
+            conn.execute(
+                "UPDATE experiments SET message = ? WHERE state = 'QUEUED' AND selector_key = ? AND message != ?",
+                (message, selector_key, message),
+            )
+
+    def count_experiments_by_state(self) -> dict[str, int]:
+        rows = self._query("SELECT state, COUNT(*) AS n FROM experiments GROUP BY state")
+        return {r["state"]: r["n"] for r in rows}
+
+    def request_cancel(self, experiment_id: str) -> ExperimentRow | None:
+        with self._tx() as conn:
+            n = conn.execute(
+                "UPDATE experiments SET cancel_requested = 1 WHERE id = ? AND state IN ('QUEUED', 'RUNNING')",
+                (experiment_id,),
+            ).rowcount
+            if n:
+                self._event(conn, "experiment", experiment_id, None, None, "cancel requested")
+        return self.get_experiment(experiment_id)
+
+    def set_experiment_state(
+        self,
+        experiment_id: str,
+        target: ExperimentState,
+        expect: Iterable[ExperimentState],
+        **fields: Any,
+    ) -> ExperimentRow:
+        with self._tx() as conn:
+            self._set_experiment(conn, experiment_id, target, expect, **fields)
+        row = self.get_experiment(experiment_id)
+        assert row is not None
+        return row
+
+    def _set_experiment(
+        self,
+        conn: sqlite3.Connection,
+        experiment_id: str,
+        target: ExperimentState,
+        expect: Iterable[ExperimentState],
+        **fields: Any,
+    ) -> None:
+        expected = [s.value for s in expect]
+        current = conn.execute(
+            "SELECT state FROM experiments WHERE id = ?", (experiment_id,)
+        ).fetchone()
+        if current is None:
+            raise KeyError(experiment_id)
+        if current["state"] not in expected:
+            raise StoreConflict(
+                f"experiment {experiment_id} is {current['state']}, expected {expected}"
+            )
+        check_experiment(ExperimentState(current["state"]), target)
+        values = _column_values({**fields, "state": target})
+        assignments = ", ".join(f"{k} = ?" for k in values)
+        conn.execute(
+            f"UPDATE experiments SET {assignments} WHERE id = ? AND state = ?",
+            (*values.values(), experiment_id, current["state"]),
+        )
+        self._event(
+            conn,
+            "experiment",
+            experiment_id,
+            current["state"],
+            target.value,
+            fields.get("message", ""),
+        )
+
+    # --- attempts ----------------------------------------------------------------------------
+
+    def create_attempt(
+        self, experiment_id: str, host: str, gpus: list[int], now: float
+    ) -> AttemptRow:
+        """Commit the intent: the experiment is RUNNING on ``host`` before any agent is called."""
+        created = self.create_attempts([(experiment_id, host, gpus)], now)
+        if not created:
+            raise StoreConflict(f"experiment {experiment_id} is not queued")
+        return created[0]
+
+    def create_attempts(
+        self, placements: Sequence[tuple[str, str, list[int]]], now: float
+    ) -> list[AttemptRow]:
+        """Commit a whole scheduling pass in one transaction (the intent log): every placed
+        experiment RUNNING with an attempt in DISPATCHING. Experiments no longer queued (cancelled
+        meanwhile) are skipped."""
+        created: list[AttemptRow] = []
+        if not placements:
+            return created
+        ids = [p[0] for p in placements]
+        marks = ",".join("?" * len(ids))
+        with self._tx() as conn:
+            claimed = {
+                r["id"]
+                for r in conn.execute(
+                    f"UPDATE experiments SET state = 'RUNNING', started_at = COALESCE(started_at, ?), "
+                    f"message = 'dispatching' WHERE id IN ({marks}) AND state = 'QUEUED' "
+                    f"AND cancel_requested = 0 RETURNING id",
+                    (now, *ids),
+                ).fetchall()
+            }
+            counts = {
+                r["experiment_id"]: r["n"]
+                for r in conn.execute(
+                    f"SELECT experiment_id, COUNT(*) AS n FROM attempts WHERE experiment_id IN ({marks}) "
+                    f"GROUP BY experiment_id",
+                    ids,
+                ).fetchall()
+            }
+            events = []
+            for experiment_id, host, gpus in placements:
+                if experiment_id not in claimed:
+                    continue  # cancelled or taken meanwhile
+                number = counts.get(experiment_id, 0) + 1
+                attempt = AttemptRow(
+                    f"{experiment_id}-a{number}",
+                    experiment_id,
+                    number,
+                    host,
+                    AttemptState.DISPATCHING,
+                    list(gpus),
+                    created_at=now,
+                )
+                created.append(attempt)
+                events += [
+                    (
+                        now,
+                        "experiment",
+                        experiment_id,
+                        "QUEUED",
+                        "RUNNING",
+                        f"attempt {number} on {host}",
+                    ),
+                    (now, "attempt", attempt.id, None, "DISPATCHING", f"on {host} gpus {gpus}"),
+                ]
+            conn.executemany(
+                "INSERT INTO attempts (id, experiment_id, number, host, gpus_json, state, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        a.id,
+                        a.experiment_id,
+                        a.number,
+                        a.host,
+                        json.dumps(a.gpus),
+                        a.state.value,
+                        now,
+                    )
+                    for a in created
+                ],
+            )
+            conn.executemany(
+                "INSERT INTO events (at, kind, ref, from_state, to_state, message) VALUES (?, ?, ?, ?, ?, ?)",
+                events,
+            )
+        return created
+
+    def get_attempt(self, attempt_id: str) -> AttemptRow | None:
+        rows = self._query("SELECT * FROM attempts WHERE id = ?", (attempt_id,))
+        return _attempt(rows[0]) if rows else None
+
+    def attempts_for(self, experiment_id: str) -> list[AttemptRow]:
+        rows = self._query(
+            "SELECT * FROM attempts WHERE experiment_id = ? ORDER BY number", (experiment_id,)
+        )
+        return [_attempt(r) for r in rows]
+
+    def live_attempts(self, host: str | None = None) -> list[AttemptRow]:
+        marks = ",".join("?" * len(_LIVE))
+        if host is None:
+            rows = self._query(
+                f"SELECT * FROM attempts WHERE state IN ({marks}) ORDER BY created_at", _LIVE
+            )
+        else:
+            rows = self._query(
+                f"SELECT * FROM attempts WHERE host = ? AND state IN ({marks}) ORDER BY created_at",
+                (host, *_LIVE),
+            )
+        return [_attempt(r) for r in rows]
+
+    def _set_attempt(
+        self,
+        conn: sqlite3.Connection,
+        attempt_id: str,
+        target: AttemptState,
+        expect: Iterable[AttemptState],
+        **fields: Any,
+    ) -> str:
+        expected = [s.value for s in expect]
+        current = conn.execute("SELECT state FROM attempts WHERE id = ?", (attempt_id,)).fetchone()
+        if current is None:
+            raise KeyError(attempt_id)
+        if current["state"] not in expected:
+            raise StoreConflict(f"attempt {attempt_id} is {current['state']}, expected {expected}")
+        check_attempt(AttemptState(current["state"]), target)
+        values = _column_values({**fields, "state": target})
+        assignments = ", ".join(f"{k} = ?" for k in values)
+        conn.execute(
+            f"UPDATE attempts SET {assignments} WHERE id = ? AND state = ?",
+            (*values.values(), attempt_id, current["state"]),
+        )
+        self._event(
+            conn, "attempt", attempt_id, current["state"], target.value, fields.get("message", "")
+        )
+        return str(current["state"])
+
+    def transition_attempt(
+        self, attempt_id: str, target: AttemptState, expect: Iterable[AttemptState], **fields: Any
+    ) -> AttemptRow:
+        with self._tx() as conn:
+            self._set_attempt(conn, attempt_id, target, expect, **fields)
+        attempt = self.get_attempt(attempt_id)
+        assert attempt is not None
+        return attempt
+
+    def update_attempt(self, attempt_id: str, **fields: Any) -> None:
+        values = _column_values(fields)
+        with self._tx() as conn:
+            conn.execute(
+                f"UPDATE attempts SET {', '.join(f'{k} = ?' for k in values)} WHERE id = ?",
+                (*values.values(), attempt_id),
+            )
+
+    def finish_attempt(
+        self, attempt_id: str, target: AttemptState, expect: Iterable[AttemptState], **fields: Any
+    ) -> tuple[AttemptRow, ExperimentRow]:
+        """End an attempt and settle its experiment in one transaction: done, failed, cancelled,
+        or (LOST, retries left, not cancelled) queued again with the lost host avoided."""
+        now = time.time()
+        with self._tx() as conn:
+            self._set_attempt(conn, attempt_id, target, expect, finished_at=now, **fields)
+            attempt = conn.execute("SELECT * FROM attempts WHERE id = ?", (attempt_id,)).fetchone()
+            exp = conn.execute(
+                "SELECT * FROM experiments WHERE id = ?", (attempt["experiment_id"],)
+            ).fetchone()
+            outcome = experiment_outcome(target)
+            message = fields.get("message", "")
+            if exp["state"] == ExperimentState.RUNNING.value:
+                if outcome is None and exp["cancel_requested"]:
+                    outcome = ExperimentState.CANCELLED
+                if outcome is None and attempt["number"] >= exp["max_attempts"]:
+                    outcome = ExperimentState.FAILED
+                    message = f"lost {attempt['number']} times (max_attempts {exp['max_attempts']}): {message}"
+                if outcome is None:
+                    avoid = sorted({*json.loads(exp["avoid_hosts_json"]), attempt["host"]})
+                    self._set_experiment(
+                        conn,
+                        exp["id"],
+                        ExperimentState.QUEUED,
+                        [ExperimentState.RUNNING],
+                        avoid_hosts=avoid,
+                        message=f"attempt {attempt['number']} lost on {attempt['host']}; queued again",
+                    )
+                else:
+                    self._set_experiment(
+                        conn,
+                        exp["id"],
+                        outcome,
+                        [ExperimentState.RUNNING],
+                        finished_at=now,
+                        message=message,
+                    )
+        done = self.get_attempt(attempt_id)
+        experiment = self.get_experiment(done.experiment_id) if done else None
+        assert done is not None and experiment is not None
+        return done, experiment
+
+    def recent_results(self, limit: int, since: float) -> list[tuple[ExperimentRow, AttemptRow]]:
+        rows = self._query(
+            "SELECT a.id AS attempt_id FROM attempts a WHERE a.state = 'SUCCEEDED' AND a.finished_at >= ? "
+            "ORDER BY a.finished_at DESC LIMIT ?",
+            (since, limit),
+        )
+        out = []
+        for row in rows:
+            attempt = self.get_attempt(row["attempt_id"])
+            experiment = self.get_experiment(attempt.experiment_id) if attempt else None
+            if attempt and experiment:
+                out.append((experiment, attempt))
+        return out
+
+    def count_attempts_by_state(self) -> dict[str, int]:
+        rows = self._query("SELECT state, COUNT(*) AS n FROM attempts GROUP BY state")
+        return {r["state"]: r["n"] for r in rows}
+
+    def events_for(self, ref: str) -> list[dict[str, Any]]:
+        rows = self._query(
+            "SELECT at, kind, ref, from_state, to_state, message FROM events WHERE ref = ? OR ref LIKE ? ORDER BY id",
+            (ref, f"{ref}-a%"),
+        )
+        return [dict(r) for r in rows]

@@ -1,0 +1,135 @@
+"""Building a tunelab gRPC daemon: thread pool, port ownership, auth, health and reflection."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from concurrent import futures
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+import grpc
+import structlog
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from tunelab.common.auth import ServerAuth
+
+# Same-port sharing would let a second daemon silently steal calls (grpc#19773): off.
+SERVER_OPTIONS: Sequence[tuple[str, int]] = (
+    ("grpc.so_reuseport", 0),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_recv_ping_interval_without_data_ms", 20_000),
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+)
+
+
+class BindError(RuntimeError):
+    """The listen address could not be bound (in use, or not an address of this host)."""
+
+
+@dataclass
+class Daemon:
+    """A started gRPC server with its health servicer and the port it actually bound."""
+
+    server: grpc.Server
+    health: health.HealthServicer
+    port: int
+    services: tuple[str, ...]
+
+    def set_serving(self, serving: bool) -> None:
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for name in ("", *self.services):
+            self.health.set(name, status)
+
+    def stop(self, grace: float) -> None:
+        self.health.enter_graceful_shutdown()
+        self.server.stop(grace).wait(grace + 1)
+
+
+def start_daemon(
+    *,
+    listen: str,
+    auth: ServerAuth,
+    register: Callable[[grpc.Server], None],
+    service_names: Sequence[str],
+    max_workers: int = 32,
+    reflection_enabled: bool = True,
+) -> Daemon:
+    """Create, bind and start a server. ``register`` adds the servicers."""
+    auth.check_listen(listen)
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
+        interceptors=auth.interceptors(),
+        options=list(SERVER_OPTIONS),
+    )
+    register(server)
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    names = tuple(service_names)
+    if reflection_enabled:
+        reflection.enable_server_reflection(
+            (*names, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+        )
+    creds = auth.credentials()
+    try:
+        port = server.add_secure_port(listen, creds) if creds else server.add_insecure_port(listen)
+    except RuntimeError as exc:
+        raise BindError(f"cannot listen on {listen}: {exc}") from exc
+    if port == 0:
+        raise BindError(f"cannot listen on {listen}: address in use or not available")
+    server.start()
+    daemon = Daemon(server, health_servicer, port, names)
+    daemon.set_serving(True)
+    return daemon
+
+
+def run_until_signalled(name: str, start: Callable[[], object], close: Callable[[], None]) -> int:
+    """Start a daemon, block until SIGTERM or SIGINT, then close it; returns the exit code."""
+    stop = threading.Event()
+    log = structlog.get_logger(name)
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info(f"{name}_stopping", signal=signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    start()
+    try:
+        while not stop.wait(3600):
+            pass
+    finally:
+        close()
+        log.info(f"{name}_stopped")
+    return 0
+
+
+def run_daemon_command(prog: str, load: Callable[[], Any], serve: Callable[[Any], int]) -> int:
+    """The ``serve`` command of either daemon: load its config, set up logging, run it, and
+    turn start-up failures into a message and an exit code (2 bad settings, 3 cannot listen)."""
+    from tunelab.common.auth import AuthConfigError
+    from tunelab.common.configload import ConfigError
+    from tunelab.common.logsetup import configure_logging
+
+    try:
+        config = load()
+    except ConfigError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(config.log_level)
+    try:
+        return serve(config)
+    except AuthConfigError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 2
+    except BindError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 3

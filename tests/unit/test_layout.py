@@ -1,0 +1,147 @@
+"""The one ``tunelab`` namespace: pyproject's package map matches the tree, and the layers'
+import contracts hold (DESIGN.md, "Import rules, checked by the build")."""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import tomllib
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+# (importer, forbidden): no module under the first may import, directly or through other
+# tunelab modules, any module under the second.
+CONTRACTS: list[tuple[str, tuple[str, ...]]] = [
+    ("tunelab.v1", ("tunelab.common", "tunelab.agent", "tunelab.bench", "tunelab.controller")),
+    ("tunelab.v1", ("tunelab.cli",)),
+    ("tunelab.common", ("tunelab.agent", "tunelab.controller", "tunelab.cli", "tunelab.bench")),
+    ("tunelab.bench", ("tunelab.agent", "tunelab.controller", "tunelab.cli")),
+    ("tunelab.controller", ("tunelab.agent",)),
+    ("tunelab.agent", ("tunelab.controller", "tunelab.cli")),
+    ("tunelab.cli", ("tunelab.agent",)),  # the laptop CLI speaks to agents through the stubs only
+]
+
+
+def _pyproject() -> dict[str, object]:
+    return tomllib.loads((REPO / "pyproject.toml").read_text())
+
+
+def _package_dirs(repo: Path) -> dict[str, Path]:
+    setuptools = _pyproject()["tool"]["setuptools"]  # type: ignore[index]
+    return {name: repo / path for name, path in setuptools["package-dir"].items()}  # type: ignore[index]
+
+
+def modules(repo: Path) -> dict[str, Path]:
+    """Every module of the namespace, by import name, as the package map lays it out."""
+    found: dict[str, Path] = {}
+    for root_name, root in _package_dirs(repo).items():
+        for path in root.rglob("*.py"):
+            rel = path.relative_to(root).with_suffix("")
+            parts = [p for p in rel.parts if p != "__init__"]
+            found[".".join([root_name, *parts])] = path
+    return found
+
+
+def imports_of(path: Path, module: str) -> set[str]:
+    """Names of tunelab modules (or their members) this module imports, at any depth of code."""
+    tree = ast.parse(path.read_text(), str(path))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            out.add(base)
+            out.update(f"{base}.{a.name}" for a in node.names)
+    return {name for name in out if name == "tunelab" or name.startswith("tunelab.")}
+
+
+def _under(name: str, prefixes: Iterable[str]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def violations(repo: Path) -> list[str]:
+    """Each contract broken, with the import chain that breaks it."""
+    mods = modules(repo)
+    graph = {m: {i for i in imports_of(p, m) if i in mods} for m, p in mods.items()}
+    broken: list[str] = []
+    for importer, forbidden in CONTRACTS:
+        for start in sorted(m for m in mods if _under(m, [importer])):
+            chain = {start: [start]}
+            todo = [start]
+            while todo:
+                current = todo.pop()
+                for nxt in sorted(graph[current]):
+                    if nxt in chain:
+                        continue
+                    chain[nxt] = [*chain[current], nxt]
+                    if _under(nxt, forbidden):
+                        path = " -> ".join(chain[nxt])
+                        broken.append(f"{importer} must not import {nxt}: {path}")
+                    else:
+                        todo.append(nxt)
+    return broken
+
+
+def test_package_list_matches_the_tree() -> None:
+    setuptools = _pyproject()["tool"]["setuptools"]  # type: ignore[index]
+    listed = set(setuptools["packages"])  # type: ignore[index]
+    on_disk = {
+        name
+        for name, path in modules(REPO).items()
+        if path.name == "__init__.py" and "__pycache__" not in path.parts
+    }
+    assert listed == on_disk, f"add to pyproject: {on_disk - listed}; remove: {listed - on_disk}"
+
+
+def test_each_root_is_the_folder_of_its_import_name() -> None:
+    """mypy and ruff resolve ``tunelab.x`` from the folders, so folder == import name."""
+    for name, path in _package_dirs(REPO).items():
+        assert path.parts[-2:] == tuple(name.split(".")), (name, path)
+        assert not (path.parent / "__init__.py").exists(), "tunelab must stay a namespace package"
+
+
+def test_layer_contracts_hold() -> None:
+    assert violations(REPO) == []
+
+
+@pytest.mark.parametrize(
+    ("victim", "line", "contract"),
+    [
+        ("controller/tunelab/controller/compare.py", "import tunelab.agent", "tunelab.controller"),
+        ("proto/tunelab/common/durations.py", "from tunelab.bench import stats", "tunelab.common"),
+        ("agent/tunelab/bench/stats.py", "from tunelab.agent import gpu", "tunelab.bench"),
+        ("proto/tunelab/v1/__init__.py", "import tunelab.common.auth", "tunelab.v1"),
+    ],
+)
+def test_a_forbidden_import_is_caught(
+    tmp_path: Path, victim: str, line: str, contract: str
+) -> None:
+    """The checker is not vacuous: one added import (here inside a function) breaks the build."""
+    copy = tmp_path / "repo"
+    for folder in ("proto", "agent", "controller"):
+        shutil.copytree(REPO / folder, copy / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    path = copy / victim
+    path.write_text(path.read_text() + f"\n\ndef _sneaky() -> None:\n    {line}\n")
+    found = violations(copy)
+    assert any(v.startswith(f"{contract} must not import") for v in found), found
+
+
+def test_a_transitive_import_is_caught(tmp_path: Path) -> None:
+    """controller -> common -> agent is as bad as controller -> agent."""
+    copy = tmp_path / "repo"
+    for folder in ("proto", "agent", "controller"):
+        shutil.copytree(REPO / folder, copy / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    path = copy / "proto/tunelab/common/durations.py"
+    path.write_text(path.read_text() + "\nfrom tunelab.agent import gpu  # noqa\n")
+    found = violations(copy)
+    assert any("tunelab.controller must not import tunelab.agent" in v for v in found), found
+    assert any(" -> tunelab.common.durations -> tunelab.agent" in v for v in found), found
