@@ -18,6 +18,7 @@ from tunelab.agent.metrics.app import AgentMetrics, MetricsSettings
 from tunelab.agent.runs.builtinjob import BuiltinJob
 from tunelab.agent.runs.executor import RunExecutor
 from tunelab.agent.runs.metrics import BenchMetricsCollector
+from tunelab.agent.runs.provenance import RunProvenance
 from tunelab.agent.servers.registry import ServerRegistry
 from tunelab.agent.servers.supervisor import SupervisorSettings
 from tunelab.agent.service import SERVICE_NAME, AgentIdentity, AgentService
@@ -55,7 +56,12 @@ class AgentApp:
                 gpu_release_timeout=config.gpu_release_timeout,
             ),
         )
-        self.runs = RunExecutor(config.state_dir, self.registry, BuiltinJob)
+        self.runs = RunExecutor(
+            config.state_dir,
+            self.registry,
+            BuiltinJob,
+            provenance=RunProvenance(self.gpu, time.time),
+        )
         # Other parts register their collectors here; AgentMetrics serves it on /metrics.
         self.metrics_registry = CollectorRegistry()
         self.metrics_registry.register(BenchMetricsCollector(self.runs.live_progress))

@@ -235,6 +235,7 @@ def run_to_pb(record: RunRecord, server: ServerRecord | None, instance_id: str) 
         started_at=record.started_at,
         finished_at=record.finished_at,
         kill_failed=record.kill_failed,
+        provenance_json=json.dumps(record.provenance, sort_keys=True) if record.provenance else "",
         agent_instance_id=instance_id,
     )
     if server is not None:

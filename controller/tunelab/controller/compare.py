@@ -1,5 +1,7 @@
 """Side-by-side comparison of experiments: what was varied, throughput per concurrency, latency,
-GPU power and tokens per joule, and the spread across ``repeat`` launches.
+GPU power and tokens per joule, the spread across ``repeat`` launches, the effect of each change
+with its interval and verdict (effects.py), the roofline floor of each decode point
+(roofline.py), and a warning when runs differ in something the spec did not vary.
 
 The document this builds is the contract of ``tunelab compare --json`` (README, "Compare").
 """
@@ -9,8 +11,11 @@ from __future__ import annotations
 import re
 import statistics
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
+from tunelab.controller.effects import EffectSettings, effects_document
+from tunelab.controller.roofline import annotate_points, power_share
 from tunelab.controller.states import AttemptState
 from tunelab.controller.store import AttemptRow, ExperimentRow
 
@@ -23,6 +28,7 @@ POINT_FIELDS = (
     "median_tpot_ms",
     "p99_tpot_ms",
     "median_itl_ms",
+    "p99_itl_ms",
     "completed",
     "failed",
 )
@@ -55,6 +61,8 @@ def experiment_row(experiment: ExperimentRow, attempts: list[AttemptRow]) -> dic
         }
         entry.update({name: point.get(name) for name in POINT_FIELDS})
         points.append(entry)
+    provenance = attempt.provenance if attempt else None
+    roofline = annotate_points(points, experiment.spec, provenance)
     return {
         "id": experiment.id,
         "name": experiment.name,
@@ -75,7 +83,17 @@ def experiment_row(experiment: ExperimentRow, attempts: list[AttemptRow]) -> dic
             {r for g in (gpu.get("gpus") or {}).values() for r in g.get("clock_events_seen", [])}
         ),
         "gpu_summary_samples": gpu.get("samples", 0),
+        "message": attempt.message if attempt else experiment.message,
+        "power_share_of_limit": power_share(gpu, provenance),
+        "sm_clock_mean_hertz": _mean_over_gpus(gpu, "sm_clock_hertz"),
+        "roofline": roofline,
+        "provenance": provenance,
     }
+
+
+def _mean_over_gpus(gpu: dict[str, Any], field: str) -> float | None:
+    means = [g[field]["mean"] for g in (gpu.get("gpus") or {}).values() if g.get(field)]
+    return statistics.fmean(means) if means else None
 
 
 def _spread(values: list[float]) -> dict[str, float]:
@@ -116,7 +134,51 @@ def repeat_groups(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def compare(pairs: list[tuple[ExperimentRow, list[AttemptRow]]]) -> dict[str, Any]:
+# What provenance says that a spec cannot vary: runs that differ here compare unlike things.
+UNVARIED: dict[str, Callable[[dict[str, Any]], Any]] = {
+    "driver": lambda p: (p.get("system") or {}).get("driver_version"),
+    "CUDA": lambda p: (p.get("system") or {}).get("cuda_driver_version"),
+    "GPU model": lambda p: ", ".join(sorted(str(g.get("name")) for g in p.get("gpus") or [])),
+    "power limit": lambda p: ", ".join(
+        f"{g.get('power_limit_watts'):g} W"
+        for g in p.get("gpus") or []
+        if isinstance(g.get("power_limit_watts"), int | float)
+    ),
+    "engine version": lambda p: (p.get("engine") or {}).get("version"),
+    "tunelab version": lambda p: p.get("tunelab_version"),
+    "model config": lambda p: (p.get("model") or {}).get("config_sha256"),
+    "dataset": lambda p: (p.get("benchmark") or {}).get("dataset_sha256"),
+}
+# ...unless the spec varied something that explains it
+EXPLAINED_BY = {"GPU model": ("host",), "power limit": ("host",), "driver": ("host",),
+                "CUDA": ("host",), "model config": ("server",), "engine version": ("server",),
+                "dataset": ("benchmark",)}  # fmt: skip
+
+
+def provenance_warnings(rows: list[dict[str, Any]], varied: list[str]) -> list[str]:
+    """One line per property that differs between compared runs although nothing varied it."""
+    warnings = []
+    for what, read in UNVARIED.items():
+        seen: dict[str, list[str]] = defaultdict(list)
+        for row in rows:
+            value = read(row["provenance"]) if row.get("provenance") else None
+            if value:
+                seen[str(value)].append(row["name"])
+        explained = any(v.split(".")[0] in EXPLAINED_BY.get(what, ()) for v in varied)
+        if len(seen) > 1 and not explained:
+            parts = "; ".join(f"{value} ({_names(names)})" for value, names in seen.items())
+            warnings.append(f"runs differ in {what}, which the spec did not vary: {parts}")
+    return warnings
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def compare(
+    pairs: list[tuple[ExperimentRow, list[AttemptRow]]], settings: EffectSettings | None = None
+) -> dict[str, Any]:
+    pairs = sorted(pairs, key=lambda pair: pair[0].seq)  # submission order: baselines first
     rows = [experiment_row(e, a) for e, a in pairs]
     varied = sorted({key for row in rows for key in row["varied"]})
     keys: list[str] = []
@@ -129,4 +191,6 @@ def compare(pairs: list[tuple[ExperimentRow, list[AttemptRow]]]) -> dict[str, An
         "point_keys": keys,
         "experiments": rows,
         "repeats": repeat_groups(rows),
+        **effects_document(rows, settings),
+        "warnings": provenance_warnings(rows, varied),
     }

@@ -168,6 +168,9 @@ class AttemptDriver:
         progress = _progress(run)
         if progress is not None and progress != attempt.progress:
             self._store.update_attempt(attempt.id, progress=progress)
+        if run.provenance_json and attempt.provenance is None:
+            attempt.provenance = json.loads(run.provenance_json)
+            self._store.update_attempt(attempt.id, provenance=attempt.provenance)
         if run.kill_failed:
             self._quarantine(
                 host, f"run {attempt.id}: a process survived the stop ladder ({run.message})"

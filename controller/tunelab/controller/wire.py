@@ -36,6 +36,7 @@ def attempt_to_pb(row: AttemptRow) -> controller_pb2.Attempt:
         gpu_summary_json=_dumps(row.gpu_summary),
         progress_json=_dumps(row.progress),
         number=row.number,
+        provenance_json=_dumps(row.provenance),
     )
 
 

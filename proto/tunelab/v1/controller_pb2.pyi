@@ -126,6 +126,7 @@ class Attempt(_message.Message):
     GPU_SUMMARY_JSON_FIELD_NUMBER: _builtins.int
     PROGRESS_JSON_FIELD_NUMBER: _builtins.int
     NUMBER_FIELD_NUMBER: _builtins.int
+    PROVENANCE_JSON_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """also the run id on the agent"""
     experiment_id: _builtins.str
@@ -142,6 +143,8 @@ class Attempt(_message.Message):
     """last benchmark progress seen"""
     number: _builtins.int
     """1 for the first attempt of an experiment"""
+    provenance_json: _builtins.str
+    """what the agent recorded before starting the server"""
     @_builtins.property
     def gpus(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """GPU indices given to the run (empty = the whole host)"""
@@ -161,10 +164,11 @@ class Attempt(_message.Message):
         gpu_summary_json: _builtins.str = ...,
         progress_json: _builtins.str = ...,
         number: _builtins.int = ...,
+        provenance_json: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "experiment_id", b"experiment_id", "finished_at", b"finished_at", "gpu_summary_json", b"gpu_summary_json", "gpus", b"gpus", "host", b"host", "id", b"id", "message", b"message", "number", b"number", "progress_json", b"progress_json", "result_json", b"result_json", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "experiment_id", b"experiment_id", "finished_at", b"finished_at", "gpu_summary_json", b"gpu_summary_json", "gpus", b"gpus", "host", b"host", "id", b"id", "message", b"message", "number", b"number", "progress_json", b"progress_json", "provenance_json", b"provenance_json", "result_json", b"result_json", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -45,6 +45,7 @@ class BenchJob(Protocol):
 
 
 BuiltinJobFactory = Callable[[dict[str, Any], Path, str], BenchJob]
+ProvenanceHook = Callable[[RunSpec, ServerSpec | None], dict[str, Any]]
 
 
 def free_port() -> int:
@@ -68,8 +69,10 @@ class RunExecutor:
         registry: ServerRegistry,
         builtin_job: BuiltinJobFactory,
         clock: Callable[[], float] = time.time,
+        provenance: ProvenanceHook | None = None,
     ) -> None:
         self._dir = state_dir / "runs"
+        self._provenance = provenance
         self._dir.mkdir(parents=True, exist_ok=True)
         self._registry = registry
         self._builtin_job = builtin_job
@@ -260,6 +263,7 @@ class RunExecutor:
                 f"using READY server {server.id}",
                 server_id=server.id,
                 port=server.spec.port,
+                provenance=self._record_provenance(spec, server.spec),
             )
             return
         port = spec.server.port or free_port()
@@ -271,8 +275,13 @@ class RunExecutor:
             f"starting server {server_id} on port {port}",
             server_id=server_id,
             port=port,
+            provenance=self._record_provenance(spec, server_spec),
         )
         self._registry.start(server_spec, server_id)
+
+    def _record_provenance(self, spec: RunSpec, server: ServerSpec) -> dict[str, Any] | None:
+        """What exactly is about to run (GPU clocks and power limit as they are at start)."""
+        return self._provenance(spec, server) if self._provenance else None
 
     def _wait_ready(self, record: RunRecord) -> None:
         while True:

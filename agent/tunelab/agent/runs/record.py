@@ -90,6 +90,9 @@ class RunRecord:
     kill_failed: bool = False
     cancel_requested: bool = False
     events: list[RunEvent] = field(default_factory=list)
+    provenance: dict[str, Any] | None = (
+        None  # runs/provenance.py, recorded before the server starts
+    )
     version: int = 0  # not persisted; watchers wait on it
 
     def snapshot(self) -> RunRecord:
@@ -108,6 +111,7 @@ class RunRecord:
             "finished_at": self.finished_at,
             "kill_failed": self.kill_failed,
             "cancel_requested": self.cancel_requested,
+            "provenance": self.provenance,
             "events": [
                 {"at": e.at, "state": e.state.value, "message": e.message} for e in self.events
             ],
@@ -127,6 +131,7 @@ class RunRecord:
             finished_at=float(data.get("finished_at", 0.0)),
             kill_failed=bool(data.get("kill_failed", False)),
             cancel_requested=bool(data.get("cancel_requested", False)),
+            provenance=data.get("provenance"),
             events=[
                 RunEvent(float(e["at"]), RunState(e["state"]), str(e["message"]))
                 for e in data.get("events", [])

@@ -18,7 +18,7 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$")
 
 TOP_KEYS = {"name", "priority", "host", "server", "benchmark", "max_duration", "repeat", "matrix",
-            "ablation", "max_attempts"}  # fmt: skip
+            "ablation", "max_attempts", "roofline"}  # fmt: skip
 SERVER_KEYS = {"command", "flags", "env", "port", "ready", "stop_grace", "cwd"}
 READY_KEYS = {"path", "model", "timeout"}
 HOST_KEYS = {"name", "labels", "gpus"}
@@ -27,6 +27,9 @@ BUILTIN_KEYS = {"api", "model", "concurrency", "rate", "burstiness", "requests",
                 "slo", "seed", "preset", "url"}  # fmt: skip
 COMMAND_KEYS = {"command", "result_file", "env"}
 SLO_KEYS = {"ttft_ms", "tpot_ms"}
+# what a decode step reads, when the agent cannot read it from the model's files (roofline.py)
+ROOFLINE_KEYS = {"weight_bytes", "kv_bytes_per_token", "expert_weight_bytes", "experts",
+                 "experts_per_token", "memory_bandwidth", "tp"}  # fmt: skip
 DEFAULT_MAX_DURATION = 2 * 3600.0
 
 
@@ -304,6 +307,9 @@ def check_experiment(raw: Any, prefix: str = "") -> tuple[dict[str, Any], list[S
         "repeat": check.integer(doc.get("repeat", 1), "repeat", 1),
         "max_attempts": check.integer(doc.get("max_attempts", 3), "max_attempts", 1),
     }
+    if "roofline" in doc:
+        given = check.mapping(doc["roofline"], "roofline", ROOFLINE_KEYS)
+        spec["roofline"] = {k: check.number(v, f"roofline.{k}", 0.0) for k, v in given.items()}
     if spec["max_duration"] <= 0 and not any(i.path.endswith("max_duration") for i in check.issues):
         check.fail("max_duration", "must be > 0")
     return spec, check.issues

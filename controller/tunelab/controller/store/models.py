@@ -74,6 +74,7 @@ class AttemptRow:
     gpu_summary: dict[str, Any] | None = None
     progress: dict[str, Any] | None = None
     agent_instance_id: str = ""
+    provenance: dict[str, Any] | None = None  # recorded by the agent before the server started
 
 
 def selector_key(host: dict[str, Any]) -> str:

@@ -64,7 +64,8 @@ CREATE TABLE IF NOT EXISTS attempts (
     result_json TEXT,
     gpu_summary_json TEXT,
     progress_json TEXT,
-    agent_instance_id TEXT NOT NULL DEFAULT ''
+    agent_instance_id TEXT NOT NULL DEFAULT '',
+    provenance_json TEXT
 );
 CREATE INDEX IF NOT EXISTS attempts_by_state ON attempts (state);
 CREATE INDEX IF NOT EXISTS attempts_by_experiment ON attempts (experiment_id);

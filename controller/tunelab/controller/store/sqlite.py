@@ -37,6 +37,7 @@ _JSON_FIELDS = {
     "result": "result_json",
     "gpu_summary": "gpu_summary_json",
     "progress": "progress_json",
+    "provenance": "provenance_json",
 }
 _RENAMES = {"group": "grp"}
 _LIVE = tuple(s.value for s in AttemptState if s not in ATTEMPT_TERMINAL)
@@ -123,6 +124,7 @@ def _attempt(row: sqlite3.Row) -> AttemptRow:
         gpu_summary=_loads(row["gpu_summary_json"], None),
         progress=_loads(row["progress_json"], None),
         agent_instance_id=row["agent_instance_id"],
+        provenance=_loads(row["provenance_json"], None),
     )
 
 
@@ -141,8 +143,15 @@ class SqliteStore:
         self._conn.execute("PRAGMA foreign_keys=ON")
         schema = resources.files("tunelab.controller.store").joinpath("schema.sql").read_text()
         self._conn.executescript(schema)
+        self._add_missing_columns()
         if str(path) != ":memory:":
             self.path.chmod(0o600)  # host tokens are stored here
+
+    def _add_missing_columns(self) -> None:
+        """Columns added after a database was created (until versioned migrations land)."""
+        have = {r["name"] for r in self._conn.execute("PRAGMA table_info(attempts)")}
+        if "provenance_json" not in have:
+            self._conn.execute("ALTER TABLE attempts ADD COLUMN provenance_json TEXT")
 
     def close(self) -> None:
         with self._lock:

@@ -1,0 +1,198 @@
+"""What exactly ran, recorded with every run before its server starts (README, "Provenance"):
+argv and env (secrets redacted), engine and version, model path and config hash, the GPUs with
+their driver, CUDA version, clocks and power limit at start, tunelab's version, and the
+benchmark's seed and dataset hash. Two runs that differ in something nobody varied (a driver
+update, another GPU model, a lowered power limit) can then be told apart.
+
+Nothing here spawns a process: the engine's version is read from the package metadata of the
+Python environment its argv runs in.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+from collections.abc import Callable, Mapping, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from tunelab.agent.gpu import GpuBackend, GpuError
+from tunelab.agent.runs.modelfiles import describe_model
+from tunelab.agent.runs.record import RunSpec
+from tunelab.agent.servers.spec import ServerSpec
+from tunelab.common import __version__
+
+REDACTED = "<redacted>"
+SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH|COOKIE", re.IGNORECASE)
+MODEL_FLAGS = ("--model-path", "--model", "--model-name-or-path")
+# (what argv contains, engine name, distribution whose version is the engine's)
+ENGINES = (
+    ("sglang", "sglang", "sglang"),
+    ("vllm", "vllm", "vllm"),
+    ("tensorrt_llm", "tensorrt-llm", "tensorrt-llm"),
+    ("lmdeploy", "lmdeploy", "lmdeploy"),
+    ("tunelab.bench.simulator", "tunelab-simulator", "tunelab"),
+)
+GPU_FIELDS = (
+    "name", "uuid", "pci_bus_id", "memory_total_bytes", "power_limit_watts",
+    "power_default_limit_watts", "sm_clock_hertz", "sm_clock_max_hertz", "memory_clock_hertz",
+    "memory_clock_max_hertz", "vbios_version",
+)  # fmt: skip
+BENCH_DATA_KEYS = ("api", "input_len", "output_len", "range_ratio", "seed", "requests",
+                   "duration", "warmup", "preset", "ignore_eos", "temperature")  # fmt: skip
+SHEBANG_BYTES = 512
+
+
+def redact_env(env: Mapping[str, str]) -> dict[str, str]:
+    return {k: (REDACTED if SECRET_NAME.search(k) else v) for k, v in env.items()}
+
+
+def redact_argv(argv: Sequence[str]) -> list[str]:
+    """``--api-key X`` and ``--hf-token=X`` keep the flag and lose the value."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+        elif arg.startswith("-") and SECRET_NAME.search(arg.split("=", 1)[0]):
+            out.append(f"{arg.split('=', 1)[0]}={REDACTED}" if "=" in arg else arg)
+            hide_next = "=" not in arg
+        else:
+            out.append(arg)
+    return out
+
+
+def model_path(argv: Sequence[str]) -> str:
+    """The model a server command names: ``--model-path P``, ``--model=P``, ``vllm serve P``."""
+    for i, arg in enumerate(argv):
+        for flag in MODEL_FLAGS:
+            if arg == flag and i + 1 < len(argv):
+                return argv[i + 1]
+            if arg.startswith(f"{flag}="):
+                return arg.split("=", 1)[1]
+        if arg == "serve" and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+            return argv[i + 1]
+    return ""
+
+
+def _interpreter(argv0: str, path_env: str) -> Path | None:
+    """The Python that runs ``argv0``: itself, or the one in a console script's shebang."""
+    found = shutil.which(argv0, path=path_env) if "/" not in argv0 else argv0
+    if not found:
+        return None
+    program = Path(found)
+    if program.name.startswith("python"):
+        return program
+    try:
+        with program.open("rb") as handle:
+            first = handle.read(SHEBANG_BYTES).split(b"\n", 1)[0]
+    except OSError:
+        return None
+    if first.startswith(b"#!") and b"python" in first:
+        return Path(first[2:].decode(errors="replace").split()[0])
+    return None
+
+
+def _site_dirs(interpreter: Path) -> list[str]:
+    root = interpreter.parent.parent  # <venv>/bin/python -> <venv>; /usr/bin/python3 -> /usr
+    dirs = [str(p) for p in sorted(root.glob("lib/python3*/site-packages"))]
+    dirs += [str(p) for p in sorted(root.glob("lib/python3*/dist-packages"))]
+    dirs += [str(p) for p in sorted(root.glob("local/lib/python3*/dist-packages"))]
+    return dirs + [str(p) for p in (root / "lib/python3/dist-packages",) if p.is_dir()]
+
+
+def engine_version(argv: Sequence[str], env: Mapping[str, str]) -> dict[str, Any]:
+    joined = " ".join(argv)
+    engine = next(((name, dist) for needle, name, dist in ENGINES if needle in joined), None)
+    name = engine[0] if engine else Path(argv[0]).name if argv else ""
+    out: dict[str, Any] = {"name": name, "version": None, "version_source": None}
+    if engine is None:
+        return out
+    path_env = env.get("PATH", os.environ.get("PATH", ""))
+    interpreter = _interpreter(argv[0], path_env) if argv else None
+    if interpreter is not None:
+        dirs = _site_dirs(interpreter)
+        for dist in metadata.distributions(name=engine[1], path=dirs) if dirs else []:
+            out["version"], out["version_source"] = (
+                dist.version,
+                f"package metadata ({interpreter})",
+            )
+            return out
+    try:
+        out["version"] = metadata.version(engine[1])
+        out["version_source"] = "package metadata (the agent's Python)"
+    except metadata.PackageNotFoundError:
+        pass
+    return out
+
+
+def _gpu_indices(env: Mapping[str, str], count: int) -> list[int]:
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return list(range(count))
+    picked = [int(p) for p in visible.split(",") if p.strip().isdigit()]
+    return [i for i in picked if i < count]
+
+
+def gpu_state(
+    gpu: GpuBackend, env: Mapping[str, str]
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(driver and CUDA versions, each GPU the server will see) read now, through ``gpu``."""
+    if not gpu.available():
+        return {"unavailable": gpu.unavailable_reason()}, []
+    try:
+        system = dict(gpu.system())
+        devices = []
+        for index in _gpu_indices(env, gpu.device_count()):
+            devices.append({"index": index, **{f: gpu.read(index, f) for f in GPU_FIELDS}})
+    except GpuError as exc:
+        return {"error": str(exc)}, []
+    return system, devices
+
+
+def benchmark_provenance(spec: RunSpec) -> dict[str, Any]:
+    """Seed and dataset hash: the built-in generator synthesises its prompts from the settings
+    hashed here, so equal hashes mean equal requests; a command benchmark hashes its argv."""
+    if spec.builtin is not None:
+        shaping = {k: spec.builtin.get(k) for k in BENCH_DATA_KEYS}
+        text = json.dumps(shaping, sort_keys=True, default=str)
+        return {"kind": "builtin", "seed": spec.builtin.get("seed"),
+                "dataset_sha256": hashlib.sha256(text.encode()).hexdigest()}  # fmt: skip
+    argv = list(spec.command.argv) if spec.command else []
+    text = json.dumps(argv)
+    return {"kind": "command", "seed": None, "argv": redact_argv(argv),
+            "dataset_sha256": hashlib.sha256(text.encode()).hexdigest()}  # fmt: skip
+
+
+def _under(path: str, cwd: str) -> str:
+    return str(Path(cwd) / path) if path and cwd and not path.startswith("/") else path
+
+
+class RunProvenance:
+    """The executor's hook: ``provenance(run_spec, server_spec)`` -> a JSON-able record."""
+
+    def __init__(self, gpu: GpuBackend, clock: Callable[[], float]) -> None:
+        self._gpu = gpu
+        self._clock = clock
+
+    def __call__(self, spec: RunSpec, server: ServerSpec | None) -> dict[str, Any]:
+        argv = list(server.argv) if server else []
+        env = dict(server.env) if server else {}
+        system, gpus = gpu_state(self._gpu, env)
+        return {
+            "recorded_at": self._clock(),
+            "argv": redact_argv(argv),
+            "env": redact_env(env),
+            "cwd": server.cwd if server else "",
+            "engine": engine_version(argv, env) if argv else {},
+            "model": describe_model(_under(model_path(argv), server.cwd if server else "")),
+            "system": system,
+            "gpus": gpus,
+            "tunelab_version": __version__,
+            "benchmark": benchmark_provenance(spec),
+        }
