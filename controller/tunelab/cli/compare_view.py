@@ -1,60 +1,187 @@
-"""Rendering ``tunelab compare``: a side-by-side table, or CSV with one row per sweep point."""
+"""Rendering ``tunelab compare``: tables that fit 100 columns (one row per experiment and load
+point, then the effects of each change), or CSV with one row per sweep point."""
 
 from __future__ import annotations
 
 import csv
 import io
+from collections import defaultdict
 from typing import Any
 
 from rich import box
 from rich.console import Console
 from rich.table import Table
 
+WIDTH = 100
+METRIC_LABELS = {
+    "output_throughput": "tok/s",
+    "median_ttft_ms": "TTFT p50",
+    "p99_ttft_ms": "TTFT p99",
+    "median_tpot_ms": "TPOT p50",
+    "p99_tpot_ms": "TPOT p99",
+    "median_itl_ms": "ITL p50",
+    "p99_itl_ms": "ITL p99",
+    "tokens_per_joule": "tok/J",
+}
+
 
 def _num(value: Any, digits: int = 1) -> str:
     return f"{value:,.{digits}f}" if isinstance(value, int | float) else "-"
 
 
-def _label(key: str) -> str:
+def _pct(value: Any) -> str:
+    return f"{100 * value:+.1f}%" if isinstance(value, int | float) else "-"
+
+
+def point_label(key: str) -> str:
+    """``c8`` -> ``c=8``; ``r2.5`` -> ``rate=2.5``; ``all`` -> the whole sweep."""
+    if key == "all":
+        return "sweep"
     return {"c": "c=", "r": "rate=", "p": "point "}[key[0]] + key[1:]
 
 
-def render_compare_table(doc: dict[str, Any], width: int = 200) -> str:
-    keys: list[str] = doc["point_keys"]
-    table = Table(box=box.SIMPLE_HEAD, title="output tok/s per concurrency; TTFT/TPOT p50 in ms")
-    table.add_column("experiment")
-    table.add_column("host")
-    for field in doc["varied_fields"]:
-        table.add_column(field.split(".")[-1])
-    for key in keys:
-        table.add_column(f"tok/s {_label(key)}", justify="right")
-    table.add_column("TTFT p50", justify="right")
-    table.add_column("TPOT p50", justify="right")
-    table.add_column("GPU W", justify="right")
-    table.add_column("tok/J", justify="right")
-    for row in doc["experiments"]:
-        points = {p["key"]: p for p in row["points"]}
-        cells = [f"{row['name']} ({row['state']})", row["host"] or "-"]
-        cells += [row["varied"].get(field, "(base)") for field in doc["varied_fields"]]
-        cells += [_num(points.get(k, {}).get("output_throughput")) for k in keys]
-        cells.append("/".join(_num(points.get(k, {}).get("median_ttft_ms")) for k in keys) or "-")
-        cells.append(
-            "/".join(_num(points.get(k, {}).get("median_tpot_ms"), 2) for k in keys) or "-"
-        )
-        cells.append(_num(row["mean_power_watts"]))
-        cells.append(_num(row["tokens_per_joule"], 2))
-        table.add_row(*cells)
-    console = Console(file=io.StringIO(), width=width, color_system=None)
-    console.print(table)
+def _figure(metric: str, value: Any) -> str:
+    digits = 1 if metric == "output_throughput" else 3 if metric == "tokens_per_joule" else 2
+    return _num(value, digits)
+
+
+def _console() -> Console:
+    return Console(file=io.StringIO(), width=WIDTH, color_system=None)
+
+
+def _text(console: Console) -> str:
+    text = str(console.file.getvalue())  # type: ignore[attr-defined]
+    return "\n".join(line.rstrip() for line in text.rstrip("\n").splitlines())
+
+
+def _interval(ci: list[float] | None) -> str:
+    return f"{100 * ci[0]:+.1f}..{100 * ci[1]:+.1f}%" if ci else "-"
+
+
+def _common_prefix(names: list[str]) -> str:
+    """``sim/`` when every experiment is a variant of ``sim``: the table shows the rest."""
+    heads = {n.split("/", 1)[0] for n in names}
+    return f"{heads.pop()}/" if len(heads) == 1 and all("/" in n for n in names) else ""
+
+
+def experiments_table(doc: dict[str, Any]) -> Table:
+    rows = doc["experiments"]
+    prefix = _common_prefix([r["name"] for r in rows])
+    hosts = sorted({r["host"] or "-" for r in rows})
+    where = f" on {hosts[0]}" if len(hosts) == 1 else ""
+    table = Table(
+        box=box.SIMPLE_HEAD,
+        title=f"{prefix.rstrip('/') or 'experiments'}{where}: each load point "
+        "(latencies in ms; floor = roofline TPOT; lim = share of the GPU power limit)",
+    )
+    table.add_column("variant" if prefix else "experiment", overflow="fold", ratio=1)
+    if len(hosts) > 1:
+        table.add_column("host", overflow="fold", max_width=12)
+    for name in ("load", "tok/s", "TTFT p50", "TPOT p50", "floor", "GPU W", "lim", "tok/J"):
+        table.add_column(name, justify="right", no_wrap=True)
+    for row in rows:
+        name = row["name"].removeprefix(prefix)
+        name = name if row["state"] == "SUCCEEDED" else f"{name} ({row['state']})"
+        points = row["points"] or [{}]
+        for i, point in enumerate(points):
+            first = i == 0
+            cells = [name if first else ""]
+            if len(hosts) > 1:
+                cells.append((row["host"] or "-") if first else "")
+            table.add_row(
+                *cells,
+                point_label(point["key"]) if point.get("key") else "-",
+                _num(point.get("output_throughput")),
+                _num(point.get("median_ttft_ms")),
+                _num(point.get("median_tpot_ms"), 2),
+                _num(point.get("tpot_floor_ms"), 2),
+                _num(row["mean_power_watts"]) if first else "",
+                f"{100 * row['power_share_of_limit']:.0f}%"
+                if first and isinstance(row.get("power_share_of_limit"), float)
+                else "",
+                _num(row["tokens_per_joule"], 3) if first else "",
+                end_section=i == len(points) - 1,
+            )
+    return table
+
+
+def _effects_table(title: str, effects: list[dict[str, Any]]) -> Table:
+    counts = {(e["n_baseline"], e["n_variant"]) for e in effects}
+    uniform = len(counts) == 1
+    if uniform:
+        n_base, n_variant = next(iter(counts))
+        title += f" ({n_base} baseline, {n_variant} variant launches)"
+    table = Table(box=box.SIMPLE_HEAD, title=title, title_justify="left", pad_edge=False)
+    names = ["metric", "at", "baseline", "variant", "change", "95% interval", "n", "verdict"]
+    for name in [n for n in names if n != "n" or not uniform]:
+        right = name not in ("metric", "at", "verdict")
+        table.add_column(name, justify="right" if right else "left", no_wrap=True)
+    for e in effects:
+        cells = [
+            METRIC_LABELS.get(e["metric"], e["metric"]),
+            point_label(e["point"]),
+            _figure(e["metric"], e["baseline_mean"]),
+            _figure(e["metric"], e["mean"]),
+            _pct(e["ratio"] - 1 if e["ratio"] is not None else None),
+            _interval(e["ci95"]),
+        ]
+        cells += [] if uniform else [f"{e['n_baseline']}/{e['n_variant']}"]
+        table.add_row(*cells, e["verdict"])
+    return table
+
+
+def effects_tables(doc: dict[str, Any]) -> list[Table]:
+    by_change: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for effect in doc.get("effects", []):
+        by_change[effect["change"]].append(effect)
+    kind = "main effect" if doc.get("design") == "matrix" else "effect"
+    tables = [
+        _effects_table(f"{kind} of {change} against the baseline", effects)
+        for change, effects in by_change.items()
+    ]
+    largest = doc.get("largest_interactions") or []
+    if largest:
+        table = Table(box=box.SIMPLE_HEAD, title="largest interaction per metric",
+                      title_justify="left")  # fmt: skip
+        for name in ("metric", "at", "factors", "ratio of ratios", "95% interval", "verdict"):
+            table.add_column(name, overflow="fold")
+        for item in largest:
+            table.add_row(
+                METRIC_LABELS.get(item["metric"], item["metric"]),
+                point_label(item["point"]),
+                item["change"],
+                _num(item["ratio"], 3),
+                _interval(item["ci95"]),
+                item["verdict"],
+            )
+        tables.append(table)
+    return tables
+
+
+def render_compare_table(doc: dict[str, Any]) -> str:
+    console = _console()
+    console.print(experiments_table(doc))
     for group in doc["repeats"]:
         spreads = ", ".join(
-            f"{_label(k)}: {s['mean']:,.1f} ±{s['stdev']:,.1f} "
+            f"{point_label(k)}: {s['mean']:,.1f} ±{s['stdev']:,.1f} "
             f"(cv {s['cv_percent']:.1f}%, n={s['n']})"
             for k, s in group["output_throughput"].items()
         )
-        console.print(f"repeat spread {group['name']}: {spreads}")
-    output = console.file.getvalue()  # type: ignore[attr-defined]
-    return str(output).rstrip("\n")
+        console.print(f"repeat spread {group['name']} (tok/s): {spreads}")
+    tables = effects_tables(doc)
+    if tables:
+        settings = doc.get("settings") or {}
+        console.print(
+            f"\neffects: 95% Welch interval over the launches; 'no meaningful difference' = "
+            f"inside ±{100 * settings.get('min_effect', 0.02):g}%; 'not enough repeats' = under "
+            f"3 launches, a CV over {100 * settings.get('max_cv', 0.1):g}%, or an interval "
+            "too wide to decide"
+        )
+    for table in tables:
+        console.print(table)
+    for warning in doc.get("warnings", []):
+        console.print(f"warning: {warning}")
+    return _text(console)
 
 
 POINT_COLUMNS = (

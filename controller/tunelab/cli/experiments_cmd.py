@@ -1,4 +1,5 @@
-"""``tunelab submit | ls | show | logs | cancel | compare``: the experiment queue from a laptop."""
+"""``tunelab submit | ls | show | logs | cancel | compare | report``: the experiment queue from a
+laptop."""
 
 from __future__ import annotations
 
@@ -26,6 +27,9 @@ from tunelab.cli.common import (
 )
 from tunelab.cli.compare_view import render_compare_csv, render_compare_table
 from tunelab.cli.watch_view import ExperimentsView
+from tunelab.controller.effects import EffectSettings, effects_document
+from tunelab.controller.report import write_report
+from tunelab.controller.report.provenance import provenance_lines
 from tunelab.v1 import controller_pb2, controller_pb2_grpc
 
 TIMEOUT = 30.0
@@ -64,6 +68,7 @@ def attempt_json(a: controller_pb2.Attempt, full: bool) -> dict[str, Any]:
     if full:
         data["result"] = _loads(a.result_json)
         data["gpu_summary"] = _loads(a.gpu_summary_json)
+        data["provenance"] = _loads(a.provenance_json)
     return data
 
 
@@ -222,6 +227,8 @@ def cmd_show(args: argparse.Namespace) -> int:
                 f"({gpu.get('benchmark_energy_source', 'no energy figure')}), "
                 f"{gpu.get('tokens_per_joule') or '-'} tok/J over {gpu['samples']} scrapes"
             )
+        for line in provenance_lines(a["provenance"]):
+            print(f"    {line}")
     return EXIT_FAILED if data["state"] == "FAILED" else EXIT_OK
 
 
@@ -257,12 +264,35 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_compare(args: argparse.Namespace) -> int:
+def _percent(text: str) -> float:
+    """``2`` or ``2%`` -> 0.02, for --min-effect and --max-cv."""
+    try:
+        value = float(text.rstrip("%")) / 100.0
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a percentage such as 2 or 2%, got {text!r}"
+        ) from None
+    if not 0.0 <= value < 10.0:
+        raise argparse.ArgumentTypeError(f"expected 0-1000%, got {text!r}")
+    return value
+
+
+def comparison(args: argparse.Namespace) -> dict[str, Any]:
+    """The controller's comparison; effects recomputed here when the thresholds are not the
+    defaults (the launches it holds are all that is needed)."""
     target, stub = stub_for(args)
     request = controller_pb2.CompareRunsRequest(ids=args.ids)
-    document = json.loads(
+    document: dict[str, Any] = json.loads(
         call(target, lambda: stub.CompareRuns(request, timeout=TIMEOUT)).comparison_json
     )
+    settings = EffectSettings(min_effect=args.min_effect, max_cv=args.max_cv)
+    if settings != EffectSettings():
+        document.update(effects_document(document["experiments"], settings))
+    return document
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    document = comparison(args)
     if args.json:
         print_json(document)
     elif args.csv:
@@ -270,6 +300,29 @@ def cmd_compare(args: argparse.Namespace) -> int:
     else:
         print(render_compare_table(document))
     return EXIT_OK
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    document = comparison(args)
+    out = Path(args.out or f"report-{'-'.join(args.ids)[:80]}.html")
+    try:
+        write_report(document, out, title=" ".join(args.ids))
+    except OSError as exc:
+        raise CliError(f"{out}: {exc.strerror}", EXIT_USAGE) from None
+    print(f"report: {out.resolve()}")
+    return EXIT_OK
+
+
+def _add_effect_args(parser: argparse.ArgumentParser) -> None:
+    defaults = EffectSettings()
+    parser.add_argument(
+        "--min-effect", type=_percent, default=defaults.min_effect, metavar="PCT",
+        help="an interval inside +-PCT is 'no meaningful difference' (default 2%%)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-cv", type=_percent, default=defaults.max_cv, metavar="PCT",
+        help="launches spread more than this are 'not enough repeats' (default 10%%)",
+    )  # fmt: skip
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -315,5 +368,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     fmt = comp.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true")
     fmt.add_argument("--csv", action="store_true", help="one row per experiment and sweep point")
+    _add_effect_args(comp)
     add_controller_args(comp)
     comp.set_defaults(handler=cmd_compare)
+
+    report = sub.add_parser("report", help="one self-contained HTML report (ids, names or groups)")
+    report.add_argument("ids", nargs="+")
+    report.add_argument("--out", help="file to write (default report-<ids>.html)")
+    _add_effect_args(report)
+    add_controller_args(report)
+    report.set_defaults(handler=cmd_report)

@@ -1,0 +1,354 @@
+"""``tunelab report``: one self-contained HTML page from a compare document (README, "Report").
+
+No external file, font or script: styles and SVG are inline, and the one script (an error sink
+and a check that every chart drew, for the headless-browser test) is inline too.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections import defaultdict
+from html import escape
+from typing import Any
+
+from tunelab.controller.effects import BETTER, NO_DIFFERENCE, WORSE
+from tunelab.controller.report.provenance import provenance_summary
+from tunelab.controller.report.svg import (
+    PALETTE,
+    Interval,
+    Series,
+    bar_chart,
+    interval_chart,
+    pareto_front,
+    xy_chart,
+)
+
+_REPEAT = re.compile(r"#\d+$")
+VERDICT_COLORS = {BETTER: "#009e73", WORSE: "#d55e00", NO_DIFFERENCE: "#888"}
+NOT_ENOUGH_COLOR = "#e69f00"
+METRIC_NAMES = {
+    "output_throughput": "output tok/s",
+    "median_ttft_ms": "TTFT p50",
+    "p99_ttft_ms": "TTFT p99",
+    "median_tpot_ms": "TPOT p50",
+    "p99_tpot_ms": "TPOT p99",
+    "median_itl_ms": "ITL p50",
+    "p99_itl_ms": "ITL p99",
+    "tokens_per_joule": "tok/J",
+}
+STYLE = """
+body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1100px;color:#222;
+  padding:0 16px}
+h1{font-size:22px}h2{font-size:18px;margin-top:32px;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;margin:8px 0;font-size:13px}
+td,th{padding:3px 8px;border-bottom:1px solid #eee;text-align:right;vertical-align:top}
+td:first-child,th:first-child{text-align:left}
+.grid{display:flex;flex-wrap:wrap;gap:12px}figure{margin:8px 0}
+figcaption{font-size:13px;color:#555}svg text{font-size:11px;fill:#333}
+.warn{background:#fff4e0;padding:6px 10px;border-left:4px solid #e69f00}
+code{font-size:12px;word-break:break-all}.muted{color:#777}
+"""
+CHECK_SCRIPT = """
+window.__reportErrors = [];
+window.addEventListener('error', function (e) { window.__reportErrors.push(String(e.message)); });
+(function () { var original = console.error; console.error = function () {
+  window.__reportErrors.push(Array.prototype.join.call(arguments, ' '));
+  original.apply(console, arguments); }; })();
+window.addEventListener('load', function () {
+  var figures = document.querySelectorAll('figure.chart'), drawn = 0;
+  figures.forEach(function (f) {
+    var svg = f.querySelector('svg'), box = svg && svg.getBoundingClientRect();
+    var ok = !!svg && box.width > 0 && box.height > 0 && svg.querySelectorAll('.datum').length > 0;
+    f.setAttribute('data-rendered', ok ? 'yes' : 'no'); if (ok) { drawn += 1; } });
+  document.body.setAttribute('data-charts', String(figures.length));
+  document.body.setAttribute('data-charts-rendered', String(drawn));
+  document.body.setAttribute('data-errors', JSON.stringify(window.__reportErrors));
+});
+"""
+
+
+def _variants(doc: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in doc["experiments"]:
+        out[_REPEAT.sub("", row["name"])].append(row)
+    return dict(out)
+
+
+def _mean(values: list[Any]) -> float | None:
+    known = [float(v) for v in values if isinstance(v, int | float)]
+    return statistics.fmean(known) if known else None
+
+
+def _point_means(rows: list[dict[str, Any]], field: str) -> dict[int, float]:
+    """Concurrency -> mean of ``field`` over the variant's successful launches."""
+    values: dict[int, list[Any]] = defaultdict(list)
+    for row in rows:
+        if row["state"] == "SUCCEEDED":
+            for point in row["points"]:
+                if point.get("concurrency"):
+                    values[int(point["concurrency"])].append(point.get(field))
+    return {c: m for c, v in sorted(values.items()) if (m := _mean(v)) is not None}
+
+
+def _figure(name: str, svg: str, caption: str) -> str:
+    return (
+        f'<figure class="chart" data-chart="{escape(name)}">{svg}'
+        f"<figcaption>{escape(caption)}</figcaption></figure>"
+    )
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _num(value: Any, digits: int = 1) -> str:
+    return f"{value:,.{digits}f}" if isinstance(value, int | float) else "-"
+
+
+def _short(name: str) -> str:
+    return name.split("/", 1)[1] if "/" in name else name
+
+
+def curves(doc: dict[str, Any]) -> str:
+    variants = _variants(doc)
+    colors = {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(variants)}
+    throughput = [
+        Series(_short(n), list(_point_means(rows, "output_throughput").items()), colors[n])
+        for n, rows in variants.items()
+    ]
+    concurrencies = sorted({c for s in throughput for c, _ in s.points})
+    parts = []
+    if any(s.points for s in throughput):
+        chart = xy_chart(
+            "throughput vs concurrency",
+            throughput,
+            "concurrency",
+            "output tok/s",
+            log_x=True,
+            x_ticks=concurrencies,
+        )
+        parts.append(
+            _figure(
+                "throughput",
+                chart,
+                "Output throughput against concurrency, mean over each variant's launches.",
+            )
+        )
+    latency: list[Series] = []
+    for name, rows in variants.items():
+        tput, tpot = _point_means(rows, "output_throughput"), _point_means(rows, "median_tpot_ms")
+        latency.append(
+            Series(_short(name), [(tput[c], tpot[c]) for c in tput if c in tpot], colors[name])
+        )
+    everything = [p for s in latency for p in s.points]
+    if everything:
+        front = Series("Pareto front", pareto_front(everything), "#000", dashed=True)
+        chart = xy_chart("TPOT vs throughput", [*latency, front], "output tok/s", "TPOT p50 ms")
+        parts.append(
+            _figure(
+                "pareto",
+                chart,
+                "Median TPOT against output throughput, one point per "
+                "concurrency; the dashed line joins the points no other beats on both.",
+            )
+        )
+    return "".join(parts) or "<p class='muted'>No closed-loop results to plot.</p>"
+
+
+def _interval_color(verdict: str) -> str:
+    return VERDICT_COLORS.get(verdict, NOT_ENOUGH_COLOR)
+
+
+def effects_section(doc: dict[str, Any]) -> str:
+    by_change: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for effect in doc.get("effects", []):
+        by_change[effect["change"]].append(effect)
+    if not by_change:
+        return "<p class='muted'>No ablation or matrix with a baseline: no effects to estimate.</p>"
+    band = float((doc.get("settings") or {}).get("min_effect", 0.02))
+    parts = []
+    for change, effects in by_change.items():
+        rows = [
+            Interval(
+                f"{METRIC_NAMES.get(e['metric'], e['metric'])} @ {e['point']}",
+                e["ratio"] - 1,
+                e["ci95"][0],
+                e["ci95"][1],
+                _interval_color(e["verdict"]),
+                e["verdict"],
+            )
+            for e in effects
+            if e["ci95"] and e["ratio"] is not None
+        ]
+        if rows:
+            chart = interval_chart(f"effect of {change}", rows, band)
+            parts.append(
+                _figure(
+                    f"effect {change}",
+                    chart,
+                    f"Effect of {change}: green better, "
+                    "red worse, grey no meaningful difference, orange not enough repeats.",
+                )
+            )
+        table = [
+            [
+                escape(METRIC_NAMES.get(e["metric"], e["metric"])),
+                escape(e["point"]),
+                _num(e["baseline_mean"], 2),
+                _num(e["mean"], 2),
+                f"{100 * (e['ratio'] - 1):+.1f}%" if e["ratio"] is not None else "-",
+                f"{100 * e['ci95'][0]:+.1f}% .. {100 * e['ci95'][1]:+.1f}%" if e["ci95"] else "-",
+                f"{e['n_baseline']}/{e['n_variant']}",
+                escape(e["verdict"]),
+            ]
+            for e in effects
+        ]
+        parts.append(
+            f"<h3>{escape(change)}</h3>"
+            + _table(
+                ["metric", "at", "baseline", "variant", "change", "95% interval", "n", "verdict"],
+                table,
+            )
+        )
+    largest = doc.get("largest_interactions") or []
+    if largest:
+        rows_ = [
+            [
+                escape(METRIC_NAMES.get(i["metric"], i["metric"])),
+                escape(i["point"]),
+                escape(i["change"]),
+                _num(i["ratio"], 3),
+                f"{100 * i['ci95'][0]:+.1f}% .. {100 * i['ci95'][1]:+.1f}%" if i["ci95"] else "-",
+                escape(i["verdict"]),
+            ]
+            for i in largest
+        ]
+        parts.append(
+            "<h3>Largest interaction per metric</h3>"
+            + _table(
+                ["metric", "at", "factors", "ratio of ratios", "95% interval", "verdict"], rows_
+            )
+        )
+    return "".join(parts)
+
+
+def gpu_section(doc: dict[str, Any]) -> str:
+    variants = _variants(doc)
+    colors = {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(variants)}
+    measures = (
+        ("mean_power_watts", "GPU power", "W", 1.0),
+        ("power_share_of_limit", "share of the power limit", "%", 100.0),
+        ("sm_clock_mean_hertz", "SM clock", "MHz", 1e-6),
+        ("tokens_per_joule", "tokens per joule", "tok/J", 1.0),
+    )
+    charts = []
+    for field, title, unit, scale in measures:
+        bars = [
+            (_short(n), m * scale, colors[n])
+            for n, rows in variants.items()
+            if (m := _mean([r.get(field) for r in rows])) is not None
+        ]
+        if bars:
+            charts.append(
+                _figure(field, bar_chart(title, bars, unit), f"{title}, mean over launches")
+            )
+    roof = []
+    for name, rows in variants.items():
+        measured, floor = _point_means(rows, "median_tpot_ms"), _point_means(rows, "tpot_floor_ms")
+        for concurrency, floor_ms in floor.items():
+            tpot = measured.get(concurrency)
+            share = f"{100 * floor_ms / tpot:.1f}%" if tpot else "-"
+            cells = [_short(name), f"c={concurrency}", _num(tpot, 2), _num(floor_ms, 3), share]
+            roof.append([escape(c) for c in cells])
+    table = (
+        _table(["variant", "at", "TPOT p50 ms", "floor ms", "floor / measured"], roof)
+        if roof
+        else (
+            "<p class='muted'>No roofline floor: give <code>roofline.weight_bytes</code> in the "
+            "spec, or serve a local model directory with config.json and safetensors.</p>"
+        )
+    )
+    grid = (
+        f"<div class='grid'>{''.join(charts)}</div>"
+        if charts
+        else "<p class='muted'>No GPU figures.</p>"
+    )
+    return grid + "<h3>Roofline</h3>" + table
+
+
+def provenance_section(doc: dict[str, Any]) -> str:
+    rows = []
+    for row in doc["experiments"]:
+        summary = provenance_summary(row.get("provenance"))
+        if not summary:
+            rows.append([escape(row["name"]), "<span class='muted'>not recorded</span>"] + [""] * 7)
+            continue
+        keys = (
+            "engine",
+            "model",
+            "model config",
+            "GPUs",
+            "driver / CUDA",
+            "at start",
+            "tunelab",
+            "benchmark",
+        )
+        cells = [escape(summary[k]) for k in keys]
+        details = (
+            f"<details><summary>argv, env</summary><code>{escape(summary['argv'])}</code><br>"
+            f"<code>{escape(summary['env'])}</code></details>"
+        )
+        rows.append([escape(row["name"]), *cells[:-1], cells[-1] + details])
+    header = [
+        "experiment",
+        "engine",
+        "model",
+        "config",
+        "GPUs",
+        "driver / CUDA",
+        "at start",
+        "tunelab",
+        "benchmark",
+    ]
+    warnings = "".join(f"<p class='warn'>{escape(w)}</p>" for w in doc.get("warnings", []))
+    return warnings + _table(header, rows)
+
+
+def failures_section(doc: dict[str, Any]) -> str:
+    failed = [r for r in doc["experiments"] if r["state"] != "SUCCEEDED"]
+    if not failed:
+        return "<p>None: every experiment succeeded.</p>"
+    rows = [
+        [
+            escape(r["name"]),
+            escape(r["state"]),
+            escape(r["host"] or "-"),
+            escape(r.get("message") or ""),
+        ]
+        for r in failed
+    ]
+    return _table(["experiment", "state", "host", "reason"], rows)
+
+
+def render_report(doc: dict[str, Any], title: str) -> str:
+    n = len(doc["experiments"])
+    design = doc.get("design", "none")
+    sections = [
+        ("Throughput and latency", curves(doc)),
+        ("Effects", effects_section(doc)),
+        ("GPU power, clocks, energy and the roofline", gpu_section(doc)),
+        ("Provenance", provenance_section(doc)),
+        ("Failures", failures_section(doc)),
+    ]
+    body = "".join(f"<h2>{escape(h)}</h2>{content}" for h, content in sections)
+    return (
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+        f"<title>tunelab report: {escape(title)}</title><style>{STYLE}</style>"
+        f"<script>{CHECK_SCRIPT}</script></head><body>"
+        f"<h1>tunelab report: {escape(title)}</h1>"
+        f"<p>{n} launches; design: {escape(design)}; varied: "
+        f"{escape(', '.join(doc.get('varied_fields', [])) or 'nothing')}</p>{body}</body></html>"
+    )
