@@ -141,8 +141,9 @@ def effects_tables(doc: dict[str, Any]) -> list[Table]:
     ]
     largest = doc.get("largest_interactions") or []
     if largest:
-        table = Table(box=box.SIMPLE_HEAD, title="largest interaction per metric",
-                      title_justify="left")  # fmt: skip
+        table = Table(
+            box=box.SIMPLE_HEAD, title="largest interaction per metric", title_justify="left"
+        )
         for name in ("metric", "at", "factors", "ratio of ratios", "95% interval", "verdict"):
             table.add_column(name, overflow="fold")
         for item in largest:

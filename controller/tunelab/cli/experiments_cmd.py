@@ -316,13 +316,19 @@ def cmd_report(args: argparse.Namespace) -> int:
 def _add_effect_args(parser: argparse.ArgumentParser) -> None:
     defaults = EffectSettings()
     parser.add_argument(
-        "--min-effect", type=_percent, default=defaults.min_effect, metavar="PCT",
+        "--min-effect",
+        type=_percent,
+        default=defaults.min_effect,
+        metavar="PCT",
         help="an interval inside +-PCT is 'no meaningful difference' (default 2%%)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--max-cv", type=_percent, default=defaults.max_cv, metavar="PCT",
+        "--max-cv",
+        type=_percent,
+        default=defaults.max_cv,
+        metavar="PCT",
         help="launches spread more than this are 'not enough repeats' (default 10%%)",
-    )  # fmt: skip
+    )
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -150,9 +150,15 @@ UNVARIED: dict[str, Callable[[dict[str, Any]], Any]] = {
     "dataset": lambda p: (p.get("benchmark") or {}).get("dataset_sha256"),
 }
 # ...unless the spec varied something that explains it
-EXPLAINED_BY = {"GPU model": ("host",), "power limit": ("host",), "driver": ("host",),
-                "CUDA": ("host",), "model config": ("server",), "engine version": ("server",),
-                "dataset": ("benchmark",)}  # fmt: skip
+EXPLAINED_BY = {
+    "GPU model": ("host",),
+    "power limit": ("host",),
+    "driver": ("host",),
+    "CUDA": ("host",),
+    "model config": ("server",),
+    "engine version": ("server",),
+    "dataset": ("benchmark",),
+}
 
 
 def provenance_warnings(rows: list[dict[str, Any]], varied: list[str]) -> list[str]:

@@ -1,8 +1,10 @@
 """``make demo``: the main job on the embedded default, end to end, with nothing but this checkout.
 
 It starts a local agent and controller (SQLite in a temporary directory), registers the host,
-audits it, submits a small ablation of simulator settings (examples/demo-ablation.yaml), waits
-for it, prints ``tunelab compare``, and stops what it started. Every step is the real CLI.
+audits it, submits a small ablation of simulator settings (examples/demo-ablation.yaml, three
+launches of each variant), waits for it, prints ``tunelab compare`` (ending with the effect of each
+change), writes ``tunelab report`` to a file it keeps, and stops what it started. Every step is
+the real CLI.
 Without an NVIDIA GPU the agent answers GPU queries from an H200 snapshot captured for the tests,
 so the GPU columns show the pipeline working; with a GPU they are live.
 """
@@ -119,6 +121,10 @@ def main() -> int:
     )
     controller_argv += ["--db", str(workdir / "controller.db")]
     controller_argv += ["--metrics-listen", f"127.0.0.1:{controller_metrics}"]
+    # short runs: follow them closely so the demo does not wait on poll intervals
+    controller_argv += ["--attempt-poll-interval", "0.25s", "--host-poll-interval", "1s"]
+    controller_argv += ["--scrape-interval", "1s"]
+    report = Path(tempfile.mkdtemp(prefix="tunelab-demo-report-")) / "report.html"
     code = 0
     with ExitStack() as stack:
         _say("start a local agent and a controller (SQLite in a temporary directory)")
@@ -145,7 +151,6 @@ def main() -> int:
         if submitted.returncode != 0:
             code = 1
 
-        _say("compare")
         listed = subprocess.run(
             python_module_argv("tunelab.cli", "ls", "--json"),
             cwd=REPO,
@@ -155,11 +160,15 @@ def main() -> int:
         )
         groups = sorted({e["group"] for e in json.loads(listed.stdout or "[]")})
         if groups:
+            _say("report: one self-contained HTML file")
+            if _tunelab(env, "report", groups[-1], "--out", str(report)).returncode != 0:
+                code = 1
+            _say("compare: each variant, then the effect of each change over its launches")
             _tunelab(env, "compare", groups[-1])
-        _say("stop what the demo started")
+        stack.callback(_say, "stop what the demo started")
     if code == 0:
         shutil.rmtree(workdir, ignore_errors=True)
-        _say("demo done")
+        _say(f"demo done; the report: {report}")
     else:
         _say(f"demo FAILED (logs kept in {workdir})")
     return code

@@ -112,9 +112,7 @@ def _effect(
     """Variant cells against baseline cells, paired in order (one pair per combination of the
     other factors); the estimate is the mean of the pairs' log ratios."""
     k = len(base)
-    estimate = log_contrast(
-        [(-1.0 / k, c) for c in base] + [(1.0 / k, c) for c in variant]
-    )  # fmt: skip
+    estimate = log_contrast([(-1.0 / k, c) for c in base] + [(1.0 / k, c) for c in variant])
     interval = estimate.relative_interval() if estimate else None
     return {
         "change": change,
@@ -195,8 +193,10 @@ def matrix_effects(
 
     def others(skip: Sequence[str]) -> list[dict[str, str]]:
         names = [f for f in levels if f not in skip]
-        return [dict(zip(names, combo, strict=True)) for combo in itertools.product(
-            *(levels[f] for f in names))]  # fmt: skip
+        return [
+            dict(zip(names, combo, strict=True))
+            for combo in itertools.product(*(levels[f] for f in names))
+        ]
 
     keys = _keys(variants)
     effects: list[dict[str, Any]] = []
@@ -226,9 +226,7 @@ def matrix_effects(
                         terms += [(w / len(combos), c) for w, c in found if c is not None]
                 if terms:
                     change = f"{_factor_label(fa, a)} x {_factor_label(fb, b)}"
-                    interactions.append(
-                        _interaction(change, key, terms, settings)
-                    )  # fmt: skip
+                    interactions.append(_interaction(change, key, terms, settings))
     return effects, interactions
 
 

@@ -42,13 +42,22 @@ def write_safetensors(path: Path, tensors: dict[str, int]) -> None:
 def test_secrets_are_redacted_from_argv_and_env() -> None:
     argv = ["vllm", "serve", "/m", "--api-key", "s3cret", "--hf-token=abc", "--port", "8000"]
     assert redact_argv(argv) == [
-        "vllm", "serve", "/m", "--api-key", REDACTED, f"--hf-token={REDACTED}", "--port", "8000",
-    ]  # fmt: skip
+        "vllm",
+        "serve",
+        "/m",
+        "--api-key",
+        REDACTED,
+        f"--hf-token={REDACTED}",
+        "--port",
+        "8000",
+    ]
     env = {"HF_TOKEN": "x", "OPENAI_API_KEY": "y", "NCCL_P2P_LEVEL": "5", "DB_PASSWORD": "z"}
     assert redact_env(env) == {
-        "HF_TOKEN": REDACTED, "OPENAI_API_KEY": REDACTED, "NCCL_P2P_LEVEL": "5",
+        "HF_TOKEN": REDACTED,
+        "OPENAI_API_KEY": REDACTED,
+        "NCCL_P2P_LEVEL": "5",
         "DB_PASSWORD": REDACTED,
-    }  # fmt: skip
+    }
 
 
 def test_model_path_from_the_usual_flags() -> None:
@@ -63,21 +72,32 @@ def test_engine_version_comes_from_the_package_metadata_of_the_argv_python() -> 
     assert found["name"] == "tunelab-simulator"
     assert found["version"] == __version__ and sys.executable in found["version_source"]
     assert engine_version(["/opt/mystery-server"], {}) == {
-        "name": "mystery-server", "version": None, "version_source": None,
-    }  # fmt: skip
+        "name": "mystery-server",
+        "version": None,
+        "version_source": None,
+    }
 
 
 def test_a_moe_model_directory(tmp_path: Path) -> None:
     config = {
-        "architectures": ["DeepseekV3ForCausalLM"], "torch_dtype": "bfloat16",
-        "num_hidden_layers": 4, "num_attention_heads": 16, "kv_lora_rank": 512,
-        "qk_rope_head_dim": 64, "n_routed_experts": 8, "num_experts_per_tok": 2,
-    }  # fmt: skip
+        "architectures": ["DeepseekV3ForCausalLM"],
+        "torch_dtype": "bfloat16",
+        "num_hidden_layers": 4,
+        "num_attention_heads": 16,
+        "kv_lora_rank": 512,
+        "qk_rope_head_dim": 64,
+        "n_routed_experts": 8,
+        "num_experts_per_tok": 2,
+    }
     (tmp_path / "config.json").write_text(json.dumps(config))
-    write_safetensors(tmp_path / "a.safetensors", {"model.embed.weight": 1000,
-                      "model.layers.0.mlp.experts.0.w1": 4000})  # fmt: skip
-    write_safetensors(tmp_path / "b.safetensors", {"model.layers.0.mlp.shared_experts.w1": 500,
-                      "model.layers.0.mlp.experts.1.w1": 4000})  # fmt: skip
+    write_safetensors(
+        tmp_path / "a.safetensors",
+        {"model.embed.weight": 1000, "model.layers.0.mlp.experts.0.w1": 4000},
+    )
+    write_safetensors(
+        tmp_path / "b.safetensors",
+        {"model.layers.0.mlp.shared_experts.w1": 500, "model.layers.0.mlp.experts.1.w1": 4000},
+    )
     index = {
         "metadata": {"total_size": 1},
         "weight_map": {"x": "a.safetensors", "y": "b.safetensors"},
@@ -91,8 +111,13 @@ def test_a_moe_model_directory(tmp_path: Path) -> None:
 
 
 def test_a_dense_gqa_config_and_a_path_that_is_not_a_directory(tmp_path: Path) -> None:
-    config = {"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
-              "hidden_size": 4096, "torch_dtype": "bfloat16"}  # fmt: skip
+    config = {
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "hidden_size": 4096,
+        "torch_dtype": "bfloat16",
+    }
     (tmp_path / "config.json").write_text(json.dumps(config))
     (tmp_path / "model.safetensors.index.json").write_text(
         json.dumps({"metadata": {"total_size": 16060522496}, "weight_map": {"a": "missing"}})
@@ -109,10 +134,16 @@ def test_the_record_holds_the_gpus_the_server_will_see_at_start() -> None:
     gpu = SnapshotBackend.load(NVML)
     server = ServerSpec(
         argv=(sys.executable, "-m", "tunelab.bench.simulator", "--port", "9000", "--model", "sim"),
-        port=9000, env={"HF_TOKEN": "hf_x", "CUDA_VISIBLE_DEVICES": "0"},
-    )  # fmt: skip
-    spec = RunSpec(server=server, server_id="", command=None, max_duration=0,
-                   builtin={"seed": 7, "input_len": 16, "output_len": 16})  # fmt: skip
+        port=9000,
+        env={"HF_TOKEN": "hf_x", "CUDA_VISIBLE_DEVICES": "0"},
+    )
+    spec = RunSpec(
+        server=server,
+        server_id="",
+        command=None,
+        max_duration=0,
+        builtin={"seed": 7, "input_len": 16, "output_len": 16},
+    )
     record = RunProvenance(gpu, lambda: 123.0)(spec, server)
     assert record["recorded_at"] == 123.0 and record["tunelab_version"] == __version__
     assert record["env"]["HF_TOKEN"] == REDACTED and "hf_x" not in json.dumps(record)
@@ -122,8 +153,13 @@ def test_the_record_holds_the_gpus_the_server_will_see_at_start() -> None:
     assert h200["name"] == "NVIDIA H200" and h200["power_limit_watts"] == 700.0
     assert h200["sm_clock_hertz"] == 1740000000
     assert record["benchmark"]["seed"] == 7 and len(record["benchmark"]["dataset_sha256"]) == 64
-    other = RunSpec(server=server, server_id="", command=None, max_duration=0,
-                    builtin={"seed": 8, "input_len": 16, "output_len": 16})  # fmt: skip
+    other = RunSpec(
+        server=server,
+        server_id="",
+        command=None,
+        max_duration=0,
+        builtin={"seed": 8, "input_len": 16, "output_len": 16},
+    )
     again = RunProvenance(gpu, lambda: 124.0)(other, server)
     assert again["benchmark"]["dataset_sha256"] != record["benchmark"]["dataset_sha256"]
     hidden = ServerSpec(argv=server.argv, port=9000, env={"CUDA_VISIBLE_DEVICES": "3"})

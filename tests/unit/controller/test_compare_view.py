@@ -10,27 +10,47 @@ from tunelab.controller.effects import effects_document
 
 def row(name: str, varied: dict[str, str], tput: float, index: int) -> dict[str, Any]:
     points = [
-        {"key": f"c{c}", "concurrency": c, "output_throughput": tput * c * (1 + 0.002 * index),
-         "median_ttft_ms": 41.234, "median_tpot_ms": 1000 / tput, "tpot_floor_ms": 2.917,
-         "p99_itl_ms": 12.0}
+        {
+            "key": f"c{c}",
+            "concurrency": c,
+            "output_throughput": tput * c * (1 + 0.002 * index),
+            "median_ttft_ms": 41.234,
+            "median_tpot_ms": 1000 / tput,
+            "tpot_floor_ms": 2.917,
+            "p99_itl_ms": 12.0,
+        }
         for c in (1, 8, 256, 1024)
-    ]  # fmt: skip
+    ]
     return {
-        "id": f"x-{name}-{index}", "name": f"{name}#{index}", "group": "g-1", "state": "SUCCEEDED",
-        "host": "gpu-box-with-a-long-name-1", "varied": varied, "points": points,
-        "mean_power_watts": 622.248, "power_share_of_limit": 0.889, "tokens_per_joule": 1.234,
-    }  # fmt: skip
+        "id": f"x-{name}-{index}",
+        "name": f"{name}#{index}",
+        "group": "g-1",
+        "state": "SUCCEEDED",
+        "host": "gpu-box-with-a-long-name-1",
+        "varied": varied,
+        "points": points,
+        "mean_power_watts": 622.248,
+        "power_share_of_limit": 0.889,
+        "tokens_per_joule": 1.234,
+    }
 
 
 def document() -> dict[str, Any]:
     base = "glm5-moe-backends-with-a-rather-long-experiment-name"
     rows = [row(f"{base}/baseline", {}, 100.0, i) for i in range(1, 6)]
     long_change = "--moe-runner-backend=flashinfer_cutedsl"
-    rows += [row(f"{base}/{long_change}", {"server.flags.--moe-runner-backend": "x"}, 200.0, i)
-             for i in range(1, 6)]  # fmt: skip
-    doc = {"varied_fields": ["server.flags.--moe-runner-backend"], "experiments": rows,
-           "repeats": [], "warnings": ["runs differ in driver, which the spec did not vary: "
-                                       "580.159.04 (a#1); 575.57.08 (a#2)"]}  # fmt: skip
+    rows += [
+        row(f"{base}/{long_change}", {"server.flags.--moe-runner-backend": "x"}, 200.0, i)
+        for i in range(1, 6)
+    ]
+    doc = {
+        "varied_fields": ["server.flags.--moe-runner-backend"],
+        "experiments": rows,
+        "repeats": [],
+        "warnings": [
+            "runs differ in driver, which the spec did not vary: 580.159.04 (a#1); 575.57.08 (a#2)"
+        ],
+    }
     doc.update(effects_document(rows))
     return doc
 

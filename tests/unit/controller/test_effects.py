@@ -69,9 +69,17 @@ def test_ablation_verdicts() -> None:
     assert doc["design"] == "ablation"
     fast = by(doc["effects"], "--itl-ms=5", "output_throughput")
     assert set(fast) == {
-        "change", "point", "metric", "baseline_mean", "mean", "ratio", "ci95",
-        "n_baseline", "n_variant", "verdict",
-    }  # fmt: skip
+        "change",
+        "point",
+        "metric",
+        "baseline_mean",
+        "mean",
+        "ratio",
+        "ci95",
+        "n_baseline",
+        "n_variant",
+        "verdict",
+    }
     assert fast["verdict"] == "better" and fast["ci95"][0] > 0
     assert fast["ratio"] == pytest.approx(2.0, rel=1e-3)
     assert (fast["n_baseline"], fast["n_variant"], fast["point"]) == (5, 5, "c1")

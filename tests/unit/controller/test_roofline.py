@@ -39,8 +39,9 @@ def test_kv_cache_grows_the_floor_with_concurrency_and_context() -> None:
 
 
 def test_moe_reads_only_the_experts_the_batch_is_routed_to() -> None:
-    model = ModelBytes(weight_bytes=100e9, expert_weight_bytes=90e9, experts=64,
-                       experts_per_token=4)  # fmt: skip
+    model = ModelBytes(
+        weight_bytes=100e9, expert_weight_bytes=90e9, experts=64, experts_per_token=4
+    )
     assert model.step_weight_bytes(1) == pytest.approx(10e9 + 90e9 * 4 / 64)
     assert model.step_weight_bytes(2) == pytest.approx(10e9 + 90e9 * (1 - (60 / 64) ** 2))
     assert model.step_weight_bytes(4096) == pytest.approx(100e9)  # every expert is hit

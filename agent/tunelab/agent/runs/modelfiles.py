@@ -64,17 +64,26 @@ def weight_bytes(model_dir: Path) -> dict[str, Any]:
         headers = [safetensors_header(model_dir / s) for s in shards if (model_dir / s).is_file()]
         total, experts = _tensor_bytes(headers)
         if len(headers) == len(shards) and total:
-            return {"weight_bytes": total, "expert_weight_bytes": experts,
-                    "weights_source": "safetensors headers"}  # fmt: skip
+            return {
+                "weight_bytes": total,
+                "expert_weight_bytes": experts,
+                "weights_source": "safetensors headers",
+            }
         listed = (doc.get("metadata") or {}).get("total_size")
         if isinstance(listed, int | float) and listed > 0:
-            return {"weight_bytes": int(listed), "expert_weight_bytes": 0,
-                    "weights_source": "safetensors index total_size"}  # fmt: skip
+            return {
+                "weight_bytes": int(listed),
+                "expert_weight_bytes": 0,
+                "weights_source": "safetensors index total_size",
+            }
     files = sorted(model_dir.glob("*.safetensors"))[:MAX_SHARDS]
     if files:
         total, experts = _tensor_bytes([safetensors_header(f) for f in files])
-        return {"weight_bytes": total, "expert_weight_bytes": experts,
-                "weights_source": "safetensors headers"}  # fmt: skip
+        return {
+            "weight_bytes": total,
+            "expert_weight_bytes": experts,
+            "weights_source": "safetensors headers",
+        }
     return {}
 
 

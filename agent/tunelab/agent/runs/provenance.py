@@ -38,12 +38,31 @@ ENGINES = (
     ("tunelab.bench.simulator", "tunelab-simulator", "tunelab"),
 )
 GPU_FIELDS = (
-    "name", "uuid", "pci_bus_id", "memory_total_bytes", "power_limit_watts",
-    "power_default_limit_watts", "sm_clock_hertz", "sm_clock_max_hertz", "memory_clock_hertz",
-    "memory_clock_max_hertz", "vbios_version",
-)  # fmt: skip
-BENCH_DATA_KEYS = ("api", "input_len", "output_len", "range_ratio", "seed", "requests",
-                   "duration", "warmup", "preset", "ignore_eos", "temperature")  # fmt: skip
+    "name",
+    "uuid",
+    "pci_bus_id",
+    "memory_total_bytes",
+    "power_limit_watts",
+    "power_default_limit_watts",
+    "sm_clock_hertz",
+    "sm_clock_max_hertz",
+    "memory_clock_hertz",
+    "memory_clock_max_hertz",
+    "vbios_version",
+)
+BENCH_DATA_KEYS = (
+    "api",
+    "input_len",
+    "output_len",
+    "range_ratio",
+    "seed",
+    "requests",
+    "duration",
+    "warmup",
+    "preset",
+    "ignore_eos",
+    "temperature",
+)
 SHEBANG_BYTES = 512
 
 
@@ -161,12 +180,19 @@ def benchmark_provenance(spec: RunSpec) -> dict[str, Any]:
     if spec.builtin is not None:
         shaping = {k: spec.builtin.get(k) for k in BENCH_DATA_KEYS}
         text = json.dumps(shaping, sort_keys=True, default=str)
-        return {"kind": "builtin", "seed": spec.builtin.get("seed"),
-                "dataset_sha256": hashlib.sha256(text.encode()).hexdigest()}  # fmt: skip
+        return {
+            "kind": "builtin",
+            "seed": spec.builtin.get("seed"),
+            "dataset_sha256": hashlib.sha256(text.encode()).hexdigest(),
+        }
     argv = list(spec.command.argv) if spec.command else []
     text = json.dumps(argv)
-    return {"kind": "command", "seed": None, "argv": redact_argv(argv),
-            "dataset_sha256": hashlib.sha256(text.encode()).hexdigest()}  # fmt: skip
+    return {
+        "kind": "command",
+        "seed": None,
+        "argv": redact_argv(argv),
+        "dataset_sha256": hashlib.sha256(text.encode()).hexdigest(),
+    }
 
 
 def _under(path: str, cwd: str) -> str:

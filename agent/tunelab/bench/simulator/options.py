@@ -156,6 +156,11 @@ def add_sim_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="answer /v1/models 503 while loading (default: 200 at once, as SGLang does)",
     )
+    p.add_argument(
+        "--tag",
+        default="",
+        help="ignored: a flag with no effect, for ablations that check a null result",
+    )
 
 
 def settings_from_args(args: argparse.Namespace) -> SimSettings:
