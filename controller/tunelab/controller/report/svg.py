@@ -27,6 +27,7 @@ class Series:
 
 
 def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
+    """Round-numbered ticks from at or below ``lo`` to the first at or above ``hi``."""
     if hi <= lo:
         hi = lo + 1.0
     raw = (hi - lo) / count
@@ -35,12 +36,10 @@ def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
         if raw <= factor * step:
             step *= factor
             break
-    start = math.floor(lo / step) * step
-    return [
-        start + i * step
-        for i in range(int((hi - start) / step) + 2)
-        if start + i * step <= hi + 1e-9 * step
-    ]
+    ticks = [math.floor(lo / step) * step]
+    while ticks[-1] < hi - 1e-9 * step:
+        ticks.append(ticks[-1] + step)
+    return ticks
 
 
 def _fmt(value: float) -> str:
@@ -104,7 +103,7 @@ def xy_chart(
     ticks = (
         sorted(set(x_ticks if x_ticks is not None else xs))
         if ax.log_x or x_ticks
-        else nice_ticks(ax.x0, ax.x1)
+        else [t for t in nice_ticks(ax.x0, ax.x1) if ax.x0 <= t <= ax.x1]
     )
     for x in ticks[:12]:
         body.append(
