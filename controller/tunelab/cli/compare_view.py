@@ -30,7 +30,8 @@ def _num(value: Any, digits: int = 1) -> str:
 
 
 def _pct(value: Any) -> str:
-    return f"{100 * value:+.1f}%" if isinstance(value, int | float) else "-"
+    """``+12.3%``; a change that rounds to nothing reads ``+0.0%``, never ``-0.0%``."""
+    return f"{round(100 * value, 1) or 0.0:+.1f}%" if isinstance(value, int | float) else "-"
 
 
 def point_label(key: str) -> str:
@@ -55,7 +56,7 @@ def _text(console: Console) -> str:
 
 
 def _interval(ci: list[float] | None) -> str:
-    return f"{100 * ci[0]:+.1f}..{100 * ci[1]:+.1f}%" if ci else "-"
+    return f"{_pct(ci[0])[:-1]}..{_pct(ci[1])}" if ci else "-"
 
 
 def _common_prefix(names: list[str]) -> str:

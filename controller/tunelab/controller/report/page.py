@@ -43,7 +43,7 @@ body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1100px;color
 h1{font-size:22px}h2{font-size:18px;margin-top:32px;border-bottom:1px solid #ddd}
 table{border-collapse:collapse;margin:8px 0;font-size:13px}
 td,th{padding:3px 8px;border-bottom:1px solid #eee;text-align:right;vertical-align:top}
-td:first-child,th:first-child{text-align:left}
+td:first-child,th:first-child,td:last-child,th:last-child{text-align:left}
 .grid{display:flex;flex-wrap:wrap;gap:12px}figure{margin:8px 0}
 figcaption{font-size:13px;color:#555}svg text{font-size:11px;fill:#333}
 .warn{background:#fff4e0;padding:6px 10px;border-left:4px solid #e69f00}
