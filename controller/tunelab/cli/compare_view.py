@@ -12,17 +12,9 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from tunelab.controller.effects import METRIC_LABELS
+
 WIDTH = 100
-METRIC_LABELS = {
-    "output_throughput": "tok/s",
-    "median_ttft_ms": "TTFT p50",
-    "p99_ttft_ms": "TTFT p99",
-    "median_tpot_ms": "TPOT p50",
-    "p99_tpot_ms": "TPOT p99",
-    "median_itl_ms": "ITL p50",
-    "p99_itl_ms": "ITL p99",
-    "tokens_per_joule": "tok/J",
-}
 
 
 def _num(value: Any, digits: int = 1) -> str:

@@ -29,6 +29,16 @@ METRICS: dict[str, bool] = {
     "p99_itl_ms": False,
     "tokens_per_joule": True,
 }
+METRIC_LABELS = {
+    "output_throughput": "tok/s",
+    "median_ttft_ms": "TTFT p50",
+    "p99_ttft_ms": "TTFT p99",
+    "median_tpot_ms": "TPOT p50",
+    "p99_tpot_ms": "TPOT p99",
+    "median_itl_ms": "ITL p50",
+    "p99_itl_ms": "ITL p99",
+    "tokens_per_joule": "tok/J",
+}
 WHOLE_RUN = "all"  # the point of a per-run figure (tokens per joule over the whole sweep)
 MIN_REPEATS = 3
 BETTER, WORSE = "better", "worse"

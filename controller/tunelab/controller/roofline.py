@@ -77,13 +77,12 @@ def gpu_bandwidth(gpu: Mapping[str, Any]) -> tuple[float | None, str]:
     return None, f"no bandwidth known for {name or 'this GPU'}: set roofline.memory_bandwidth"
 
 
-def _flag(argv: list[str], names: tuple[str, ...]) -> str | None:
-    for i, arg in enumerate(argv):
-        for name in names:
-            if arg == name and i + 1 < len(argv):
-                return argv[i + 1]
-            if arg.startswith(f"{name}="):
-                return arg.split("=", 1)[1]
+def _flag(flags: Mapping[str, Any], names: tuple[str, ...]) -> str | None:
+    """A server flag's value from the spec (``server.flags``), under any of its names."""
+    for name in names:
+        value = flags.get(name)
+        if value is not None and not isinstance(value, bool):
+            return str(value)
     return None
 
 
@@ -91,11 +90,12 @@ def roofline_inputs(
     spec: Mapping[str, Any], provenance: Mapping[str, Any] | None
 ) -> tuple[ModelBytes, float, int, str] | None:
     """(model bytes, bandwidth per GPU, TP size, source note) from the spec's ``roofline``
-    section, else what the agent read from the model's files and NVML; None when unknown."""
+    section, else what the agent read from the model's files and NVML and the spec's server
+    flags (TP size, KV-cache dtype); None when unknown."""
     given = dict(spec.get("roofline") or {})
     prov = dict(provenance or {})
     model = dict(prov.get("model") or {})
-    argv = [str(a) for a in prov.get("argv") or []]
+    flags = dict((spec.get("server") or {}).get("flags") or {})
 
     def pick(name: str) -> float:
         """The spec's figure, else the one read from the model's files, else 0."""
@@ -108,7 +108,7 @@ def roofline_inputs(
     if not pick("weight_bytes"):
         return None
     kv = pick("kv_bytes_per_token")
-    kv_dtype = _flag(argv, (KV_DTYPE_FLAG,)) or ""
+    kv_dtype = _flag(flags, (KV_DTYPE_FLAG,)) or ""
     if "kv_bytes_per_token" not in given and kv_dtype.startswith("fp8"):
         kv = kv / (pick("kv_dtype_bytes") or 1.0)  # an fp8 cache holds one byte per value
     bytes_ = ModelBytes(
@@ -129,7 +129,7 @@ def roofline_inputs(
         bandwidth, source = min(known), found[0][1]  # the slowest GPU paces the group
     else:
         return None
-    tp_text = given.get("tp") or _flag(argv, TP_FLAGS) or 1
+    tp_text = given.get("tp") or _flag(flags, TP_FLAGS) or 1
     try:
         tp = int(tp_text)
     except ValueError:

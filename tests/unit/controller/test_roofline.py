@@ -47,21 +47,15 @@ def test_moe_reads_only_the_experts_the_batch_is_routed_to() -> None:
     assert model.step_weight_bytes(4096) == pytest.approx(100e9)  # every expert is hit
 
 
-def test_tp_from_the_server_flags_and_fp8_kv_cache_from_argv() -> None:
+def test_tp_and_an_fp8_kv_cache_from_the_server_flags() -> None:
     provenance = {
-        "argv": [
-            "python",
-            "-m",
-            "sglang.launch_server",
-            "--tp-size",
-            "8",
-            "--kv-cache-dtype",
-            "fp8_e4m3",
-        ],
         "gpus": [{"name": "NVIDIA RTX PRO 6000 Blackwell Server Edition"}] * 8,
         "model": {"weight_bytes": 8e9, "kv_bytes_per_token": 1000, "kv_dtype_bytes": 2},
     }
-    spec = {"benchmark": {"input_len": 100, "output_len": 0}}
+    spec = {
+        "server": {"flags": {"--tp-size": 8, "--kv-cache-dtype": "fp8_e4m3"}},
+        "benchmark": {"input_len": 100, "output_len": 0},
+    }
     points = [{"concurrency": 2, "median_tpot_ms": 10.0}, {"concurrency": None}]
     used = annotate_points(points, spec, provenance)
     assert used is not None and used["tp"] == 8 and used["kv_bytes_per_token"] == 500

@@ -12,7 +12,7 @@ from collections import defaultdict
 from html import escape
 from typing import Any
 
-from tunelab.controller.effects import BETTER, NO_DIFFERENCE, WORSE
+from tunelab.controller.effects import BETTER, METRIC_LABELS, NO_DIFFERENCE, WORSE
 from tunelab.controller.report.provenance import provenance_summary
 from tunelab.controller.report.svg import (
     PALETTE,
@@ -27,16 +27,6 @@ from tunelab.controller.report.svg import (
 _REPEAT = re.compile(r"#\d+$")
 VERDICT_COLORS = {BETTER: "#009e73", WORSE: "#d55e00", NO_DIFFERENCE: "#888"}
 NOT_ENOUGH_COLOR = "#e69f00"
-METRIC_NAMES = {
-    "output_throughput": "output tok/s",
-    "median_ttft_ms": "TTFT p50",
-    "p99_ttft_ms": "TTFT p99",
-    "median_tpot_ms": "TPOT p50",
-    "p99_tpot_ms": "TPOT p99",
-    "median_itl_ms": "ITL p50",
-    "p99_itl_ms": "ITL p99",
-    "tokens_per_joule": "tok/J",
-}
 STYLE = """
 body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1100px;color:#222;
   padding:0 16px}
@@ -173,7 +163,7 @@ def effects_section(doc: dict[str, Any]) -> str:
     for change, effects in by_change.items():
         rows = [
             Interval(
-                f"{METRIC_NAMES.get(e['metric'], e['metric'])} @ {e['point']}",
+                f"{METRIC_LABELS.get(e['metric'], e['metric'])} @ {e['point']}",
                 e["ratio"] - 1,
                 e["ci95"][0],
                 e["ci95"][1],
@@ -195,7 +185,7 @@ def effects_section(doc: dict[str, Any]) -> str:
             )
         table = [
             [
-                escape(METRIC_NAMES.get(e["metric"], e["metric"])),
+                escape(METRIC_LABELS.get(e["metric"], e["metric"])),
                 escape(e["point"]),
                 _num(e["baseline_mean"], 2),
                 _num(e["mean"], 2),
@@ -217,7 +207,7 @@ def effects_section(doc: dict[str, Any]) -> str:
     if largest:
         rows_ = [
             [
-                escape(METRIC_NAMES.get(i["metric"], i["metric"])),
+                escape(METRIC_LABELS.get(i["metric"], i["metric"])),
                 escape(i["point"]),
                 escape(i["change"]),
                 _num(i["ratio"], 3),
