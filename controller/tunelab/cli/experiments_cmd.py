@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -304,7 +305,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     document = comparison(args)
-    out = Path(args.out or f"report-{'-'.join(args.ids)[:80]}.html")
+    default = re.sub(r"[^A-Za-z0-9._-]+", "_", "-".join(args.ids))[:80]
+    out = Path(args.out or f"report-{default}.html")
     try:
         write_report(document, out, title=" ".join(args.ids))
     except OSError as exc:

@@ -66,6 +66,11 @@ class Variant:
     points: tuple[str, ...]
 
 
+def _finite(value: Any) -> bool:
+    """A number to count: an external benchmark's result may hold anything, NaN included."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def _variants(rows: Sequence[dict[str, Any]]) -> list[Variant]:
     grouped: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
@@ -81,9 +86,9 @@ def _variants(rows: Sequence[dict[str, Any]]) -> list[Variant]:
                 if point["key"] not in points:
                     points.append(point["key"])
                 for metric in METRICS:
-                    if isinstance(point.get(metric), int | float):
+                    if _finite(point.get(metric)):
                         values[(metric, point["key"])].append(float(point[metric]))
-            if isinstance(row.get("tokens_per_joule"), int | float):
+            if _finite(row.get("tokens_per_joule")):
                 values[("tokens_per_joule", WHOLE_RUN)].append(float(row["tokens_per_joule"]))
         label = name.split("/", 1)[1] if "/" in name else name
         cells = {key: Cell(tuple(v)) for key, v in values.items()}

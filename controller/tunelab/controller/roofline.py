@@ -154,7 +154,7 @@ def annotate_points(
     context = decode_context(spec.get("benchmark") or {})
     for point in points:
         concurrency = point.get("concurrency")
-        if not concurrency:
+        if not isinstance(concurrency, int) or concurrency < 1:
             continue
         floor_ms = 1000.0 * tpot_floor_seconds(model, int(concurrency), context, bandwidth, tp)
         point["tpot_floor_ms"] = floor_ms

@@ -150,3 +150,16 @@ def test_matrix_without_interaction() -> None:
 
 def test_nothing_to_compare_without_a_baseline_or_factors() -> None:
     assert effects_document(launches("only", {}, [1.0, 2.0, 3.0]))["design"] == "none"
+
+
+def test_garbage_in_a_result_is_not_counted() -> None:
+    rows = launches("baseline", {}, [100.0, 100.5, 99.5]) + launches(
+        "--x=1", {"server.flags.--x": "1"}, [100.0, 100.5, 99.5]
+    )
+    rows[0]["points"][0]["output_throughput"] = float("nan")
+    rows[1]["points"][0]["output_throughput"] = "fast"
+    rows[2]["points"][0]["median_tpot_ms"] = True
+    doc = effects_document(rows)
+    tput = by(doc["effects"], "--x=1", "output_throughput")
+    assert tput["n_baseline"] == 1 and tput["verdict"] == NOT_ENOUGH
+    assert by(doc["effects"], "--x=1", "median_tpot_ms")["n_baseline"] == 2
