@@ -57,7 +57,7 @@ BENCH_DATA_KEYS = (
     "range_ratio",
     "seed",
     "requests",
-    "duration",
+    "duration_seconds",
     "warmup",
     "preset",
     "ignore_eos",
