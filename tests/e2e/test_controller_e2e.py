@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 import urllib.request
 
@@ -102,7 +103,9 @@ def test_matrix_spreads_over_both_hosts_with_gpu_power_beside_throughput(lab: La
     bench_log = controller.cli("logs", done[0]["id"], "--bench")
     assert bench_log.returncode == 0, bench_log.stderr
     table = controller.cli("compare", group)
-    assert table.returncode == 0 and "tok/s c=4" in table.stdout and "622.2" in table.stdout
+    assert table.returncode == 0 and "622.2" in table.stdout
+    assert re.search(r"--itl-ms=4,--tokens\s+gpu-[ab]\s+c=1 ", table.stdout), table.stdout
+    assert " c=4 " in table.stdout and max(map(len, table.stdout.splitlines())) <= 100
     csv_text = controller.cli("compare", group, "--csv").stdout
     assert csv_text.count("\n") == 1 + 4 * 2  # header + one row per experiment and point
 
