@@ -96,13 +96,14 @@ def _variants(rows: Sequence[dict[str, Any]]) -> list[Variant]:
     return out
 
 
-def _verdict(
+def judge(
     interval: tuple[float, float] | None,
     cells: Iterable[Cell],
     higher_better: bool,
     settings: EffectSettings,
     named: tuple[str, str, str] = (BETTER, WORSE, NO_DIFFERENCE),
 ) -> str:
+    """The verdict on a relative-change interval (README, "Verdicts")."""
     up, down, none = named if higher_better else (named[1], named[0], named[2])
     if interval is None or any(c.n < MIN_REPEATS or c.cv > settings.max_cv for c in cells):
         return NOT_ENOUGH
@@ -139,7 +140,7 @@ def _effect(
         "ci95": list(interval) if interval else None,
         "n_baseline": sum(c.n for c in base),
         "n_variant": sum(c.n for c in variant),
-        "verdict": _verdict(interval, [*base, *variant], METRICS[metric], settings),
+        "verdict": judge(interval, [*base, *variant], METRICS[metric], settings),
     }
 
 
@@ -251,7 +252,7 @@ def _interaction(
     estimate: Estimate | None = log_contrast(terms)
     interval = estimate.relative_interval() if estimate else None
     named = (INTERACTION, INTERACTION, NO_INTERACTION)
-    verdict = _verdict(interval, [c for _, c in terms], True, settings, named)
+    verdict = judge(interval, [c for _, c in terms], True, settings, named)
     return {
         "change": change,
         "point": key[1],
