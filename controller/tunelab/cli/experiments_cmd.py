@@ -26,11 +26,7 @@ from tunelab.cli.common import (
     print_json,
     rpc_error,
 )
-from tunelab.cli.compare_view import render_compare_csv, render_compare_table
 from tunelab.cli.watch_view import ExperimentsView
-from tunelab.controller.effects import EffectSettings, effects_document
-from tunelab.controller.report import write_report
-from tunelab.controller.report.provenance import provenance_lines
 from tunelab.v1 import controller_pb2, controller_pb2_grpc
 
 TIMEOUT = 30.0
@@ -228,6 +224,8 @@ def cmd_show(args: argparse.Namespace) -> int:
                 f"({gpu.get('benchmark_energy_source', 'no energy figure')}), "
                 f"{gpu.get('tokens_per_joule') or '-'} tok/J over {gpu['samples']} scrapes"
             )
+        from tunelab.controller.report.provenance import provenance_lines  # only when shown
+
         for line in provenance_lines(a["provenance"]):
             print(f"    {line}")
     return EXIT_FAILED if data["state"] == "FAILED" else EXIT_OK
@@ -281,18 +279,26 @@ def _percent(text: str) -> float:
 def comparison(args: argparse.Namespace) -> dict[str, Any]:
     """The controller's comparison; effects recomputed here when the thresholds are not the
     defaults (the launches it holds are all that is needed)."""
+    from tunelab.controller.effects import EffectSettings, effects_document  # not for --help
+
     target, stub = stub_for(args)
     request = controller_pb2.CompareRunsRequest(ids=args.ids)
     document: dict[str, Any] = json.loads(
         call(target, lambda: stub.CompareRuns(request, timeout=TIMEOUT)).comparison_json
     )
-    settings = EffectSettings(min_effect=args.min_effect, max_cv=args.max_cv)
-    if settings != EffectSettings():
+    defaults = EffectSettings()
+    settings = EffectSettings(
+        min_effect=defaults.min_effect if args.min_effect is None else args.min_effect,
+        max_cv=defaults.max_cv if args.max_cv is None else args.max_cv,
+    )
+    if settings != defaults:
         document.update(effects_document(document["experiments"], settings))
     return document
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from tunelab.cli.compare_view import render_compare_csv, render_compare_table
+
     document = comparison(args)
     if args.json:
         print_json(document)
@@ -304,6 +310,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from tunelab.controller.report import write_report
+
     document = comparison(args)
     default = re.sub(r"[^A-Za-z0-9._-]+", "_", "-".join(args.ids))[:80]
     out = Path(args.out or f"report-{default}.html")
@@ -316,18 +324,16 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def _add_effect_args(parser: argparse.ArgumentParser) -> None:
-    defaults = EffectSettings()
+    """Defaults live in tunelab.controller.effects.EffectSettings (not imported for --help)."""
     parser.add_argument(
         "--min-effect",
         type=_percent,
-        default=defaults.min_effect,
         metavar="PCT",
         help="an interval inside +-PCT is 'no meaningful difference' (default 2%%)",
     )
     parser.add_argument(
         "--max-cv",
         type=_percent,
-        default=defaults.max_cv,
         metavar="PCT",
         help="launches spread more than this are 'not enough repeats' (default 10%%)",
     )

@@ -169,7 +169,7 @@ class AttemptDriver:
         if progress is not None and progress != attempt.progress:
             self._store.update_attempt(attempt.id, progress=progress)
         if run.provenance_json and attempt.provenance is None:
-            attempt.provenance = json.loads(run.provenance_json)
+            attempt.provenance = _provenance(run.provenance_json)
             self._store.update_attempt(attempt.id, provenance=attempt.provenance)
         if run.kill_failed:
             self._quarantine(
@@ -296,6 +296,15 @@ class AttemptDriver:
 def _run_terminal(run: run_pb2.Run) -> bool:
     target = RUN_TO_ATTEMPT.get(run.state)
     return target is not None and target.is_terminal()
+
+
+def _provenance(text: str) -> dict[str, Any]:
+    """What the agent recorded about the run; kept as an error note when it is not an object."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    return value if isinstance(value, dict) else {"error": "the agent sent unreadable provenance"}
 
 
 def _progress(run: run_pb2.Run) -> dict[str, Any] | None:

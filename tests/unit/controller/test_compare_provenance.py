@@ -70,3 +70,11 @@ def test_no_warning_when_the_spec_varied_the_host() -> None:
         pair(2, "s/host.name=b", {"host.name": "b"}, 10.0, other),
     ])  # fmt: skip
     assert doc["warnings"] == []
+
+
+def test_unreadable_provenance_from_an_agent_is_kept_as_a_note() -> None:
+    from tunelab.controller.dispatch import _provenance
+
+    assert _provenance('{"tunelab_version": "0.1.0"}') == {"tunelab_version": "0.1.0"}
+    for text in ("{not json", "[1, 2]", '"text"'):
+        assert _provenance(text) == {"error": "the agent sent unreadable provenance"}
