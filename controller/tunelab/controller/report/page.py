@@ -38,6 +38,7 @@ td:first-child,th:first-child,td:last-child,th:last-child{text-align:left}
 figcaption{font-size:13px;color:#555}svg text{font-size:11px;fill:#333}
 .warn{background:#fff4e0;padding:6px 10px;border-left:4px solid #e69f00}
 code{font-size:12px;word-break:break-all}.muted{color:#777}
+table.text td,table.text th{text-align:left}
 """
 CHECK_SCRIPT = """
 window.__reportErrors = [];
@@ -88,10 +89,12 @@ def _figure(name: str, svg: str, caption: str) -> str:
     )
 
 
-def _table(header: list[str], rows: list[list[str]]) -> str:
+def _table(header: list[str], rows: list[list[str]], text: bool = False) -> str:
+    """Cells are markup already escaped by the caller; ``text`` aligns every column left."""
     head = "".join(f"<th>{escape(h)}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    kind = " class='text'" if text else ""
+    return f"<table{kind}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def _num(value: Any, digits: int = 1) -> str:
@@ -304,7 +307,7 @@ def provenance_section(doc: dict[str, Any]) -> str:
         "benchmark",
     ]
     warnings = "".join(f"<p class='warn'>{escape(w)}</p>" for w in doc.get("warnings", []))
-    return warnings + _table(header, rows)
+    return warnings + _table(header, rows, text=True)
 
 
 def failures_section(doc: dict[str, Any]) -> str:
@@ -320,7 +323,7 @@ def failures_section(doc: dict[str, Any]) -> str:
         ]
         for r in failed
     ]
-    return _table(["experiment", "state", "host", "reason"], rows)
+    return _table(["experiment", "state", "host", "reason"], rows, text=True)
 
 
 def render_report(doc: dict[str, Any], title: str) -> str:

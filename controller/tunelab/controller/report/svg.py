@@ -200,7 +200,7 @@ def interval_chart(title: str, rows: Sequence[Interval], band: float) -> str:
 def bar_chart(title: str, bars: Sequence[tuple[str, float, str]], unit: str) -> str:
     """One horizontal bar per (label, value, color)."""
     row_h, left, right = 22, 250, 90
-    height = TOP + BOTTOM + row_h * max(len(bars), 1)
+    height = 2 * TOP + row_h * max(len(bars), 1)
     top = max([v for _, v, _ in bars] + [1e-12])
     body = []
     for i, (label, value, color) in enumerate(bars):
