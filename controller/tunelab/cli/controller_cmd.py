@@ -25,6 +25,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--host-poll-interval", help="how often each agent is polled (default 5s)")
     p.add_argument("--attempt-poll-interval", help="how often each running attempt is checked (2s)")
     p.add_argument("--scrape-interval", help="agent /metrics scrape cadence during attempts (5s)")
+    p.add_argument("--max-variants", help="experiments one submission may expand to (10000)")
     p.add_argument("--log-level", help="debug, info, warning or error")
     p.set_defaults(handler=serve_command)
 
@@ -46,6 +47,7 @@ def serve_command(args: argparse.Namespace) -> int:
         "host_poll_interval": args.host_poll_interval,
         "attempt_poll_interval": args.attempt_poll_interval,
         "scrape_interval": args.scrape_interval,
+        "max_variants": args.max_variants,
         "log_level": args.log_level,
     }
     return run_daemon_command(

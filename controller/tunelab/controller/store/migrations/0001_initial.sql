@@ -1,4 +1,5 @@
--- The controller's durable state. One writer (the controller process); WAL journal.
+-- Version 1: the schema of the first release (f58540c and before, which had no version).
+-- IF NOT EXISTS throughout: a database of that release already has all of it.
 CREATE TABLE IF NOT EXISTS meta (
     key TEXT PRIMARY KEY,
     value TEXT NOT NULL
