@@ -15,7 +15,6 @@ from tunelab.common.specbounds import (
 from tunelab.common.specbounds import (
     SERVER_NAME as SERVER_NAME,  # re-exported: run ids and server ids share the rule
 )
-from tunelab.v1 import server_pb2
 
 DEFAULT_READY_PATH = "/health"
 DEFAULT_STARTUP_TIMEOUT = 20 * 60.0
@@ -40,17 +39,9 @@ class ServerSpec:
     def validated(self) -> ServerSpec:
         """Return self, or raise InvalidSpec naming the first bad field (the bounds are
         ``tunelab.common.specbounds``', the same the controller checks at submission)."""
-        pb = server_pb2.ServerSpec(
-            name=self.name,
-            argv=list(self.argv),
-            env=dict(self.env),
-            cwd=self.cwd,
-            port=self.port,
-            ready_path=self.ready_path,
-            ready_model=self.ready_model,
-            startup_timeout_seconds=self.startup_timeout,
-            stop_grace_seconds=self.stop_grace,
-        )
+        from tunelab.agent.wire import spec_to_pb  # wire imports this module; it knows both
+
+        pb = spec_to_pb(self)
         try:
             check_server_spec(pb)
         except SpecViolation as exc:

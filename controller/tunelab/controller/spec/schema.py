@@ -29,6 +29,19 @@ BUILTIN_KEYS = {"api", "model", "concurrency", "rate", "burstiness", "requests",
                 "slo", "seed", "preset", "url"}  # fmt: skip
 COMMAND_KEYS = {"command", "result_file", "env"}
 SLO_KEYS = {"ttft_ms", "tpot_ms"}
+# (normalized key, default, minimum, BuiltinBenchmark field): an int default reads an integer
+BUILTIN_NUMBERS: tuple[tuple[str, int | float, int, str], ...] = (
+    ("burstiness", 1.0, 0, "burstiness"),
+    ("requests", 0, 0, "requests"),
+    ("input_len", 1024, 1, "input_len"),
+    ("output_len", 256, 1, "output_len"),
+    ("range_ratio", 0.0, 0, "range_ratio"),
+    ("warmup", 0, 0, "warmup"),
+    ("temperature", 0.0, 0, "temperature"),
+    ("slo_ttft_ms", 0.0, 0, "slo_ttft_ms"),
+    ("slo_tpot_ms", 0.0, 0, "slo_tpot_ms"),
+    ("seed", 0, 0, "seed"),
+)
 DEFAULT_MAX_DURATION = 2 * 3600.0
 # The controller's own fields (not sent to an agent): stored in 64-bit SQL integers, kept sane.
 PRIORITY = Range(-1_000_000, 1_000_000)
@@ -270,53 +283,24 @@ def check_benchmark(check: Checker, raw: Any, default_model: str) -> dict[str, A
     model = check.string(bench["model"], "benchmark.model") if "model" in bench else default_model
     if not model:
         check.fail("benchmark.model", "is required when server.ready.model is not set")
-    out = {
+    out: dict[str, Any] = {
         "kind": "builtin",
         "api": api,
         "model": model,
         "concurrency": concurrency,
         "rate": rate,
-        "burstiness": check.number(
-            bench.get("burstiness", 1.0), "benchmark.burstiness", 0.0, "BuiltinBenchmark.burstiness"
-        ),
-        "requests": check.integer(
-            bench.get("requests", 0), "benchmark.requests", 0, "BuiltinBenchmark.requests"
-        ),
         "duration": check.duration(
             bench.get("duration", 0), "benchmark.duration", "BuiltinBenchmark.duration_seconds"
         ),
-        "input_len": check.integer(
-            bench.get("input_len", 1024), "benchmark.input_len", 1, "BuiltinBenchmark.input_len"
-        ),
-        "output_len": check.integer(
-            bench.get("output_len", 256), "benchmark.output_len", 1, "BuiltinBenchmark.output_len"
-        ),
-        "range_ratio": check.number(
-            bench.get("range_ratio", 0.0),
-            "benchmark.range_ratio",
-            0.0,
-            "BuiltinBenchmark.range_ratio",
-        ),
-        "warmup": check.integer(
-            bench.get("warmup", 0), "benchmark.warmup", 0, "BuiltinBenchmark.warmup"
-        ),
         "ignore_eos": check.boolean(bench.get("ignore_eos", True), "benchmark.ignore_eos"),
-        "temperature": check.number(
-            bench.get("temperature", 0.0),
-            "benchmark.temperature",
-            0.0,
-            "BuiltinBenchmark.temperature",
-        ),
-        "slo_ttft_ms": check.number(
-            slo.get("ttft_ms", 0.0), "benchmark.slo.ttft_ms", 0.0, "BuiltinBenchmark.slo_ttft_ms"
-        ),
-        "slo_tpot_ms": check.number(
-            slo.get("tpot_ms", 0.0), "benchmark.slo.tpot_ms", 0.0, "BuiltinBenchmark.slo_tpot_ms"
-        ),
-        "seed": check.integer(bench.get("seed", 0), "benchmark.seed", 0, "BuiltinBenchmark.seed"),
         "preset": check.string(bench.get("preset", ""), "benchmark.preset"),
         "url": check.string(bench.get("url", ""), "benchmark.url"),
     }
+    for key, default, minimum, field in BUILTIN_NUMBERS:
+        source, name = (slo, key.removeprefix("slo_")) if key.startswith("slo_") else (bench, key)
+        path = f"benchmark.slo.{name}" if source is slo else f"benchmark.{key}"
+        read = check.integer if isinstance(default, int) else check.number
+        out[key] = read(source.get(name, default), path, minimum, f"BuiltinBenchmark.{field}")
     if not out["requests"] and not out["duration"]:
         check.fail("benchmark", "set requests (per point) or duration (per point)")
     if out["preset"] not in ("", "decode"):
