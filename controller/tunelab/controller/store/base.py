@@ -14,6 +14,7 @@ Errors::
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from tunelab.controller.states import AttemptState, ExperimentState
@@ -95,4 +96,14 @@ class Store(Protocol):
 
     # events
     def events_for(self, ref: str) -> list[dict[str, Any]]: ...
+
+    # several controllers on one database
+    def scheduling_pass(self) -> AbstractContextManager[bool]:
+        """Held across one scheduling pass; False: another controller is scheduling now."""
+        ...
+
+    def now(self) -> float:
+        """Seconds since the epoch by the database's clock (one clock for every controller)."""
+        ...
+
     def close(self) -> None: ...

@@ -173,6 +173,14 @@ class SqliteStore:
             self._conn.close()
 
     @contextmanager
+    def scheduling_pass(self) -> Iterator[bool]:
+        """One SQLite file has one controller: its passes are already one at a time."""
+        yield True
+
+    def now(self) -> float:
+        return time.time()
+
+    @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
         """One write transaction; refused when the file is gone, rolled back on any error."""
         with self._lock:
@@ -229,16 +237,12 @@ class SqliteStore:
         )
         columns = ", ".join(values)
         marks = ", ".join("?" for _ in values)
-        verb = "INSERT OR REPLACE" if replace else "INSERT"
         with self._tx() as conn:
-            try:
-                conn.execute(
-                    f"{verb} INTO hosts ({columns}) VALUES ({marks})", list(values.values())
-                )
-            except sqlite3.IntegrityError as exc:
-                raise StoreConflict(
-                    f"host {host.name!r} exists (use --replace to change it)"
-                ) from exc
+            if replace:  # a whole new row, as a new host would get (portable: no OR REPLACE)
+                conn.execute("DELETE FROM hosts WHERE name = ?", (host.name,))
+            elif conn.execute("SELECT 1 FROM hosts WHERE name = ?", (host.name,)).fetchall():
+                raise StoreConflict(f"host {host.name!r} exists (use --replace to change it)")
+            conn.execute(f"INSERT INTO hosts ({columns}) VALUES ({marks})", list(values.values()))
             self._event(conn, "host", host.name, None, host.state.value, f"added {host.address}")
             self.secrets.set(host.name, host.token)  # before COMMIT: a failed write keeps no row
         found = self.get_host(host.name)

@@ -1,0 +1,130 @@
+"""Integration: the store contract on both stores — a SQLite file and a real PostgreSQL server
+(tests/support/postgres.py) — and what only a shared database needs: two controllers' stores
+scheduling on one database never place two runs on one host."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.support.postgres import PostgresServer
+from tests.unit.controller.test_store_scheduler import (
+    host,
+    queue,
+    test_a_waiting_queue_says_why,
+    test_compare_and_set_refuses_a_stale_write_and_terminal_rows_are_final,
+    test_disjoint_gpu_sets_share_a_host,
+    test_failed_benchmark_is_not_retried,
+    test_labels_and_gpu_count_must_match_and_drained_hosts_get_nothing,
+    test_lost_attempt_requeues_avoiding_the_host_then_fails_after_max_attempts,
+    test_priority_then_submission_order_one_run_per_host,
+)
+from tunelab.controller.scheduler import Scheduler
+from tunelab.controller.states import AttemptState
+from tunelab.controller.store import HostRow, SqliteStore, StoreConflict, StoreError
+from tunelab.controller.store.factory import open_store
+from tunelab.controller.store.migrations import load_migrations
+from tunelab.controller.store.postgres import PostgresStore
+
+# The scheduler/store tests of tests/unit, run here again with `store` over both engines.
+SHARED = [
+    test_a_waiting_queue_says_why,
+    test_compare_and_set_refuses_a_stale_write_and_terminal_rows_are_final,
+    test_disjoint_gpu_sets_share_a_host,
+    test_failed_benchmark_is_not_retried,
+    test_labels_and_gpu_count_must_match_and_drained_hosts_get_nothing,
+    test_lost_attempt_requeues_avoiding_the_host_then_fails_after_max_attempts,
+    test_priority_then_submission_order_one_run_per_host,
+]
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> SqliteStore:
+    if request.param == "sqlite":
+        return SqliteStore(tmp_path / "controller.db")
+    server: PostgresServer = request.getfixturevalue("postgres")
+    return PostgresStore(server.new_database(), tmp_path / "secrets.json")
+
+
+def test_the_open_store_follows_the_db_setting(tmp_path: Path, postgres: PostgresServer) -> None:
+    assert type(open_store(str(tmp_path / "c.db"))) is SqliteStore
+    pg = open_store(postgres.new_database())
+    assert isinstance(pg, PostgresStore)
+    assert not (Path.cwd() / "postgresql:").exists()  # never taken for a folder name
+
+
+def test_both_engines_reach_the_same_schema_version(store: SqliteStore) -> None:
+    assert store.schema_version == load_migrations()[-1].version
+
+
+def test_host_tokens_stay_out_of_the_database(store: SqliteStore) -> None:
+    store.add_host(HostRow(name="h", address="h:1", token="pg-secret-token"))
+    assert store.get_host("h").token == "pg-secret-token"  # type: ignore[union-attr]
+    columns = {k for r in store._query("SELECT * FROM hosts") for k in r.keys()}  # noqa: SIM118
+    assert "token" not in columns
+    with pytest.raises(StoreConflict, match="exists"):
+        store.add_host(HostRow(name="h", address="h:2"))
+    store.add_host(HostRow(name="h", address="h:2"), replace=True)
+    assert store.get_host("h").address == "h:2"  # type: ignore[union-attr]
+
+
+def test_name_lookup_and_batched_reads(store: SqliteStore) -> None:
+    ids = queue(store, n=5)
+    found = store.find_experiment_by_name("s#3")
+    assert found is not None and found.id == ids[2]
+    assert set(store.get_experiments(ids)) == set(ids)
+    assert store.attempts_for_many(ids) == {i: [] for i in ids}
+    assert store.now() > 1.7e9
+
+
+def test_a_newer_postgres_schema_is_refused(postgres: PostgresServer) -> None:
+    url = postgres.new_database()
+    PostgresStore(url).close()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+    with pytest.raises(StoreError, match="schema version 99"):
+        PostgresStore(url)
+
+
+def test_an_unreachable_postgres_is_one_clear_error() -> None:
+    with pytest.raises(StoreError, match="cannot reach the database postgresql://u:\\*\\*\\*@"):
+        PostgresStore("postgresql://u:hunter2@127.0.0.1:1/x", timeout=2)
+
+
+def test_two_controllers_on_one_database_never_double_book_a_host(
+    postgres: PostgresServer,
+) -> None:
+    url = postgres.new_database()
+    first, second = PostgresStore(url), PostgresStore(url)
+    queue(first, n=60)
+    for i in range(12):
+        host(first, f"h{i}", 0)
+    with first.scheduling_pass() as ours:
+        assert ours
+        assert Scheduler(second).pass_once() == []  # the other controller skips the pass
+    created: list[str] = []
+    lock = threading.Lock()
+
+    def schedule(store: SqliteStore) -> None:
+        for _ in range(20):
+            made = Scheduler(store).pass_once()
+            with lock:
+                created.extend(a.id for a in made)
+            for attempt in made:  # finish some, so that passes keep placing
+                store.finish_attempt(attempt.id, AttemptState.SUCCEEDED, [AttemptState.DISPATCHING])
+
+    threads = [threading.Thread(target=schedule, args=(s,)) for s in (first, second) * 2]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    live = Counter(a.host for a in first.live_attempts())
+    assert all(n <= 1 for n in live.values()), live
+    rows = first._query("SELECT experiment_id FROM attempts")
+    per_experiment = Counter(r["experiment_id"] for r in rows)
+    assert all(n == 1 for n in per_experiment.values()), per_experiment
+    assert len(created) == len(set(created)) > 12
