@@ -20,7 +20,8 @@ from tunelab.controller.scrape import MetricsScraper, ScrapeTarget
 from tunelab.controller.service import SERVICE_NAME, ControllerService
 from tunelab.controller.spec.limits import SpecLimits
 from tunelab.controller.states import AttemptState
-from tunelab.controller.store import SqliteStore, StoreError
+from tunelab.controller.store import StoreError
+from tunelab.controller.store.factory import open_store, redact
 from tunelab.v1 import controller_pb2_grpc
 
 log = structlog.get_logger(__name__)
@@ -31,7 +32,7 @@ class ControllerApp:
     def __init__(self, config: ControllerConfig) -> None:
         disable_created_metrics()  # type: ignore[no-untyped-call]  # process-wide: no *_created
         self.config = config
-        self.store = SqliteStore(config.db)
+        self.store = open_store(config.db, config.secrets_path())
         self.agents = GrpcAgentClient(read_token(config.agent_token_file))
         self.metrics = ControllerMetrics(
             self.store, config.results_retention_count, config.results_retention_age
@@ -100,7 +101,7 @@ class ControllerApp:
             "controller_listening",
             listen=self.config.listen,
             port=self.daemon.port,
-            db=str(self.config.db),
+            db=redact(self.config.db),
         )
         return self.daemon.port
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from tunelab.controller.store.sqlite import SqliteStore
@@ -11,6 +12,11 @@ URL_SCHEMES = ("postgresql://", "postgres://")
 
 def is_url(db: str) -> bool:
     return "://" in db
+
+
+def redact(db: str) -> str:
+    """The setting without a URL's password, for messages and logs."""
+    return re.sub(r"(://[^:/@]+):[^@/]*@", r"\1:***@", db)
 
 
 def check_db(db: str) -> str | None:
@@ -29,4 +35,4 @@ def open_store(db: str, secrets_file: Path | None = None) -> SqliteStore:
         from tunelab.controller.store.postgres import PostgresStore
 
         return PostgresStore(db, secrets_file)
-    return SqliteStore(Path(db).expanduser())
+    return SqliteStore(Path(db).expanduser(), secrets_file)

@@ -20,7 +20,6 @@ the database server's clock, one clock for every controller.
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,6 +30,7 @@ import psycopg_pool
 from psycopg.rows import dict_row
 
 from tunelab.controller.store.base import StoreError, StoreFull, StoreUnavailable
+from tunelab.controller.store.factory import redact
 from tunelab.controller.store.migrations import migrate
 from tunelab.controller.store.secrets import HostSecrets
 from tunelab.controller.store.sqlite import SqliteStore
@@ -38,11 +38,6 @@ from tunelab.controller.store.sqlite import SqliteStore
 WRITE_LOCK = 0x7475_6E65_0001  # "tune" + 1: one writer at a time
 SCHEDULE_LOCK = 0x7475_6E65_0002  # one scheduling pass at a time
 MIGRATE_LOCK = 0x7475_6E65_0003
-
-
-def redact(url: str) -> str:
-    """The URL without its password, for messages and logs."""
-    return re.sub(r"(://[^:/@]+):[^@/]*@", r"\1:***@", url)
 
 
 @functools.lru_cache(maxsize=512)
@@ -105,8 +100,8 @@ class PostgresStore(SqliteStore):
     ) -> None:
         # not SqliteStore.__init__: no file, no pragmas; the statements are inherited
         self.url = url
-        self.path = Path(redact(url))  # only for messages
-        self._where = redact(url)
+        self.path = Path("postgresql")  # not a file: messages use self.where
+        self.where = redact(url)
         self._identity = None
         self.secrets = HostSecrets(secrets_path)
         try:
@@ -120,13 +115,13 @@ class PostgresStore(SqliteStore):
             )
             self._pool.open(wait=True, timeout=timeout)
             with self._pool.connection() as conn:
-                _, self.schema_version = migrate(
+                self.migrated_from, self.schema_version = migrate(
                     _PgConnection(conn), {2: self._move_tokens_out}, PostgresDialect()
                 )
         except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
             if hasattr(self, "_pool"):
                 self._pool.close()
-            raise translate_pg(exc, self._where) or StoreError(f"{self._where}: {exc}") from None
+            raise translate_pg(exc, self.where) or StoreError(f"{self.where}: {exc}") from None
 
     def close(self) -> None:
         self._pool.close()
@@ -139,7 +134,7 @@ class PostgresStore(SqliteStore):
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
                 yield _PgConnection(conn)
         except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
-            translated = translate_pg(exc, self._where)
+            translated = translate_pg(exc, self.where)
             if translated is None:
                 raise
             raise translated from None
@@ -149,7 +144,7 @@ class PostgresStore(SqliteStore):
             with self._pool.connection() as conn:
                 return _PgConnection(conn).execute(sql, params).fetchall()
         except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
-            translated = translate_pg(exc, self._where)
+            translated = translate_pg(exc, self.where)
             if translated is None:
                 raise
             raise translated from None
@@ -166,6 +161,14 @@ class PostgresStore(SqliteStore):
                 yield True
             finally:
                 conn.execute("SELECT pg_advisory_unlock(%s)", (SCHEDULE_LOCK,))
+
+    def _after_import(self, conn: Any) -> None:
+        """Identity columns do not follow explicitly inserted ids: move them past the rows."""
+        for table, column in (("experiments", "seq"), ("events", "id")):
+            conn.execute(
+                f"SELECT setval(pg_get_serial_sequence('{table}', '{column}'), "  # noqa: S608
+                f"COALESCE((SELECT MAX({column}) FROM {table}), 0) + 1, false)"
+            )
 
     def now(self) -> float:
         row = self._query("SELECT extract(epoch FROM clock_timestamp())::float8 AS now")

@@ -55,6 +55,7 @@ class HostSecrets:
     def _write(self, tokens: dict[str, str]) -> None:
         if self.path is None:
             return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(f".{self.path.name}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, MODE)
         os.fchmod(fd, MODE)  # whatever the umask, and if tmp existed with another mode

@@ -137,11 +137,12 @@ def _attempt(row: sqlite3.Row) -> AttemptRow:
 
 
 class SqliteStore:
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, secrets_file: Path | None = None) -> None:
         self.path = Path(path)
+        self.where = str(path)  # the database, as messages name it
         memory = str(path) == ":memory:"
         self._identity: FileIdentity | None = None
-        self.secrets = HostSecrets(None if memory else Path(f"{path}.secrets"))
+        self.secrets = HostSecrets(secrets_file or (None if memory else Path(f"{path}.secrets")))
         try:
             if not memory:
                 create_private(self.path)
@@ -155,6 +156,7 @@ class SqliteStore:
             self._conn.execute("PRAGMA foreign_keys=ON")
             self._conn.execute("PRAGMA secure_delete=ON")  # freed pages hold no old values
             before, self.schema_version = migrate(self._conn, {2: self._move_tokens_out})
+            self.migrated_from = before
             if before < 2 <= self.schema_version and not memory:
                 self._conn.execute("VACUUM")  # no page of the old token column survives
                 self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -179,6 +181,9 @@ class SqliteStore:
 
     def now(self) -> float:
         return time.time()
+
+    def _after_import(self, conn: Any) -> None:
+        """SQLite's AUTOINCREMENT follows explicitly inserted ids by itself."""
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
