@@ -28,7 +28,7 @@ from tunelab.controller.states import AttemptState
 from tunelab.controller.store import HostRow, SqliteStore, StoreConflict, StoreError
 from tunelab.controller.store.factory import open_store
 from tunelab.controller.store.migrations import load_migrations
-from tunelab.controller.store.postgres import PostgresStore
+from tunelab.controller.store.postgres import SCHEDULE_LOCK, PostgresStore
 
 # The scheduler/store tests of tests/unit, run here again with `store` over both engines.
 SHARED = [
@@ -128,3 +128,29 @@ def test_two_controllers_on_one_database_never_double_book_a_host(
     per_experiment = Counter(r["experiment_id"] for r in rows)
     assert all(n == 1 for n in per_experiment.values()), per_experiment
     assert len(created) == len(set(created)) > 12
+
+
+def test_a_controller_that_lost_its_turn_cannot_commit_a_pass(postgres: PostgresServer) -> None:
+    """Fencing: A holds the scheduling lock; its session dies (a partition, a restarted
+    backend); B takes the turn; A's pass, still running, is refused at its commit and places
+    nothing (so it calls no agent)."""
+    url = postgres.new_database()
+    first, second = PostgresStore(url), PostgresStore(url)
+    queue(first, n=2)
+    host(first, "h1", 0)
+    with first.scheduling_pass() as ours:
+        assert ours
+        high, low = SCHEDULE_LOCK >> 32, SCHEDULE_LOCK & 0xFFFFFFFF
+        with psycopg.connect(url, autocommit=True) as admin:
+            killed = admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' "
+                "AND classid = %s AND objid = %s",
+                (high, low),
+            ).fetchall()
+        assert killed == [(True,)]
+        with second.scheduling_pass() as theirs:
+            assert theirs
+        with pytest.raises(StoreConflict, match="fenced: the scheduling turn passed"):
+            Scheduler(first).pass_once()
+    assert first.live_attempts() == []
+    assert len(Scheduler(second).pass_once()) == 1  # the new holder schedules

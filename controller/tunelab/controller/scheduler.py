@@ -12,6 +12,7 @@ import heapq
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -112,6 +113,10 @@ class Scheduler:
             why = f"waiting: no registered host matches {wanted}{gpus} (tunelab hosts add)"
         if head.message != why:
             self._store.set_queue_message(head.selector_key, why)
+
+    def turn(self) -> AbstractContextManager[bool]:
+        """This controller's turn to schedule and dispatch (always, with SQLite)."""
+        return self._store.scheduling_pass()
 
     def pass_once(self) -> list[AttemptRow]:
         """Place as many queued experiments as free hosts allow; returns the new attempts.

@@ -19,7 +19,9 @@ the database server's clock, one clock for every controller.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,7 +31,7 @@ import psycopg
 import psycopg_pool
 from psycopg.rows import dict_row
 
-from tunelab.controller.store.base import StoreError, StoreFull, StoreUnavailable
+from tunelab.controller.store.base import StoreConflict, StoreError, StoreFull, StoreUnavailable
 from tunelab.controller.store.factory import redact
 from tunelab.controller.store.migrations import migrate
 from tunelab.controller.store.secrets import HostSecrets
@@ -104,6 +106,9 @@ class PostgresStore(SqliteStore):
         self.where = redact(url)
         self._identity = None
         self.secrets = HostSecrets(secrets_path)
+        self._turn = threading.RLock()  # re-entrant in its thread, refused to the others
+        self._turn_depth = 0
+        self._epoch: int | None = None
         try:
             self._pool = psycopg_pool.ConnectionPool(
                 url,
@@ -151,16 +156,57 @@ class PostgresStore(SqliteStore):
 
     @contextmanager
     def scheduling_pass(self) -> Iterator[bool]:
-        """True while this controller holds the scheduling lock; False: another one does."""
-        with self._pool.connection() as conn:
-            got: Any = conn.execute("SELECT pg_try_advisory_lock(%s) AS ok", (SCHEDULE_LOCK,))
-            if not got.fetchone()["ok"]:
-                yield False
+        """True while this controller holds the scheduling lock; False: another one does.
+
+        Re-entrant in the thread that holds it (a control tick holds it and its scheduling
+        pass asks again). Each acquisition bumps the fencing epoch in ``meta``; the pass's
+        commit (``create_attempts``) checks it in the same transaction, so a controller whose
+        session (and with it the lock) was lost mid-pass cannot commit, and calls no agent."""
+        if not self._turn.acquire(blocking=False):
+            yield False  # another thread of this controller holds the turn
+            return
+        try:
+            if self._turn_depth:
+                self._turn_depth += 1
+                try:
+                    yield True
+                finally:
+                    self._turn_depth -= 1
                 return
-            try:
-                yield True
-            finally:
-                conn.execute("SELECT pg_advisory_unlock(%s)", (SCHEDULE_LOCK,))
+            with self._pool.connection() as conn:
+                got: Any = conn.execute("SELECT pg_try_advisory_lock(%s) AS ok", (SCHEDULE_LOCK,))
+                if not got.fetchone()["ok"]:
+                    yield False
+                    return
+                try:
+                    self._epoch = self._bump_epoch()
+                    self._turn_depth = 1
+                    yield True
+                finally:
+                    self._turn_depth = 0
+                    self._epoch = None
+                    with contextlib.suppress(psycopg.Error):  # a dead session has let go
+                        conn.execute("SELECT pg_advisory_unlock(%s)", (SCHEDULE_LOCK,))
+        finally:
+            self._turn.release()
+
+    def _bump_epoch(self) -> int:
+        with self._tx() as conn:
+            row = conn.execute(
+                "INSERT INTO meta (key, value) VALUES ('scheduler_epoch', '1') ON CONFLICT (key) "
+                "DO UPDATE SET value = (meta.value::bigint + 1)::text RETURNING value"
+            ).fetchone()
+        return int(row["value"])
+
+    def _fence(self, conn: Any) -> None:
+        """In the transaction that commits a pass: still the epoch this controller took?"""
+        row = conn.execute("SELECT value FROM meta WHERE key = 'scheduler_epoch'").fetchone()
+        current = int(row["value"]) if row else 0
+        if self._epoch is None or current != self._epoch:
+            raise StoreConflict(
+                f"fenced: the scheduling turn passed to another controller (epoch {current}, "
+                f"this one holds {self._epoch}); nothing of this pass was committed"
+            )
 
     def _after_import(self, conn: Any) -> None:
         """Identity columns do not follow explicitly inserted ids: move them past the rows."""

@@ -182,6 +182,9 @@ class SqliteStore:
     def now(self) -> float:
         return time.time()
 
+    def _fence(self, conn: Any) -> None:
+        """Checked in the transaction that commits a scheduling pass (PostgreSQL: the epoch)."""
+
     def _after_import(self, conn: Any) -> None:
         """SQLite's AUTOINCREMENT follows explicitly inserted ids by itself."""
 
@@ -486,6 +489,7 @@ class SqliteStore:
         ids = [p[0] for p in placements]
         marks = ",".join("?" * len(ids))
         with self._tx() as conn:
+            self._fence(conn)
             claimed = {
                 r["id"]
                 for r in conn.execute(
