@@ -49,6 +49,10 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
+def spread(values: list[float]) -> str:
+    return f"{ms(pct(values, 0.5), 2)} / {ms(pct(values, 0.99), 2)}"
+
+
 def fill(store: SqliteStore, experiments: int, hosts: int) -> float:
     """Queue ``experiments`` in batches of 100 and register ``hosts`` READY; submissions/s."""
     (template,) = expand_text(SPEC)
@@ -114,8 +118,8 @@ def measure(
         "submissions per second (batches of 100)": f"{rate:,.0f}/s",
         f"scheduling pass, {args.experiments} queued ({len(placed)} placed)": ms(full),
         f"scheduling pass, all hosts busy ({len(again)} placed)": ms(busy),
-        "dispatch write p50 / p99, one controller": f"{ms(pct(one, 0.5), 2)} / {ms(pct(one, 0.99), 2)}",
-        "dispatch write p50 / p99, two controllers": f"{ms(pct(two, 0.5), 2)} / {ms(pct(two, 0.99), 2)}",
+        "dispatch write p50 / p99, one controller": spread(one),
+        "dispatch write p50 / p99, two controllers": spread(two),
         "name lookup": f"{lookup * 1000:.2f} ms",
     }
 
