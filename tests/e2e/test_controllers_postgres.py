@@ -8,12 +8,16 @@ from __future__ import annotations
 import time
 from collections import Counter
 
+import grpc
+import pytest
 import yaml
 
 from tests.e2e.conftest import Lab, sim_experiment
 from tests.e2e.test_controller_e2e import servers_started, state
 from tests.support.controller_proc import ControllerProcess
+from tests.support.ports import free_port
 from tests.support.postgres import PostgresServer
+from tests.support.tcp_proxy import TcpProxy
 from tunelab.controller.store.postgres import PostgresStore
 from tunelab.v1 import controller_pb2
 
@@ -83,3 +87,49 @@ def test_two_controllers_one_database_kill_9_each_every_experiment_once(
     finally:
         for controller in controllers:
             controller.terminate()
+
+
+def test_a_controller_cut_off_from_the_database_stops_and_says_so(
+    lab: Lab, postgres: PostgresServer
+) -> None:
+    url = postgres.new_database()
+    proxy = TcpProxy(postgres.port, free_port())
+    cut_off = ControllerProcess(
+        lab.root / "controller-cut", ["--db", url.replace(f":{postgres.port}/", f":{proxy.port}/")]
+    ).start()
+    other: ControllerProcess | None = None
+    try:
+        lab.controller = cut_off
+        lab.add_agent("gpu-a")
+        spec = sim_experiment(
+            "cut",
+            itl_ms=10,
+            benchmark={"concurrency": [1], "requests": 6, "input_len": 8, "output_len": 16},
+            repeat=3,
+        )
+        reply = cut_off.stub().SubmitExperiments(
+            X.SubmitExperimentsRequest(spec_yaml=yaml.safe_dump(spec), source="cut.yaml"),
+            timeout=30,
+        )
+        ids = [e.id for e in reply.experiments]
+        deadline = time.monotonic() + 60
+        while running_count(cut_off) == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)  # the first controller holds the turn and dispatched one
+        other = ControllerProcess(lab.root / "controller-other", ["--db", url]).start()
+        proxy.cut()  # its sessions die: the lock is released, the other takes the turn
+        with pytest.raises(grpc.RpcError) as info:
+            cut_off.stub().SubmitExperiments(
+                X.SubmitExperimentsRequest(spec_yaml=yaml.safe_dump(spec)), timeout=30
+            )
+        assert "cannot reach the database postgresql://" in (info.value.details() or "")
+        wait_all_done(other, ids, 120)
+        finals = [other.experiment(i) for i in ids]
+        assert [state(e) for e in finals] == ["SUCCEEDED"] * 3
+        assert [len(e.attempts) for e in finals] == [1] * 3
+        assert servers_started(lab.agents["gpu-a"].log()) == 3
+        assert "cannot reach the database" in cut_off.log_path.read_text()  # it says why
+    finally:
+        proxy.close()
+        cut_off.terminate()
+        if other is not None:
+            other.terminate()
