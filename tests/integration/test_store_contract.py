@@ -12,17 +12,8 @@ import psycopg
 import pytest
 
 from tests.support.postgres import PostgresServer
-from tests.unit.controller.test_store_scheduler import (
-    host,
-    queue,
-    test_a_waiting_queue_says_why,
-    test_compare_and_set_refuses_a_stale_write_and_terminal_rows_are_final,
-    test_disjoint_gpu_sets_share_a_host,
-    test_failed_benchmark_is_not_retried,
-    test_labels_and_gpu_count_must_match_and_drained_hosts_get_nothing,
-    test_lost_attempt_requeues_avoiding_the_host_then_fails_after_max_attempts,
-    test_priority_then_submission_order_one_run_per_host,
-)
+from tests.unit.controller import test_store_scheduler as unit
+from tests.unit.controller.test_store_scheduler import host, queue
 from tunelab.controller.scheduler import Scheduler
 from tunelab.controller.states import AttemptState
 from tunelab.controller.store import HostRow, SqliteStore, StoreConflict, StoreError
@@ -30,16 +21,13 @@ from tunelab.controller.store.factory import open_store
 from tunelab.controller.store.migrations import load_migrations
 from tunelab.controller.store.postgres import SCHEDULE_LOCK, PostgresStore
 
-# The scheduler/store tests of tests/unit, run here again with `store` over both engines.
-SHARED = [
-    test_a_waiting_queue_says_why,
-    test_compare_and_set_refuses_a_stale_write_and_terminal_rows_are_final,
-    test_disjoint_gpu_sets_share_a_host,
-    test_failed_benchmark_is_not_retried,
-    test_labels_and_gpu_count_must_match_and_drained_hosts_get_nothing,
-    test_lost_attempt_requeues_avoiding_the_host_then_fails_after_max_attempts,
-    test_priority_then_submission_order_one_run_per_host,
-]
+# The scheduler/store tests of tests/unit, collected here again with `store` over both engines
+# (the reopen test opens a SQLite file by name: it stays in unit).
+globals().update(
+    (name, test)
+    for name, test in vars(unit).items()
+    if name.startswith("test_") and name != "test_the_database_survives_a_reopen"
+)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
