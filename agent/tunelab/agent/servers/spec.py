@@ -41,7 +41,10 @@ class ServerSpec:
         ``tunelab.common.specbounds``', the same the controller checks at submission)."""
         from tunelab.agent.wire import spec_to_pb  # wire imports this module; it knows both
 
-        pb = spec_to_pb(self)
+        try:
+            pb = spec_to_pb(self)
+        except ValueError as exc:  # e.g. a port beyond int32, from a hand-edited state file
+            raise InvalidSpec("spec", f"a value does not fit its field: {exc}") from None
         try:
             check_server_spec(pb)
         except SpecViolation as exc:
