@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.agent_proc import AgentProcess
+from tests.support.postgres import PostgresServer
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
@@ -21,3 +22,14 @@ def agent(tmp_path: Path) -> Iterator[AgentProcess]:
         yield proc
     finally:
         proc.terminate()
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """One real PostgreSQL server for the session (started on first use); tests take a fresh
+    database each with ``postgres.new_database()``."""
+    server = PostgresServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()

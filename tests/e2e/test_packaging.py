@@ -3,11 +3,14 @@ it is run from (an ``agent/`` or ``controller/`` package of someone else's proje
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import sysconfig
+import time
 import zipfile
 from pathlib import Path
 
@@ -39,7 +42,8 @@ def test_the_wheel_holds_only_the_tunelab_namespace(wheel: Path) -> None:
     assert "tunelab/__init__.py" not in names  # a namespace: no root module to collide on
     for package in ("agent", "bench", "cli", "common", "controller", "v1"):
         assert f"tunelab/{package}/__init__.py" in names
-    assert "tunelab/controller/store/schema.sql" in names
+    assert "tunelab/controller/store/migrations/0001_initial.sql" in names
+    assert "tunelab/controller/store/migrations/0002_name_index_no_secrets.sql" in names
     assert not any(n.startswith("tunelab/") and "/tests/" in n for n in names)
 
 
@@ -91,6 +95,11 @@ def test_installed_bench_against_sim_server_from_a_hostile_folder(
         cwd=hostile_cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:
+        deadline = time.monotonic() + 30  # a loaded machine starts the simulator slowly
+        while time.monotonic() < deadline and sim.poll() is None:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+                break
+            time.sleep(0.05)
         bench = subprocess.run(
             [str(bin_dir / "tunelab"), "bench", "--url", f"http://127.0.0.1:{port}", "--model",
              "m", "--concurrency", "2", "--requests", "4", "--input-len", "8", "--output-len",

@@ -20,6 +20,7 @@ from tunelab.agent.servers.spec import (
 )
 from tunelab.agent.servers.states import ServerState
 from tunelab.bench.config import BenchConfig, BenchConfigError
+from tunelab.common.specbounds import SpecViolation, check_run_spec
 from tunelab.v1 import audit_pb2, run_pb2, server_pb2
 
 STATE_TO_PB = {
@@ -150,7 +151,12 @@ RUN_STATE_TO_PB = {state: run_pb2.RunState.Value(f"RUN_STATE_{state.value}") for
 
 
 def run_spec_from_pb(pb: run_pb2.RunSpec) -> RunSpec:
-    """Proto → domain run spec, validating the benchmark settings (errors name the field)."""
+    """Proto → domain run spec, validating the benchmark settings (errors name the field).
+    The bounds are ``tunelab.common.specbounds``', the ones the controller checked."""
+    try:
+        check_run_spec(pb)
+    except SpecViolation as exc:
+        raise InvalidSpec(exc.field, exc.problem) from None
     server = spec_from_pb(pb.server) if pb.HasField("server") else None
     if server is not None and server.port == 0:
         server = replace(server, port=1).validated()  # port 0 = auto: validate the rest now

@@ -1,10 +1,14 @@
-"""``tunelab controller serve``: the controller daemon."""
+"""``tunelab controller serve``: the controller daemon; ``migrate``, ``export`` and ``import``:
+its database, upgraded explicitly or moved between SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
+from typing import Any
 
+from tunelab.cli.common import EXIT_OK, EXIT_USAGE, CliError
 from tunelab.common.serving import run_daemon_command
 
 
@@ -14,7 +18,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = gsub.add_parser("serve", help="serve the experiment queue")
     p.add_argument("--config", type=Path, help="TOML file ([controller] table)")
     p.add_argument("--listen", help="gRPC address (default 127.0.0.1:50050)")
-    p.add_argument("--db", help="SQLite database file")
+    p.add_argument("--db", help="SQLite database file, or postgresql://USER@HOST/DB")
+    p.add_argument("--secrets-file", help="host tokens (default: <db>.secrets)")
     p.add_argument("--token-file", help="require this bearer token from clients")
     p.add_argument("--tls-cert", help="server certificate (PEM)")
     p.add_argument("--tls-key", help="server private key (PEM)")
@@ -25,8 +30,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--host-poll-interval", help="how often each agent is polled (default 5s)")
     p.add_argument("--attempt-poll-interval", help="how often each running attempt is checked (2s)")
     p.add_argument("--scrape-interval", help="agent /metrics scrape cadence during attempts (5s)")
+    p.add_argument("--max-variants", help="experiments one submission may expand to (10000)")
     p.add_argument("--log-level", help="debug, info, warning or error")
     p.set_defaults(handler=serve_command)
+
+    m = gsub.add_parser("migrate", help="upgrade the database schema now (serve also does it)")
+    e = gsub.add_parser("export", help="write the database's rows as JSON lines (no tokens)")
+    e.add_argument("--out", type=Path, help="file to write (default: standard output)")
+    i = gsub.add_parser("import", help="load an export into an empty database")
+    i.add_argument("file", type=Path, help="a file written by tunelab controller export")
+    for sub_parser, handler in ((m, migrate_command), (e, export_command), (i, import_command)):
+        sub_parser.add_argument("--config", type=Path, help="TOML file ([controller] table)")
+        sub_parser.add_argument("--db", help="SQLite database file, or postgresql://USER@HOST/DB")
+        sub_parser.set_defaults(handler=handler)
 
 
 def serve_command(args: argparse.Namespace) -> int:
@@ -36,6 +52,7 @@ def serve_command(args: argparse.Namespace) -> int:
     overrides = {
         "listen": args.listen,
         "db": args.db,
+        "secrets_file": args.secrets_file,
         "token_file": args.token_file,
         "tls_cert": args.tls_cert,
         "tls_key": args.tls_key,
@@ -46,8 +63,66 @@ def serve_command(args: argparse.Namespace) -> int:
         "host_poll_interval": args.host_poll_interval,
         "attempt_poll_interval": args.attempt_poll_interval,
         "scrape_interval": args.scrape_interval,
+        "max_variants": args.max_variants,
         "log_level": args.log_level,
     }
     return run_daemon_command(
         "tunelab controller", lambda: load_config(args.config, overrides), serve
     )
+
+
+def _open(args: argparse.Namespace) -> Any:
+    from tunelab.controller.config import ConfigError, load_config
+    from tunelab.controller.store import StoreError
+    from tunelab.controller.store.factory import open_store
+
+    try:
+        config = load_config(args.config, {"db": args.db})
+        return open_store(config.db, config.secrets_path())
+    except (ConfigError, StoreError) as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+
+
+def migrate_command(args: argparse.Namespace) -> int:
+    store = _open(args)
+    try:
+        before, after = store.migrated_from, store.schema_version
+        change = f"upgraded from version {before}" if before != after else "already current"
+        print(f"{store.where}: schema version {after} ({change})")
+    finally:
+        store.close()
+    return EXIT_OK
+
+
+def export_command(args: argparse.Namespace) -> int:
+    from tunelab.controller.store.transfer import export_lines
+
+    store = _open(args)
+    try:
+        out = args.out.open("w") if args.out else sys.stdout
+        try:
+            for line in export_lines(store):
+                out.write(line + "\n")
+        finally:
+            if args.out:
+                out.close()
+    finally:
+        store.close()
+    return EXIT_OK
+
+
+def import_command(args: argparse.Namespace) -> int:
+    from tunelab.controller.store import StoreError
+    from tunelab.controller.store.transfer import import_lines
+
+    store = _open(args)
+    try:
+        with args.file.open() as lines:
+            counts = import_lines(store, lines)
+    except (ValueError, StoreError, OSError) as exc:
+        raise CliError(f"import refused, nothing written: {exc}", EXIT_USAGE) from None
+    finally:
+        store.close()
+    summary = ", ".join(f"{n} {table}" for table, n in counts.items())
+    print(f"{summary} imported into {store.where}")
+    return EXIT_OK

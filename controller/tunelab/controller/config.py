@@ -10,22 +10,24 @@ from typing import Any
 
 from tunelab.common.auth import ServerAuth
 from tunelab.common.configload import ConfigError, KeyKinds, check_daemon_basics, load_layered
+from tunelab.controller.store.factory import check_db, is_url, redact
 
 ENV_PREFIX = "TUNELAB_CONTROLLER_"
 __all__ = ["ENV_PREFIX", "ConfigError", "ControllerConfig", "load_config"]
 
 
-def default_db() -> Path:
+def default_db() -> str:
     if os.geteuid() == 0:
-        return Path("/var/lib/tunelab-controller/controller.db")
+        return "/var/lib/tunelab-controller/controller.db"
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "tunelab" / "controller.db"
+    return str(Path(base) / "tunelab" / "controller.db")
 
 
 @dataclass(frozen=True)
 class ControllerConfig:
     listen: str = "127.0.0.1:50050"
-    db: Path = field(default_factory=default_db)
+    db: str = field(default_factory=default_db)  # a SQLite file, or a postgresql:// URL
+    secrets_file: Path | None = None  # host tokens; default <db>.secrets (SQLite only)
     token_file: Path | None = None
     tls_cert: Path | None = None
     tls_key: Path | None = None
@@ -43,6 +45,7 @@ class ControllerConfig:
     results_retention_count: int = 500
     results_retention_age: float = 7 * 86400.0
     workers: int = 32
+    max_variants: int = 10_000  # experiments one submission may expand to
 
     def auth(self) -> ServerAuth:
         return ServerAuth.from_files(
@@ -51,16 +54,30 @@ class ControllerConfig:
 
     def validate(self) -> ControllerConfig:
         check_daemon_basics(self)
+        problem = check_db(self.db)
+        if problem:
+            raise ConfigError(f"db: {problem}")
         for key in _DURATIONS:
             if not getattr(self, key) > 0:
                 raise ConfigError(f"{key}: must be > 0")
-        for key in ("unknown_after_failures", "results_retention_count", "workers"):
+        for key in ("unknown_after_failures", "results_retention_count", "workers", "max_variants"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"{key}: must be >= 1")
         return self
 
+    def secrets_path(self) -> Path:
+        """Where host tokens are kept: ``secrets_file``, else beside the SQLite file, else (a
+        PostgreSQL URL) in this machine's state folder. Each controller keeps its own."""
+        if self.secrets_file is not None:
+            return self.secrets_file
+        if is_url(self.db):
+            return Path(default_db()).parent / "postgresql.secrets"
+        return Path(f"{Path(self.db).expanduser()}.secrets")
+
     def redacted(self) -> dict[str, str]:
-        return {f.name: str(getattr(self, f.name)) for f in fields(self)}
+        values = {f.name: str(getattr(self, f.name)) for f in fields(self)}
+        values["db"] = redact(self.db)  # a URL may carry a password
+        return values
 
 
 _DURATIONS = {
@@ -76,10 +93,23 @@ _DURATIONS = {
 KINDS = KeyKinds(
     durations=frozenset(_DURATIONS),
     paths=frozenset(
-        {"db", "token_file", "tls_cert", "tls_key", "tls_client_ca", "agent_token_file"}
+        {
+            "token_file",
+            "tls_cert",
+            "tls_key",
+            "tls_client_ca",
+            "agent_token_file",
+            "secrets_file",
+        }
     ),
     ints=frozenset(
-        {"unknown_after_failures", "default_metrics_port", "results_retention_count", "workers"}
+        {
+            "unknown_after_failures",
+            "default_metrics_port",
+            "results_retention_count",
+            "workers",
+            "max_variants",
+        }
     ),
 )
 

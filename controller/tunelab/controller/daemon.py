@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import structlog
 from prometheus_client import disable_created_metrics, start_http_server
 
@@ -16,8 +18,10 @@ from tunelab.controller.metrics import ControllerMetrics
 from tunelab.controller.scheduler import Scheduler
 from tunelab.controller.scrape import MetricsScraper, ScrapeTarget
 from tunelab.controller.service import SERVICE_NAME, ControllerService
+from tunelab.controller.spec.limits import SpecLimits
 from tunelab.controller.states import AttemptState
-from tunelab.controller.store import SqliteStore
+from tunelab.controller.store import StoreError
+from tunelab.controller.store.factory import open_store, redact
 from tunelab.v1 import controller_pb2_grpc
 
 log = structlog.get_logger(__name__)
@@ -28,7 +32,7 @@ class ControllerApp:
     def __init__(self, config: ControllerConfig) -> None:
         disable_created_metrics()  # type: ignore[no-untyped-call]  # process-wide: no *_created
         self.config = config
-        self.store = SqliteStore(config.db)
+        self.store = open_store(config.db, config.secrets_path())
         self.agents = GrpcAgentClient(read_token(config.agent_token_file))
         self.metrics = ControllerMetrics(
             self.store, config.results_retention_count, config.results_retention_age
@@ -77,6 +81,7 @@ class ControllerApp:
             wake=lambda poll_hosts: self.loop.wake(poll_hosts),
             default_agent_token=read_token(self.config.agent_token_file),
             default_metrics_port=self.config.default_metrics_port,
+            spec_limits=SpecLimits(max_variants=self.config.max_variants),
         )
         self.daemon = start_daemon(
             listen=self.config.listen,
@@ -96,7 +101,7 @@ class ControllerApp:
             "controller_listening",
             listen=self.config.listen,
             port=self.daemon.port,
-            db=str(self.config.db),
+            db=redact(self.config.db),
         )
         return self.daemon.port
 
@@ -110,7 +115,12 @@ class ControllerApp:
 
 
 def serve(config: ControllerConfig) -> int:
-    """Run until SIGTERM or SIGINT; returns the process exit code."""
-    app = ControllerApp(config)
+    """Run until SIGTERM or SIGINT; returns the process exit code (2: the database cannot be
+    opened for writing, said in one line)."""
+    try:
+        app = ControllerApp(config)
+    except StoreError as exc:
+        print(f"tunelab controller: {exc}", file=sys.stderr)
+        return 2
     log.info("controller_config", **config.redacted())
     return run_until_signalled("controller", app.start, app.close)

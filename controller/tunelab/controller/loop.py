@@ -67,6 +67,13 @@ class ControlLoop:
             self._wake.clear()
 
     def tick_once(self) -> None:
+        """With several controllers on one database, one of them ticks at a time (it polls,
+        schedules and drives the attempts); the others serve reads and take submissions."""
+        with self._scheduler.turn() as ours:
+            if ours:
+                self._tick_body()
+
+    def _tick_body(self) -> None:
         force = self._force_host_poll.is_set()
         self._force_host_poll.clear()
         self._monitor.poll_due(self._pool, force=force)

@@ -77,12 +77,11 @@ class ControllerCollector(Collector):
             "Attempts not yet finished: the agents' run label, experiment name and id, host.",
             labels=["run", "experiment", "id", "host"],
         )
-        names: dict[str, str] = {}
-        for attempt in self._store.live_attempts():
-            if attempt.experiment_id not in names:
-                experiment = self._store.get_experiment(attempt.experiment_id)
-                names[attempt.experiment_id] = experiment.name if experiment else ""
-            name = names[attempt.experiment_id]
+        live = self._store.live_attempts()
+        experiments = self._store.get_experiments([a.experiment_id for a in live])
+        for attempt in live:
+            experiment = experiments.get(attempt.experiment_id)
+            name = experiment.name if experiment else ""
             info.add_metric([attempt.id, name, attempt.experiment_id, attempt.host], {})
         return info
 

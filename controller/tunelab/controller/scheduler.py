@@ -12,6 +12,7 @@ import heapq
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,8 +114,17 @@ class Scheduler:
         if head.message != why:
             self._store.set_queue_message(head.selector_key, why)
 
+    def turn(self) -> AbstractContextManager[bool]:
+        """This controller's turn to schedule and dispatch (always, with SQLite)."""
+        return self._store.scheduling_pass()
+
     def pass_once(self) -> list[AttemptRow]:
-        """Place as many queued experiments as free hosts allow; returns the new attempts."""
+        """Place as many queued experiments as free hosts allow; returns the new attempts.
+        With several controllers on one database, one of them runs a pass at a time."""
+        with self._store.scheduling_pass() as ours:
+            return self._pass() if ours else []
+
+    def _pass(self) -> list[AttemptRow]:
         registered = self._store.list_hosts()
         hosts = [h for h in registered if h.state is HostState.READY and not h.drain]
         hosts_by_name = {h.name: h for h in hosts}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
@@ -11,6 +12,8 @@ _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 def parse_duration(text: str | float | int) -> float:
     """Seconds in ``text``; a bare number is seconds. Raises ValueError naming what was expected."""
     if isinstance(text, int | float) and not isinstance(text, bool):
+        if not math.isfinite(text):
+            raise ValueError(f"expected a finite duration, got {text}")
         if text < 0:
             raise ValueError(f"expected a duration >= 0, got {text}")
         return float(text)
@@ -29,6 +32,8 @@ def parse_duration(text: str | float | int) -> float:
             raise ValueError(
                 f"expected a duration such as 30s, 20m or 1h30m, got {text!r}"
             ) from None
+    if not math.isfinite(seconds):
+        raise ValueError(f"expected a finite duration, got {text!r}")
     if seconds < 0:
         raise ValueError(f"expected a duration >= 0, got {text!r}")
     return seconds

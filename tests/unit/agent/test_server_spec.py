@@ -33,7 +33,10 @@ def test_valid_spec_round_trips_through_its_state_file_form() -> None:
         ({"cwd": "rel"}, "spec.cwd", "absolute"),
         ({"ready_path": "/he alth"}, "spec.ready_path", "absolute HTTP path"),
         ({"startup_timeout": 0.0}, "spec.startup_timeout_seconds", "> 0"),
-        ({"stop_grace": -1.0}, "spec.stop_grace_seconds", ">= 0"),
+        ({"stop_grace": -1.0}, "spec.stop_grace_seconds", "must be in 0-3600"),
+        ({"stop_grace": float("inf")}, "spec.stop_grace_seconds", "finite"),
+        ({"startup_timeout": float("nan")}, "spec.startup_timeout_seconds", "finite"),
+        ({"argv": ("x",) * 2000}, "spec.argv", "more than 1024"),
         ({"name": "-x"}, "spec.name", "starting alnum"),
     ],
 )

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
-from importlib import resources
 from pathlib import Path
 
 import pytest
@@ -11,6 +11,7 @@ import pytest
 from tunelab.controller.spec import SpecError, expand_text
 from tunelab.controller.store import SqliteStore
 
+OLD_RELEASE_DB = Path(__file__).resolve().parents[2] / "fixtures/store/controller-f58540c.db"
 SPEC = """
 name: sim
 server: {command: [sim], ready: {model: m}}
@@ -19,12 +20,11 @@ benchmark: {concurrency: [1], requests: 5}
 
 
 def test_a_database_from_before_provenance_gains_the_column(tmp_path: Path) -> None:
-    schema = resources.files("tunelab.controller.store").joinpath("schema.sql").read_text()
-    old = schema.replace(",\n    provenance_json TEXT\n", "\n")
-    assert old != schema
     path = tmp_path / "old.db"
+    shutil.copy(OLD_RELEASE_DB, path)
     with sqlite3.connect(path) as conn:
-        conn.executescript(old)
+        before = {r[1] for r in conn.execute("PRAGMA table_info(attempts)")}
+    assert "provenance_json" not in before
     store = SqliteStore(path)
     columns = {r["name"] for r in store._query("PRAGMA table_info(attempts)")}
     assert "provenance_json" in columns

@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tunelab.agent.errors import InvalidSpec
+from tunelab.common.specbounds import (
+    RESERVED_ENV,
+    SpecViolation,
+    check_server_spec,
+)
+from tunelab.common.specbounds import (
+    SERVER_NAME as SERVER_NAME,  # re-exported: run ids and server ids share the rule
+)
 
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
-MAX_ENV_VALUE = 32 * 1024
 DEFAULT_READY_PATH = "/health"
 DEFAULT_STARTUP_TIMEOUT = 20 * 60.0
 DEFAULT_STOP_GRACE = 30.0
 # Set in every server's environment; descendants inherit it, which lets a stop find a process
 # that double-forked out of the group and out of the tree.
-MARKER_ENV = "TUNELAB_SERVER_ID"
+MARKER_ENV = RESERVED_ENV
 
 
 @dataclass(frozen=True)
@@ -33,39 +37,22 @@ class ServerSpec:
     stop_grace: float = DEFAULT_STOP_GRACE
 
     def validated(self) -> ServerSpec:
-        """Return self, or raise InvalidSpec naming the first bad field."""
-        if not self.argv:
-            raise InvalidSpec("spec.argv", "must not be empty")
-        for i, arg in enumerate(self.argv):
-            if "\0" in arg:
-                raise InvalidSpec(f"spec.argv[{i}]", "must not contain NUL bytes")
-        if not self.argv[0]:
-            raise InvalidSpec("spec.argv[0]", "must name a program")
-        if self.name and not SERVER_NAME.match(self.name):
-            raise InvalidSpec(
-                "spec.name", "expected 1-63 letters, digits, '.', '_' or '-', starting alnum"
-            )
-        if not 1 <= self.port <= 65535:
-            raise InvalidSpec("spec.port", f"expected 1-65535, got {self.port}")
-        for key, value in self.env.items():
-            if not ENV_NAME.match(key):
-                raise InvalidSpec(f"spec.env[{key!r}]", "name must match [A-Za-z_][A-Za-z0-9_]*")
-            if key == MARKER_ENV:
-                raise InvalidSpec(f"spec.env[{key!r}]", "is reserved by the agent")
-            if "\0" in value:
-                raise InvalidSpec(f"spec.env[{key!r}]", "value must not contain NUL bytes")
-            if len(value) > MAX_ENV_VALUE:
-                raise InvalidSpec(f"spec.env[{key!r}]", f"value longer than {MAX_ENV_VALUE} bytes")
-        if self.cwd and not self.cwd.startswith("/"):
-            raise InvalidSpec("spec.cwd", "must be an absolute path")
-        if not self.ready_path.startswith("/") or any(c.isspace() for c in self.ready_path):
+        """Return self, or raise InvalidSpec naming the first bad field (the bounds are
+        ``tunelab.common.specbounds``', the same the controller checks at submission)."""
+        from tunelab.agent.wire import spec_to_pb  # wire imports this module; it knows both
+
+        try:
+            pb = spec_to_pb(self)
+        except ValueError as exc:  # e.g. a port beyond int32, from a hand-edited state file
+            raise InvalidSpec("spec", f"a value does not fit its field: {exc}") from None
+        try:
+            check_server_spec(pb)
+        except SpecViolation as exc:
+            raise InvalidSpec(exc.field, exc.problem) from None
+        if not self.ready_path:  # filled with the default from an empty message field
             raise InvalidSpec("spec.ready_path", "expected an absolute HTTP path such as /health")
-        if self.ready_model and any(c.isspace() for c in self.ready_model):
-            raise InvalidSpec("spec.ready_model", "must not contain whitespace")
         if not self.startup_timeout > 0:
             raise InvalidSpec("spec.startup_timeout_seconds", "must be > 0")
-        if not self.stop_grace >= 0:
-            raise InvalidSpec("spec.stop_grace_seconds", "must be >= 0")
         return self
 
     def to_dict(self) -> dict[str, Any]:

@@ -5,15 +5,22 @@ from __future__ import annotations
 
 import copy
 import itertools
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
 from tunelab.controller.spec.errors import SpecError, SpecIssue
+from tunelab.controller.spec.limits import (
+    DEFAULT_LIMITS,
+    SpecLimits,
+    check_expansion,
+    load_documents,
+)
+from tunelab.controller.spec.render import run_spec_issue
 from tunelab.controller.spec.schema import check_experiment
 
+MAX_ISSUES = 50  # a spec with 10,000 bad variants reports the first few, not every one
 VARIABLE_ROOTS = ("server", "benchmark", "host", "max_duration", "priority", "max_attempts")
 
 
@@ -39,17 +46,16 @@ class ExpandedExperiment:
         return int(self.spec["max_attempts"])
 
 
-def parse_spec_text(text: str, source: str = "") -> list[Any]:
-    """The experiment documents in a YAML text: a mapping, a list of them, or several ``---``."""
-    try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as exc:
-        raise SpecError([SpecIssue("", f"not valid YAML: {exc}")], source) from None
+def parse_spec_text(text: str, source: str = "", limits: SpecLimits = DEFAULT_LIMITS) -> list[Any]:
+    """The experiment documents in a YAML text: a mapping, a list of them, or several ``---``;
+    refused when the text or what it expands to passes ``limits`` (nothing is expanded yet)."""
     flat: list[Any] = []
-    for doc in docs:
-        flat.extend(doc if isinstance(doc, list) else [doc])
+    for doc in load_documents(text, limits, source):
+        if doc is not None:
+            flat.extend(doc if isinstance(doc, list) else [doc])
     if not flat:
         raise SpecError([SpecIssue("", "no experiment in the file")], source)
+    check_expansion(flat, limits, source)
     return flat
 
 
@@ -187,9 +193,13 @@ def expand_document(raw: Any, prefix: str = "") -> tuple[list[ExpandedExperiment
     return experiments, issues
 
 
-def expand_text(text: str, source: str = "") -> list[ExpandedExperiment]:
-    """Every experiment in a spec file, or SpecError listing every problem (nothing partial)."""
-    docs = parse_spec_text(text, source)
+def expand_text(
+    text: str, source: str = "", limits: SpecLimits = DEFAULT_LIMITS
+) -> list[ExpandedExperiment]:
+    """Every experiment in a spec file, or SpecError listing every problem (nothing partial).
+    Each experiment is also rendered to the RunSpec an agent will get and checked with the
+    agent's own rules, so a spec accepted here is never refused at dispatch."""
+    docs = parse_spec_text(text, source, limits)
     experiments: list[ExpandedExperiment] = []
     issues: list[SpecIssue] = []
     for i, doc in enumerate(docs):
@@ -198,10 +208,22 @@ def expand_text(text: str, source: str = "") -> list[ExpandedExperiment]:
         issues.extend(problems)
     if issues:
         raise SpecError(issues, source)
-    names = [e.name for e in experiments]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
+    counts = Counter(e.name for e in experiments)
+    duplicates = sorted(n for n, c in counts.items() if c > 1)
     if duplicates:
         raise SpecError(
             [SpecIssue("name", f"expands to duplicate experiment names: {duplicates}")], source
         )
+    checked: set[int] = set()
+    for e in experiments:
+        if id(e.spec) in checked:  # repeats share one spec
+            continue
+        checked.add(id(e.spec))
+        issue = run_spec_issue(e.spec)
+        if issue is not None:
+            issues.append(SpecIssue(f"{e.name}: {issue.path}", issue.problem))
+            if len(issues) >= MAX_ISSUES:
+                break
+    if issues:
+        raise SpecError(issues, source)
     return experiments

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from tunelab.bench.config import BenchConfig, BenchConfigError
+from tunelab.common.specbounds import SpecViolation, check_run_spec
+from tunelab.controller.spec.errors import SpecIssue
 from tunelab.v1 import run_pb2, server_pb2
+
+PROBE_NAME = "x-0000000000000000-a1"  # as long as an attempt id: a server name is bounded
 
 
 def render_flags(flags: dict[str, Any]) -> list[str]:
@@ -87,3 +92,20 @@ def to_run_spec(spec: dict[str, Any], run_name: str, gpus: list[int]) -> run_pb2
         max_duration_seconds=spec["max_duration"],
         experiment=run_name,
     )
+
+
+def run_spec_issue(spec: dict[str, Any]) -> SpecIssue | None:
+    """The first rule of the agent's that the RunSpec of ``spec`` breaks (the same functions
+    the agent calls on StartRun), or None."""
+    try:
+        pb = to_run_spec(spec, PROBE_NAME, [])
+        check_run_spec(pb)
+        if pb.benchmark.HasField("builtin"):
+            BenchConfig.from_builtin_pb(pb.benchmark.builtin, "http://127.0.0.1:1")
+    except SpecViolation as exc:
+        return SpecIssue(exc.field, exc.problem)
+    except BenchConfigError as exc:
+        return SpecIssue(f"benchmark.{exc.field}", exc.problem)
+    except ValueError as exc:  # a value the message cannot carry (the schema's bounds missed it)
+        return SpecIssue("", f"cannot be sent to an agent: {exc}")
+    return None

@@ -6,11 +6,13 @@ Unknown keys are errors: a typo must never silently drop a setting.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
 
 from tunelab.common.durations import parse_duration
+from tunelab.common.specbounds import Range, SpecViolation, check_number
 from tunelab.controller.spec.errors import SpecIssue
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -30,7 +32,25 @@ SLO_KEYS = {"ttft_ms", "tpot_ms"}
 # what a decode step reads, when the agent cannot read it from the model's files (roofline.py)
 ROOFLINE_KEYS = {"weight_bytes", "kv_bytes_per_token", "expert_weight_bytes", "experts",
                  "experts_per_token", "memory_bandwidth", "tp"}  # fmt: skip
+# (normalized key, default, minimum, BuiltinBenchmark field): an int default reads an integer
+BUILTIN_NUMBERS: tuple[tuple[str, int | float, int, str], ...] = (
+    ("burstiness", 1.0, 0, "burstiness"),
+    ("requests", 0, 0, "requests"),
+    ("input_len", 1024, 1, "input_len"),
+    ("output_len", 256, 1, "output_len"),
+    ("range_ratio", 0.0, 0, "range_ratio"),
+    ("warmup", 0, 0, "warmup"),
+    ("temperature", 0.0, 0, "temperature"),
+    ("slo_ttft_ms", 0.0, 0, "slo_ttft_ms"),
+    ("slo_tpot_ms", 0.0, 0, "slo_tpot_ms"),
+    ("seed", 0, 0, "seed"),
+)
 DEFAULT_MAX_DURATION = 2 * 3600.0
+# The controller's own fields (not sent to an agent): stored in 64-bit SQL integers, kept sane.
+PRIORITY = Range(-1_000_000, 1_000_000)
+REPEAT = Range(1, 1_000_000)  # the variant cap (limits.py) refuses far less
+MAX_ATTEMPTS = Range(1, 100)
+HOST_GPUS = Range(0, 1024)
 
 
 class Checker:
@@ -61,21 +81,48 @@ class Checker:
             self.fail(path, f"{value!r} does not match {pattern.pattern}")
         return value
 
-    def integer(self, value: Any, path: str, minimum: int | None = None) -> int:
+    def integer(
+        self, value: Any, path: str, minimum: int | None = None, bound: str | Range = ""
+    ) -> int:
+        """An integer; ``bound`` is a RunSpec field (``Message.field``, its sane range shared
+        with the agent) or a Range of the controller's own."""
         if isinstance(value, bool) or not isinstance(value, int):
             self.fail(path, f"must be an integer, got {_kind(value)}")
             return minimum or 0
         if minimum is not None and value < minimum:
             self.fail(path, f"must be >= {minimum}, got {value}")
+        elif not self._in_bounds(value, path, bound):
+            return minimum or 0
         return value
 
-    def number(self, value: Any, path: str, minimum: float | None = None) -> float:
+    def number(
+        self, value: Any, path: str, minimum: float | None = None, bound: str | Range = ""
+    ) -> float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             self.fail(path, f"must be a number, got {_kind(value)}")
             return minimum or 0.0
+        if not math.isfinite(value):
+            self.fail(path, f"must be a finite number, got {value}")
+            return minimum or 0.0
         if minimum is not None and value < minimum:
             self.fail(path, f"must be >= {minimum:g}, got {value}")
+        elif not self._in_bounds(value, path, bound):
+            return minimum or 0.0
         return float(value)
+
+    def _in_bounds(self, value: float, path: str, bound: str | Range) -> bool:
+        if isinstance(bound, Range):
+            if not bound.low <= value <= bound.high:
+                self.fail(path, f"must be in {bound.text()}, got {value}")
+                return False
+            return True
+        if bound:
+            try:
+                check_number(bound, value, path)
+            except SpecViolation as exc:
+                self.fail(path, exc.problem)
+                return False
+        return True
 
     def boolean(self, value: Any, path: str) -> bool:
         if not isinstance(value, bool):
@@ -83,15 +130,16 @@ class Checker:
             return False
         return value
 
-    def duration(self, value: Any, path: str) -> float:
+    def duration(self, value: Any, path: str, bound: str = "") -> float:
         if isinstance(value, bool):
             self.fail(path, "must be a duration such as 30s, 20m or 2h")
             return 0.0
         try:
-            return parse_duration(value)
+            seconds = parse_duration(value)
         except (ValueError, TypeError) as exc:
             self.fail(path, str(exc))
             return 0.0
+        return seconds if self._in_bounds(seconds, path, bound) else 0.0
 
     def string_list(self, value: Any, path: str) -> list[str]:
         if isinstance(value, str) or not isinstance(value, list):
@@ -180,9 +228,15 @@ def check_server(check: Checker, raw: Any) -> dict[str, Any]:
         "ready": {
             "path": path,
             "model": check.string(ready["model"], "server.ready.model") if "model" in ready else "",
-            "timeout": check.duration(ready.get("timeout", "20m"), "server.ready.timeout"),
+            "timeout": check.duration(
+                ready.get("timeout", "20m"),
+                "server.ready.timeout",
+                "ServerSpec.startup_timeout_seconds",
+            ),
         },
-        "stop_grace": check.duration(server.get("stop_grace", "30s"), "server.stop_grace"),
+        "stop_grace": check.duration(
+            server.get("stop_grace", "30s"), "server.stop_grace", "ServerSpec.stop_grace_seconds"
+        ),
         "cwd": check.string(server["cwd"], "server.cwd") if "cwd" in server else "",
     }
 
@@ -213,10 +267,14 @@ def check_benchmark(check: Checker, raw: Any, default_model: str) -> dict[str, A
         )
     else:
         concurrency = [
-            check.integer(c, f"benchmark.concurrency[{i}]", 1)
+            check.integer(c, f"benchmark.concurrency[{i}]", 1, "BuiltinBenchmark.concurrency")
             for i, c in enumerate(concurrency_raw)
         ]
-    rate = check.number(bench["rate"], "benchmark.rate", 0.0) if "rate" in bench else 0.0
+    rate = (
+        check.number(bench["rate"], "benchmark.rate", 0.0, "BuiltinBenchmark.request_rate")
+        if "rate" in bench
+        else 0.0
+    )
     if not concurrency and not rate:
         check.fail("benchmark", "set concurrency (a sweep list) or rate (requests/s)")
     if concurrency and rate:
@@ -228,27 +286,24 @@ def check_benchmark(check: Checker, raw: Any, default_model: str) -> dict[str, A
     model = check.string(bench["model"], "benchmark.model") if "model" in bench else default_model
     if not model:
         check.fail("benchmark.model", "is required when server.ready.model is not set")
-    out = {
+    out: dict[str, Any] = {
         "kind": "builtin",
         "api": api,
         "model": model,
         "concurrency": concurrency,
         "rate": rate,
-        "burstiness": check.number(bench.get("burstiness", 1.0), "benchmark.burstiness", 0.0),
-        "requests": check.integer(bench.get("requests", 0), "benchmark.requests", 0),
-        "duration": check.duration(bench.get("duration", 0), "benchmark.duration"),
-        "input_len": check.integer(bench.get("input_len", 1024), "benchmark.input_len", 1),
-        "output_len": check.integer(bench.get("output_len", 256), "benchmark.output_len", 1),
-        "range_ratio": check.number(bench.get("range_ratio", 0.0), "benchmark.range_ratio", 0.0),
-        "warmup": check.integer(bench.get("warmup", 0), "benchmark.warmup", 0),
+        "duration": check.duration(
+            bench.get("duration", 0), "benchmark.duration", "BuiltinBenchmark.duration_seconds"
+        ),
         "ignore_eos": check.boolean(bench.get("ignore_eos", True), "benchmark.ignore_eos"),
-        "temperature": check.number(bench.get("temperature", 0.0), "benchmark.temperature", 0.0),
-        "slo_ttft_ms": check.number(slo.get("ttft_ms", 0.0), "benchmark.slo.ttft_ms", 0.0),
-        "slo_tpot_ms": check.number(slo.get("tpot_ms", 0.0), "benchmark.slo.tpot_ms", 0.0),
-        "seed": check.integer(bench.get("seed", 0), "benchmark.seed", 0),
         "preset": check.string(bench.get("preset", ""), "benchmark.preset"),
         "url": check.string(bench.get("url", ""), "benchmark.url"),
     }
+    for key, default, minimum, field in BUILTIN_NUMBERS:
+        source, name = (slo, key.removeprefix("slo_")) if key.startswith("slo_") else (bench, key)
+        path = f"benchmark.slo.{name}" if source is slo else f"benchmark.{key}"
+        read = check.integer if isinstance(default, int) else check.number
+        out[key] = read(source.get(name, default), path, minimum, f"BuiltinBenchmark.{field}")
     if not out["requests"] and not out["duration"]:
         check.fail("benchmark", "set requests (per point) or duration (per point)")
     if out["preset"] not in ("", "decode"):
@@ -271,7 +326,7 @@ def check_host(check: Checker, raw: Any) -> dict[str, Any]:
         "labels": {
             str(k): check.string(_label_text(v), f"host.labels.{k}") for k, v in labels.items()
         },
-        "gpus": check.integer(host.get("gpus", 0), "host.gpus", 0),
+        "gpus": check.integer(host.get("gpus", 0), "host.gpus", 0, HOST_GPUS),
     }
 
 
@@ -297,15 +352,17 @@ def check_experiment(raw: Any, prefix: str = "") -> tuple[dict[str, Any], list[S
     server = check_server(check, doc.get("server", {}))
     spec: dict[str, Any] = {
         "name": check.string(doc.get("name", ""), "name", NAME),
-        "priority": check.integer(doc.get("priority", 0), "priority"),
+        "priority": check.integer(doc.get("priority", 0), "priority", bound=PRIORITY),
         "host": check_host(check, doc.get("host")),
         "server": server,
         "benchmark": check_benchmark(check, doc.get("benchmark", {}), server["ready"]["model"]),
         "max_duration": check.duration(
-            doc.get("max_duration", DEFAULT_MAX_DURATION), "max_duration"
+            doc.get("max_duration", DEFAULT_MAX_DURATION),
+            "max_duration",
+            "RunSpec.max_duration_seconds",
         ),
-        "repeat": check.integer(doc.get("repeat", 1), "repeat", 1),
-        "max_attempts": check.integer(doc.get("max_attempts", 3), "max_attempts", 1),
+        "repeat": check.integer(doc.get("repeat", 1), "repeat", 1, REPEAT),
+        "max_attempts": check.integer(doc.get("max_attempts", 3), "max_attempts", 1, MAX_ATTEMPTS),
     }
     if "roofline" in doc:
         given = check.mapping(doc["roofline"], "roofline", ROOFLINE_KEYS)

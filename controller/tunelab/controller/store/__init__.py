@@ -1,7 +1,23 @@
 """The controller's durable state: every SQL statement lives in this package."""
 
-from tunelab.controller.store.base import Store, StoreConflict
+from tunelab.controller.store.base import (
+    Store,
+    StoreConflict,
+    StoreError,
+    StoreFull,
+    StoreUnavailable,
+)
 from tunelab.controller.store.models import AttemptRow, ExperimentRow, HostRow
 from tunelab.controller.store.sqlite import SqliteStore
 
-__all__ = ["AttemptRow", "ExperimentRow", "HostRow", "SqliteStore", "Store", "StoreConflict"]
+__all__ = [
+    "AttemptRow",
+    "ExperimentRow",
+    "HostRow",
+    "SqliteStore",
+    "Store",
+    "StoreConflict",
+    "StoreError",
+    "StoreFull",
+    "StoreUnavailable",
+]

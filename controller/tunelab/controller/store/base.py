@@ -1,18 +1,40 @@
 """The store interface. SQLite implements it today; a PostgreSQL store can satisfy the same
 protocol later (the schema uses nothing SQLite-only beyond AUTOINCREMENT and partial indexes,
-which PostgreSQL has as SERIAL and partial unique indexes)."""
+which PostgreSQL has as SERIAL and partial unique indexes).
+
+Errors::
+
+    StoreError               the store cannot do what was asked
+    ├── StoreConflict        a compare-and-set write found another state     FAILED_PRECONDITION
+    ├── StoreUnavailable     the database is read-only, deleted or replaced  UNAVAILABLE
+    │                        (writes refused until a person restores it)
+    └── StoreFull            the disk is full; the write was rolled back     RESOURCE_EXHAUSTED
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from tunelab.controller.states import AttemptState, ExperimentState
 from tunelab.controller.store.models import AttemptRow, ExperimentRow, HostRow
 
 
-class StoreConflict(RuntimeError):
+class StoreError(RuntimeError):
+    """Base of the store's errors; the message is for a person."""
+
+
+class StoreConflict(StoreError):
     """A compare-and-set write found the row in another state (or owned by another attempt)."""
+
+
+class StoreUnavailable(StoreError):
+    """The database cannot be written (read-only, deleted or replaced under us)."""
+
+
+class StoreFull(StoreError):
+    """The disk holding the database is full; the transaction was rolled back."""
 
 
 class Store(Protocol):
@@ -26,6 +48,8 @@ class Store(Protocol):
     # experiments
     def insert_experiments(self, rows: Sequence[ExperimentRow]) -> None: ...
     def get_experiment(self, experiment_id: str) -> ExperimentRow | None: ...
+    def get_experiments(self, experiment_ids: Sequence[str]) -> dict[str, ExperimentRow]: ...
+    def find_experiment_by_name(self, name: str) -> ExperimentRow | None: ...
     def list_experiments(
         self, states: Iterable[ExperimentState] = (), limit: int = 500, group: str = ""
     ) -> list[ExperimentRow]: ...
@@ -56,6 +80,7 @@ class Store(Protocol):
     ) -> list[AttemptRow]: ...
     def get_attempt(self, attempt_id: str) -> AttemptRow | None: ...
     def attempts_for(self, experiment_id: str) -> list[AttemptRow]: ...
+    def attempts_for_many(self, experiment_ids: Sequence[str]) -> dict[str, list[AttemptRow]]: ...
     def live_attempts(self, host: str | None = None) -> list[AttemptRow]: ...
     def transition_attempt(
         self, attempt_id: str, target: AttemptState, expect: Iterable[AttemptState], **fields: Any
@@ -71,4 +96,14 @@ class Store(Protocol):
 
     # events
     def events_for(self, ref: str) -> list[dict[str, Any]]: ...
+
+    # several controllers on one database
+    def scheduling_pass(self) -> AbstractContextManager[bool]:
+        """Held across one scheduling pass; False: another controller is scheduling now."""
+        ...
+
+    def now(self) -> float:
+        """Seconds since the epoch by the database's clock (one clock for every controller)."""
+        ...
+
     def close(self) -> None: ...

@@ -2,6 +2,8 @@
 
 Every state change is an ``UPDATE ... WHERE state IN (expected)`` in the same transaction as its
 event row; a zero-row update raises StoreConflict instead of overwriting someone else's write.
+The schema is versioned (migrations.py); the files are 0600, host tokens live in a separate
+0600 secrets file (secrets.py), and the file is watched for deletion or replacement (dbfile.py).
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +26,11 @@ from tunelab.controller.states import (
     check_experiment,
     experiment_outcome,
 )
-from tunelab.controller.store.base import StoreConflict
+from tunelab.controller.store.base import StoreConflict, StoreError
+from tunelab.controller.store.dbfile import FileIdentity, create_private, translate
+from tunelab.controller.store.migrations import migrate
 from tunelab.controller.store.models import AttemptRow, ExperimentRow, HostRow
+from tunelab.controller.store.secrets import HostSecrets
 
 _JSON_FIELDS = {
     "labels": "labels_json",
@@ -57,16 +61,22 @@ def _column_values(fields: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _chunks(items: list[str], size: int = 500) -> Iterator[list[str]]:
+    """Bounded IN lists (SQLite allows 32,766 parameters; smaller chunks plan better)."""
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
 def _loads(text: str | None, default: Any) -> Any:
     return default if text is None else json.loads(text)
 
 
-def _host(row: sqlite3.Row) -> HostRow:
+def _host(row: sqlite3.Row, secrets: HostSecrets) -> HostRow:
     return HostRow(
         name=row["name"],
         address=row["address"],
         labels=_loads(row["labels_json"], {}),
-        token=row["token"],
+        token=secrets.get(row["name"]),
         metrics_url=row["metrics_url"],
         state=HostState(row["state"]),
         state_reason=row["state_reason"],
@@ -129,48 +139,87 @@ def _attempt(row: sqlite3.Row) -> AttemptRow:
 
 
 class SqliteStore:
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, secrets_file: Path | None = None) -> None:
         self.path = Path(path)
-        if str(path) != ":memory:":
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(
-            str(path), isolation_level=None, check_same_thread=False, timeout=30
-        )
-        self._conn.row_factory = sqlite3.Row
-        self._lock = threading.RLock()
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=NORMAL")
-        self._conn.execute("PRAGMA foreign_keys=ON")
-        schema = resources.files("tunelab.controller.store").joinpath("schema.sql").read_text()
-        self._conn.executescript(schema)
-        self._add_missing_columns()
-        if str(path) != ":memory:":
-            self.path.chmod(0o600)  # host tokens are stored here
+        self.where = str(path)  # the database, as messages name it
+        memory = str(path) == ":memory:"
+        self._identity: FileIdentity | None = None
+        self.secrets = HostSecrets(secrets_file or (None if memory else Path(f"{path}.secrets")))
+        try:
+            if not memory:
+                create_private(self.path)
+            self._conn = sqlite3.connect(
+                str(path), isolation_level=None, check_same_thread=False, timeout=30
+            )
+            self._conn.row_factory = sqlite3.Row
+            self._lock = threading.RLock()
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+            self._conn.execute("PRAGMA foreign_keys=ON")
+            self._conn.execute("PRAGMA secure_delete=ON")  # freed pages hold no old values
+            before, self.schema_version = migrate(self._conn, {2: self._move_tokens_out})
+            self.migrated_from = before
+            if before < 2 <= self.schema_version and not memory:
+                self._conn.execute("VACUUM")  # no page of the old token column survives
+                self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except sqlite3.Error as exc:
+            raise translate(exc, self.path) or StoreError(f"{self.path}: {exc}") from None
+        if not memory:
+            self._identity = FileIdentity(self.path)
 
-    def _add_missing_columns(self) -> None:
-        """Columns added after a database was created (until versioned migrations land)."""
-        have = {r["name"] for r in self._conn.execute("PRAGMA table_info(attempts)")}
-        if "provenance_json" not in have:
-            self._conn.execute("ALTER TABLE attempts ADD COLUMN provenance_json TEXT")
+    def _move_tokens_out(self, conn: sqlite3.Connection) -> None:
+        """Migration 2's step: host tokens to the secrets file before the column is dropped."""
+        rows = conn.execute("SELECT name, token FROM hosts WHERE token IS NOT NULL").fetchall()
+        self.secrets.set_many({r["name"]: r["token"] for r in rows})
 
     def close(self) -> None:
         with self._lock:
             self._conn.close()
 
     @contextmanager
+    def scheduling_pass(self) -> Iterator[bool]:
+        """One SQLite file has one controller: its passes are already one at a time."""
+        yield True
+
+    def now(self) -> float:
+        return time.time()
+
+    def _fence(self, conn: Any) -> None:
+        """Checked in the transaction that commits a scheduling pass (PostgreSQL: the epoch)."""
+
+    def _after_import(self, conn: Any) -> None:
+        """SQLite's AUTOINCREMENT follows explicitly inserted ids by itself."""
+
+    @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction; refused when the file is gone, rolled back on any error."""
         with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
+            if self._identity is not None:
+                self._identity.check()
             try:
-                yield self._conn
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
+                self._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield self._conn
+                    self._conn.execute("COMMIT")
+                except BaseException:
+                    if self._conn.in_transaction:
+                        self._conn.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error as exc:
+                translated = translate(exc, self.path)
+                if translated is None:
+                    raise
+                raise translated from None
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
         with self._lock:
-            return self._conn.execute(sql, params).fetchall()
+            try:
+                return self._conn.execute(sql, params).fetchall()
+            except sqlite3.Error as exc:
+                translated = translate(exc, self.path)
+                if translated is None:
+                    raise
+                raise translated from None
 
     @staticmethod
     def _event(
@@ -189,7 +238,6 @@ class SqliteStore:
                 "name": host.name,
                 "address": host.address,
                 "labels": host.labels,
-                "token": host.token,
                 "metrics_url": host.metrics_url,
                 "state": host.state,
                 "state_reason": host.state_reason,
@@ -199,17 +247,14 @@ class SqliteStore:
         )
         columns = ", ".join(values)
         marks = ", ".join("?" for _ in values)
-        verb = "INSERT OR REPLACE" if replace else "INSERT"
         with self._tx() as conn:
-            try:
-                conn.execute(
-                    f"{verb} INTO hosts ({columns}) VALUES ({marks})", list(values.values())
-                )
-            except sqlite3.IntegrityError as exc:
-                raise StoreConflict(
-                    f"host {host.name!r} exists (use --replace to change it)"
-                ) from exc
+            if replace:  # a whole new row, as a new host would get (portable: no OR REPLACE)
+                conn.execute("DELETE FROM hosts WHERE name = ?", (host.name,))
+            elif conn.execute("SELECT 1 FROM hosts WHERE name = ?", (host.name,)).fetchall():
+                raise StoreConflict(f"host {host.name!r} exists (use --replace to change it)")
+            conn.execute(f"INSERT INTO hosts ({columns}) VALUES ({marks})", list(values.values()))
             self._event(conn, "host", host.name, None, host.state.value, f"added {host.address}")
+            self.secrets.set(host.name, host.token)  # before COMMIT: a failed write keeps no row
         found = self.get_host(host.name)
         assert found is not None
         return found
@@ -227,15 +272,21 @@ class SqliteStore:
             if conn.execute("DELETE FROM hosts WHERE name = ?", (name,)).rowcount == 0:
                 raise KeyError(name)
             self._event(conn, "host", name, None, None, "removed")
+        self.secrets.set(name, None)
 
     def get_host(self, name: str) -> HostRow | None:
         rows = self._query("SELECT * FROM hosts WHERE name = ?", (name,))
-        return _host(rows[0]) if rows else None
+        return _host(rows[0], self.secrets) if rows else None
 
     def list_hosts(self) -> list[HostRow]:
-        return [_host(r) for r in self._query("SELECT * FROM hosts ORDER BY name")]
+        rows = self._query("SELECT * FROM hosts ORDER BY name")
+        return [_host(r, self.secrets) for r in rows]
 
     def update_host(self, name: str, **fields: Any) -> None:
+        if "token" in fields:
+            self.secrets.set(name, fields.pop("token"))
+        if not fields:
+            return
         values = _column_values(fields)
         assignments = ", ".join(f"{k} = ?" for k in values)
         with self._tx() as conn:
@@ -282,6 +333,23 @@ class SqliteStore:
 
     def get_experiment(self, experiment_id: str) -> ExperimentRow | None:
         rows = self._query("SELECT * FROM experiments WHERE id = ?", (experiment_id,))
+        return _experiment(rows[0]) if rows else None
+
+    def get_experiments(self, experiment_ids: Sequence[str]) -> dict[str, ExperimentRow]:
+        """Many experiments in one query per 500 ids (never one query per row)."""
+        out: dict[str, ExperimentRow] = {}
+        for chunk in _chunks(list(dict.fromkeys(experiment_ids))):
+            rows = self._query(
+                f"SELECT * FROM experiments WHERE id IN ({','.join('?' * len(chunk))})", chunk
+            )
+            out.update((r["id"], _experiment(r)) for r in rows)
+        return out
+
+    def find_experiment_by_name(self, name: str) -> ExperimentRow | None:
+        """The latest experiment with this name (served by the experiments_by_name index)."""
+        rows = self._query(
+            "SELECT * FROM experiments WHERE name = ? ORDER BY seq DESC LIMIT 1", (name,)
+        )
         return _experiment(rows[0]) if rows else None
 
     def list_experiments(
@@ -423,6 +491,7 @@ class SqliteStore:
         ids = [p[0] for p in placements]
         marks = ",".join("?" * len(ids))
         with self._tx() as conn:
+            self._fence(conn)
             claimed = {
                 r["id"]
                 for r in conn.execute(
@@ -497,6 +566,19 @@ class SqliteStore:
             "SELECT * FROM attempts WHERE experiment_id = ? ORDER BY number", (experiment_id,)
         )
         return [_attempt(r) for r in rows]
+
+    def attempts_for_many(self, experiment_ids: Sequence[str]) -> dict[str, list[AttemptRow]]:
+        """Every attempt of many experiments, in number order, one query per 500 ids."""
+        out: dict[str, list[AttemptRow]] = {i: [] for i in experiment_ids}
+        for chunk in _chunks(list(out)):
+            rows = self._query(
+                f"SELECT * FROM attempts WHERE experiment_id IN ({','.join('?' * len(chunk))}) "
+                "ORDER BY experiment_id, number",
+                chunk,
+            )
+            for r in rows:
+                out[r["experiment_id"]].append(_attempt(r))
+        return out
 
     def live_attempts(self, host: str | None = None) -> list[AttemptRow]:
         marks = ",".join("?" * len(_LIVE))
@@ -600,17 +682,15 @@ class SqliteStore:
 
     def recent_results(self, limit: int, since: float) -> list[tuple[ExperimentRow, AttemptRow]]:
         rows = self._query(
-            "SELECT a.id AS attempt_id FROM attempts a WHERE a.state = 'SUCCEEDED' AND a.finished_at >= ? "
-            "ORDER BY a.finished_at DESC LIMIT ?",
+            "SELECT * FROM attempts WHERE state = 'SUCCEEDED' AND finished_at >= ? "
+            "ORDER BY finished_at DESC LIMIT ?",
             (since, limit),
         )
-        out = []
-        for row in rows:
-            attempt = self.get_attempt(row["attempt_id"])
-            experiment = self.get_experiment(attempt.experiment_id) if attempt else None
-            if attempt and experiment:
-                out.append((experiment, attempt))
-        return out
+        attempts = [_attempt(r) for r in rows]
+        experiments = self.get_experiments([a.experiment_id for a in attempts])
+        return [
+            (experiments[a.experiment_id], a) for a in attempts if a.experiment_id in experiments
+        ]
 
     def count_attempts_by_state(self) -> dict[str, int]:
         rows = self._query("SELECT state, COUNT(*) AS n FROM attempts GROUP BY state")

@@ -1,4 +1,5 @@
--- The controller's durable state. One writer (the controller process); WAL journal.
+-- Version 1: the schema of the first release (f58540c and before, which had no version).
+-- IF NOT EXISTS throughout: a database of that release already has all of it.
 CREATE TABLE IF NOT EXISTS meta (
     key TEXT PRIMARY KEY,
     value TEXT NOT NULL
@@ -64,8 +65,7 @@ CREATE TABLE IF NOT EXISTS attempts (
     result_json TEXT,
     gpu_summary_json TEXT,
     progress_json TEXT,
-    agent_instance_id TEXT NOT NULL DEFAULT '',
-    provenance_json TEXT
+    agent_instance_id TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS attempts_by_state ON attempts (state);
 CREATE INDEX IF NOT EXISTS attempts_by_experiment ON attempts (experiment_id);

@@ -1,0 +1,208 @@
+"""Bounds on what a run may ask for, shared by the controller (at submission) and the agent (at
+StartServer / StartRun), so both refuse the same specs with the same words.
+
+Every number in a ``tunelab.v1`` RunSpec or ServerSpec has a sane range here (``FIELD_RANGES``,
+keyed ``Message.field``) inside its wire type's range (read from the descriptor, so a range that
+does not fit its field fails the unit test, not a dispatch); floats must be finite; strings,
+lists and maps are bounded in count and length. The controller checks a spec's YAML values with
+:func:`check_number` before it builds a message, then the finished message with
+:func:`check_run_spec`; the agent checks each message it receives with the same functions.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
+
+from tunelab.v1 import run_pb2, server_pb2
+
+DAY = 86400.0
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+RESERVED_ENV = "TUNELAB_SERVER_ID"  # set by the agent in every server's environment
+MAX_ARGV = 1024
+MAX_ENV = 1024
+MAX_ARG_BYTES = 32 * 1024
+MAX_ENV_VALUE = 32 * 1024
+MAX_TEXT = 4096  # names, paths, URLs, model ids
+MAX_SWEEP_POINTS = 1024
+
+
+@dataclass(frozen=True)
+class Range:
+    low: float
+    high: float
+
+    def text(self) -> str:
+        return f"{_num(self.low)}-{_num(self.high)}"
+
+
+FIELD_RANGES: dict[str, Range] = {
+    "ServerSpec.port": Range(0, 65535),  # 0 = a free port chosen by the agent (runs only)
+    "ServerSpec.startup_timeout_seconds": Range(0, 7 * DAY),
+    "ServerSpec.stop_grace_seconds": Range(0, 3600),
+    "BuiltinBenchmark.concurrency": Range(1, 100_000),
+    "BuiltinBenchmark.request_rate": Range(0, 1_000_000),
+    "BuiltinBenchmark.burstiness": Range(0, 1000),
+    "BuiltinBenchmark.requests": Range(0, 100_000_000),
+    "BuiltinBenchmark.duration_seconds": Range(0, 7 * DAY),
+    "BuiltinBenchmark.input_len": Range(0, 10_000_000),
+    "BuiltinBenchmark.output_len": Range(0, 10_000_000),
+    "BuiltinBenchmark.range_ratio": Range(0, 1),
+    "BuiltinBenchmark.warmup": Range(0, 1_000_000),
+    "BuiltinBenchmark.temperature": Range(0, 100),
+    "BuiltinBenchmark.slo_ttft_ms": Range(0, 7 * DAY * 1000),
+    "BuiltinBenchmark.slo_tpot_ms": Range(0, 7 * DAY * 1000),
+    "BuiltinBenchmark.seed": Range(0, 2**63 - 1),
+    "RunSpec.max_duration_seconds": Range(0, 30 * DAY),
+}
+_DESCRIPTORS: dict[str, Descriptor] = {
+    "ServerSpec": server_pb2.ServerSpec.DESCRIPTOR,
+    "BuiltinBenchmark": run_pb2.BuiltinBenchmark.DESCRIPTOR,
+    "RunSpec": run_pb2.RunSpec.DESCRIPTOR,
+}
+_INT_RANGES = {
+    FieldDescriptor.TYPE_INT32: Range(-(2**31), 2**31 - 1),
+    FieldDescriptor.TYPE_INT64: Range(-(2**63), 2**63 - 1),
+    FieldDescriptor.TYPE_UINT32: Range(0, 2**32 - 1),
+    FieldDescriptor.TYPE_UINT64: Range(0, 2**64 - 1),
+}
+_FLOATS = (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT)
+
+
+class SpecViolation(ValueError):
+    """A field is out of bounds; ``field`` is its dotted path, ``problem`` says what is allowed."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}")
+        self.field = field
+        self.problem = problem
+
+
+def field_descriptor(key: str) -> FieldDescriptor:
+    message, _, name = key.partition(".")
+    return _DESCRIPTORS[message].fields_by_name[name]
+
+
+def wire_range(key: str) -> Range | None:
+    """The range the field's wire type can carry (None for floating point fields)."""
+    return _INT_RANGES.get(field_descriptor(key).type)
+
+
+def check_number(key: str, value: object, path: str) -> float | int:
+    """``value`` for the field ``key`` (``Message.field``), or SpecViolation naming ``path``:
+    the right kind of number (an int for an integer field, never a bool), finite, in range."""
+    bounds = FIELD_RANGES[key]
+    is_int = field_descriptor(key).type not in _FLOATS
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise SpecViolation(path, f"must be {'an integer' if is_int else 'a number'}")
+    if is_int and not isinstance(value, int):
+        raise SpecViolation(path, f"must be an integer, got {value!r}")
+    if not math.isfinite(value):
+        raise SpecViolation(path, f"must be a finite number, got {value}")
+    if not bounds.low <= value <= bounds.high:
+        raise SpecViolation(path, f"must be in {bounds.text()}, got {_num(value)}")
+    return value
+
+
+def _num(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() and abs(value) < 2**64 else f"{value:g}"
+
+
+def _text(value: str, path: str, limit: int = MAX_TEXT) -> None:
+    if len(value.encode()) > limit:
+        raise SpecViolation(path, f"longer than {limit} bytes")
+    if "\0" in value:
+        raise SpecViolation(path, "must not contain NUL bytes")
+
+
+def check_argv(argv: Sequence[str], path: str) -> None:
+    if not argv:
+        raise SpecViolation(path, "must not be empty")
+    if len(argv) > MAX_ARGV:
+        raise SpecViolation(path, f"more than {MAX_ARGV} arguments")
+    for i, arg in enumerate(argv):
+        _text(arg, f"{path}[{i}]", MAX_ARG_BYTES)
+    if not argv[0]:
+        raise SpecViolation(f"{path}[0]", "must name a program")
+
+
+def check_env(env: Mapping[str, str], path: str) -> None:
+    if len(env) > MAX_ENV:
+        raise SpecViolation(path, f"more than {MAX_ENV} variables")
+    for key, value in env.items():
+        if not ENV_NAME.match(key):
+            raise SpecViolation(f"{path}[{key!r}]", "name must match [A-Za-z_][A-Za-z0-9_]*")
+        if key == RESERVED_ENV:
+            raise SpecViolation(f"{path}[{key!r}]", "is reserved by the agent")
+        if "\0" in value:
+            raise SpecViolation(f"{path}[{key!r}]", "value must not contain NUL bytes")
+        if len(value) > MAX_ENV_VALUE:
+            raise SpecViolation(f"{path}[{key!r}]", f"value longer than {MAX_ENV_VALUE} bytes")
+
+
+def check_server_spec(
+    pb: server_pb2.ServerSpec, prefix: str = "spec.", auto_port: bool = False
+) -> None:
+    """Every rule a server spec must meet before anything is spawned. ``auto_port`` admits
+    port 0 (a run's server, given a free port by the agent)."""
+    check_argv(pb.argv, f"{prefix}argv")
+    if pb.name and not SERVER_NAME.match(pb.name):
+        raise SpecViolation(
+            f"{prefix}name", "expected 1-63 letters, digits, '.', '_' or '-', starting alnum"
+        )
+    low = 0 if auto_port else 1
+    if not low <= pb.port <= 65535:
+        raise SpecViolation(f"{prefix}port", f"expected {low}-65535, got {pb.port}")
+    check_env(pb.env, f"{prefix}env")
+    _text(pb.cwd, f"{prefix}cwd")
+    if pb.cwd and not pb.cwd.startswith("/"):
+        raise SpecViolation(f"{prefix}cwd", "must be an absolute path")
+    _text(pb.ready_path, f"{prefix}ready_path")
+    if pb.ready_path and (
+        not pb.ready_path.startswith("/") or any(c.isspace() for c in pb.ready_path)
+    ):
+        raise SpecViolation(f"{prefix}ready_path", "expected an absolute HTTP path such as /health")
+    _text(pb.ready_model, f"{prefix}ready_model")
+    if any(c.isspace() for c in pb.ready_model):
+        raise SpecViolation(f"{prefix}ready_model", "must not contain whitespace")
+    for name in ("startup_timeout_seconds", "stop_grace_seconds"):
+        check_number(f"ServerSpec.{name}", getattr(pb, name), f"{prefix}{name}")
+
+
+def check_builtin(pb: run_pb2.BuiltinBenchmark, prefix: str = "benchmark.") -> None:
+    """Bounds only; the load generator's own rules (rate or concurrency, ...) are
+    ``tunelab.bench.config.BenchConfig``'s, which both sides also call."""
+    if len(pb.concurrency) > MAX_SWEEP_POINTS:
+        raise SpecViolation(f"{prefix}concurrency", f"more than {MAX_SWEEP_POINTS} points")
+    for i, c in enumerate(pb.concurrency):
+        check_number("BuiltinBenchmark.concurrency", c, f"{prefix}concurrency[{i}]")
+    for key in FIELD_RANGES:
+        message, _, name = key.partition(".")
+        if message == "BuiltinBenchmark" and name != "concurrency":
+            check_number(key, getattr(pb, name), f"{prefix}{name}")
+    for name in ("api", "model", "url", "preset"):
+        _text(getattr(pb, name), f"{prefix}{name}")
+
+
+def check_run_spec(pb: run_pb2.RunSpec) -> None:
+    """Every bound of a RunSpec (the server's, the benchmark's, the run's)."""
+    if pb.HasField("server"):
+        check_server_spec(pb.server, "spec.", auto_port=True)
+    kind = pb.benchmark.WhichOneof("kind")
+    if kind == "builtin":
+        check_builtin(pb.benchmark.builtin)
+    elif kind == "command":
+        command = pb.benchmark.command
+        check_argv(command.argv, "spec.benchmark.command.argv")
+        if not command.result_file:
+            raise SpecViolation("spec.benchmark.command.result_file", "is required")
+        _text(command.result_file, "spec.benchmark.command.result_file")
+        check_env(command.env, "spec.benchmark.command.env")
+    check_number("RunSpec.max_duration_seconds", pb.max_duration_seconds, "max_duration_seconds")
+    _text(pb.experiment, "spec.experiment")
+    _text(pb.server_id, "spec.server_id")
