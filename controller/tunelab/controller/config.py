@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tunelab.common.auth import ServerAuth
+from tunelab.common.capacity import DEFAULT_MAX_STREAMS
 from tunelab.common.configload import ConfigError, KeyKinds, check_daemon_basics, load_layered
 
 ENV_PREFIX = "TUNELAB_CONTROLLER_"
@@ -43,6 +44,7 @@ class ControllerConfig:
     results_retention_count: int = 500
     results_retention_age: float = 7 * 86400.0
     workers: int = 32
+    max_streams: int = DEFAULT_MAX_STREAMS  # open watches and log follows; more: RESOURCE_EXHAUSTED
 
     def auth(self) -> ServerAuth:
         return ServerAuth.from_files(
@@ -54,7 +56,7 @@ class ControllerConfig:
         for key in _DURATIONS:
             if not getattr(self, key) > 0:
                 raise ConfigError(f"{key}: must be > 0")
-        for key in ("unknown_after_failures", "results_retention_count", "workers"):
+        for key in ("unknown_after_failures", "results_retention_count", "workers", "max_streams"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"{key}: must be >= 1")
         return self
@@ -79,7 +81,13 @@ KINDS = KeyKinds(
         {"db", "token_file", "tls_cert", "tls_key", "tls_client_ca", "agent_token_file"}
     ),
     ints=frozenset(
-        {"unknown_after_failures", "default_metrics_port", "results_retention_count", "workers"}
+        {
+            "unknown_after_failures",
+            "default_metrics_port",
+            "results_retention_count",
+            "workers",
+            "max_streams",
+        }
     ),
 )
 

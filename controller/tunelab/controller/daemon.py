@@ -6,6 +6,7 @@ import structlog
 from prometheus_client import disable_created_metrics, start_http_server
 
 from tunelab.common.auth import read_token, split_host_port
+from tunelab.common.capacity import Limits
 from tunelab.common.serving import Daemon, run_until_signalled, start_daemon
 from tunelab.controller.agent_client import GrpcAgentClient
 from tunelab.controller.config import ControllerConfig
@@ -85,6 +86,9 @@ class ControllerApp:
                 service, server
             ),
             service_names=[SERVICE_NAME],
+            limits=Limits(streams=self.config.max_streams),
+            stream_hint="close a `logs -f` or `submit --wait`, or raise max_streams "
+            "(TUNELAB_CONTROLLER_MAX_STREAMS)",
         )
         if self.config.metrics_listen:
             host, port = split_host_port(self.config.metrics_listen)

@@ -45,7 +45,7 @@ STATUS_BY_ERROR: StatusTable = (
     (NotFoundError, grpc.StatusCode.NOT_FOUND),
     (StoreConflict, grpc.StatusCode.FAILED_PRECONDITION),
 )
-_errors = StatusMapper(STATUS_BY_ERROR, proxy="agent")
+_errors = StatusMapper(STATUS_BY_ERROR, proxy="agent", daemon="controller")
 _unary, _stream = _errors.unary, _errors.stream
 
 
@@ -116,6 +116,9 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
     def ListExperiments(
         self, request: controller_pb2.ListExperimentsRequest, context: grpc.ServicerContext
     ) -> controller_pb2.ListExperimentsResponse:
+        unknown = [s for s in request.states if s not in PB_TO_EXPERIMENT]
+        if unknown:
+            raise InvalidRequest(f"states: unknown experiment state {unknown[0]}")
         states = [PB_TO_EXPERIMENT[s] for s in request.states]
         rows = self._store.list_experiments(states, request.limit or 500, request.group)
         return controller_pb2.ListExperimentsResponse(experiments=[self._pb(r) for r in rows])
