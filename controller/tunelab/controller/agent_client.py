@@ -4,10 +4,8 @@ implementation with a deadline on every call and one channel per host."""
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import Iterator
+from typing import Protocol
 
 import grpc
 
@@ -19,24 +17,8 @@ RUN_DEADLINE = 10.0
 AUDIT_DEADLINE = 60.0
 
 
-@dataclass(frozen=True)
-class StartCall:
-    address: str
-    token: str | None
-    run_id: str
-    spec: run_pb2.RunSpec
-
-
-@dataclass(frozen=True)
-class StartOutcome:
-    response: agent_pb2.StartRunResponse | None
-    error: grpc.RpcError | None
-    answered_at: float  # when the agent's answer arrived (the dispatch latency's end)
-
-
 class AgentClient(Protocol):
     def get_info(self, address: str, token: str | None) -> agent_pb2.GetInfoResponse: ...
-    def start_runs(self, calls: Sequence[StartCall]) -> list[StartOutcome]: ...
     def start_run(
         self, address: str, token: str | None, run_id: str, spec: run_pb2.RunSpec
     ) -> agent_pb2.StartRunResponse: ...
@@ -48,13 +30,6 @@ class AgentClient(Protocol):
     def stream_logs(
         self, address: str, token: str | None, request: agent_pb2.StreamLogsRequest
     ) -> Iterator[agent_pb2.StreamLogsResponse]: ...
-
-
-def _stamp(answered: dict[int, float], index: int) -> Callable[[grpc.Future[Any]], None]:
-    def done(_future: grpc.Future[Any]) -> None:
-        answered.setdefault(index, time.time())
-
-    return done
 
 
 class GrpcAgentClient:
@@ -85,27 +60,6 @@ class GrpcAgentClient:
     ) -> agent_pb2.StartRunResponse:
         request = agent_pb2.StartRunRequest(run_id=run_id, spec=spec)
         return self._stub(address, token).StartRun(request, timeout=RUN_DEADLINE)
-
-    def start_runs(self, calls: Sequence[StartCall]) -> list[StartOutcome]:
-        """Send many StartRun calls at once (gRPC futures, no thread per call): a scheduling
-        pass that places 200 runs reaches 200 agents in parallel."""
-        answered: dict[int, float] = {}
-        pending = []
-        for index, call in enumerate(calls):
-            request = agent_pb2.StartRunRequest(run_id=call.run_id, spec=call.spec)
-            future = self._stub(call.address, call.token).StartRun.future(
-                request, timeout=RUN_DEADLINE
-            )
-            future.add_done_callback(_stamp(answered, index))
-            pending.append(future)
-        outcomes = []
-        for index, future in enumerate(pending):
-            try:
-                response, error = future.result(), None
-            except grpc.RpcError as exc:
-                response, error = None, exc
-            outcomes.append(StartOutcome(response, error, answered.get(index, time.time())))
-        return outcomes
 
     def get_run(self, address: str, token: str | None, run_id: str) -> run_pb2.Run:
         request = agent_pb2.GetRunRequest(run_id=run_id)

@@ -45,7 +45,11 @@ class ControllerApp:
         )
         self.loop = ControlLoop(
             HostMonitor(
-                self.store, self.agents, config.host_poll_interval, config.unknown_after_failures
+                self.store,
+                self.agents,
+                config.host_poll_interval,
+                config.unknown_after_failures,
+                on_active_runs=self.driver.fence,
             ),
             Scheduler(self.store),
             self.driver,

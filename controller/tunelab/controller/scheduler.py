@@ -15,7 +15,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tunelab.controller.states import HostState
 from tunelab.controller.store import AttemptRow, ExperimentRow, HostRow, Store
 
 
@@ -116,7 +115,7 @@ class Scheduler:
     def pass_once(self) -> list[AttemptRow]:
         """Place as many queued experiments as free hosts allow; returns the new attempts."""
         registered = self._store.list_hosts()
-        hosts = [h for h in registered if h.state is HostState.READY and not h.drain]
+        hosts = [h for h in registered if h.state.takes_work()]
         hosts_by_name = {h.name: h for h in hosts}
         busy = Occupancy()
         for attempt in self._store.live_attempts():

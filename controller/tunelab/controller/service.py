@@ -8,7 +8,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import grpc
 import structlog
@@ -17,6 +17,7 @@ from tunelab.common.auth import split_host_port
 from tunelab.common.rpcerrors import StatusMapper, StatusTable
 from tunelab.controller.agent_client import AgentClient
 from tunelab.controller.compare import compare
+from tunelab.controller.hoststate import change_host, drain
 from tunelab.controller.spec import SpecError, expand_text
 from tunelab.controller.states import ExperimentState, HostState
 from tunelab.controller.store import ExperimentRow, HostRow, Store, StoreConflict
@@ -266,21 +267,14 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
     def SetHostDrain(
         self, request: controller_pb2.SetHostDrainRequest, context: grpc.ServicerContext
     ) -> controller_pb2.SetHostDrainResponse:
-        host = self._host(request.name)
-        fields: dict[str, Any] = {"drain": request.drain}
-        quarantined = host.quarantined and not request.clear_quarantine
-        if not quarantined:
-            fields["quarantined"] = False
-        if host.state is not HostState.UNREACHABLE:
-            if quarantined:
-                fields["state"] = HostState.QUARANTINED
-            elif request.drain:
-                fields.update(state=HostState.DRAINING, state_reason="drained by a person")
-            else:
-                fields.update(state=HostState.READY, state_reason="")
-        self._store.update_host(host.name, **fields)
+        self._host(request.name)
+        changed = change_host(
+            self._store, request.name, drain(request.drain, request.clear_quarantine)
+        )
+        if changed is None:
+            raise NotFoundError(f"no host {request.name!r} (tunelab hosts ls lists them)")
         self._wake(True)
-        return controller_pb2.SetHostDrainResponse(host=self._host_pb(self._host(host.name)))
+        return controller_pb2.SetHostDrainResponse(host=self._host_pb(changed))
 
     @_unary
     def AuditHost(

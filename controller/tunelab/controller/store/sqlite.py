@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from tunelab.controller.states import (
-    ATTEMPT_TERMINAL,
+    ATTEMPT_LIVE,
     AttemptState,
     ExperimentState,
     HostState,
     check_attempt,
     check_experiment,
+    check_host,
     experiment_outcome,
 )
 from tunelab.controller.store.base import StoreConflict
@@ -39,7 +40,9 @@ _JSON_FIELDS = {
     "progress": "progress_json",
 }
 _RENAMES = {"group": "grp"}
-_LIVE = tuple(s.value for s in AttemptState if s not in ATTEMPT_TERMINAL)
+_LIVE = tuple(s.value for s in ATTEMPT_LIVE)
+# A host's state and the two flags it follows from change only through transition_host (CAS).
+_HOST_STATE_COLUMNS = frozenset({"state", "drain", "quarantined"})
 
 
 def _column_values(fields: dict[str, Any]) -> dict[str, Any]:
@@ -227,22 +230,52 @@ class SqliteStore:
         return [_host(r) for r in self._query("SELECT * FROM hosts ORDER BY name")]
 
     def update_host(self, name: str, **fields: Any) -> None:
+        """Observations (failures, GPUs, last seen): never the state or its flags."""
+        if _HOST_STATE_COLUMNS & fields.keys():
+            raise TypeError("a host's state, drain and quarantined change via transition_host")
         values = _column_values(fields)
         assignments = ", ".join(f"{k} = ?" for k in values)
         with self._tx() as conn:
-            before = conn.execute("SELECT state FROM hosts WHERE name = ?", (name,)).fetchone()
-            if before is None:
+            n = conn.execute(
+                f"UPDATE hosts SET {assignments} WHERE name = ?", (*values.values(), name)
+            ).rowcount
+            if n == 0:
                 raise KeyError(name)
-            conn.execute(f"UPDATE hosts SET {assignments} WHERE name = ?", (*values.values(), name))
-            if "state" in values and values["state"] != before["state"]:
+
+    def transition_host(
+        self, name: str, seen: HostRow, target: HostState, **fields: Any
+    ) -> HostRow:
+        """Compare-and-set: write ``target`` (with ``fields``) only if the row still has the
+        state, drain and quarantined flags of ``seen``; StoreConflict if a write came between."""
+        check_host(seen.state, target)
+        values = _column_values({**fields, "state": target})
+        assignments = ", ".join(f"{k} = ?" for k in values)
+        with self._tx() as conn:
+            n = conn.execute(
+                f"UPDATE hosts SET {assignments} WHERE name = ? AND state = ? AND drain = ? "
+                "AND quarantined = ?",
+                (*values.values(), name, seen.state.value, int(seen.drain), int(seen.quarantined)),
+            ).rowcount
+            if n == 0:
+                raise StoreConflict(f"host {name!r} changed since it was read")
+            if target is not seen.state:
                 self._event(
                     conn,
                     "host",
                     name,
-                    before["state"],
-                    values["state"],
+                    seen.state.value,
+                    target.value,
                     fields.get("state_reason", ""),
                 )
+        found = self.get_host(name)
+        if found is None:
+            raise StoreConflict(f"host {name!r} was removed")
+        return found
+
+    def record_event(self, kind: str, ref: str, message: str, state: str | None = None) -> None:
+        """An event with no state change of its own (e.g. a fenced run cancelled)."""
+        with self._tx() as conn:
+            self._event(conn, kind, ref, state, state, message)
 
     # --- experiments -------------------------------------------------------------------------
 
