@@ -28,7 +28,7 @@ from tunelab.controller.states import HostState
 from tunelab.controller.store import SqliteStore
 from tunelab.v1 import controller_pb2
 
-FAKE_AGENTS = Path(__file__).resolve().parent / "fake_agents.py"
+FAKE_AGENTS = Path(__file__).resolve().parent.parent / "tests" / "support" / "fake_agents.py"
 PER_PROCESS = 50
 
 

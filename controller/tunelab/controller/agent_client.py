@@ -12,8 +12,8 @@ import grpc
 from tunelab.common.auth import ClientAuth
 from tunelab.v1 import agent_pb2, agent_pb2_grpc, run_pb2
 
-INFO_DEADLINE = 3.0
-RUN_DEADLINE = 10.0
+INFO_DEADLINE = 3.0  # GetInfo, GetRun: config agent_call_timeout
+RUN_DEADLINE = 10.0  # StartRun, CancelRun (the agent writes its record first): agent_start_timeout
 AUDIT_DEADLINE = 60.0
 
 
@@ -35,8 +35,15 @@ class AgentClient(Protocol):
 class GrpcAgentClient:
     """gRPC calls to agents; ``grpc.RpcError`` propagates for the caller to classify."""
 
-    def __init__(self, default_token: str | None = None) -> None:
+    def __init__(
+        self,
+        default_token: str | None = None,
+        info_deadline: float = INFO_DEADLINE,
+        run_deadline: float = RUN_DEADLINE,
+    ) -> None:
         self._default_token = default_token
+        self._info_deadline = info_deadline
+        self._run_deadline = run_deadline
         self._stubs: dict[tuple[str, str | None], agent_pb2_grpc.AgentStub] = {}
         self._channels: list[grpc.Channel] = []
         self._lock = threading.Lock()
@@ -53,21 +60,22 @@ class GrpcAgentClient:
             return stub
 
     def get_info(self, address: str, token: str | None) -> agent_pb2.GetInfoResponse:
-        return self._stub(address, token).GetInfo(agent_pb2.GetInfoRequest(), timeout=INFO_DEADLINE)
+        request = agent_pb2.GetInfoRequest()
+        return self._stub(address, token).GetInfo(request, timeout=self._info_deadline)
 
     def start_run(
         self, address: str, token: str | None, run_id: str, spec: run_pb2.RunSpec
     ) -> agent_pb2.StartRunResponse:
         request = agent_pb2.StartRunRequest(run_id=run_id, spec=spec)
-        return self._stub(address, token).StartRun(request, timeout=RUN_DEADLINE)
+        return self._stub(address, token).StartRun(request, timeout=self._run_deadline)
 
     def get_run(self, address: str, token: str | None, run_id: str) -> run_pb2.Run:
         request = agent_pb2.GetRunRequest(run_id=run_id)
-        return self._stub(address, token).GetRun(request, timeout=INFO_DEADLINE).run
+        return self._stub(address, token).GetRun(request, timeout=self._info_deadline).run
 
     def cancel_run(self, address: str, token: str | None, run_id: str) -> run_pb2.Run:
         request = agent_pb2.CancelRunRequest(run_id=run_id)
-        return self._stub(address, token).CancelRun(request, timeout=RUN_DEADLINE).run
+        return self._stub(address, token).CancelRun(request, timeout=self._run_deadline).run
 
     def run_audit(
         self, address: str, token: str | None, only: list[str]

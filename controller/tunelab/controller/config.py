@@ -43,7 +43,9 @@ class ControllerConfig:
     default_metrics_port: int = 9473
     results_retention_count: int = 500
     results_retention_age: float = 7 * 86400.0
-    workers: int = 32
+    workers: int = 32  # agent calls in flight at once (host polls, starts, follows)
+    agent_call_timeout: float = 3.0  # deadline of GetInfo / GetRun to an agent
+    agent_start_timeout: float = 10.0  # deadline of StartRun / CancelRun
     max_streams: int = DEFAULT_MAX_STREAMS  # open watches and log follows; more: RESOURCE_EXHAUSTED
 
     def auth(self) -> ServerAuth:
@@ -67,6 +69,8 @@ class ControllerConfig:
 
 _DURATIONS = {
     "tick",
+    "agent_call_timeout",
+    "agent_start_timeout",
     "host_poll_interval",
     "attempt_poll_interval",
     "lease_timeout",

@@ -30,7 +30,11 @@ class ControllerApp:
         disable_created_metrics()  # type: ignore[no-untyped-call]  # process-wide: no *_created
         self.config = config
         self.store = SqliteStore(config.db)
-        self.agents = GrpcAgentClient(read_token(config.agent_token_file))
+        self.agents = GrpcAgentClient(
+            read_token(config.agent_token_file),
+            config.agent_call_timeout,
+            config.agent_start_timeout,
+        )
         self.metrics = ControllerMetrics(
             self.store, config.results_retention_count, config.results_retention_age
         )
