@@ -187,7 +187,10 @@ def main(argv: list[str] | None = None) -> int:
             run: float(at) for run, at in (line.split() for line in starts.read_text().splitlines())
         }
         singles = set(single_ids)
-        waves = [r for r in rows if r["experiment_id"] not in singles | hung_ids]
+        pinned = {e.id for e in stub.ListExperiments(
+            controller_pb2.ListExperimentsRequest(limit=100), timeout=30
+        ).experiments if e.name.startswith("for-hung")}  # fmt: skip
+        waves = [r for r in rows if r["experiment_id"] not in singles | hung_ids | pinned]
         latencies = [(r["acked_at"] - r["created_at"]) * 1000 for r in waves]
         single_rows = [r for r in rows if r["experiment_id"] in singles]
         single_latencies = [(r["acked_at"] - r["created_at"]) * 1000 for r in single_rows]

@@ -22,6 +22,9 @@ class AgentClient(Protocol):
     def start_run(
         self, address: str, token: str | None, run_id: str, spec: run_pb2.RunSpec
     ) -> agent_pb2.StartRunResponse: ...
+    def start_run_future(
+        self, address: str, token: str | None, run_id: str, spec: run_pb2.RunSpec
+    ) -> grpc.Future[agent_pb2.StartRunResponse]: ...
     def get_run(self, address: str, token: str | None, run_id: str) -> run_pb2.Run: ...
     def cancel_run(self, address: str, token: str | None, run_id: str) -> run_pb2.Run: ...
     def run_audit(
@@ -68,6 +71,14 @@ class GrpcAgentClient:
     ) -> agent_pb2.StartRunResponse:
         request = agent_pb2.StartRunRequest(run_id=run_id, spec=spec)
         return self._stub(address, token).StartRun(request, timeout=self._run_deadline)
+
+    def start_run_future(
+        self, address: str, token: str | None, run_id: str, spec: run_pb2.RunSpec
+    ) -> grpc.Future[agent_pb2.StartRunResponse]:
+        """StartRun with no thread waiting on it: a pass that places 200 runs reaches 200
+        agents at once, and a hung one holds nothing but its own call."""
+        request = agent_pb2.StartRunRequest(run_id=run_id, spec=spec)
+        return self._stub(address, token).StartRun.future(request, timeout=self._run_deadline)
 
     def get_run(self, address: str, token: str | None, run_id: str) -> run_pb2.Run:
         request = agent_pb2.GetRunRequest(run_id=run_id)

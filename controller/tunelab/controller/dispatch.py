@@ -26,7 +26,7 @@ from tunelab.controller.scrape import MetricsScraper, benchmark_energy, tokens_p
 from tunelab.controller.spec.render import to_run_spec
 from tunelab.controller.states import ATTEMPT_LIVE, AttemptState
 from tunelab.controller.store import AttemptRow, HostRow, Store, StoreConflict
-from tunelab.v1 import run_pb2
+from tunelab.v1 import agent_pb2, run_pb2
 
 log = structlog.get_logger(__name__)
 A = AttemptState
@@ -123,17 +123,26 @@ class AttemptDriver:
         run_spec = to_run_spec(spec, attempt.id, attempt.gpus)
         sent = self._clock()
         response = self._agents.start_run(host.address, host.token, attempt.id, run_spec)
-        now = self._clock()
+        self._record_start(attempt, host, response, sent, self._clock())
+
+    def _record_start(
+        self,
+        attempt: AttemptRow,
+        host: HostRow,
+        response: agent_pb2.StartRunResponse,
+        sent: float,
+        answered: float,
+    ) -> None:
         self._reset_failures(attempt.id)
         if attempt.dispatched_at is None:  # the first send, not a re-send after doubt
-            self._on_latency(now - attempt.created_at)
+            self._on_latency(answered - attempt.created_at)
         self._store.update_attempt(
             attempt.id,
             dispatched_at=sent,
-            acked_at=now,
+            acked_at=answered,
             agent_instance_id=response.run.agent_instance_id,
         )
-        attempt.acked_at = now
+        attempt.acked_at = answered
         self._apply(attempt, host, response.run)
 
     def dispatch_new(
@@ -142,18 +151,39 @@ class AttemptDriver:
         specs: dict[str, dict[str, Any]],
         calls: InFlight | None = None,
     ) -> None:
-        """Send StartRun for a pass's new attempts, each in flight on its own (inline with no
-        ``calls``): a host that does not answer holds up only its own attempt."""
+        """Send StartRun for a pass's new attempts, all at once as gRPC futures (inline with no
+        ``calls``); each answer is recorded on the pool as it arrives, so a host that does not
+        answer holds up only its own attempt."""
         hosts = {h.name: h for h in self._store.list_hosts()}
         for attempt in attempts:
             host, spec = hosts.get(attempt.host), specs.get(attempt.experiment_id)
             if host is None or spec is None:
                 continue  # removed meanwhile: the next drive_all settles it
-            work = partial(self._dispatch_one, attempt, host, spec)
             if calls is None:
-                work()
-            else:
-                calls.start(attempt_key(attempt.id), work)
+                self._dispatch_one(attempt, host, spec)
+                continue
+            run_spec = to_run_spec(spec, attempt.id, attempt.gpus)
+            issue = partial(
+                self._agents.start_run_future, host.address, host.token, attempt.id, run_spec
+            )
+            then = partial(self._started, attempt, host, spec, self._clock())
+            calls.start_call(attempt_key(attempt.id), issue, then)
+
+    def _started(
+        self,
+        attempt: AttemptRow,
+        host: HostRow,
+        spec: dict[str, Any],
+        sent: float,
+        future: grpc.Future[agent_pb2.StartRunResponse],
+        answered: float,
+    ) -> None:
+        try:
+            response = future.result()
+        except grpc.RpcError as exc:
+            self._on_error(attempt, host, exc, spec)
+            return
+        self._record_start(attempt, host, response, sent, answered)
 
     def _dispatch_one(self, attempt: AttemptRow, host: HostRow, spec: dict[str, Any]) -> None:
         try:

@@ -59,9 +59,8 @@ class HostMonitor:
             reason = exc.details() or exc.code().name
             if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
                 reason = f"the agent refused the controller's token: {reason}"
-            hoststate.change_host(
-                self._store, host.name, hoststate.poll_failed(reason, self._unreachable_after)
-            )
+            decide = hoststate.poll_failed(reason, self._unreachable_after)
+            hoststate.change_host(self._store, host.name, decide, seen=host)
             return
         if info.instance_id != host.agent_instance_id and host.agent_instance_id:
             log.info("agent_restarted", host=host.name, instance_id=info.instance_id)
@@ -79,8 +78,7 @@ class HostMonitor:
             "agent_instance_id": info.instance_id,
             "agent_version": info.version,
         }
-        fresh = hoststate.change_host(
-            self._store, host.name, hoststate.answered(observed, self._clock())
-        )
+        decide = hoststate.answered(observed, self._clock())
+        fresh = hoststate.change_host(self._store, host.name, decide, seen=host)
         if fresh is not None and info.active_run_ids:
             self._on_active_runs(fresh, list(info.active_run_ids))

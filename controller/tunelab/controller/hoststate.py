@@ -27,10 +27,13 @@ class HostChange:
 Decide = Callable[[HostRow], HostChange | None]  # None: nothing to write
 
 
-def change_host(store: Store, name: str, decide: Decide) -> HostRow | None:
-    """Read, decide, compare-and-set; again on a conflict. None when the host is gone."""
+def change_host(
+    store: Store, name: str, decide: Decide, seen: HostRow | None = None
+) -> HostRow | None:
+    """Decide on ``seen`` (or a fresh read), compare-and-set; on a conflict read again and
+    decide again. None when the host is gone."""
     for _ in range(CAS_TRIES):
-        host = store.get_host(name)
+        host, seen = seen or store.get_host(name), None
         if host is None:
             return None
         change = decide(host)

@@ -9,10 +9,14 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import Any, TypeVar
 
+import grpc
 import structlog
 
 log = structlog.get_logger(__name__)
+T = TypeVar("T")
 
 
 def poll_key(host: str) -> str:
@@ -26,7 +30,10 @@ def attempt_key(attempt_id: str) -> str:
 class InFlight:
     """A pool of agent calls keyed so that one key never has two calls at once."""
 
-    def __init__(self, workers: int, name: str = "agent-call") -> None:
+    def __init__(
+        self, workers: int, name: str = "agent-call", clock: Callable[[], float] = time.time
+    ) -> None:
+        self._clock = clock
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name)
         self._running: set[str] = set()
         self._lock = threading.Lock()
@@ -43,6 +50,35 @@ class InFlight:
         except RuntimeError:  # the pool is shut down: the controller is stopping
             self._done(key)
             return False
+        return True
+
+    def start_call(
+        self,
+        key: str,
+        issue: Callable[[], grpc.Future[T]],
+        then: Callable[[grpc.Future[T], float], None],
+    ) -> bool:
+        """Issue a gRPC call as a future now (no thread waits on it); when it completes,
+        ``then(future, answered_at)`` runs on the pool. The key is in flight until then."""
+        with self._lock:
+            if key in self._running:
+                return False
+            self._running.add(key)
+        try:
+            future = issue()
+        except Exception:  # building the call failed: a bug, logged; the key is freed
+            log.exception("agent_call_failed", key=key)
+            self._done(key)
+            return False
+
+        def answered(done: Any) -> None:
+            work = partial(then, done, self._clock())
+            try:
+                self._pool.submit(self._run, key, work)
+            except RuntimeError:  # shut down meanwhile
+                self._done(key)
+
+        future.add_done_callback(answered)
         return True
 
     def busy(self, key: str) -> bool:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import threading
+from concurrent.futures import Future
+from typing import Any
 
 from tunelab.controller.inflight import InFlight
 
@@ -35,5 +37,25 @@ def test_a_call_that_raises_frees_its_key() -> None:
     try:
         assert calls.start("attempt:a1", broken)
         assert calls.wait_idle(5) and not calls.busy("attempt:a1")
+    finally:
+        calls.close()
+
+
+def test_a_future_call_holds_its_key_but_no_thread_until_answered() -> None:
+    calls = InFlight(1)
+    answer: Future[str] = Future()
+    seen: list[tuple[str, float]] = []
+
+    def record(future: Any, at: float) -> None:
+        seen.append((future.result(), at))
+
+    try:
+        assert calls.start_call("attempt:a1", lambda: answer, record)  # type: ignore[arg-type,return-value]
+        assert not calls.start_call("attempt:a1", lambda: answer, record)  # type: ignore[arg-type,return-value]
+        other = threading.Event()
+        assert calls.start("poll:h1", other.set)  # the only worker is free: nothing waits
+        assert other.wait(5)
+        answer.set_result("started")
+        assert calls.wait_idle(5) and seen and seen[0][0] == "started"
     finally:
         calls.close()

@@ -251,13 +251,13 @@ class SqliteStore:
         values = _column_values({**fields, "state": target})
         assignments = ", ".join(f"{k} = ?" for k in values)
         with self._tx() as conn:
-            n = conn.execute(
+            row = conn.execute(
                 f"UPDATE hosts SET {assignments} WHERE name = ? AND state = ? AND drain = ? "
-                "AND quarantined = ?",
+                "AND quarantined = ? RETURNING *",
                 (*values.values(), name, seen.state.value, int(seen.drain), int(seen.quarantined)),
-            ).rowcount
-            if n == 0:
-                raise StoreConflict(f"host {name!r} changed since it was read")
+            ).fetchone()
+            if row is None:
+                raise StoreConflict(f"host {name!r} changed since it was read (or was removed)")
             if target is not seen.state:
                 self._event(
                     conn,
@@ -267,10 +267,7 @@ class SqliteStore:
                     target.value,
                     fields.get("state_reason", ""),
                 )
-        found = self.get_host(name)
-        if found is None:
-            raise StoreConflict(f"host {name!r} was removed")
-        return found
+        return _host(row)
 
     def record_event(self, kind: str, ref: str, message: str, state: str | None = None) -> None:
         """An event with no state change of its own (e.g. a fenced run cancelled)."""
