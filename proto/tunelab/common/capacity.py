@@ -91,6 +91,26 @@ class CapacityInterceptor(grpc.ServerInterceptor):
         return _wrap_unary(handler, self.unary)
 
 
+_MAKERS: dict[tuple[bool, bool], Callable[..., grpc.RpcMethodHandler[Any, Any]]] = {
+    (False, False): grpc.unary_unary_rpc_method_handler,
+    (True, False): grpc.stream_unary_rpc_method_handler,
+    (False, True): grpc.unary_stream_rpc_method_handler,
+    (True, True): grpc.stream_stream_rpc_method_handler,
+}
+
+
+def _rebuilt(
+    handler: grpc.RpcMethodHandler[Any, Any], behavior: Callable[..., Any]
+) -> grpc.RpcMethodHandler[Any, Any]:
+    """``handler`` of the same kind and (de)serializers, with ``behavior`` in its place."""
+    make = _MAKERS[(handler.request_streaming, handler.response_streaming)]
+    return make(
+        behavior,
+        request_deserializer=handler.request_deserializer,
+        response_serializer=handler.response_serializer,
+    )
+
+
 def _wrap_unary(
     handler: grpc.RpcMethodHandler[Any, Any], slots: _Slots
 ) -> grpc.RpcMethodHandler[Any, Any]:
@@ -104,16 +124,7 @@ def _wrap_unary(
         finally:
             release()
 
-    make = (
-        grpc.stream_unary_rpc_method_handler
-        if handler.request_streaming
-        else grpc.unary_unary_rpc_method_handler
-    )
-    return make(
-        behavior,
-        request_deserializer=handler.request_deserializer,
-        response_serializer=handler.response_serializer,
-    )
+    return _rebuilt(handler, behavior)
 
 
 def _wrap_stream(
@@ -132,13 +143,4 @@ def _wrap_stream(
         finally:
             release()
 
-    make = (
-        grpc.stream_stream_rpc_method_handler
-        if handler.request_streaming
-        else grpc.unary_stream_rpc_method_handler
-    )
-    return make(
-        behavior,
-        request_deserializer=handler.request_deserializer,
-        response_serializer=handler.response_serializer,
-    )
+    return _rebuilt(handler, behavior)
