@@ -30,10 +30,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import stream_load
 from tests.support.controller_proc import ControllerProcess
+from tunelab.controller.agent_client import GrpcAgentClient
 from tunelab.controller.scheduler import Scheduler
 from tunelab.controller.states import HostState
 from tunelab.controller.store import SqliteStore
-from tunelab.v1 import controller_pb2, controller_pb2_grpc
+from tunelab.v1 import controller_pb2, controller_pb2_grpc, run_pb2
 
 FAKE_AGENTS = Path(__file__).resolve().parent.parent / "tests" / "support" / "fake_agents.py"
 PER_PROCESS = 50
@@ -94,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         fleets.append(hung)
         assert hung.stdout is not None
         hung_port = int(hung.stdout.readline())
+        floor = bare_wave_floor(ports)
         controller.start()
         stub = controller.stub()
         for i, port in enumerate(ports):
@@ -234,6 +236,11 @@ def main(argv: list[str] | None = None) -> int:
         ),
         ("dispatch latency max (200-wide waves)", f"{max(latencies):.1f} ms", ""),
         (
+            "  floor: 200 bare StartRun futures, last answer",
+            f"{statistics.median(floor):.1f} ms",
+            "",
+        ),
+        (
             "dispatch latency median (one at a time)",
             f"{statistics.median(single_latencies):.1f} ms",
             "",
@@ -262,6 +269,29 @@ def main(argv: list[str] | None = None) -> int:
     for name, value, goal in [*rows_out, *stream_rows]:
         print(f"{name:<52} {value:>20} {goal:>12}")
     return 0
+
+
+def bare_wave_floor(ports: list[int], waves: int = 5) -> list[float]:
+    """When the last of 200 StartRun calls, issued as futures from one Python process with no
+    controller around them, is answered (ms, per wave): the floor under the wave figures."""
+    client = GrpcAgentClient()
+    spec = run_pb2.RunSpec()
+    try:
+        for port in ports:  # connect every channel first
+            client.start_run(f"127.0.0.1:{port}", None, f"warm-{port}", spec)
+        lasts = []
+        for wave in range(waves):
+            started = time.perf_counter()
+            futures = [
+                client.start_run_future(f"127.0.0.1:{port}", None, f"floor-{wave}-{port}", spec)
+                for port in ports
+            ]
+            for future in futures:
+                future.result()
+            lasts.append((time.perf_counter() - started) * 1000)
+        return lasts
+    finally:
+        client.close()
 
 
 def hung_phase(
