@@ -97,7 +97,8 @@ class GrpcAgentClient:
     def stream_logs(
         self, address: str, token: str | None, request: agent_pb2.StreamLogsRequest
     ) -> Iterator[agent_pb2.StreamLogsResponse]:
-        yield from self._stub(address, token).StreamLogs(request)
+        """The call itself (a ``grpc.Call``, so the caller can cancel it)."""
+        return self._stub(address, token).StreamLogs(request)
 
     def close(self) -> None:
         with self._lock:

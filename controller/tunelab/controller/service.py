@@ -22,6 +22,7 @@ from tunelab.controller.spec import SpecError, expand_text
 from tunelab.controller.states import ExperimentState, HostState
 from tunelab.controller.store import ExperimentRow, HostRow, Store, StoreConflict
 from tunelab.controller.store.models import selector_key
+from tunelab.controller.watchcache import WatchCache
 from tunelab.controller.wire import PB_TO_EXPERIMENT, experiment_to_pb, host_to_pb
 from tunelab.v1 import agent_pb2, controller_pb2, controller_pb2_grpc
 
@@ -66,6 +67,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         self._default_token = default_agent_token
         self._metrics_port = default_metrics_port
         self._clock = clock
+        self._watched = WatchCache(self._read_watched, WATCH_POLL / 2)
 
     # --- experiments -------------------------------------------------------------------------
 
@@ -143,18 +145,20 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         while context.is_active() and not stopped.is_set():
             pending = False
             for experiment_id in ids:
-                row = self._store.get_experiment(experiment_id)
-                if row is None:
+                snapshot = self._watched.get(experiment_id)
+                if snapshot is None:
                     continue
-                message = self._pb(row)
-                encoded = message.SerializeToString(deterministic=True)
-                if seen.get(experiment_id) != encoded:
-                    seen[experiment_id] = encoded
-                    yield controller_pb2.WatchExperimentResponse(experiment=message)
-                pending = pending or not row.state.is_terminal()
+                if seen.get(experiment_id) != snapshot.encoded:
+                    seen[experiment_id] = snapshot.encoded
+                    yield controller_pb2.WatchExperimentResponse(experiment=snapshot.message)
+                pending = pending or not snapshot.terminal
             if not pending:
                 return
             stopped.wait(WATCH_POLL)
+
+    def _read_watched(self, experiment_id: str) -> tuple[controller_pb2.Experiment, bool] | None:
+        row = self._store.get_experiment(experiment_id)
+        return None if row is None else (self._pb(row), row.state.is_terminal())
 
     @_unary
     def CancelExperiment(
@@ -199,7 +203,15 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             follow=request.follow,
             tail_lines=request.tail_lines,
         )
-        yield from self._agents.stream_logs(host.address, host.token, proxied)
+        upstream = self._agents.stream_logs(host.address, host.token, proxied)
+        if isinstance(upstream, grpc.Call):  # the client left: end the agent's stream too
+            call = upstream
+
+            def cancel_upstream() -> None:
+                call.cancel()
+
+            context.add_callback(cancel_upstream)
+        yield from upstream
 
     # --- hosts -------------------------------------------------------------------------------
 

@@ -6,8 +6,9 @@ and two counters keep each kind inside its share: a call beyond its share is ans
 RESOURCE_EXHAUSTED at once (never queued behind the others, never silence), and
 ``grpc.health.v1.Health/Check`` is counted in neither, so the reserve threads always answer it.
 
-A stream's slot is released exactly once: when its handler returns or raises, or when gRPC
-reports the call over (client gone, deadline), whichever comes first.
+A stream's slot is released when its handler ends (returns, raises, or is closed once its client
+has gone), so slots never undercount the threads streams hold; every streaming handler wakes
+on its call's end (``context.add_callback``) to end promptly.
 """
 
 from __future__ import annotations
@@ -135,10 +136,7 @@ def _wrap_stream(
 
     def behavior(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
         release = slots.take(context)
-        if not context.add_callback(release):  # the call is already over
-            release()
-            return
-        try:
+        try:  # freed when the handler ends, not when the client goes: the thread is held till then
             yield from inner(request, context)
         finally:
             release()
