@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(0.05)
 
         hung_ids = hung_phase(stub, hung_port, args.agents, args.hung_singles)
-        stream_rows = stream_load.measure(args, root, controller)
+        stream_rows = stream_load.measure(args, root)  # fresh daemons: the streams alone
 
         store = SqliteStore(controller.db)
         rows = store._query(
