@@ -18,6 +18,7 @@ import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.e2e.conftest import Lab, sim_experiment
+from tests.e2e.test_controller_e2e import attempt_state, state
 from tests.support import servers
 from tests.support.controller_proc import ControllerProcess
 from tests.support.ports import free_port
@@ -27,14 +28,6 @@ from tunelab.v1 import agent_pb2, controller_pb2, run_pb2, server_pb2
 X = controller_pb2
 FAKE_AGENTS = Path(__file__).resolve().parents[1] / "support" / "fake_agents.py"
 STREAMS = 200
-
-
-def attempt_state(attempt: X.Attempt) -> str:
-    return X.AttemptState.Name(attempt.state).removeprefix("ATTEMPT_STATE_")
-
-
-def state(experiment: X.Experiment) -> str:
-    return X.ExperimentState.Name(experiment.state).removeprefix("EXPERIMENT_STATE_")
 
 
 def healthy(address: str) -> bool:
