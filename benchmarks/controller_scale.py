@@ -3,6 +3,11 @@ few processes, instant runs). Measures submissions per second, the time of one s
 over the full queue, dispatch latency (attempt committed → agent accepted StartRun) median and
 p99, and the controller's RSS. Goals: a pass under 50 ms, dispatch p99 under 100 ms.
 
+Then, beside those figures: submit→StartRun (the agent's arrival time) one experiment at a time
+on healthy hosts while one of 200 hosts answers every call only at its deadline and has work
+queued for it (goal p99 < 100 ms), and unary p99 on each daemon with 200 open streams
+(benchmarks/stream_load.py; goal < 20 ms).
+
 Usage: python benchmarks/controller_scale.py [--experiments 10000] [--agents 200]
 """
 
@@ -16,26 +21,29 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks import stream_load
 from tests.support.controller_proc import ControllerProcess
+from tunelab.controller.agent_client import GrpcAgentClient
 from tunelab.controller.scheduler import Scheduler
 from tunelab.controller.states import HostState
 from tunelab.controller.store import SqliteStore
-from tunelab.v1 import controller_pb2
+from tunelab.v1 import controller_pb2, controller_pb2_grpc, run_pb2
 
-FAKE_AGENTS = Path(__file__).resolve().parent / "fake_agents.py"
+FAKE_AGENTS = Path(__file__).resolve().parent.parent / "tests" / "support" / "fake_agents.py"
 PER_PROCESS = 50
 
 
-def spec_text(name: str, repeat: int) -> str:
+def spec_text(name: str, repeat: int, host: dict[str, Any] | None = None) -> str:
     doc = {
         "name": name,
-        "host": {"labels": {"pool": "scale"}},
+        "host": host or {"labels": {"pool": "scale"}},
         "server": {"command": ["engine"], "flags": {"--port": "{port}"}, "ready": {"model": "m"}},
         "benchmark": {"concurrency": [1], "requests": 1},
         "repeat": repeat,
@@ -58,7 +66,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--singles", type=int, default=30, help="experiments submitted one by one at the end"
     )
+    parser.add_argument(
+        "--hung-singles", type=int, default=60, help="one by one, with one host hung"
+    )
+    stream_load.add_arguments(parser)
     args = parser.parse_args(argv)
+    starts = Path(tempfile.mkdtemp(prefix="tunelab-starts-")) / "starts.txt"
     root = Path(tempfile.mkdtemp(prefix="tunelab-scale-"))
     fleets: list[subprocess.Popen[str]] = []
     controller = ControllerProcess(
@@ -69,12 +82,20 @@ def main(argv: list[str] | None = None) -> int:
         for start in range(0, args.agents, PER_PROCESS):
             count = min(PER_PROCESS, args.agents - start)
             fleet = subprocess.Popen(
-                [sys.executable, str(FAKE_AGENTS), "--count", str(count)],
+                [sys.executable, str(FAKE_AGENTS), "--count", str(count), "--starts", str(starts)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
             )  # fmt: skip
             fleets.append(fleet)
             assert fleet.stdout is not None
             ports += [int(fleet.stdout.readline()) for _ in range(count)]
+        hung = subprocess.Popen(
+            [sys.executable, str(FAKE_AGENTS), "--count", "0", "--slow", "1"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        fleets.append(hung)
+        assert hung.stdout is not None
+        hung_port = int(hung.stdout.readline())
+        floor = bare_wave_floor(ports)
         controller.start()
         stub = controller.stub()
         for i, port in enumerate(ports):
@@ -105,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
                 shutil.copy(f"{controller.db}{suffix}", f"{copy}{suffix}")
         store = SqliteStore(copy)
         for host in store.list_hosts():
-            store.update_host(host.name, drain=False, state=HostState.READY)
+            store.transition_host(host.name, host, HostState.READY, drain=False)
         t0 = time.perf_counter()
         placed = Scheduler(store).pass_once()
         pass_full = time.perf_counter() - t0
@@ -154,19 +175,32 @@ def main(argv: list[str] | None = None) -> int:
                     break
                 time.sleep(0.05)
 
+        hung_ids = hung_phase(stub, hung_port, args.agents, args.hung_singles)
+        stream_rows = stream_load.measure(args, root)  # fresh daemons: the streams alone
+
         store = SqliteStore(controller.db)
         rows = store._query(
-            "SELECT experiment_id, created_at, acked_at FROM attempts WHERE acked_at IS NOT NULL"
+            "SELECT a.id, a.experiment_id, a.created_at, a.acked_at, e.submitted_at "
+            "FROM attempts a JOIN experiments e ON e.id = a.experiment_id "
+            "WHERE a.acked_at IS NOT NULL"
         )
         store.close()
+        arrivals = {
+            run: float(at) for run, at in (line.split() for line in starts.read_text().splitlines())
+        }
         singles = set(single_ids)
-        latencies = [
-            (r["acked_at"] - r["created_at"]) * 1000
+        pinned = {e.id for e in stub.ListExperiments(
+            controller_pb2.ListExperimentsRequest(limit=100), timeout=30
+        ).experiments if e.name.startswith("for-hung")}  # fmt: skip
+        waves = [r for r in rows if r["experiment_id"] not in singles | hung_ids | pinned]
+        latencies = [(r["acked_at"] - r["created_at"]) * 1000 for r in waves]
+        single_rows = [r for r in rows if r["experiment_id"] in singles]
+        single_latencies = [(r["acked_at"] - r["created_at"]) * 1000 for r in single_rows]
+        single_submit = [(arrivals[r["id"]] - r["submitted_at"]) * 1000 for r in single_rows]
+        hung_submit = [
+            (arrivals[r["id"]] - r["submitted_at"]) * 1000
             for r in rows
-            if r["experiment_id"] not in singles
-        ]
-        single_latencies = [
-            (r["acked_at"] - r["created_at"]) * 1000 for r in rows if r["experiment_id"] in singles
+            if r["experiment_id"] in hung_ids and r["id"] in arrivals
         ]
     finally:
         if controller.proc is not None:
@@ -202,6 +236,11 @@ def main(argv: list[str] | None = None) -> int:
         ),
         ("dispatch latency max (200-wide waves)", f"{max(latencies):.1f} ms", ""),
         (
+            "  floor: 200 bare StartRun futures, last answer",
+            f"{statistics.median(floor):.1f} ms",
+            "",
+        ),
+        (
             "dispatch latency median (one at a time)",
             f"{statistics.median(single_latencies):.1f} ms",
             "",
@@ -212,13 +251,95 @@ def main(argv: list[str] | None = None) -> int:
             "< 100 ms",
         ),
         ("attempts dispatched", f"{len(latencies)} + {len(single_latencies)}", ""),
+        (
+            "submit→StartRun p50 / p99, one at a time",
+            f"{statistics.median(single_submit):.1f} / {percentile(single_submit, 0.99):.1f} ms",
+            "",
+        ),
+        (
+            "submit→StartRun p50 / p99, 1 of 200 hosts hung",
+            f"{statistics.median(hung_submit):.1f} / {percentile(hung_submit, 0.99):.1f} ms",
+            "< 100 ms",
+        ),
+        ("  (healthy experiments measured with the host hung)", f"{len(hung_submit)}", ""),
         ("queue drained in", f"{drain_seconds:.1f} s", ""),
         ("controller RSS with the queue full", f"{rss_queued / 2**20:.0f} MiB", ""),
         ("controller RSS peak while draining", f"{peak_rss / 2**20:.0f} MiB", ""),
     ]
-    for name, value, goal in rows_out:
-        print(f"{name:<50} {value:>14} {goal:>10}")
+    for name, value, goal in [*rows_out, *stream_rows]:
+        print(f"{name:<52} {value:>20} {goal:>12}")
     return 0
+
+
+def bare_wave_floor(ports: list[int], waves: int = 5) -> list[float]:
+    """When the last of 200 StartRun calls, issued as futures from one Python process with no
+    controller around them, is answered (ms, per wave): the floor under the wave figures."""
+    client = GrpcAgentClient()
+    spec = run_pb2.RunSpec()
+    try:
+        for port in ports:  # connect every channel first
+            client.start_run(f"127.0.0.1:{port}", None, f"warm-{port}", spec)
+        lasts = []
+        for wave in range(waves):
+            started = time.perf_counter()
+            futures = [
+                client.start_run_future(f"127.0.0.1:{port}", None, f"floor-{wave}-{port}", spec)
+                for port in ports
+            ]
+            for future in futures:
+                future.result()
+            lasts.append((time.perf_counter() - started) * 1000)
+        return lasts
+    finally:
+        client.close()
+
+
+def hung_phase(
+    stub: controller_pb2_grpc.ControllerStub, hung_port: int, agents: int, singles: int
+) -> set[str]:
+    """Swap one healthy host for one that answers every call at its deadline (GetInfo 3 s,
+    StartRun 10 s), keep work queued for it, then submit one experiment at a time."""
+    stub.SetHostDrain(
+        controller_pb2.SetHostDrainRequest(name=f"h{agents - 1:03d}", drain=True), timeout=10
+    )
+    stub.AddHost(
+        controller_pb2.AddHostRequest(
+            name="hung", address=f"127.0.0.1:{hung_port}", labels={"pool": "scale"}
+        ),
+        timeout=10,
+    )
+    deadline = time.monotonic() + 30
+    while True:
+        [host] = [
+            h for h in stub.ListHosts(controller_pb2.ListHostsRequest(), timeout=30).hosts
+            if h.name == "hung"
+        ]  # fmt: skip
+        if host.state == controller_pb2.HOST_STATE_READY or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    stub.SubmitExperiments(  # its StartRuns wait 10 s each: always one in flight
+        controller_pb2.SubmitExperimentsRequest(
+            spec_yaml=spec_text("for-hung", 8, {"name": "hung"})
+        ),
+        timeout=30,
+    )
+    time.sleep(1.0)
+    ids = set()
+    for n in range(singles):
+        reply = stub.SubmitExperiments(
+            controller_pb2.SubmitExperimentsRequest(spec_yaml=spec_text(f"beside-hung{n}", 1)),
+            timeout=30,
+        )
+        experiment_id = reply.experiments[0].id
+        ids.add(experiment_id)
+        while True:
+            got = stub.GetExperiment(
+                controller_pb2.GetExperimentRequest(id=experiment_id), timeout=10
+            )
+            if got.experiment.state == controller_pb2.EXPERIMENT_STATE_SUCCEEDED:
+                break
+            time.sleep(0.02)
+    return ids
 
 
 if __name__ == "__main__":

@@ -56,11 +56,14 @@ class Lab:
         self.controller = ControllerProcess(self.root / "controller", env=env).start()
         return self.controller
 
-    def add_agent(self, name: str, labels: str = "pool=e2e") -> AgentProcess:
+    def add_agent(
+        self, name: str, labels: str = "pool=e2e", env: dict[str, str] | None = None
+    ) -> AgentProcess:
         metrics = free_port()
         agent = AgentProcess(
             self.root / name,
             ["--metrics-listen", f"127.0.0.1:{metrics}", "--nvml-snapshot", str(NVML_BUSY)],
+            env=env,
         ).start()
         agent.metrics_port = metrics  # type: ignore[attr-defined]
         self.agents[name] = agent

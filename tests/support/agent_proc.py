@@ -20,10 +20,14 @@ class AgentProcess(DaemonProcess):
     name = "agent"
 
     def __init__(
-        self, state_dir: Path, extra_args: Sequence[str] = (), token: str | None = None
+        self,
+        state_dir: Path,
+        extra_args: Sequence[str] = (),
+        token: str | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.port = free_port()
-        super().__init__(f"127.0.0.1:{self.port}", state_dir / "agent.log")
+        super().__init__(f"127.0.0.1:{self.port}", state_dir / "agent.log", env)
         self.state_dir = state_dir
         self.extra_args = list(extra_args)
         self.token = token

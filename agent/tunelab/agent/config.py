@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tunelab.common.auth import ServerAuth
+from tunelab.common.capacity import DEFAULT_MAX_STREAMS
 from tunelab.common.configload import ConfigError, KeyKinds, check_daemon_basics, load_layered
 
 ENV_PREFIX = "TUNELAB_AGENT_"
@@ -41,6 +42,7 @@ class AgentConfig:
     sysfs_root: Path = Path("/")
     nvml_snapshot: Path | None = None  # answer GPU queries from a captured snapshot (demo, tests)
     audit_on_start: bool = True
+    max_streams: int = DEFAULT_MAX_STREAMS  # open logs -f and watches; beyond: RESOURCE_EXHAUSTED
 
     def auth(self) -> ServerAuth:
         return ServerAuth.from_files(
@@ -55,6 +57,8 @@ class AgentConfig:
         for key in ("kill_timeout", "gpu_release_timeout"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"{key}: must be >= 0")
+        if self.max_streams < 1:
+            raise ConfigError("max_streams: must be >= 1")
         return self
 
     def redacted(self) -> dict[str, Any]:
@@ -84,6 +88,7 @@ KINDS = KeyKinds(
         }
     ),
     bools=frozenset({"reflection", "audit_on_start"}),
+    ints=frozenset({"max_streams"}),
 )
 
 

@@ -24,6 +24,7 @@ from tunelab.agent.servers.supervisor import SupervisorSettings
 from tunelab.agent.service import SERVICE_NAME, AgentIdentity, AgentService
 from tunelab.agent.system import System
 from tunelab.common import __version__
+from tunelab.common.capacity import Limits
 from tunelab.common.serving import Daemon, run_until_signalled, start_daemon
 from tunelab.v1 import agent_pb2_grpc
 
@@ -107,6 +108,9 @@ class AgentApp:
             register=lambda server: agent_pb2_grpc.add_AgentServicer_to_server(service, server),
             service_names=[SERVICE_NAME],
             reflection_enabled=self.config.reflection,
+            limits=Limits(streams=self.config.max_streams),
+            stream_hint="close a `logs -f` or a watch, or raise max_streams "
+            "(TUNELAB_AGENT_MAX_STREAMS)",
         )
         if self.config.audit_on_start:
             # One bounded run (well under a second) off the start-up path; daemon so it never

@@ -44,7 +44,7 @@ STATUS_BY_ERROR: StatusTable = (
 SERVICE_NAME = "tunelab.v1.Agent"
 STOP_WAIT_MARGIN = 75.0  # kill timeout + GPU release wait, beyond the grace period
 
-_errors = StatusMapper(STATUS_BY_ERROR)
+_errors = StatusMapper(STATUS_BY_ERROR, daemon="agent")
 _unary, _stream = _errors.unary, _errors.stream
 
 

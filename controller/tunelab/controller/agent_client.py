@@ -4,42 +4,27 @@ implementation with a deadline on every call and one channel per host."""
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import Iterator
+from typing import Protocol
 
 import grpc
 
 from tunelab.common.auth import ClientAuth
 from tunelab.v1 import agent_pb2, agent_pb2_grpc, run_pb2
 
-INFO_DEADLINE = 3.0
-RUN_DEADLINE = 10.0
+INFO_DEADLINE = 3.0  # GetInfo, GetRun: config agent_call_timeout
+RUN_DEADLINE = 10.0  # StartRun, CancelRun (the agent writes its record first): agent_start_timeout
 AUDIT_DEADLINE = 60.0
-
-
-@dataclass(frozen=True)
-class StartCall:
-    address: str
-    token: str | None
-    run_id: str
-    spec: run_pb2.RunSpec
-
-
-@dataclass(frozen=True)
-class StartOutcome:
-    response: agent_pb2.StartRunResponse | None
-    error: grpc.RpcError | None
-    answered_at: float  # when the agent's answer arrived (the dispatch latency's end)
 
 
 class AgentClient(Protocol):
     def get_info(self, address: str, token: str | None) -> agent_pb2.GetInfoResponse: ...
-    def start_runs(self, calls: Sequence[StartCall]) -> list[StartOutcome]: ...
     def start_run(
         self, address: str, token: str | None, run_id: str, spec: run_pb2.RunSpec
     ) -> agent_pb2.StartRunResponse: ...
+    def start_run_future(
+        self, address: str, token: str | None, run_id: str, spec: run_pb2.RunSpec
+    ) -> grpc.Future[agent_pb2.StartRunResponse]: ...
     def get_run(self, address: str, token: str | None, run_id: str) -> run_pb2.Run: ...
     def cancel_run(self, address: str, token: str | None, run_id: str) -> run_pb2.Run: ...
     def run_audit(
@@ -50,18 +35,18 @@ class AgentClient(Protocol):
     ) -> Iterator[agent_pb2.StreamLogsResponse]: ...
 
 
-def _stamp(answered: dict[int, float], index: int) -> Callable[[grpc.Future[Any]], None]:
-    def done(_future: grpc.Future[Any]) -> None:
-        answered.setdefault(index, time.time())
-
-    return done
-
-
 class GrpcAgentClient:
     """gRPC calls to agents; ``grpc.RpcError`` propagates for the caller to classify."""
 
-    def __init__(self, default_token: str | None = None) -> None:
+    def __init__(
+        self,
+        default_token: str | None = None,
+        info_deadline: float = INFO_DEADLINE,
+        run_deadline: float = RUN_DEADLINE,
+    ) -> None:
         self._default_token = default_token
+        self._info_deadline = info_deadline
+        self._run_deadline = run_deadline
         self._stubs: dict[tuple[str, str | None], agent_pb2_grpc.AgentStub] = {}
         self._channels: list[grpc.Channel] = []
         self._lock = threading.Lock()
@@ -78,42 +63,30 @@ class GrpcAgentClient:
             return stub
 
     def get_info(self, address: str, token: str | None) -> agent_pb2.GetInfoResponse:
-        return self._stub(address, token).GetInfo(agent_pb2.GetInfoRequest(), timeout=INFO_DEADLINE)
+        request = agent_pb2.GetInfoRequest()
+        return self._stub(address, token).GetInfo(request, timeout=self._info_deadline)
 
     def start_run(
         self, address: str, token: str | None, run_id: str, spec: run_pb2.RunSpec
     ) -> agent_pb2.StartRunResponse:
         request = agent_pb2.StartRunRequest(run_id=run_id, spec=spec)
-        return self._stub(address, token).StartRun(request, timeout=RUN_DEADLINE)
+        return self._stub(address, token).StartRun(request, timeout=self._run_deadline)
 
-    def start_runs(self, calls: Sequence[StartCall]) -> list[StartOutcome]:
-        """Send many StartRun calls at once (gRPC futures, no thread per call): a scheduling
-        pass that places 200 runs reaches 200 agents in parallel."""
-        answered: dict[int, float] = {}
-        pending = []
-        for index, call in enumerate(calls):
-            request = agent_pb2.StartRunRequest(run_id=call.run_id, spec=call.spec)
-            future = self._stub(call.address, call.token).StartRun.future(
-                request, timeout=RUN_DEADLINE
-            )
-            future.add_done_callback(_stamp(answered, index))
-            pending.append(future)
-        outcomes = []
-        for index, future in enumerate(pending):
-            try:
-                response, error = future.result(), None
-            except grpc.RpcError as exc:
-                response, error = None, exc
-            outcomes.append(StartOutcome(response, error, answered.get(index, time.time())))
-        return outcomes
+    def start_run_future(
+        self, address: str, token: str | None, run_id: str, spec: run_pb2.RunSpec
+    ) -> grpc.Future[agent_pb2.StartRunResponse]:
+        """StartRun with no thread waiting on it: a pass that places 200 runs reaches 200
+        agents at once, and a hung one holds nothing but its own call."""
+        request = agent_pb2.StartRunRequest(run_id=run_id, spec=spec)
+        return self._stub(address, token).StartRun.future(request, timeout=self._run_deadline)
 
     def get_run(self, address: str, token: str | None, run_id: str) -> run_pb2.Run:
         request = agent_pb2.GetRunRequest(run_id=run_id)
-        return self._stub(address, token).GetRun(request, timeout=INFO_DEADLINE).run
+        return self._stub(address, token).GetRun(request, timeout=self._info_deadline).run
 
     def cancel_run(self, address: str, token: str | None, run_id: str) -> run_pb2.Run:
         request = agent_pb2.CancelRunRequest(run_id=run_id)
-        return self._stub(address, token).CancelRun(request, timeout=RUN_DEADLINE).run
+        return self._stub(address, token).CancelRun(request, timeout=self._run_deadline).run
 
     def run_audit(
         self, address: str, token: str | None, only: list[str]
@@ -124,7 +97,8 @@ class GrpcAgentClient:
     def stream_logs(
         self, address: str, token: str | None, request: agent_pb2.StreamLogsRequest
     ) -> Iterator[agent_pb2.StreamLogsResponse]:
-        yield from self._stub(address, token).StreamLogs(request)
+        """The call itself (a ``grpc.Call``, so the caller can cancel it)."""
+        return self._stub(address, token).StreamLogs(request)
 
     def close(self) -> None:
         with self._lock:

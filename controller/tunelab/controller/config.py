@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tunelab.common.auth import ServerAuth
+from tunelab.common.capacity import DEFAULT_MAX_STREAMS
 from tunelab.common.configload import ConfigError, KeyKinds, check_daemon_basics, load_layered
 from tunelab.controller.store.factory import check_db, is_url, redact
 
@@ -44,8 +45,11 @@ class ControllerConfig:
     default_metrics_port: int = 9473
     results_retention_count: int = 500
     results_retention_age: float = 7 * 86400.0
-    workers: int = 32
+    workers: int = 32  # agent calls in flight at once (host polls, starts, follows)
     max_variants: int = 10_000  # experiments one submission may expand to
+    agent_call_timeout: float = 3.0  # deadline of GetInfo / GetRun to an agent
+    agent_start_timeout: float = 10.0  # deadline of StartRun / CancelRun
+    max_streams: int = DEFAULT_MAX_STREAMS  # open watches and log follows; more: RESOURCE_EXHAUSTED
 
     def auth(self) -> ServerAuth:
         return ServerAuth.from_files(
@@ -60,7 +64,8 @@ class ControllerConfig:
         for key in _DURATIONS:
             if not getattr(self, key) > 0:
                 raise ConfigError(f"{key}: must be > 0")
-        for key in ("unknown_after_failures", "results_retention_count", "workers", "max_variants"):
+        numbers = ("unknown_after_failures", "results_retention_count", "workers", "max_variants")
+        for key in (*numbers, "max_streams"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"{key}: must be >= 1")
         return self
@@ -82,6 +87,8 @@ class ControllerConfig:
 
 _DURATIONS = {
     "tick",
+    "agent_call_timeout",
+    "agent_start_timeout",
     "host_poll_interval",
     "attempt_poll_interval",
     "lease_timeout",
@@ -109,6 +116,7 @@ KINDS = KeyKinds(
             "results_retention_count",
             "workers",
             "max_variants",
+            "max_streams",
         }
     ),
 )

@@ -8,6 +8,7 @@ import structlog
 from prometheus_client import disable_created_metrics, start_http_server
 
 from tunelab.common.auth import read_token, split_host_port
+from tunelab.common.capacity import Limits
 from tunelab.common.serving import Daemon, run_until_signalled, start_daemon
 from tunelab.controller.agent_client import GrpcAgentClient
 from tunelab.controller.config import ControllerConfig
@@ -33,7 +34,11 @@ class ControllerApp:
         disable_created_metrics()  # type: ignore[no-untyped-call]  # process-wide: no *_created
         self.config = config
         self.store = open_store(config.db, config.secrets_path())
-        self.agents = GrpcAgentClient(read_token(config.agent_token_file))
+        self.agents = GrpcAgentClient(
+            read_token(config.agent_token_file),
+            config.agent_call_timeout,
+            config.agent_start_timeout,
+        )
         self.metrics = ControllerMetrics(
             self.store, config.results_retention_count, config.results_retention_age
         )
@@ -48,7 +53,11 @@ class ControllerApp:
         )
         self.loop = ControlLoop(
             HostMonitor(
-                self.store, self.agents, config.host_poll_interval, config.unknown_after_failures
+                self.store,
+                self.agents,
+                config.host_poll_interval,
+                config.unknown_after_failures,
+                on_active_runs=self.driver.fence,
             ),
             Scheduler(self.store),
             self.driver,
@@ -90,6 +99,9 @@ class ControllerApp:
                 service, server
             ),
             service_names=[SERVICE_NAME],
+            limits=Limits(streams=self.config.max_streams),
+            stream_hint="close a `logs -f` or `submit --wait`, or raise max_streams "
+            "(TUNELAB_CONTROLLER_MAX_STREAMS)",
         )
         if self.config.metrics_listen:
             host, port = split_host_port(self.config.metrics_listen)

@@ -12,19 +12,21 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import grpc
 import structlog
 
-from tunelab.controller.agent_client import AgentClient, StartCall
+from tunelab.controller.agent_client import AgentClient
+from tunelab.controller.hoststate import change_host, quarantine
+from tunelab.controller.inflight import InFlight, attempt_key
 from tunelab.controller.scrape import MetricsScraper, benchmark_energy, tokens_per_joule
 from tunelab.controller.spec.render import to_run_spec
-from tunelab.controller.states import AttemptState, HostState
+from tunelab.controller.states import ATTEMPT_LIVE, AttemptState
 from tunelab.controller.store import AttemptRow, HostRow, Store, StoreConflict
-from tunelab.v1 import run_pb2
+from tunelab.v1 import agent_pb2, run_pb2
 
 log = structlog.get_logger(__name__)
 A = AttemptState
@@ -41,7 +43,6 @@ RUN_TO_ATTEMPT = {
     run_pb2.RUN_STATE_TIMED_OUT: A.TIMED_OUT,
 }
 TRANSPORT_ERRORS = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
-LIVE = tuple(s for s in AttemptState if s.is_active())
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,7 @@ class AttemptDriver:
         self._settings = settings
         self._clock = clock
         self._failures: dict[str, int] = {}
+        self._fenced: set[str] = set()
         self._lock = threading.Lock()
         self._on_latency = on_dispatch_latency
         self._on_finished = on_finished
@@ -75,13 +77,16 @@ class AttemptDriver:
 
     # --- entry points ------------------------------------------------------------------------
 
-    def drive_all(self, pool: ThreadPoolExecutor) -> None:
-        """One look at every live attempt, hosts in parallel."""
+    def drive_all(self, calls: InFlight | None = None) -> None:
+        """Start one look at every live attempt not already in flight (inline with no
+        ``calls``); never waits for an agent."""
         hosts = {h.name: h for h in self._store.list_hosts()}
-        attempts = self._store.live_attempts()
-        futures = [pool.submit(self.drive, a, hosts.get(a.host)) for a in attempts]
-        for future in futures:
-            future.result()
+        for attempt in self._store.live_attempts():
+            host = hosts.get(attempt.host)
+            if calls is None:
+                self.drive(attempt, host)
+            else:
+                calls.start(attempt_key(attempt.id), partial(self.drive, attempt, host))
 
     def drive(self, attempt: AttemptRow, host: HostRow | None) -> None:
         if host is None:
@@ -118,48 +123,101 @@ class AttemptDriver:
         run_spec = to_run_spec(spec, attempt.id, attempt.gpus)
         sent = self._clock()
         response = self._agents.start_run(host.address, host.token, attempt.id, run_spec)
-        now = self._clock()
+        self._record_start(attempt, host, response, sent, self._clock())
+
+    def _record_start(
+        self,
+        attempt: AttemptRow,
+        host: HostRow,
+        response: agent_pb2.StartRunResponse,
+        sent: float,
+        answered: float,
+    ) -> None:
         self._reset_failures(attempt.id)
         if attempt.dispatched_at is None:  # the first send, not a re-send after doubt
-            self._on_latency(now - attempt.created_at)
+            self._on_latency(answered - attempt.created_at)
         self._store.update_attempt(
             attempt.id,
             dispatched_at=sent,
-            acked_at=now,
+            acked_at=answered,
             agent_instance_id=response.run.agent_instance_id,
         )
-        attempt.acked_at = now
+        attempt.acked_at = answered
         self._apply(attempt, host, response.run)
 
-    def dispatch_new(self, attempts: list[AttemptRow], specs: dict[str, dict[str, Any]]) -> None:
-        """Send StartRun for a pass's new attempts all at once; bookkeeping after the answers."""
+    def dispatch_new(
+        self,
+        attempts: list[AttemptRow],
+        specs: dict[str, dict[str, Any]],
+        calls: InFlight | None = None,
+    ) -> None:
+        """Send StartRun for a pass's new attempts, all at once as gRPC futures (inline with no
+        ``calls``); each answer is recorded on the pool as it arrives, so a host that does not
+        answer holds up only its own attempt."""
         hosts = {h.name: h for h in self._store.list_hosts()}
-        ready = [a for a in attempts if a.host in hosts and a.experiment_id in specs]
-        calls = [
-            StartCall(
-                hosts[a.host].address,
-                hosts[a.host].token,
-                a.id,
-                to_run_spec(specs[a.experiment_id], a.id, a.gpus),
-            )
-            for a in ready
-        ]
-        sent = self._clock()
-        for attempt, outcome in zip(ready, self._agents.start_runs(calls), strict=True):
-            host = hosts[attempt.host]
-            if outcome.error is not None:
-                self._on_error(attempt, host, outcome.error, specs[attempt.experiment_id])
+        for attempt in attempts:
+            host, spec = hosts.get(attempt.host), specs.get(attempt.experiment_id)
+            if host is None or spec is None:
+                continue  # removed meanwhile: the next drive_all settles it
+            if calls is None:
+                self._dispatch_one(attempt, host, spec)
                 continue
-            assert outcome.response is not None
-            self._on_latency(outcome.answered_at - attempt.created_at)
-            self._store.update_attempt(
-                attempt.id,
-                dispatched_at=sent,
-                acked_at=outcome.answered_at,
-                agent_instance_id=outcome.response.run.agent_instance_id,
+            run_spec = to_run_spec(spec, attempt.id, attempt.gpus)
+            issue = partial(
+                self._agents.start_run_future, host.address, host.token, attempt.id, run_spec
             )
-            attempt.acked_at = outcome.answered_at
-            self._apply(attempt, host, outcome.response.run)
+            then = partial(self._started, attempt, host, spec, self._clock())
+            calls.start_call(attempt_key(attempt.id), issue, then)
+
+    def _started(
+        self,
+        attempt: AttemptRow,
+        host: HostRow,
+        spec: dict[str, Any],
+        sent: float,
+        future: grpc.Future[agent_pb2.StartRunResponse],
+        answered: float,
+    ) -> None:
+        try:
+            response = future.result()
+        except grpc.RpcError as exc:
+            self._on_error(attempt, host, exc, spec)
+            return
+        self._record_start(attempt, host, response, sent, answered)
+
+    def _dispatch_one(self, attempt: AttemptRow, host: HostRow, spec: dict[str, Any]) -> None:
+        try:
+            self._start(attempt, host, spec)
+        except grpc.RpcError as exc:
+            self._on_error(attempt, host, exc, spec)
+
+    # --- fencing -----------------------------------------------------------------------------
+
+    def fence(self, host: HostRow, active_run_ids: list[str]) -> None:
+        """An agent reports runs active: any whose attempt is already over (declared LOST while
+        the agent was hung, then retried elsewhere) is cancelled there, with an event, so an
+        experiment never has two runs going or two results."""
+        for run_id in active_run_ids:
+            attempt = self._store.get_attempt(run_id)
+            if attempt is None or not attempt.state.is_terminal():
+                continue  # not one of ours (a person's run), or live: the driver follows it
+            try:
+                self._agents.cancel_run(host.address, host.token, run_id)
+            except grpc.RpcError as exc:
+                log.warning(
+                    "fence_cancel_failed", attempt=run_id, host=host.name, code=exc.code().name
+                )
+                continue
+            with self._lock:
+                first = run_id not in self._fenced
+                self._fenced.add(run_id)
+            if first:
+                message = (
+                    f"fenced: agent {host.name} still ran this attempt after it was declared "
+                    f"{attempt.state.value}; the run was cancelled there and its result ignored"
+                )
+                self._store.record_event("attempt", run_id, message, attempt.state.value)
+                log.warning("stale_run_fenced", attempt=run_id, host=host.name)
 
     # --- follow ------------------------------------------------------------------------------
 
@@ -208,7 +266,7 @@ class AttemptDriver:
             fields["gpu_summary"] = summary
         try:
             done, experiment = self._store.finish_attempt(
-                attempt.id, target, LIVE, message=message, **fields
+                attempt.id, target, ATTEMPT_LIVE, message=message, **fields
             )
         except StoreConflict:
             return
@@ -228,9 +286,7 @@ class AttemptDriver:
 
     def _quarantine(self, host: HostRow, reason: str) -> None:
         if not host.quarantined:
-            self._store.update_host(
-                host.name, quarantined=True, state=HostState.QUARANTINED, state_reason=reason
-            )
+            change_host(self._store, host.name, quarantine(reason))
             log.error("host_quarantined", host=host.name, reason=reason)
 
     # --- errors ------------------------------------------------------------------------------

@@ -1,30 +1,23 @@
-"""Host polling: each agent is asked GetInfo on a jittered interval; the answer (or its absence)
-decides READY / DRAINING / UNREACHABLE; QUARANTINED is lifted only by a person."""
+"""Host polling: each agent is asked GetInfo on a jittered interval, one poll per host in
+flight at a time; the answer (or its absence) decides READY / DRAINING / UNREACHABLE through
+``hoststate``. QUARANTINED is lifted only by a person. The runs an answering agent reports
+active go to ``on_active_runs`` (the driver fences runs of attempts already declared over)."""
 
 from __future__ import annotations
 
 import random
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import structlog
 
+from tunelab.controller import hoststate
 from tunelab.controller.agent_client import AgentClient
-from tunelab.controller.states import HostState
+from tunelab.controller.inflight import InFlight, poll_key
 from tunelab.controller.store import HostRow, Store
 
 log = structlog.get_logger(__name__)
-
-
-def settled_state(host: HostRow) -> HostState:
-    """The state a host that answers is in: a person's drain/quarantine wins over READY."""
-    if host.quarantined:
-        return HostState.QUARANTINED
-    if host.drain:
-        return HostState.DRAINING
-    return HostState.READY
 
 
 class HostMonitor:
@@ -35,6 +28,7 @@ class HostMonitor:
         interval: float = 5.0,
         unreachable_after: int = 3,
         clock: Callable[[], float] = time.time,
+        on_active_runs: Callable[[HostRow, list[str]], None] = lambda host, runs: None,
     ) -> None:
         self._store = store
         self._agents = agents
@@ -42,43 +36,37 @@ class HostMonitor:
         self._unreachable_after = unreachable_after
         self._clock = clock
         self._next_poll: dict[str, float] = {}
+        self._on_active_runs = on_active_runs
 
-    def poll_due(self, pool: ThreadPoolExecutor, force: bool = False) -> None:
+    def poll_due(self, calls: InFlight | None = None, force: bool = False) -> None:
+        """Start a poll of every host that is due and not already being polled; with no
+        ``calls``, poll inline (tests)."""
         now = self._clock()
-        due = [
-            h for h in self._store.list_hosts() if force or self._next_poll.get(h.name, 0.0) <= now
-        ]
-        for host in due:
+        for host in self._store.list_hosts():
+            if not force and self._next_poll.get(host.name, 0.0) > now:
+                continue
+            if calls is None:
+                self.poll(host)
+            elif not calls.start(poll_key(host.name), lambda h=host: self.poll(h)):  # type: ignore[misc]
+                continue  # the last poll is still waiting on its deadline
             # jitter spreads polls of many hosts over the interval (0.8-1.0 of it)
             self._next_poll[host.name] = now + self._interval * random.uniform(0.8, 1.0)
-        for future in [pool.submit(self.poll, h) for h in due]:
-            future.result()
 
     def poll(self, host: HostRow) -> None:
         try:
             info = self._agents.get_info(host.address, host.token)
         except grpc.RpcError as exc:
-            failures = host.failures + 1
-            fields: dict[str, object] = {"failures": failures}
-            if failures >= self._unreachable_after and not host.quarantined:
-                reason = exc.details() or exc.code().name
-                if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
-                    reason = f"the agent refused the controller's token: {reason}"
-                fields.update(
-                    state=HostState.UNREACHABLE, state_reason=f"{failures} failed polls: {reason}"
-                )
-            self._store.update_host(host.name, **fields)
+            reason = exc.details() or exc.code().name
+            if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
+                reason = f"the agent refused the controller's token: {reason}"
+            decide = hoststate.poll_failed(reason, self._unreachable_after)
+            hoststate.change_host(self._store, host.name, decide, seen=host)
             return
         if info.instance_id != host.agent_instance_id and host.agent_instance_id:
             log.info("agent_restarted", host=host.name, instance_id=info.instance_id)
-        self._store.update_host(
-            host.name,
-            state=settled_state(host),
-            state_reason="" if not host.quarantined else host.state_reason,
-            failures=0,
-            last_seen=self._clock(),
-            gpu_count=len(info.gpus),
-            gpus=[
+        observed = {
+            "gpu_count": len(info.gpus),
+            "gpus": [
                 {
                     "index": g.index,
                     "uuid": g.uuid,
@@ -87,6 +75,10 @@ class HostMonitor:
                 }
                 for g in info.gpus
             ],
-            agent_instance_id=info.instance_id,
-            agent_version=info.version,
-        )
+            "agent_instance_id": info.instance_id,
+            "agent_version": info.version,
+        }
+        decide = hoststate.answered(observed, self._clock())
+        fresh = hoststate.change_host(self._store, host.name, decide, seen=host)
+        if fresh is not None and info.active_run_ids:
+            self._on_active_runs(fresh, list(info.active_run_ids))

@@ -1,17 +1,19 @@
 """The controller's control loop: poll hosts, schedule, dispatch, follow attempts — one tick at
-a time in one thread, with agent calls fanned out to a pool."""
+a time in one thread. A tick only starts agent calls (``InFlight``: one per host poll or
+attempt, each with its own deadline) and never waits for one, so a hung host delays only
+itself; the calls write what they learn through the store's compare-and-set methods."""
 
 from __future__ import annotations
 
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 import structlog
 
 from tunelab.controller.dispatch import AttemptDriver
 from tunelab.controller.hosts import HostMonitor
+from tunelab.controller.inflight import InFlight
 from tunelab.controller.scheduler import Scheduler
 
 log = structlog.get_logger(__name__)
@@ -34,7 +36,7 @@ class ControlLoop:
         self._driver = driver
         self._tick = tick
         self._attempt_poll = attempt_poll_interval
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="agent-call")
+        self.calls = InFlight(workers)
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._force_host_poll = threading.Event()
@@ -55,7 +57,7 @@ class ControlLoop:
         self._stop.set()
         self._wake.set()
         self._thread.join(10)
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        self.calls.close()
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -76,13 +78,13 @@ class ControlLoop:
     def _tick_body(self) -> None:
         force = self._force_host_poll.is_set()
         self._force_host_poll.clear()
-        self._monitor.poll_due(self._pool, force=force)
+        self._monitor.poll_due(self.calls, force=force)
         started = time.perf_counter()
         created = self._scheduler.pass_once()
         self._on_pass(time.perf_counter() - started)
         if created:
-            self._driver.dispatch_new(created, self._scheduler.last_specs)
+            self._driver.dispatch_new(created, self._scheduler.last_specs, self.calls)
         now = time.monotonic()
         if now - self._last_drive >= self._attempt_poll:
             self._last_drive = now
-            self._driver.drive_all(self._pool)
+            self._driver.drive_all(self.calls)

@@ -16,7 +16,6 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
-from tunelab.controller.states import HostState
 from tunelab.controller.store import AttemptRow, ExperimentRow, HostRow, Store
 
 
@@ -126,7 +125,7 @@ class Scheduler:
 
     def _pass(self) -> list[AttemptRow]:
         registered = self._store.list_hosts()
-        hosts = [h for h in registered if h.state is HostState.READY and not h.drain]
+        hosts = [h for h in registered if h.state.takes_work()]
         hosts_by_name = {h.name: h for h in hosts}
         busy = Occupancy()
         for attempt in self._store.live_attempts():

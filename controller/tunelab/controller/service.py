@@ -8,7 +8,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import grpc
 import structlog
@@ -17,6 +17,7 @@ from tunelab.common.auth import split_host_port
 from tunelab.common.rpcerrors import StatusMapper, StatusTable
 from tunelab.controller.agent_client import AgentClient
 from tunelab.controller.compare import compare
+from tunelab.controller.hoststate import change_host, drain
 from tunelab.controller.spec import SpecError, expand_text
 from tunelab.controller.spec.limits import DEFAULT_LIMITS, SpecLimits
 from tunelab.controller.states import ExperimentState, HostState
@@ -29,6 +30,7 @@ from tunelab.controller.store import (
     StoreUnavailable,
 )
 from tunelab.controller.store.models import selector_key
+from tunelab.controller.watchcache import WatchCache
 from tunelab.controller.wire import PB_TO_EXPERIMENT, experiment_to_pb, host_to_pb
 from tunelab.v1 import agent_pb2, controller_pb2, controller_pb2_grpc
 
@@ -55,7 +57,7 @@ STATUS_BY_ERROR: StatusTable = (
     (StoreUnavailable, grpc.StatusCode.FAILED_PRECONDITION),  # a person must restore the file
     (StoreFull, grpc.StatusCode.RESOURCE_EXHAUSTED),
 )
-_errors = StatusMapper(STATUS_BY_ERROR, proxy="agent")
+_errors = StatusMapper(STATUS_BY_ERROR, proxy="agent", daemon="controller")
 _unary, _stream = _errors.unary, _errors.stream
 
 
@@ -77,6 +79,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         self._metrics_port = default_metrics_port
         self._clock = clock
         self._limits = spec_limits
+        self._watched = WatchCache(self._read_watched, WATCH_POLL / 2)
 
     # --- experiments -------------------------------------------------------------------------
 
@@ -126,6 +129,9 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
     def ListExperiments(
         self, request: controller_pb2.ListExperimentsRequest, context: grpc.ServicerContext
     ) -> controller_pb2.ListExperimentsResponse:
+        unknown = [s for s in request.states if s not in PB_TO_EXPERIMENT]
+        if unknown:
+            raise InvalidRequest(f"states: unknown experiment state {unknown[0]}")
         states = [PB_TO_EXPERIMENT[s] for s in request.states]
         rows = self._store.list_experiments(states, request.limit or 500, request.group)
         attempts = self._store.attempts_for_many([r.id for r in rows])
@@ -152,18 +158,20 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         while context.is_active() and not stopped.is_set():
             pending = False
             for experiment_id in ids:
-                row = self._store.get_experiment(experiment_id)
-                if row is None:
+                snapshot = self._watched.get(experiment_id)
+                if snapshot is None:
                     continue
-                message = self._pb(row)
-                encoded = message.SerializeToString(deterministic=True)
-                if seen.get(experiment_id) != encoded:
-                    seen[experiment_id] = encoded
-                    yield controller_pb2.WatchExperimentResponse(experiment=message)
-                pending = pending or not row.state.is_terminal()
+                if seen.get(experiment_id) != snapshot.encoded:
+                    seen[experiment_id] = snapshot.encoded
+                    yield controller_pb2.WatchExperimentResponse(experiment=snapshot.message)
+                pending = pending or not snapshot.terminal
             if not pending:
                 return
             stopped.wait(WATCH_POLL)
+
+    def _read_watched(self, experiment_id: str) -> tuple[controller_pb2.Experiment, bool] | None:
+        row = self._store.get_experiment(experiment_id)
+        return None if row is None else (self._pb(row), row.state.is_terminal())
 
     @_unary
     def CancelExperiment(
@@ -208,7 +216,15 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             follow=request.follow,
             tail_lines=request.tail_lines,
         )
-        yield from self._agents.stream_logs(host.address, host.token, proxied)
+        upstream = self._agents.stream_logs(host.address, host.token, proxied)
+        if isinstance(upstream, grpc.Call):  # the client left: end the agent's stream too
+            call = upstream
+
+            def cancel_upstream() -> None:
+                call.cancel()
+
+            context.add_callback(cancel_upstream)
+        yield from upstream
 
     # --- hosts -------------------------------------------------------------------------------
 
@@ -276,21 +292,14 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
     def SetHostDrain(
         self, request: controller_pb2.SetHostDrainRequest, context: grpc.ServicerContext
     ) -> controller_pb2.SetHostDrainResponse:
-        host = self._host(request.name)
-        fields: dict[str, Any] = {"drain": request.drain}
-        quarantined = host.quarantined and not request.clear_quarantine
-        if not quarantined:
-            fields["quarantined"] = False
-        if host.state is not HostState.UNREACHABLE:
-            if quarantined:
-                fields["state"] = HostState.QUARANTINED
-            elif request.drain:
-                fields.update(state=HostState.DRAINING, state_reason="drained by a person")
-            else:
-                fields.update(state=HostState.READY, state_reason="")
-        self._store.update_host(host.name, **fields)
+        self._host(request.name)
+        changed = change_host(
+            self._store, request.name, drain(request.drain, request.clear_quarantine)
+        )
+        if changed is None:
+            raise NotFoundError(f"no host {request.name!r} (tunelab hosts ls lists them)")
         self._wake(True)
-        return controller_pb2.SetHostDrainResponse(host=self._host_pb(self._host(host.name)))
+        return controller_pb2.SetHostDrainResponse(host=self._host_pb(changed))
 
     @_unary
     def AuditHost(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import StrEnum
 
 
@@ -42,6 +43,10 @@ class HostState(StrEnum):
     UNREACHABLE = "UNREACHABLE"
     QUARANTINED = "QUARANTINED"
 
+    def takes_work(self) -> bool:
+        """The scheduler places runs only on READY hosts (drain and quarantine are not READY)."""
+        return self is HostState.READY
+
 
 EXPERIMENT_TERMINAL = frozenset(
     {ExperimentState.SUCCEEDED, ExperimentState.FAILED, ExperimentState.CANCELLED}
@@ -57,6 +62,17 @@ ATTEMPT_TERMINAL = frozenset(
     }
 )
 
+# "Live" = not terminal: the one definition that Python (the driver) and SQL (the store's
+# queries, and schema.sql's one_live_attempt index, checked by a unit test) both use.
+ATTEMPT_LIVE: tuple[AttemptState, ...] = tuple(s for s in AttemptState if s not in ATTEMPT_TERMINAL)
+
+
+def sql_states(states: Iterable[StrEnum]) -> str:
+    """A state set as an SQL list literal, e.g. ``('READY','STARTING')`` (values are our enums,
+    never user input)."""
+    return "(" + ",".join(f"'{s.value}'" for s in sorted(states)) + ")"
+
+
 E = ExperimentState
 EXPERIMENT_TRANSITIONS: frozenset[tuple[ExperimentState, ExperimentState]] = frozenset(
     {
@@ -71,7 +87,7 @@ EXPERIMENT_TRANSITIONS: frozenset[tuple[ExperimentState, ExperimentState]] = fro
 )
 
 A = AttemptState
-_LIVE = (A.DISPATCHING, A.STARTING, A.READY, A.BENCHMARKING)
+_LIVE = (A.DISPATCHING, A.STARTING, A.READY, A.BENCHMARKING)  # live and answering (not UNKNOWN)
 _PROGRESS = {(A.DISPATCHING, A.STARTING), (A.STARTING, A.READY), (A.READY, A.BENCHMARKING)}
 _SKIPS = {  # a poll can miss short states
     (A.DISPATCHING, A.READY),
@@ -97,6 +113,34 @@ ATTEMPT_TRANSITIONS: frozenset[tuple[AttemptState, AttemptState]] = frozenset(
 )
 
 
+H = HostState
+# A host moves on what its agent says (or does not), and on what a person decides; quarantine
+# (a process that survived a stop) is lifted only by a person, never by an answer.
+HOST_TRANSITIONS: frozenset[tuple[HostState, HostState]] = frozenset(
+    {(s, s) for s in HostState}  # fields change, the state stays (a poll's observations)
+    | {
+        (H.UNREACHABLE, H.READY),  # the agent answers
+        (H.UNREACHABLE, H.DRAINING),  # ... and a person had drained it
+        (H.READY, H.DRAINING),  # a person drains it
+        (H.DRAINING, H.READY),  # ... and undrains it
+        (H.READY, H.UNREACHABLE),  # polls failed
+        (H.DRAINING, H.UNREACHABLE),
+        (H.READY, H.QUARANTINED),  # a process survived the stop ladder
+        (H.DRAINING, H.QUARANTINED),
+        (H.UNREACHABLE, H.QUARANTINED),
+        (H.QUARANTINED, H.READY),  # a person lifts the quarantine
+        (H.QUARANTINED, H.DRAINING),
+    }
+)
+
+
+def settled_host_state(drain: bool, quarantined: bool) -> HostState:
+    """The state of a host that answers: a person's quarantine, then drain, win over READY."""
+    if quarantined:
+        return HostState.QUARANTINED
+    return HostState.DRAINING if drain else HostState.READY
+
+
 class TransitionError(RuntimeError):
     """A move outside the tables: a bug in the caller, never user input."""
 
@@ -109,6 +153,11 @@ def check_experiment(current: ExperimentState, target: ExperimentState) -> None:
 def check_attempt(current: AttemptState, target: AttemptState) -> None:
     if (current, target) not in ATTEMPT_TRANSITIONS:
         raise TransitionError(f"attempt {current} -> {target} is not allowed")
+
+
+def check_host(current: HostState, target: HostState) -> None:
+    if (current, target) not in HOST_TRANSITIONS:
+        raise TransitionError(f"host {current} -> {target} is not allowed")
 
 
 def experiment_outcome(attempt: AttemptState) -> ExperimentState | None:

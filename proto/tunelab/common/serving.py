@@ -1,4 +1,11 @@
-"""Building a tunelab gRPC daemon: thread pool, port ownership, auth, health and reflection."""
+"""Building a tunelab gRPC daemon: thread pool, port ownership, auth, health and reflection.
+
+Limits on what one caller can make a daemon hold (README, "Limits"): a request message of at
+most ``MAX_REQUEST_BYTES``, request metadata of at most ``MAX_METADATA_BYTES``, ``Limits.unary``
+unary calls and ``Limits.streams`` open streams at once (``capacity``), and at most
+``QUEUED_CALLS_FACTOR`` x the pool's threads calls accepted in all; beyond any of these the caller
+gets RESOURCE_EXHAUSTED, never a hang.
+"""
 
 from __future__ import annotations
 
@@ -17,13 +24,20 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from tunelab.common.auth import ServerAuth
+from tunelab.common.capacity import CapacityInterceptor, Limits
+
+MAX_REQUEST_BYTES = 4 * 1024 * 1024  # a spec, a run spec: kilobytes; 4 MiB is gRPC's own default
+MAX_METADATA_BYTES = 16 * 1024  # a bearer token and a few headers
+QUEUED_CALLS_FACTOR = 2
+DEFAULT_LIMITS = Limits()
 
 # Same-port sharing would let a second daemon silently steal calls (grpc#19773): off.
 SERVER_OPTIONS: Sequence[tuple[str, int]] = (
     ("grpc.so_reuseport", 0),
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.min_recv_ping_interval_without_data_ms", 20_000),
-    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    ("grpc.max_receive_message_length", MAX_REQUEST_BYTES),
+    ("grpc.max_metadata_size", MAX_METADATA_BYTES),
 )
 
 
@@ -39,6 +53,7 @@ class Daemon:
     health: health.HealthServicer
     port: int
     services: tuple[str, ...]
+    capacity: CapacityInterceptor
 
     def set_serving(self, serving: bool) -> None:
         status = (
@@ -60,15 +75,18 @@ def start_daemon(
     auth: ServerAuth,
     register: Callable[[grpc.Server], None],
     service_names: Sequence[str],
-    max_workers: int = 32,
+    limits: Limits = DEFAULT_LIMITS,
     reflection_enabled: bool = True,
+    stream_hint: str = "close another stream and retry",
 ) -> Daemon:
     """Create, bind and start a server. ``register`` adds the servicers."""
     auth.check_listen(listen)
+    capacity = CapacityInterceptor(limits, stream_hint)
     server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
-        interceptors=auth.interceptors(),
+        futures.ThreadPoolExecutor(max_workers=limits.threads, thread_name_prefix="rpc"),
+        interceptors=[*auth.interceptors(), capacity],  # auth first: a refused call costs no slot
         options=list(SERVER_OPTIONS),
+        maximum_concurrent_rpcs=QUEUED_CALLS_FACTOR * limits.threads,
     )
     register(server)
     health_servicer = health.HealthServicer()
@@ -86,7 +104,7 @@ def start_daemon(
     if port == 0:
         raise BindError(f"cannot listen on {listen}: address in use or not available")
     server.start()
-    daemon = Daemon(server, health_servicer, port, names)
+    daemon = Daemon(server, health_servicer, port, names, capacity)
     daemon.set_serving(True)
     return daemon
 

@@ -3,13 +3,12 @@ made to give (a process that survives SIGKILL), and the transport-error rules.""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 import pytest
 
-from tunelab.controller.agent_client import StartCall, StartOutcome
 from tunelab.controller.dispatch import AttemptDriver, DriverSettings
 from tunelab.controller.scheduler import Scheduler
 from tunelab.controller.spec import expand_text
@@ -41,6 +40,7 @@ class ScriptedAgent:
         self.kill_failed = False
         self.down = False
         self.starts = 0
+        self.cancelled: list[str] = []
 
     def _run(self, run_id: str) -> run_pb2.Run:
         if self.down:
@@ -52,13 +52,6 @@ class ScriptedAgent:
     def get_info(self, address: str, token: str | None) -> agent_pb2.GetInfoResponse:
         return agent_pb2.GetInfoResponse(instance_id="i")
 
-    def start_runs(self, calls: Sequence[StartCall]) -> list[StartOutcome]:
-        self.starts += len(calls)
-        return [
-            StartOutcome(agent_pb2.StartRunResponse(run=self._run(c.run_id)), None, 0.0)
-            for c in calls
-        ]
-
     def start_run(
         self, address: str, token: str | None, run_id: str, spec: run_pb2.RunSpec
     ) -> agent_pb2.StartRunResponse:
@@ -69,6 +62,7 @@ class ScriptedAgent:
         return self._run(run_id)
 
     def cancel_run(self, address: str, token: str | None, run_id: str) -> run_pb2.Run:
+        self.cancelled.append(run_id)
         return self._run(run_id)
 
     def run_audit(
@@ -86,7 +80,7 @@ class ScriptedAgent:
 def world(tmp_path: Path) -> tuple[SqliteStore, ScriptedAgent, AttemptDriver, list[float]]:
     store = SqliteStore(tmp_path / "c.db")
     store.add_host(HostRow(name="h1", address="h1:1"))
-    store.update_host("h1", state=HostState.READY)
+    store.transition_host("h1", store.get_host("h1"), HostState.READY)  # type: ignore[arg-type]
     [e] = expand_text(SPEC)
     row = ExperimentRow("x1", "g", e.name, ExperimentState.QUEUED, e.spec)
     row.selector_key = selector_key(e.host)
@@ -151,3 +145,25 @@ def test_an_agent_that_answers_again_brings_the_attempt_back(world: tuple) -> No
     drive(store, driver)
     [attempt] = store.live_attempts()
     assert attempt.state is AttemptState.BENCHMARKING and attempt.unknown_since is None
+
+
+def test_a_run_still_going_after_its_attempt_was_lost_is_fenced_once(world: tuple) -> None:  # type: ignore[type-arg]
+    store, agent, driver, clock = world
+    dispatch(store, driver)
+    agent.down = True
+    for _ in range(4):
+        drive(store, driver)
+        clock[0] += 1.0
+    clock[0] += 60.0
+    drive(store, driver)
+    [lost] = store.attempts_for("x1")
+    assert lost.state is AttemptState.LOST
+    agent.down, agent.state = False, run_pb2.RUN_STATE_BENCHMARKING  # it was only hung
+    host = store.get_host("h1")
+    assert host is not None
+    driver.fence(host, [lost.id, "a-persons-own-run"])
+    driver.fence(host, [lost.id])  # the next poll still sees it: cancel again, no second event
+    assert agent.cancelled == [lost.id, lost.id]
+    fenced = [e for e in store.events_for("x1") if e["message"].startswith("fenced")]
+    assert len(fenced) == 1 and "declared LOST" in fenced[0]["message"]
+    assert store.attempts_for("x1")[0].result is None  # its result is never kept

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from tunelab.controller.hoststate import change_host, drain
 from tunelab.controller.scheduler import Scheduler
 from tunelab.controller.spec import expand_text
 from tunelab.controller.states import AttemptState, ExperimentState, HostState
@@ -42,7 +43,7 @@ def queue(
 
 def host(store: SqliteStore, name: str, gpus: int, labels: dict[str, str] | None = None) -> None:
     store.add_host(HostRow(name=name, address=f"{name}:1", labels=labels or {"pool": "a"}))
-    store.update_host(name, state=HostState.READY, gpu_count=gpus)
+    store.transition_host(name, store.get_host(name), HostState.READY, gpu_count=gpus)  # type: ignore[arg-type]
 
 
 def test_priority_then_submission_order_one_run_per_host(store: SqliteStore) -> None:
@@ -69,7 +70,7 @@ def test_labels_and_gpu_count_must_match_and_drained_hosts_get_nothing(store: Sq
     host(store, "other-pool", 8, {"pool": "b"})
     host(store, "too-small", 2)
     host(store, "drained", 8)
-    store.update_host("drained", drain=True)
+    change_host(store, "drained", drain(True, clear_quarantine=False))
     assert Scheduler(store).pass_once() == []
 
 
@@ -139,6 +140,6 @@ def test_a_waiting_queue_says_why(store: SqliteStore) -> None:
         "waiting: no registered host matches {'pool': 'a'} with 4 GPUs (tunelab hosts add)"
     }
     host(store, "big", 8)
-    store.update_host("big", drain=True)
+    change_host(store, "big", drain(True, clear_quarantine=False))
     Scheduler(store).pass_once()
     assert store.get_experiment(ids[0]).message == "waiting for a free host"  # type: ignore[union-attr]

@@ -18,12 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from tunelab.controller.states import (
-    ATTEMPT_TERMINAL,
+    ATTEMPT_LIVE,
     AttemptState,
     ExperimentState,
     HostState,
     check_attempt,
     check_experiment,
+    check_host,
     experiment_outcome,
 )
 from tunelab.controller.store.base import StoreConflict, StoreError
@@ -44,7 +45,9 @@ _JSON_FIELDS = {
     "provenance": "provenance_json",
 }
 _RENAMES = {"group": "grp"}
-_LIVE = tuple(s.value for s in AttemptState if s not in ATTEMPT_TERMINAL)
+_LIVE = tuple(s.value for s in ATTEMPT_LIVE)
+# A host's state and the two flags it follows from change only through transition_host (CAS).
+_HOST_STATE_COLUMNS = frozenset({"state", "drain", "quarantined"})
 
 
 def _column_values(fields: dict[str, Any]) -> dict[str, Any]:
@@ -283,6 +286,9 @@ class SqliteStore:
         return [_host(r, self.secrets) for r in rows]
 
     def update_host(self, name: str, **fields: Any) -> None:
+        """Observations (failures, GPUs, last seen): never the state or its flags."""
+        if _HOST_STATE_COLUMNS & fields.keys():
+            raise TypeError("a host's state, drain and quarantined change via transition_host")
         if "token" in fields:
             self.secrets.set(name, fields.pop("token"))
         if not fields:
@@ -290,19 +296,43 @@ class SqliteStore:
         values = _column_values(fields)
         assignments = ", ".join(f"{k} = ?" for k in values)
         with self._tx() as conn:
-            before = conn.execute("SELECT state FROM hosts WHERE name = ?", (name,)).fetchone()
-            if before is None:
+            n = conn.execute(
+                f"UPDATE hosts SET {assignments} WHERE name = ?", (*values.values(), name)
+            ).rowcount
+            if n == 0:
                 raise KeyError(name)
-            conn.execute(f"UPDATE hosts SET {assignments} WHERE name = ?", (*values.values(), name))
-            if "state" in values and values["state"] != before["state"]:
+
+    def transition_host(
+        self, name: str, seen: HostRow, target: HostState, **fields: Any
+    ) -> HostRow:
+        """Compare-and-set: write ``target`` (with ``fields``) only if the row still has the
+        state, drain and quarantined flags of ``seen``; StoreConflict if a write came between."""
+        check_host(seen.state, target)
+        values = _column_values({**fields, "state": target})
+        assignments = ", ".join(f"{k} = ?" for k in values)
+        with self._tx() as conn:
+            row = conn.execute(
+                f"UPDATE hosts SET {assignments} WHERE name = ? AND state = ? AND drain = ? "
+                "AND quarantined = ? RETURNING *",
+                (*values.values(), name, seen.state.value, int(seen.drain), int(seen.quarantined)),
+            ).fetchone()
+            if row is None:
+                raise StoreConflict(f"host {name!r} changed since it was read (or was removed)")
+            if target is not seen.state:
                 self._event(
                     conn,
                     "host",
                     name,
-                    before["state"],
-                    values["state"],
+                    seen.state.value,
+                    target.value,
                     fields.get("state_reason", ""),
                 )
+        return _host(row, self.secrets)
+
+    def record_event(self, kind: str, ref: str, message: str, state: str | None = None) -> None:
+        """An event with no state change of its own (e.g. a fenced run cancelled)."""
+        with self._tx() as conn:
+            self._event(conn, kind, ref, state, state, message)
 
     # --- experiments -------------------------------------------------------------------------
 

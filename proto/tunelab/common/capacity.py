@@ -1,0 +1,144 @@
+"""The RPC edge's capacity: long streams can never starve unary calls or health checks.
+
+The sync gRPC server runs every handler on one thread pool, and a stream (``logs -f``, a watch)
+holds its thread for its whole life. So the pool is sized ``unary + streams + HEALTH_RESERVE``
+and two counters keep each kind inside its share: a call beyond its share is answered
+RESOURCE_EXHAUSTED at once (never queued behind the others, never silence), and
+``grpc.health.v1.Health/Check`` is counted in neither, so the reserve threads always answer it.
+
+A stream's slot is released when its handler ends (returns, raises, or is closed once its client
+has gone), so slots never undercount the threads streams hold; every streaming handler wakes
+on its call's end (``context.add_callback``) to end promptly.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+HEALTH_CHECK = "/grpc.health.v1.Health/Check"
+HEALTH_RESERVE = 4  # threads only health checks (and quick rejections) ever need
+DEFAULT_UNARY_CALLS = 32
+DEFAULT_MAX_STREAMS = 256
+
+
+@dataclass(frozen=True)
+class Limits:
+    """How many calls of each kind one daemon runs at once (``max_streams`` is configurable)."""
+
+    unary: int = DEFAULT_UNARY_CALLS
+    streams: int = DEFAULT_MAX_STREAMS
+
+    @property
+    def threads(self) -> int:
+        return self.unary + self.streams + HEALTH_RESERVE
+
+
+class _Slots:
+    """A non-blocking counter with a name, for the RESOURCE_EXHAUSTED message."""
+
+    def __init__(self, limit: int, what: str, hint: str) -> None:
+        self._free = threading.BoundedSemaphore(limit)
+        self._lock = threading.Lock()
+        self.limit = limit
+        self.open = 0
+        self._what = what
+        self._hint = hint
+
+    def take(self, context: grpc.ServicerContext) -> Callable[[], None]:
+        """A slot and its one-shot release, or abort RESOURCE_EXHAUSTED."""
+        if not self._free.acquire(blocking=False):
+            context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"too many {self._what} in progress (limit {self.limit}); {self._hint}",
+            )
+        with self._lock:
+            self.open += 1
+        done = threading.Event()
+
+        def release() -> None:
+            with self._lock:
+                if done.is_set():
+                    return
+                done.set()
+                self.open -= 1
+            self._free.release()
+
+        return release
+
+
+class CapacityInterceptor(grpc.ServerInterceptor):
+    """Wraps every handler with its kind's slot (see the module docstring)."""
+
+    def __init__(self, limits: Limits, stream_hint: str = "close another stream and retry") -> None:
+        self.limits = limits
+        self.unary = _Slots(limits.unary, "calls", "retry shortly")
+        self.streams = _Slots(limits.streams, "open streams", stream_hint)
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler[Any, Any] | None],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        handler = continuation(handler_call_details)
+        if handler is None or handler_call_details.method == HEALTH_CHECK:
+            return handler
+        if handler.response_streaming:
+            return _wrap_stream(handler, self.streams)
+        return _wrap_unary(handler, self.unary)
+
+
+_MAKERS: dict[tuple[bool, bool], Callable[..., grpc.RpcMethodHandler[Any, Any]]] = {
+    (False, False): grpc.unary_unary_rpc_method_handler,
+    (True, False): grpc.stream_unary_rpc_method_handler,
+    (False, True): grpc.unary_stream_rpc_method_handler,
+    (True, True): grpc.stream_stream_rpc_method_handler,
+}
+
+
+def _rebuilt(
+    handler: grpc.RpcMethodHandler[Any, Any], behavior: Callable[..., Any]
+) -> grpc.RpcMethodHandler[Any, Any]:
+    """``handler`` of the same kind and (de)serializers, with ``behavior`` in its place."""
+    make = _MAKERS[(handler.request_streaming, handler.response_streaming)]
+    return make(
+        behavior,
+        request_deserializer=handler.request_deserializer,
+        response_serializer=handler.response_serializer,
+    )
+
+
+def _wrap_unary(
+    handler: grpc.RpcMethodHandler[Any, Any], slots: _Slots
+) -> grpc.RpcMethodHandler[Any, Any]:
+    inner = handler.unary_unary or handler.stream_unary
+    assert inner is not None  # a non-streaming response has one of the two
+
+    def behavior(request: Any, context: grpc.ServicerContext) -> Any:
+        release = slots.take(context)
+        try:
+            return inner(request, context)
+        finally:
+            release()
+
+    return _rebuilt(handler, behavior)
+
+
+def _wrap_stream(
+    handler: grpc.RpcMethodHandler[Any, Any], slots: _Slots
+) -> grpc.RpcMethodHandler[Any, Any]:
+    inner = handler.unary_stream or handler.stream_stream
+    assert inner is not None  # a streaming response has one of the two
+
+    def behavior(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        release = slots.take(context)
+        try:  # freed when the handler ends, not when the client goes: the thread is held till then
+            yield from inner(request, context)
+        finally:
+            release()
+
+    return _rebuilt(handler, behavior)
