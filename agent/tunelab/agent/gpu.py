@@ -213,7 +213,10 @@ def _fields() -> dict[str, FieldSpec]:
             f, lambda n, h: n.nvmlDeviceGetUtilizationRates(h).memory / 100.0, "mem controller busy"
         ),
         "memory_used_bytes": FieldSpec(
-            f, lambda n, h: int(n.nvmlDeviceGetMemoryInfo(h).used), "framebuffer used"
+            f, lambda n, h: _memory_info(n, h)[0], "framebuffer used (nvidia-smi's Used)"
+        ),
+        "memory_reserved_bytes": FieldSpec(
+            f, lambda n, h: _memory_info(n, h)[1], "framebuffer the driver reserves"
         ),
         "power_watts": FieldSpec(
             f, lambda n, h: _mw_to_w(n.nvmlDeviceGetPowerUsage(h)), "board power"
@@ -292,6 +295,27 @@ def _fields() -> dict[str, FieldSpec]:
             w, lambda n, h: bool(n.nvmlDeviceGetRemappedRows(h)[3]), "remapping failed"
         ),
     }
+
+
+def _memory_info(n: Any, h: Any) -> tuple[int, int | None]:
+    """(used, reserved) as nvidia-smi shows them: NVML's v2 memory info.
+
+    v1 (``nvmlDeviceGetMemoryInfo``) counts the driver's reservation (~615 MiB on an H200) as
+    used, so an idle GPU looks occupied. A driver or pynvml without v2 falls back to v1's used,
+    and reserved reads as None (absent): the series' absence says that used includes it.
+    """
+    version = getattr(n, "nvmlMemory_v2", None)
+    if version is not None:
+        try:
+            info = n.nvmlDeviceGetMemoryInfo(h, version=version)
+            return int(info.used), int(info.reserved)
+        except (
+            n.NVMLError_FunctionNotFound,
+            n.NVMLError_NotSupported,
+            getattr(n, "NVMLError_ArgumentVersionMismatch", n.NVMLError_NotSupported),
+        ):
+            pass
+    return int(n.nvmlDeviceGetMemoryInfo(h).used), None
 
 
 FIELDS: dict[str, FieldSpec] = _fields()
