@@ -176,10 +176,11 @@ def test_each_field_is_read_at_its_own_cadence() -> None:
 @pytest.mark.parametrize(
     ("processes", "servers_alive", "energy_fast", "reads"),
     [
-        (False, False, True, 2),  # no work: with the slow fields (t = 0, 15)
+        # no work: t = 0 and 1 (does the counter move at all?), then with the slow fields (15)
+        (False, False, True, 3),
         (False, True, True, 21),  # a server is alive (no CUDA context yet): every fast tick
         (True, False, True, 21),  # a compute process on the GPU: every fast tick
-        (True, True, False, 2),  # power integration chosen: the counter stays slow
+        (True, True, False, 3),  # power integration chosen: the counter stays slow
     ],
 )
 def test_the_energy_counter_is_read_every_fast_tick_only_on_a_gpu_with_work(

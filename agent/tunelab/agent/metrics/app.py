@@ -14,7 +14,7 @@ import structlog
 from prometheus_client import disable_created_metrics
 from prometheus_client.registry import CollectorRegistry
 
-from tunelab.agent.gpu import GpuBackend
+from tunelab.agent.gpu import GpuBackend, GpuError, as_float
 from tunelab.agent.metrics.audit import AuditCollector, LastAudit
 from tunelab.agent.metrics.cache import ExpositionCache
 from tunelab.agent.metrics.endpoint import MetricsApp, MetricsEndpoint
@@ -47,6 +47,8 @@ class MetricsSettings:
     # read the energy counter every fast tick on GPUs with work (else only power is integrated
     # between slow reads): benchmarks/results/energy_check.md has the cost and accuracy of both
     energy_fast: bool = True
+    # a scrape reads each GPU's power (µs) to extrapolate energy: puts NVML on the scrape path
+    energy_live_power: bool = False
     http: Limits = field(default_factory=Limits)
 
 
@@ -66,7 +68,10 @@ class AgentMetrics:
         disable_created_metrics()  # type: ignore[no-untyped-call]  # process-wide: no *_created
         self.settings = settings
         self.registry = registry
-        self.energy = EnergyTracker(max_extrapolation=2 * settings.interval)
+        self.energy = EnergyTracker(
+            max_extrapolation=2 * settings.interval,
+            live_power=self._live_power if settings.energy_live_power else None,
+        )
         self.gpu_source = GpuSource(
             gpu,
             energy=self.energy,
@@ -105,6 +110,12 @@ class AgentMetrics:
             max_age=settings.interval,
         )
         self.endpoint: MetricsEndpoint | None = None
+
+    def _live_power(self, index: int) -> float | None:
+        try:
+            return as_float(self.gpu_source.backend.read(index, "power_watts"))
+        except GpuError:
+            return None
 
     def _servers_alive(self) -> bool:
         return any(s.state.is_live() for s in self.server_source.latest.servers)

@@ -4,8 +4,10 @@ NVML's total-energy counter is the truth, but one read blocks ~3-4 ms per GPU (t
 capture), so it is read at the fast cadence only on GPUs that have work (a compute process, or
 any server of the agent alive), and at the slow cadence otherwise. Between two reads the
 counter advances at the last power reading (read every fast tick, a few µs), integrated by the
-trapezoid rule, and a scrape extrapolates from the newest reading to the moment it is served, at
-most ``max_extrapolation`` seconds. Every read of the real counter re-anchors the estimate, and
+trapezoid rule, and a scrape extrapolates from the newest reading to the moment it is served
+(with the power read at that moment when ``live_power`` is given), at most
+``max_extrapolation`` seconds. A counter that stood still while power was drawn (a replayed
+snapshot) is not advanced at all. Every read of the real counter re-anchors the estimate, and
 the gap it closed is kept as ``tunelab_gpu_energy_estimate_error_joules`` (the cross-check).
 
 The served value never goes backwards: if a re-anchor lands below what was already served, the
@@ -34,16 +36,22 @@ class _GpuEnergy:
     counter: float  # the last real counter value
     served: float = 0.0  # the highest value any scrape was given
     error: float | None = None  # estimate minus counter at the last re-anchor
+    stuck: bool = False  # the counter stood still while power was drawn (a replayed snapshot)
+    reads: int = 1  # real counter reads so far
 
 
 class EnergyTracker:
     """Per-GPU energy estimates, updated by the sampler thread, read by scrape threads."""
 
     def __init__(
-        self, max_extrapolation: float = 2.0, clock: Callable[[], float] = time.monotonic
+        self,
+        max_extrapolation: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+        live_power: Callable[[int], float | None] | None = None,
     ) -> None:
         self.max_extrapolation = max_extrapolation
         self.clock = clock
+        self.live_power = live_power
         self._lock = threading.Lock()
         self._gpus: dict[int, _GpuEnergy] = {}
 
@@ -58,7 +66,7 @@ class EnergyTracker:
                     self._gpus[index] = _GpuEnergy(uuid, counter, at, power, counter, counter)
                 return
             estimate = state.anchor
-            if state.power is not None and power is not None and at > state.at:
+            if not state.stuck and state.power is not None and power is not None and at > state.at:
                 estimate += (state.power + power) / 2 * (at - state.at)
             if counter is None:
                 state.anchor, state.at, state.power = estimate, at, power
@@ -66,8 +74,18 @@ class EnergyTracker:
             if counter < state.counter:  # the driver reloaded: a real reset
                 self._gpus[index] = _GpuEnergy(uuid, counter, at, power, counter, counter)
                 return
-            state.error = estimate - counter
+            state.reads += 1
+            drawn = (state.power or 0.0) > 0 and at > state.at
+            state.stuck = counter == state.counter and drawn
+            if not state.stuck:
+                state.error = estimate - counter
             state.anchor, state.at, state.power, state.counter = counter, at, power, counter
+
+    def calibrating(self, index: int) -> bool:
+        """True until the counter was read twice: whether it moves at all is not known yet."""
+        with self._lock:
+            state = self._gpus.get(index)
+            return state is None or state.reads < 2
 
     def forget(self, keep: int) -> None:
         """Drop GPUs with an index >= ``keep`` (they are gone from NVML)."""
@@ -76,14 +94,22 @@ class EnergyTracker:
                 del self._gpus[index]
 
     def value(self, index: int) -> float | None:
-        """The counter as of now (never below what was served before); None before a read."""
+        """The counter as of now (never below what was served before); None before a read.
+
+        From the newest reading to now, the trapezoid of its power and the power read now
+        (``live_power``, a few µs) when there is one, else its power alone.
+        """
         now = self.clock()
+        live = self.live_power(index) if self.live_power is not None else None
         with self._lock:
             state = self._gpus.get(index)
             if state is None:
                 return None
             ahead = min(max(0.0, now - state.at), self.max_extrapolation)
-            current = state.anchor + (state.power or 0.0) * ahead
+            power = state.power or 0.0
+            if live is not None and state.power is not None:
+                power = (state.power + live) / 2
+            current = state.anchor if state.stuck else state.anchor + power * ahead
             state.served = max(state.served, current)
             return state.served
 

@@ -124,11 +124,15 @@ class GpuSource:
     ) -> set[int]:
         """The GPUs whose energy counter is read in this cycle."""
         if cadence is Cadence.FAST:
+            calibrating = {i for i in range(count) if self.energy.calibrating(i)}
             if not self.energy_fast:
-                return set()
+                self._energy_read_fast = calibrating
+                return calibrating
             every = self.busy()
             working = {p.gpu_index for p in processes}
-            self._energy_read_fast = {i for i in range(count) if every or i in working}
+            self._energy_read_fast = calibrating | {
+                i for i in range(count) if every or i in working
+            }
             return self._energy_read_fast
         if cadence is Cadence.SLOW:  # the GPUs this tick's fast cycle did not already read
             return {i for i in range(count) if i not in self._energy_read_fast}
