@@ -26,7 +26,8 @@ class AuditOptions:
     max_read_request: int = 4096
     busy_utilization: float = 0.05  # a GPU at or above this is "under load" for link speed
     stale_utilization: float = 0.5  # this busy with no process and no memory: stale state
-    driver_reserved_bytes: int = 1 << 30  # memory NVML reports used on an idle GPU
+    driver_reserved_bytes: int = 1 << 30  # NVML v1 only: what it reports used on an idle GPU
+    stale_used_bytes: int = 256 << 20  # NVML v2: memory used with no process still "no work"
 
 
 class AuditContext:

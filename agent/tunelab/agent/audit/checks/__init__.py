@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tunelab.agent.audit.checks import cpu, gpu, kernel, lxc, numa, pcie, pve
+from tunelab.agent.audit.checks import cpu, gpu, kernel, lxc, numa, pcie, pcielink, pve
 from tunelab.agent.audit.model import Check
 
 CHECKS: tuple[Check, ...] = (
@@ -14,8 +14,16 @@ CHECKS: tuple[Check, ...] = (
     Check("numa.gpu_locality", "Each GPU's NUMA node and local CPUs", numa.gpu_locality),
     Check("pcie.max_read_request", "GPU PCIe MaxReadReq", pcie.max_read_request),
     Check("pcie.max_payload", "PCIe MaxPayload is consistent to the root port", pcie.max_payload),
-    Check("pcie.link_width", "PCIe links run at full width", pcie.link_width),
-    Check("pcie.link_speed", "PCIe links run at full speed under load", pcie.link_speed),
+    Check(
+        "pcie.link_width",
+        "PCIe links run at full width, no narrower port above a GPU",
+        pcielink.link_width,
+    ),
+    Check(
+        "pcie.link_speed",
+        "PCIe links run at full speed under load, no slower port above a GPU",
+        pcielink.link_speed,
+    ),
     Check("pcie.acs", "ACS is off on bridges above GPUs", pcie.acs),
     Check("iommu.mode", "IOMMU is off or in passthrough for GPUs", kernel.iommu_mode),
     Check("mem.thp", "Transparent huge pages do not compact synchronously", kernel.thp),
