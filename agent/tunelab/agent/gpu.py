@@ -17,6 +17,7 @@ Errors::
 
 from __future__ import annotations
 
+import ctypes
 import json
 import threading
 import time
@@ -281,6 +282,9 @@ def _fields() -> dict[str, FieldSpec]:
         "clock_event_hw_power_brake_slowdown_seconds": FieldSpec(
             w, field_ns_to_s(271), "hardware power brake slowdown time"
         ),
+        # host audit (gpu.fabric_manager): NVSwitch fabric registration, NOT_SUPPORTED elsewhere
+        "fabric_state": FieldSpec(w, lambda n, h: _fabric_info(n, h)[0], "fabric state 0-3"),
+        "fabric_status": FieldSpec(w, lambda n, h: _fabric_info(n, h)[1], "fabric nvmlReturn"),
         # host audit (gpu.ecc): ECC mode after the next reset, and the row remapper's state
         "ecc_mode_pending": FieldSpec(
             w, lambda n, h: bool(n.nvmlDeviceGetEccMode(h)[1]), "ECC after next reset"
@@ -317,6 +321,16 @@ def _memory_info(n: Any, h: Any) -> tuple[int, int | None]:
             pass
     return int(n.nvmlDeviceGetMemoryInfo(h).used), None
 
+
+def _fabric_info(n: Any, h: Any) -> tuple[int, int]:
+    """(state, status) of the GPU's NVSwitch fabric registration (nvmlGpuFabricInfo_t)."""
+    info = n.c_nvmlGpuFabricInfo_t()
+    n.nvmlDeviceGetGpuFabricInfo(h, ctypes.byref(info))
+    return int(info.state), int(info.status)
+
+
+# nvmlGpuFabricState_t
+FABRIC_STATES = {0: "NOT_SUPPORTED", 1: "NOT_STARTED", 2: "IN_PROGRESS", 3: "COMPLETED"}
 
 FIELDS: dict[str, FieldSpec] = _fields()
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from tunelab.common.pyexec import python_module_argv
 
 MODULE = "tunelab.agent.audit.cudaprobe"
+RECORD = "cuda-init.json"  # where a capture keeps the probe's answer (system.CAPTURE_DIR)
 DEFAULT_TIMEOUT = 20.0  # cuInit takes ~0.1-2 s; a fabric-manager wait can take longer
 MAX_OUTPUT = 4096
 
