@@ -5,7 +5,8 @@ miss ``nvidia-uvm``, with a libcuda that does not match the kernel module, or on
 host whose fabric manager is down, NVML answers and every CUDA program fails at start. So the
 audit loads the driver's ``libcuda.so.1`` through ctypes in a child process (a hang or a crash
 in the driver costs the child, not the agent; the agent itself never holds a CUDA context) and
-reads the CUresult of ``cuInit(0)``, then the device count and the driver's CUDA version.
+reads the CUresult of ``cuInit(0)``, then the device count and the driver's CUDA version. The
+child is started by the agent's one spawn function, in its own session, output to a file.
 
 Run as a module, this file is the child: it prints one JSON line and exits 0.
 """
@@ -16,10 +17,13 @@ import ctypes
 import json
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
+from tunelab.agent.servers.process import spawn
 from tunelab.common.pyexec import python_module_argv
 
 MODULE = "tunelab.agent.audit.cudaprobe"
@@ -116,26 +120,29 @@ class ProbeResult:
         }
 
 
-Runner = Callable[[list[str], float], "subprocess.CompletedProcess[bytes]"]
+Runner = Callable[[list[str], float], tuple[int, bytes]]  # (exit code, output) or TimeoutExpired
 
 
-def _run(argv: list[str], timeout: float) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(  # our own interpreter and module; no shell
-        argv,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        timeout=timeout,
-        start_new_session=True,
-        close_fds=True,
-        check=False,
-    )
+def _run(argv: list[str], timeout: float) -> tuple[int, bytes]:
+    """The child through the agent's one spawn function, its output to a file; killed (our own
+    unreaped child, so the pid is ours) when it outlives ``timeout``."""
+    with tempfile.TemporaryDirectory(prefix="tunelab-cuinit-") as tmp:
+        out = Path(tmp) / "probe.out"
+        child = spawn(argv, {}, Path(tmp), out)
+        try:
+            code = child.wait(timeout)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait(5)
+            raise
+        return code, out.read_bytes()[-MAX_OUTPUT:]
 
 
 def probe(timeout: float = DEFAULT_TIMEOUT, run: Runner = _run) -> ProbeResult:
-    """Run the child and read its line; a child that hangs is killed after ``timeout``."""
+    """Run the child and read its last line; a child that hangs is killed after ``timeout``."""
     start = time.monotonic()
     try:
-        done = run(python_module_argv(MODULE), timeout)
+        code, output = run(python_module_argv(MODULE), timeout)
     except subprocess.TimeoutExpired:
         return ProbeResult(
             "timeout",
@@ -143,15 +150,13 @@ def probe(timeout: float = DEFAULT_TIMEOUT, run: Runner = _run) -> ProbeResult:
             seconds=time.monotonic() - start,
         )
     seconds = time.monotonic() - start
-    if done.returncode != 0:
-        tail = done.stderr[-300:].decode(errors="replace").strip()
-        return ProbeResult(
-            "crashed", detail=f"probe exited {done.returncode}: {tail}", seconds=seconds
-        )
+    text = output.decode(errors="replace").strip()
+    if code != 0:
+        return ProbeResult("crashed", detail=f"probe exited {code}: {text[-300:]}", seconds=seconds)
     try:
-        data = json.loads(done.stdout[:MAX_OUTPUT].decode(errors="replace"))
+        data = json.loads(text.splitlines()[-1] if text else "")
     except ValueError:
-        return ProbeResult("garbled", detail=done.stdout[:200].decode(errors="replace"))
+        return ProbeResult("garbled", detail=text[-200:])
     if not isinstance(data, dict):
         return ProbeResult("garbled", detail=str(data)[:200])
     data["seconds"] = round(seconds, 3)
