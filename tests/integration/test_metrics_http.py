@@ -51,8 +51,8 @@ def wait_until(predicate: object, timeout: float = 5.0) -> None:
     raise AssertionError("condition not reached")
 
 
-def endpoint_threads() -> int:
-    return sum(1 for t in threading.enumerate() if t.name.startswith("metrics-http"))
+def endpoint_threads(server: HttpServer) -> int:
+    return sum(1 for t in threading.enumerate() if t.name.startswith(server.thread_prefix))
 
 
 def test_keep_alive_head_and_close(server: HttpServer) -> None:
@@ -71,18 +71,26 @@ def test_keep_alive_head_and_close(server: HttpServer) -> None:
     conn.close()
 
 
-def test_hundreds_of_idle_connections_hold_no_threads_and_the_cap_answers_503(
-    server: HttpServer,
-) -> None:
-    before = endpoint_threads()
+def test_hundreds_of_idle_connections_hold_no_threads_and_the_cap_answers_503() -> None:
+    limits = Limits(max_connections=8, idle_timeout=60, request_timeout=60, workers=2)
+    server = HttpServer("127.0.0.1", 0, handler, limits=limits)  # no idle close mid-test
+    server.start()
+    try:
+        _hold_and_overflow(server)
+    finally:
+        server.close()
+
+
+def _hold_and_overflow(server: HttpServer) -> None:
+    before = endpoint_threads(server)
     held = [connect(server) for _ in range(LIMITS.max_connections)]
     wait_until(lambda: server.stats.open == LIMITS.max_connections)
     extra = [connect(server) for _ in range(200)]
     replies = [read_all(sock) for sock in extra]
     assert all(r.startswith(b"HTTP/1.1 503 ") for r in replies)
     assert server.stats.rejected == 200
-    assert endpoint_threads() <= 1 + LIMITS.workers
-    assert endpoint_threads() == before  # no thread per connection
+    assert endpoint_threads(server) <= 1 + LIMITS.workers
+    assert endpoint_threads(server) == before  # no thread per connection
     for sock in held + extra:
         sock.close()
 

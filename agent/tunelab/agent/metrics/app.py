@@ -95,6 +95,7 @@ class AgentMetrics:
                 gpu_enabled=self.gpu_source.enabled,
                 sampler=self.sampler,
                 scrape_errors=self.scrape_errors,
+                http_stats=lambda: self.endpoint.stats if self.endpoint is not None else None,
             ),
             GpuCollector(self.gpu_source),
             EnergyCollector(self.energy),

@@ -274,11 +274,14 @@ class HttpServer:
         self._socket = socket.create_server((host, port), family=family, backlog=256)
         self._socket.setblocking(False)
         self.port: int = self._socket.getsockname()[1]
-        self.pool = ThreadPoolExecutor(self.limits.workers, thread_name_prefix="metrics-http")
+        self.thread_prefix = f"metrics-http-{self.port}"  # every thread of this server
+        self.pool = ThreadPoolExecutor(self.limits.workers, thread_name_prefix=self.thread_prefix)
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._server: asyncio.Server | None = None
-        self._thread = threading.Thread(target=self._run, name="metrics-http-loop", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name=f"{self.thread_prefix}-loop", daemon=True
+        )
 
     def call(self, request: Request) -> Response:
         """The handler, with a bug in it answered 500 and logged (never a dead connection)."""
