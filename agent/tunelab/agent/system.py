@@ -216,3 +216,14 @@ def parse_cpu_list(text: str) -> list[int]:
         else:
             cpus.append(int(part))
     return cpus
+
+
+def format_cpu_list(numbers: list[int]) -> str:
+    """The inverse of :func:`parse_cpu_list`: ``[0, 1, 2, 5]`` -> ``"0-2,5"`` (also for ports)."""
+    parts: list[str] = []
+    for number in sorted(set(numbers)):
+        if parts and int(parts[-1].rpartition("-")[2]) == number - 1:
+            parts[-1] = f"{parts[-1].partition('-')[0]}-{number}"
+        else:
+            parts.append(str(number))
+    return ",".join(parts)

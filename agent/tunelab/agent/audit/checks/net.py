@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from tunelab.agent.audit.context import AuditContext
 from tunelab.agent.audit.model import Finding, Remediation, Status, ev, skip
+from tunelab.agent.system import format_cpu_list
 
 RANGE = "/proc/sys/net/ipv4/ip_local_port_range"
 RESERVED = "/proc/sys/net/ipv4/ip_local_reserved_ports"
@@ -62,7 +63,7 @@ def port_range(ctx: AuditContext) -> Finding:
     if not problems:
         return Finding(Status.PASS, summary, expected, evidence)
     ports = sorted(reserved | {port for port, _ in exposed})
-    wanted = _compact(ports)
+    wanted = format_cpu_list(ports)
     return Finding(
         Status.WARN,
         "; ".join(problems) + f" ({summary})",
@@ -74,16 +75,3 @@ def port_range(ctx: AuditContext) -> Finding:
             "/etc/sysctl.d/90-tunelab-ports.conf",
         ),
     )
-
-
-def _compact(ports: list[int]) -> str:
-    """[8000, 30000, 30001, 30002] -> "8000,30000-30002"."""
-    parts: list[str] = []
-    for port in ports:
-        if parts and "-" not in parts[-1] and int(parts[-1]) == port - 1:
-            parts[-1] = f"{parts[-1]}-{port}"
-        elif parts and "-" in parts[-1] and int(parts[-1].split("-")[1]) == port - 1:
-            parts[-1] = f"{parts[-1].split('-')[0]}-{port}"
-        else:
-            parts.append(str(port))
-    return ",".join(parts)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tunelab.agent.audit.context import AuditContext
 from tunelab.agent.audit.model import Evidence, Finding, Remediation, Status, ev, skip
-from tunelab.agent.system import parse_cpu_list
+from tunelab.agent.system import format_cpu_list, parse_cpu_list
 
 NODES = "/sys/devices/system/node/online"
 BALANCING = "/proc/sys/kernel/numa_balancing"
@@ -88,19 +88,5 @@ def _local_cpus(
     if len(nodes) <= 1:
         online = ctx.system.online_cpus()
         if online:
-            return f"all ({_ranges(online)}: one NUMA node)"
+            return f"all ({format_cpu_list(online)}: one NUMA node)"
     return "not reported (no local_cpulist)"
-
-
-def _ranges(cpus: list[int]) -> str:
-    """[0, 1, 2, 5] -> "0-2,5" (the kernel's cpulist form)."""
-    parts: list[str] = []
-    start = prev = cpus[0]
-    for cpu in [*cpus[1:], None]:
-        if cpu is not None and cpu == prev + 1:
-            prev = cpu
-            continue
-        parts.append(f"{start}-{prev}" if prev > start else str(start))
-        if cpu is not None:
-            start = prev = cpu
-    return ",".join(parts)
