@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import socket
 import threading
@@ -152,6 +153,20 @@ def test_pipelined_requests_are_answered_in_order(server: HttpServer) -> None:
     )
     reply = read_all(sock)
     assert reply.index(b"GET /slow\n") < reply.index(b"GET /a\n") < reply.index(b"GET /b\n")
+    sock.close()
+
+
+def test_a_client_pipelining_far_ahead_of_its_replies_is_cut_off(server: HttpServer) -> None:
+    sock = connect(server)
+    sock.sendall(b"GET /slow HTTP/1.1\r\n\r\n")  # keeps the connection busy for 1 s
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        sock.sendall(b"GET /a HTTP/1.1\r\n\r\n" * 4000)  # 76 KB unanswered: over the bound
+    reply = b""
+    with contextlib.suppress(ConnectionResetError):  # closed with bytes in flight: a reset
+        reply = read_all(sock)
+    assert reply == b"" or b" 431 " in reply
+    assert b"GET /a" not in reply  # none of them was answered
+    wait_until(lambda: server.stats.open == 0)
     sock.close()
 
 

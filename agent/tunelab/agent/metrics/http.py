@@ -6,7 +6,8 @@ connections were 3,012 threads. Here one asyncio event-loop thread owns every co
 - at most ``max_connections`` are open; one more is answered ``503`` and closed at once;
 - a connection with no request for ``idle_timeout`` seconds is closed, and so is one whose
   request head is not complete ``request_timeout`` seconds after it began (slow senders);
-- a request head over ``MAX_HEAD`` bytes is answered ``431``; a request with a body ``400``;
+- a request head over ``MAX_HEAD`` bytes is answered ``431``, and so is a client that pipelines
+  more than ``MAX_BUFFER`` bytes ahead of its replies; a request with a body ``400``;
 - replies a client does not read pause reading from it (the transport's write buffer limits);
 - handlers that may block (``blocking(request)``: ``/metrics/engines`` fetches every engine)
   run on a pool of ``workers`` threads; cached ``/metrics`` replies are written from the loop.
@@ -30,6 +31,7 @@ import structlog
 log = structlog.get_logger(__name__)
 
 MAX_HEAD = 8192
+MAX_BUFFER = 64 * 1024  # unanswered request bytes kept per connection
 REASONS = {
     200: "OK",
     400: "Bad Request",
@@ -166,6 +168,9 @@ class _Connection(asyncio.Protocol):
         if not self.counted:
             return
         self.buffer += data
+        if len(self.buffer) > MAX_BUFFER:  # pipelined far ahead of its replies: bounded
+            self._fail(431, b"too much pipelined data\n")
+            return
         if not self.head_timer and not self.busy:
             self._arm(self.server.limits.request_timeout, head=True)
         self._process()
