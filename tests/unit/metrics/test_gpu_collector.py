@@ -230,3 +230,16 @@ def test_describe_declares_every_family_collect_yields_and_no_created_series() -
     for sample in series:
         if sample.name != "tunelab_gpu_info":
             assert set(sample.labels) <= {"gpu", "uuid", "reason", "severity"}, sample
+
+
+def test_memory_used_is_nvidia_smis_and_the_reservation_is_its_own_series() -> None:
+    for name, used in (("h200-idle-v2.json", 0), ("h200-busy-v2.json", 9610002432)):
+        data = snapshot(name)  # captured with NVML v2 on the H200 (nvidia-smi: 616 MiB reserved)
+        _, registry, _ = sampled(SnapshotBackend(data))
+        gpu = {"gpu": "0", "uuid": data["devices"][0]["fields"]["uuid"]}
+        assert registry.get_sample_value("tunelab_gpu_memory_used_bytes", gpu) == used
+        assert registry.get_sample_value("tunelab_gpu_memory_reserved_bytes", gpu) == 644939776
+    _, registry, _ = sampled(SnapshotBackend(snapshot("h200-idle-full.json")))  # v1-era capture
+    names = {m.name for m in registry.collect()}
+    assert "tunelab_gpu_memory_used_bytes" in names
+    assert "tunelab_gpu_memory_reserved_bytes" not in names  # absent: used includes it
