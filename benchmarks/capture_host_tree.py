@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tunelab.agent.audit.capture import RecordingSystem, write_tree
 from tunelab.agent.audit.context import AuditContext
+from tunelab.agent.audit.cudaprobe import RECORD
 from tunelab.agent.audit.runner import run_audit
 from tunelab.agent.gpu import GpuBackend, capture_snapshot, open_backend
 
@@ -32,13 +33,16 @@ def main(argv: list[str] | None = None) -> int:
     gpu: GpuBackend = open_backend()
     system = RecordingSystem("/")
     start = time.perf_counter()
-    report = run_audit(AuditContext(system, gpu))
+    ctx = AuditContext(system, gpu)
+    report = run_audit(ctx)
     elapsed = time.perf_counter() - start
     (args.out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     if gpu.available():
         snapshot = capture_snapshot(gpu)
         (args.out / "nvml.json").write_text(json.dumps(snapshot, indent=2, sort_keys=True) + "\n")
-    manifest = write_tree(system, args.out / "root")
+    probe = ctx.__dict__.get("cuda_init")  # recorded only if the audit ran the probe
+    records = {RECORD: probe.to_json()} if probe is not None else {}
+    manifest = write_tree(system, args.out / "root", records)
     print(
         f"audit {elapsed * 1000:.1f} ms; captured {manifest['files']} paths, "
         f"{manifest['listed']} listings, {manifest['nodes']} device nodes into {args.out}"

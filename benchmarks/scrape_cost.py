@@ -13,6 +13,12 @@ Run on a GPU host, all three in one run, one after the other on an otherwise idl
   ``nvidia-smi --query-gpu=<every field --help-query-gpu lists> --format=csv`` per scrape (its
   AUTO field set); wall time and the child's CPU time (getrusage) per run.
 - **nvitop-exporter** (PyPI): its own process and 1 s loop; same measurement as tunelab.
+- **floor**: a static-file HTTP server (nginx, one worker, when installed; else Python's
+  ``http.server``) serving tunelab's last body as a file: what a cached reply costs over
+  loopback at best. ``tunelab / floor`` is reported for median and CPU.
+
+tunelab and nvitop are each measured twice: a plain GET, and with the headers Prometheus sends
+(``Accept`` preferring OpenMetrics, ``Accept-Encoding: gzip``); "bytes" is then on the wire.
 
 "CPU s / 1,000 scrapes" is the exporter's whole CPU time during the burst (background work
 included, which favours nobody) divided by the scrape count, times 1,000.
@@ -21,6 +27,8 @@ included, which favours nobody) divided by the scrape count, times 1,000.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gzip
 import http.client
 import json
 import os
@@ -78,10 +86,19 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def get(port: int, path: str, timeout: float = 10.0) -> bytes:
+PROMETHEUS_HEADERS = {
+    "Accept": "application/openmetrics-text;version=1.0.0;q=0.5,"
+    "application/openmetrics-text;version=0.0.1;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.1",
+    "Accept-Encoding": "gzip",
+}
+
+
+def get(
+    port: int, path: str, timeout: float = 10.0, headers: dict[str, str] | None = None
+) -> bytes:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
-        conn.request("GET", path)
+        conn.request("GET", path, headers=headers or {})
         response = conn.getresponse()
         body = response.read()
         if response.status != 200:
@@ -92,8 +109,14 @@ def get(port: int, path: str, timeout: float = 10.0) -> bytes:
 
 
 def cpu_seconds(proc: psutil.Process) -> float:
+    """The process's CPU time, its reaped children's, and its live children's (nginx's worker)."""
     times = proc.cpu_times()
-    return float(times.user + times.system + times.children_user + times.children_system)
+    total = times.user + times.system + times.children_user + times.children_system
+    for child in proc.children(recursive=True):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child_times = child.cpu_times()
+            total += child_times.user + child_times.system
+    return float(total)
 
 
 def percentile(values: list[float], q: int) -> float:
@@ -118,7 +141,13 @@ def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
 
 
 def measure_http(
-    result: Result, proc: psutil.Process, port: int, path: str, scrapes: int, idle: float
+    result: Result,
+    proc: psutil.Process,
+    port: int,
+    path: str,
+    scrapes: int,
+    idle: float,
+    headers: dict[str, str] | None = None,
 ) -> str:
     """Idle CPU over ``idle`` seconds, then ``scrapes`` timed GETs; returns the last body."""
     if idle > 0:
@@ -130,24 +159,29 @@ def measure_http(
     cpu_before = cpu_seconds(proc)
     for _ in range(scrapes):
         start = time.perf_counter()
-        body = get(port, path)
+        body = get(port, path, headers=headers)
         latencies.append(time.perf_counter() - start)
     cpu = cpu_seconds(proc) - cpu_before
+    wire = len(body)
+    if body[:2] == b"\x1f\x8b":
+        body = gzip.decompress(body)
     text = body.decode()
     result.scrapes = scrapes
     result.median_ms = 1000 * statistics.median(latencies)
     result.p99_ms = 1000 * percentile(latencies, 99)
     result.mean_ms = 1000 * statistics.fmean(latencies)
     result.cpu_s_per_1000 = 1000 * cpu / scrapes
-    result.bytes_per_scrape = len(body)
+    result.bytes_per_scrape = wire
     result.samples_per_scrape = sum(
         1 for line in text.splitlines() if line and not line.startswith("#")
     )
     return text
 
 
-def run_tunelab(args: argparse.Namespace, workdir: Path) -> Result:
+def run_tunelab(args: argparse.Namespace, workdir: Path) -> tuple[list[Result], str]:
+    """Plain GETs, then Prometheus' headers; also returns the last plain body (for the floor)."""
     result = Result("tunelab /metrics")
+    negotiated = Result("tunelab /metrics, Prometheus headers (OpenMetrics, gzip)")
     port = free_port()
     argv = [
         sys.executable,
@@ -194,6 +228,7 @@ def run_tunelab(args: argparse.Namespace, workdir: Path) -> Result:
             "last sampler cycle (wall): "
             + ", ".join(f"{src}/{cad} {1000 * float(v):.2f} ms" for src, cad, v in durations)
         )
+        measure_http(negotiated, proc, port, "/metrics", args.scrapes, 0, PROMETHEUS_HEADERS)
     except TimeoutError:
         log.flush()
         print((workdir / "agent.log").read_text()[-3000:], file=sys.stderr)
@@ -202,6 +237,42 @@ def run_tunelab(args: argparse.Namespace, workdir: Path) -> Result:
         child.terminate()
         child.wait(20)
         log.close()
+    return [result, negotiated], text
+
+
+def run_floor(args: argparse.Namespace, workdir: Path, body: str) -> Result:
+    """A static file of tunelab's body served by nginx (one worker) or Python's http.server."""
+    site = workdir / "floor"
+    site.mkdir()
+    (site / "metrics").write_text(body)
+    port = free_port()
+    nginx = shutil.which("nginx") or next(
+        (p for p in ("/usr/sbin/nginx",) if Path(p).exists()), None
+    )
+    if nginx and not args.floor_python:
+        result = Result("floor: nginx static file")
+        conf = site / "nginx.conf"
+        user = "user root; " if os.geteuid() == 0 else ""  # the worker reads the private tmp
+        conf.write_text(
+            f"{user}daemon off; worker_processes 1; error_log stderr; pid "
+            f"{site}/nginx.pid;\nevents {{ worker_connections 256; }}\n"
+            "http { access_log off; default_type text/plain; "
+            f"client_body_temp_path {site}; proxy_temp_path {site}; "
+            f"fastcgi_temp_path {site}; uwsgi_temp_path {site}; scgi_temp_path {site}; "
+            f"server {{ listen 127.0.0.1:{port}; root {site}; }} }}\n"
+        )
+        argv = [nginx, "-c", str(conf), "-p", str(site)]
+    else:
+        result = Result("floor: python http.server static file")
+        argv = [sys.executable, "-m", "http.server", "-b", "127.0.0.1", "-d", str(site), str(port)]
+    child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: bool(get(port, "/metrics")), 30, result.method)
+        proc = psutil.Process(child.pid)
+        measure_http(result, proc, port, "/metrics", args.scrapes, 0)
+    finally:
+        child.terminate()
+        child.wait(20)
     return result
 
 
@@ -247,13 +318,14 @@ def run_smi(args: argparse.Namespace) -> Result:
     return result
 
 
-def run_nvitop(args: argparse.Namespace) -> Result:
+def run_nvitop(args: argparse.Namespace) -> list[Result]:
     result = Result("nvitop-exporter")
+    negotiated = Result("nvitop-exporter, Prometheus headers (OpenMetrics, gzip)")
     try:
         result.notes.append(f"nvitop-exporter {metadata.version('nvitop-exporter')}")
     except metadata.PackageNotFoundError:
         result.notes.append("nvitop-exporter not installed: not measured")
-        return result
+        return [result, negotiated]
     port = free_port()
     argv = [sys.executable, "-m", "nvitop_exporter", "--bind-address", "127.0.0.1"]
     argv += ["--port", str(port), "--interval", "1.0"]
@@ -265,15 +337,15 @@ def run_nvitop(args: argparse.Namespace) -> Result:
     try:
         wait_for(lambda: b"gpu" in get(port, "/metrics"), 60, "nvitop-exporter")
         time.sleep(2.0)
-        measure_http(
-            result, psutil.Process(child.pid), port, "/metrics", args.scrapes, args.idle_seconds
-        )
+        proc = psutil.Process(child.pid)
+        measure_http(result, proc, port, "/metrics", args.scrapes, args.idle_seconds)
+        measure_http(negotiated, proc, port, "/metrics", args.scrapes, 0, PROMETHEUS_HEADERS)
     except TimeoutError as exc:
         result.notes.append(str(exc))
     finally:
         child.terminate()
         child.wait(20)
-    return result
+    return [result, negotiated]
 
 
 def environment() -> dict[str, str]:
@@ -317,13 +389,16 @@ def table(results: list[Result], env: dict[str, str]) -> str:
             f"| {r.cpu_s_per_1000:.3f} | {idle} | {sampler} "
             f"| {r.samples_per_scrape} | {r.bytes_per_scrape} |"
         )
-    tunelab, smi = results[0], results[1]
-    if tunelab.scrapes and smi.scrapes and tunelab.cpu_s_per_1000 > 0:
-        ratio = smi.cpu_s_per_1000 / tunelab.cpu_s_per_1000
-        lines += [
-            "",
-            f"nvidia-smi method / tunelab, CPU per scrape: {ratio:.1f}x",
-        ]
+    by = {r.method: r for r in results if r.scrapes}
+    tunelab = by.get("tunelab /metrics")
+    lines.append("")
+    for name, other in sorted(by.items()):
+        if tunelab is None or other is tunelab or tunelab.cpu_s_per_1000 <= 0:
+            continue
+        lines.append(
+            f"- {name} / tunelab: median {other.median_ms / tunelab.median_ms:.2f}x, "
+            f"CPU per scrape {other.cpu_s_per_1000 / tunelab.cpu_s_per_1000:.2f}x"
+        )
     lines += ["", "Notes:"]
     lines += [f"- {r.method}: {note}" for r in results for note in r.notes]
     return "\n".join(lines) + "\n"
@@ -338,13 +413,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nvml-snapshot", type=Path, help="dry run without a GPU")
     parser.add_argument("--skip-smi", action="store_true")
     parser.add_argument("--skip-nvitop", action="store_true")
+    parser.add_argument("--skip-floor", action="store_true")
+    parser.add_argument("--floor-python", action="store_true", help="http.server even if nginx")
     args = parser.parse_args(argv)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     env = environment()
     with tempfile.TemporaryDirectory(prefix="scrape-cost-") as tmp:
-        results = [run_tunelab(args, Path(tmp))]
+        results, body = run_tunelab(args, Path(tmp))
+        if not args.skip_floor:
+            results.append(run_floor(args, Path(tmp), body))
         results.append(run_smi(args) if not args.skip_smi else Result("nvidia-smi (skipped)"))
-        results.append(run_nvitop(args) if not args.skip_nvitop else Result("nvitop (skipped)"))
+        if not args.skip_nvitop:
+            results += run_nvitop(args)
     text = table(results, env)
     (args.out_dir / "scrape_cost.md").write_text(text)
     (args.out_dir / "scrape_cost.json").write_text(

@@ -122,6 +122,19 @@ def test_metrics_registry_takes_other_collectors(
     assert "tunelab_bench_requests_created" not in text
 
 
+def test_the_endpoint_reports_its_connections_and_a_live_server_reads_energy_every_tick(
+    snapshot_app: tuple[AgentApp, SnapshotBackend],
+) -> None:
+    app, backend = snapshot_app
+    backend.processes = []  # no compute process: the counter is read with the slow fields
+    text = wait_for(app, "tunelab_agent_http_connections 1.0")  # this scrape's own connection
+    assert "tunelab_agent_http_rejected_total 0.0" in text
+    reads = app.metrics.gpu_source.energy_reads
+    start_fake(app, "llama")  # a live server: every GPU counts as having work
+    time.sleep(3.2)
+    assert app.metrics.gpu_source.energy_reads >= reads + 2
+
+
 def test_a_host_without_a_driver_exports_host_and_server_metrics_and_says_so_once(
     tmp_path: Path,
 ) -> None:

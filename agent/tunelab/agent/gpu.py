@@ -17,6 +17,7 @@ Errors::
 
 from __future__ import annotations
 
+import ctypes
 import json
 import threading
 import time
@@ -213,7 +214,10 @@ def _fields() -> dict[str, FieldSpec]:
             f, lambda n, h: n.nvmlDeviceGetUtilizationRates(h).memory / 100.0, "mem controller busy"
         ),
         "memory_used_bytes": FieldSpec(
-            f, lambda n, h: int(n.nvmlDeviceGetMemoryInfo(h).used), "framebuffer used"
+            f, lambda n, h: _memory_info(n, h)[0], "framebuffer used (nvidia-smi's Used)"
+        ),
+        "memory_reserved_bytes": FieldSpec(
+            f, lambda n, h: _memory_info(n, h)[1], "framebuffer the driver reserves"
         ),
         "power_watts": FieldSpec(
             f, lambda n, h: _mw_to_w(n.nvmlDeviceGetPowerUsage(h)), "board power"
@@ -278,6 +282,9 @@ def _fields() -> dict[str, FieldSpec]:
         "clock_event_hw_power_brake_slowdown_seconds": FieldSpec(
             w, field_ns_to_s(271), "hardware power brake slowdown time"
         ),
+        # host audit (gpu.fabric_manager): NVSwitch fabric registration, NOT_SUPPORTED elsewhere
+        "fabric_state": FieldSpec(w, lambda n, h: _fabric_info(n, h)[0], "fabric state 0-3"),
+        "fabric_status": FieldSpec(w, lambda n, h: _fabric_info(n, h)[1], "fabric nvmlReturn"),
         # host audit (gpu.ecc): ECC mode after the next reset, and the row remapper's state
         "ecc_mode_pending": FieldSpec(
             w, lambda n, h: bool(n.nvmlDeviceGetEccMode(h)[1]), "ECC after next reset"
@@ -293,6 +300,37 @@ def _fields() -> dict[str, FieldSpec]:
         ),
     }
 
+
+def _memory_info(n: Any, h: Any) -> tuple[int, int | None]:
+    """(used, reserved) as nvidia-smi shows them: NVML's v2 memory info.
+
+    v1 (``nvmlDeviceGetMemoryInfo``) counts the driver's reservation (~615 MiB on an H200) as
+    used, so an idle GPU looks occupied. A driver or pynvml without v2 falls back to v1's used,
+    and reserved reads as None (absent): the series' absence says that used includes it.
+    """
+    version = getattr(n, "nvmlMemory_v2", None)
+    if version is not None:
+        try:
+            info = n.nvmlDeviceGetMemoryInfo(h, version=version)
+            return int(info.used), int(info.reserved)
+        except (
+            n.NVMLError_FunctionNotFound,
+            n.NVMLError_NotSupported,
+            getattr(n, "NVMLError_ArgumentVersionMismatch", n.NVMLError_NotSupported),
+        ):
+            pass
+    return int(n.nvmlDeviceGetMemoryInfo(h).used), None
+
+
+def _fabric_info(n: Any, h: Any) -> tuple[int, int]:
+    """(state, status) of the GPU's NVSwitch fabric registration (nvmlGpuFabricInfo_t)."""
+    info = n.c_nvmlGpuFabricInfo_t()
+    n.nvmlDeviceGetGpuFabricInfo(h, ctypes.byref(info))
+    return int(info.state), int(info.status)
+
+
+# nvmlGpuFabricState_t
+FABRIC_STATES = {0: "NOT_SUPPORTED", 1: "NOT_STARTED", 2: "IN_PROGRESS", 3: "COMPLETED"}
 
 FIELDS: dict[str, FieldSpec] = _fields()
 

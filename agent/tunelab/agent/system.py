@@ -183,6 +183,26 @@ class System:
         except OSError:
             return []
 
+    # --- appended for issue 16's checks -----------------------------------------------------
+
+    def process_names(self) -> dict[int, str]:
+        """pid -> ``comm`` of every process this view can see (a container sees only its own)."""
+        found: dict[int, str] = {}
+        for name in self.names("/proc"):
+            if name.isdigit():
+                comm = self.read_attr(f"/proc/{name}/comm")
+                if comm:
+                    found[int(name)] = comm
+        return found
+
+    def capture_record(self, name: str) -> object:
+        """A capture's JSON record ``CAPTURE_DIR/name`` (what a copy of files cannot hold)."""
+        text = self.read_text(f"/{CAPTURE_DIR}/{name}")
+        try:
+            return json.loads(text) if text else None
+        except ValueError:
+            return None
+
 
 def parse_cpu_list(text: str) -> list[int]:
     """Parse the kernel's cpulist format (``0-3,8,10-11``)."""
@@ -196,3 +216,14 @@ def parse_cpu_list(text: str) -> list[int]:
         else:
             cpus.append(int(part))
     return cpus
+
+
+def format_cpu_list(numbers: list[int]) -> str:
+    """The inverse of :func:`parse_cpu_list`: ``[0, 1, 2, 5]`` -> ``"0-2,5"`` (also for ports)."""
+    parts: list[str] = []
+    for number in sorted(set(numbers)):
+        if parts and int(parts[-1].rpartition("-")[2]) == number - 1:
+            parts[-1] = f"{parts[-1].partition('-')[0]}-{number}"
+        else:
+            parts.append(str(number))
+    return ",".join(parts)

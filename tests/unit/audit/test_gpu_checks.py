@@ -111,3 +111,34 @@ def test_module_not_loaded_for_the_running_kernel_fails(audit: Audit, h200_root:
     result = by_id(audit(h200_root, only=("kernel.nvidia_module",)))["kernel.nvidia_module"]
     assert result["status"] == "FAIL"
     assert "no nvidia module built for kernel 6.18.44-fc-v657-gpu" in result["observed"]
+
+
+def test_stale_state_with_nvml_v2_leaves_the_driver_reservation_out(
+    audit: Audit, h200_root: Path
+) -> None:
+    idle = snapshot("h200-idle-v2.json")  # captured with v2: used 0, reserved 615 MiB
+    result = check(audit, h200_root, idle, "gpu.stale_state")
+    assert result["status"] == "PASS"
+    assert "0 MiB used (+615 MiB driver-reserved), 0 process(es)" in result["observed"]
+    idle.set_field(0, "utilization_ratio", 1.0)  # busy, nothing holds memory: stale
+    result = check(audit, h200_root, idle, "gpu.stale_state")
+    assert result["status"] == "WARN" and "stale driver state" in result["observed"]
+    busy = snapshot("h200-busy-v2.json")  # the burn's process holds 9.2 GB
+    result = check(audit, h200_root, busy, "gpu.stale_state")
+    assert result["status"] == "PASS" and "9165 MiB used (+615 MiB" in result["observed"]
+
+
+def test_without_v2_memory_info_the_reservation_is_said_to_be_included(
+    audit: Audit, h200_root: Path
+) -> None:
+    result = check(audit, h200_root, snapshot("h200-idle.json"), "gpu.stale_state")
+    assert "615 MiB used (driver reservation included: no NVML v2)" in result["observed"]
+
+
+def test_gpu_locality_without_local_cpulist_names_the_cpus_not_none(
+    audit: Audit, h200_root: Path
+) -> None:
+    (h200_root / "sys/devices/pci0000:00/0000:00:06.0/local_cpulist").unlink()
+    result = check(audit, h200_root, snapshot("h200-idle.json"), "numa.gpu_locality")
+    assert "None" not in result["observed"]
+    assert result["observed"] == "0000:00:06.0 node -1 CPUs all (0-15: one NUMA node)"

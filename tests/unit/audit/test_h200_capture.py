@@ -16,11 +16,15 @@ H200 = H200_ROOT.parent
 NVML_MOMENT = ("gpu.stale_state",)  # the snapshot was taken a moment after the run
 
 
+RUN16 = H200.parent / "h200-run16"  # captured with issue 16's checks (2026-12-01)
+
+
 @pytest.mark.usefixtures("as_root")
-def test_replay_matches_the_live_report(tmp_path: Path, audit: Audit) -> None:
-    live = json.loads((H200 / "report.json").read_text())
-    root = materialize(H200_ROOT, tmp_path / "root")
-    gpu = SnapshotBackend(json.loads((H200 / "nvml.json").read_text()))
+@pytest.mark.parametrize("capture", [H200, RUN16], ids=["2026-11-29", "2026-12-01"])
+def test_replay_matches_the_live_report(tmp_path: Path, audit: Audit, capture: Path) -> None:
+    live = json.loads((capture / "report.json").read_text())
+    root = materialize(capture / "root", tmp_path / "root")
+    gpu = SnapshotBackend(json.loads((capture / "nvml.json").read_text()))
     replay = audit(root, gpu)
     assert (replay["host"], replay["environment"], replay["kernel"]) == (
         live["host"],

@@ -149,3 +149,39 @@ def test_h200_snapshot_gpu_checks_pass_and_busy_changes_link_judgement(
     ):
         assert checks[check_id]["status"] == "PASS", checks[check_id]
     assert "580.159.04" in checks["gpu.driver"]["observed"]
+
+
+def test_a_narrower_and_slower_port_above_the_gpus_is_warned_with_the_bandwidth_lost(
+    tmp_path: Path, audit: Audit
+) -> None:
+    gpus = scenarios.narrow_upstream(tmp_path)  # Gen5 x16 GPUs, Gen3 x16 switch, Gen3 x8 root
+    checks = by_id(audit(tmp_path))
+    width, speed = checks["pcie.link_width"], checks["pcie.link_speed"]
+    assert width["status"] == "WARN"  # every link trained at what its ends support: not FAIL
+    for gpu in gpus:
+        assert f"{gpu} x16-capable GPU limited to x8 by root port 0000:00:02.0" in width["observed"]
+    assert "50 % of its host bandwidth lost: 63.0 -> 31.5 GB/s" in width["observed"]
+    assert "lspci -vv -s 0000:00:02.0" in width["remediation"]["command"]
+    assert speed["status"] == "WARN"
+    assert (
+        f"{gpus[0]} 32 GT/s-capable GPU limited to 8 GT/s by switch port 0000:08:00.0"
+        in (speed["observed"])
+    )
+    assert "75 % of its host bandwidth lost" in speed["observed"]
+    sources = {e["source"] for e in width["evidence"]}
+    assert "/sys/bus/pci/devices/0000:00:02.0/max_link_width" in sources
+
+
+def test_a_link_trained_below_both_ends_stays_a_fail_beside_the_port_warning(
+    tmp_path: Path, audit: Audit
+) -> None:
+    scenarios.narrow_upstream(tmp_path)
+    gpu = tmp_path / "sys/bus/pci/devices/0000:11:00.0"
+    (gpu / "current_link_width").write_text("4\n")  # x4 although GPU and switch port are x16
+    width = by_id(audit(tmp_path))["pcie.link_width"]
+    assert width["status"] == "FAIL"
+    assert (
+        "link trained narrower than both ends support: 0000:08:01.0 > 0000:11:00.0 x4 of x16"
+        in (width["observed"])
+    )
+    assert "limited to x8 by root port" in width["observed"]

@@ -30,7 +30,7 @@ def test_every_collected_family_is_described_and_nothing_has_created_series(
     metrics.sampler.tick()  # one synchronous cycle instead of the thread
     Counter("tunelab_bench_requests", "Requests.", registry=registry).inc()
     collectors = list(registry._collector_to_names)  # registered by AgentMetrics, and ours
-    assert len(collectors) == 6
+    assert len(collectors) == 7
     names = set()
     for collector in collectors:
         described = {m.name for m in collector.describe()}  # type: ignore[attr-defined]

@@ -21,6 +21,7 @@ from tunelab.agent.gpu import (
     SnapshotBackend,
     fields_with,
 )
+from tunelab.agent.metrics.energy import EnergyCollector, EnergyTracker
 from tunelab.agent.metrics.gpu_collector import GpuCollector
 from tunelab.agent.metrics.gpu_source import GpuSource
 from tunelab.agent.metrics.sampler import Sampler
@@ -64,11 +65,13 @@ class Clock:
 
 
 def sampled(backend: GpuBackend) -> tuple[GpuSource, CollectorRegistry, Sampler]:
-    source = GpuSource(backend)
-    sampler = Sampler([source], 1.0, 15.0, clock=Clock())
+    clock = Clock()
+    source = GpuSource(backend, energy=EnergyTracker(clock=clock), clock=clock)
+    sampler = Sampler([source], 1.0, 15.0, clock=clock)
     sampler.tick()
     registry = CollectorRegistry()
     registry.register(GpuCollector(source))
+    registry.register(EnergyCollector(source.energy))
     return source, registry, sampler
 
 
@@ -162,9 +165,37 @@ def test_each_field_is_read_at_its_own_cadence() -> None:
     for field in fields_with(Cadence.FAST):
         assert backend.reads[field] == 21, field
     for field in fields_with(Cadence.SLOW):
-        assert backend.reads[field] == 2, field  # t = 0 and t = 15
+        if field != "energy_joules":
+            assert backend.reads[field] == 2, field  # t = 0 and t = 15
+    # the captured busy GPU has a compute process: its energy counter is read every fast tick
+    assert backend.reads["energy_joules"] == 21
     assert backend.process_reads == 21
     assert set(backend.reads) == set(FIELDS)
+
+
+@pytest.mark.parametrize(
+    ("processes", "servers_alive", "energy_fast", "reads"),
+    [
+        # no work: t = 0 and 1 (does the counter move at all?), then with the slow fields (15)
+        (False, False, True, 3),
+        (False, True, True, 21),  # a server is alive (no CUDA context yet): every fast tick
+        (True, False, True, 21),  # a compute process on the GPU: every fast tick
+        (True, True, False, 3),  # power integration chosen: the counter stays slow
+    ],
+)
+def test_the_energy_counter_is_read_every_fast_tick_only_on_a_gpu_with_work(
+    processes: bool, servers_alive: bool, energy_fast: bool, reads: int
+) -> None:
+    backend = CountingBackend(snapshot("h200-busy-full.json"))
+    if not processes:
+        backend.processes = []
+    clock = Clock()
+    source = GpuSource(backend, busy=lambda: servers_alive, energy_fast=energy_fast, clock=clock)
+    sampler = Sampler([source], 1.0, 15.0, clock=clock)
+    for _ in range(21):
+        sampler.tick()
+        clock.now += 1.0
+    assert backend.reads["energy_joules"] == reads
 
 
 def test_a_failing_read_drops_that_field_counts_an_error_and_stops_the_age() -> None:
@@ -199,3 +230,16 @@ def test_describe_declares_every_family_collect_yields_and_no_created_series() -
     for sample in series:
         if sample.name != "tunelab_gpu_info":
             assert set(sample.labels) <= {"gpu", "uuid", "reason", "severity"}, sample
+
+
+def test_memory_used_is_nvidia_smis_and_the_reservation_is_its_own_series() -> None:
+    for name, used in (("h200-idle-v2.json", 0), ("h200-busy-v2.json", 9610002432)):
+        data = snapshot(name)  # captured with NVML v2 on the H200 (nvidia-smi: 616 MiB reserved)
+        _, registry, _ = sampled(SnapshotBackend(data))
+        gpu = {"gpu": "0", "uuid": data["devices"][0]["fields"]["uuid"]}
+        assert registry.get_sample_value("tunelab_gpu_memory_used_bytes", gpu) == used
+        assert registry.get_sample_value("tunelab_gpu_memory_reserved_bytes", gpu) == 644939776
+    _, registry, _ = sampled(SnapshotBackend(snapshot("h200-idle-full.json")))  # v1-era capture
+    names = {m.name for m in registry.collect()}
+    assert "tunelab_gpu_memory_used_bytes" in names
+    assert "tunelab_gpu_memory_reserved_bytes" not in names  # absent: used includes it

@@ -70,3 +70,55 @@ def test_pcie_replays_read_the_replay_counter() -> None:
     backend = backend_over(fake_nvml(nvmlDeviceGetPcieReplayCounter=lambda handle: 7))
     assert backend.read(0, "pcie_replay_count") == 7
     assert FIELDS["pcie_replay_count"].cadence is Cadence.SLOW
+
+
+class MemoryV2:
+    """nvmlMemory_v2 as the idle H200 answered (run 1): used 0, reserved 615 MiB."""
+
+    total, reserved, used, free = 150754820096, 644939776, 0, 150109880320
+
+
+class MemoryV1:
+    total, used, free = 150754820096, 644939776, 150109880320
+
+
+def test_memory_used_is_v2s_and_reserved_is_its_own_field() -> None:
+    def info(handle: str, version: int | None = None) -> object:
+        return MemoryV2() if version else MemoryV1()
+
+    backend = backend_over(
+        fake_nvml(nvmlDeviceGetMemoryInfo=info, nvmlMemory_v2=pynvml.nvmlMemory_v2)
+    )
+    assert backend.read(0, "memory_used_bytes") == 0  # what nvidia-smi says: Used 0 MiB
+    assert backend.read(0, "memory_reserved_bytes") == 644939776  # Reserved 615 MiB
+
+
+def test_without_v2_used_falls_back_to_v1_and_reserved_is_absent() -> None:
+    def info(handle: str, version: int | None = None) -> object:
+        if version:
+            raise pynvml.NVMLError_FunctionNotFound(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+        return MemoryV1()
+
+    backend = backend_over(
+        fake_nvml(nvmlDeviceGetMemoryInfo=info, nvmlMemory_v2=pynvml.nvmlMemory_v2)
+    )
+    assert backend.read(0, "memory_used_bytes") == 644939776
+    assert backend.read(0, "memory_reserved_bytes") is None
+
+
+def test_fabric_state_reads_nvml_fabric_info_and_is_absent_without_nvswitch() -> None:
+    def completed(handle: str, info: Any) -> int:
+        info._obj.state, info._obj.status = 3, 0
+        return 0
+
+    def unsupported(handle: str, info: Any) -> int:
+        raise pynvml.NVMLError_NotSupported(pynvml.NVML_ERROR_NOT_SUPPORTED)
+
+    nvml = fake_nvml(
+        nvmlDeviceGetGpuFabricInfo=completed, c_nvmlGpuFabricInfo_t=pynvml.c_nvmlGpuFabricInfo_t
+    )
+    assert backend_over(nvml).read(0, "fabric_state") == 3
+    nvml = fake_nvml(
+        nvmlDeviceGetGpuFabricInfo=unsupported, c_nvmlGpuFabricInfo_t=pynvml.c_nvmlGpuFabricInfo_t
+    )
+    assert backend_over(nvml).read(0, "fabric_state") is None  # the H200 VM: N/A

@@ -3,8 +3,9 @@
 A :class:`RecordingSystem` notes every host path a real audit touches; :func:`write_tree` copies
 them below a directory, recreating sysfs' relative symlinks hop by hop (so PCI paths to the root
 port survive) and turning what a copy cannot hold into data under ``CAPTURE_DIR``: each
-``/dev/nvidia*`` node's type and numbers (``dev-nodes.json``) and what ``open()`` answered
-(``dev-open.json``). :func:`materialize` makes the nodes again with ``mknod`` (root only).
+``/dev/nvidia*`` node's type and numbers (``dev-nodes.json``), what ``open()`` answered
+(``dev-open.json``) and what ``cuInit`` returned (``cuda-init.json``). :func:`materialize`
+makes the nodes again with ``mknod`` (root only).
 """
 
 from __future__ import annotations
@@ -130,8 +131,14 @@ class TreeWriter:
                 self.copy(child)
 
 
-def write_tree(system: RecordingSystem, dest: Path) -> dict[str, Any]:
-    """Copy what ``system`` touched into ``dest``; returns the capture's manifest."""
+def write_tree(
+    system: RecordingSystem, dest: Path, records: dict[str, object] | None = None
+) -> dict[str, Any]:
+    """Copy what ``system`` touched into ``dest``; returns the capture's manifest.
+
+    ``records`` are written as JSON under ``CAPTURE_DIR`` by name: answers that are not files,
+    such as the cuInit probe's (``cudaprobe.RECORD``).
+    """
     writer = TreeWriter(system.root, dest)
     for path in sorted(system.touched):
         writer.copy(path)
@@ -147,6 +154,8 @@ def write_tree(system: RecordingSystem, dest: Path) -> dict[str, Any]:
             opened[node] = errno.errorcode.get(code, code) if code else 0
     (meta / "dev-nodes.json").write_text(json.dumps(writer.nodes, indent=2, sort_keys=True) + "\n")
     (meta / "dev-open.json").write_text(json.dumps(opened, indent=2, sort_keys=True) + "\n")
+    for name, record in (records or {}).items():
+        (meta / name).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     return {"files": len(system.touched), "listed": len(system.listed), "nodes": len(writer.nodes)}
 
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
-from tunelab.agent.audit import devnodes
+from tunelab.agent.audit import cudaprobe, devnodes
+from tunelab.agent.audit.cudaprobe import ProbeResult
 from tunelab.agent.audit.environment import Environment, detect
 from tunelab.agent.audit.model import Finding, skip
 from tunelab.agent.audit.pcitopo import PciTree, normalize_bus_id
@@ -26,7 +28,17 @@ class AuditOptions:
     max_read_request: int = 4096
     busy_utilization: float = 0.05  # a GPU at or above this is "under load" for link speed
     stale_utilization: float = 0.5  # this busy with no process and no memory: stale state
-    driver_reserved_bytes: int = 1 << 30  # memory NVML reports used on an idle GPU
+    driver_reserved_bytes: int = 1 << 30  # NVML v1 only: what it reports used on an idle GPU
+    stale_used_bytes: int = 256 << 20  # NVML v2: memory used with no process still "no work"
+    cuda_probe_timeout: float = 20.0  # cuInit in a child; a hung driver costs the child
+    # fixed ports that must not be taken as ephemeral source ports (net.port_range)
+    agent_ports: tuple[tuple[int, str], ...] = (
+        (50051, "agent gRPC default"),
+        (9473, "agent metrics default"),
+        (8000, "vLLM default"),
+        (30000, "SGLang default"),
+    )
+    min_ephemeral_ports: int = 10000  # below this the load generator's connections run short
 
 
 class AuditContext:
@@ -38,11 +50,25 @@ class AuditContext:
         gpu: GpuBackend | None,
         gpu_skip_reason: str = "",
         options: AuditOptions | None = None,
+        cuda_probe: Callable[[float], ProbeResult] = cudaprobe.probe,
     ) -> None:
         self.system = system
         self.gpu = gpu
         self.gpu_skip_reason = gpu_skip_reason
         self.options = options or AuditOptions()
+        self._cuda_probe = cuda_probe
+
+    @cached_property
+    def cuda_init(self) -> ProbeResult | None:
+        """cuInit in a child on the live host; a captured tree's recorded answer; else None."""
+        if self.system.is_live:
+            return self._cuda_probe(self.options.cuda_probe_timeout)
+        recorded = self.system.capture_record(cudaprobe.RECORD)
+        return ProbeResult.from_json(recorded) if isinstance(recorded, dict) else None
+
+    @cached_property
+    def processes(self) -> dict[int, str]:
+        return self.system.process_names()
 
     @cached_property
     def environment(self) -> Environment:

@@ -92,6 +92,15 @@ class PciTree:
     def gpus(self) -> list[PciFunction]:
         return [f for f in (self.function(b) for b in self.bdfs) if f.is_gpu]
 
+    @cached_property
+    def nvswitches(self) -> list[PciFunction]:
+        """NVIDIA functions of class bridge/other (0x0680): the NVSwitches of an HGX board."""
+        return [
+            f
+            for f in (self.function(b) for b in self.bdfs)
+            if f.vendor == NVIDIA_VENDOR and (f.pci_class or 0) >> 8 == 0x0680
+        ]
+
     def chain(self, gpu: PciFunction) -> list[PciFunction]:
         """The GPU, then each bridge above it up to the root port."""
         return [gpu, *(self.function(b) for b in gpu.upstream)]

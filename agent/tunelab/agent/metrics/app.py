@@ -7,16 +7,18 @@ register their own collectors into the same ``/metrics``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import structlog
 from prometheus_client import disable_created_metrics
 from prometheus_client.registry import CollectorRegistry
 
-from tunelab.agent.gpu import GpuBackend
+from tunelab.agent.gpu import GpuBackend, GpuError, as_float
 from tunelab.agent.metrics.audit import AuditCollector, LastAudit
+from tunelab.agent.metrics.cache import ExpositionCache
 from tunelab.agent.metrics.endpoint import MetricsApp, MetricsEndpoint
+from tunelab.agent.metrics.energy import EnergyCollector, EnergyTracker
 from tunelab.agent.metrics.engines import (
     DEFAULT_TIMEOUT,
     EngineScraper,
@@ -26,6 +28,7 @@ from tunelab.agent.metrics.engines import (
 from tunelab.agent.metrics.gpu_collector import GpuCollector
 from tunelab.agent.metrics.gpu_source import GpuSource
 from tunelab.agent.metrics.host import HostCollector, HostSource
+from tunelab.agent.metrics.http import Limits
 from tunelab.agent.metrics.sampler import Sampler
 from tunelab.agent.metrics.self_metrics import AgentCollector, ScrapeErrors
 from tunelab.agent.metrics.servers import ListServers, ServerCollector, ServerSource
@@ -41,6 +44,12 @@ class MetricsSettings:
     slow_interval: float = 15.0
     sysfs_root: Path = Path("/")
     engine_timeout: float = DEFAULT_TIMEOUT
+    # read the energy counter every fast tick on GPUs with work (else only power is integrated
+    # between slow reads): benchmarks/results/energy_check.md has the cost and accuracy of both
+    energy_fast: bool = True
+    # a scrape reads each GPU's power (µs) to extrapolate energy: puts NVML on the scrape path
+    energy_live_power: bool = False
+    http: Limits = field(default_factory=Limits)
 
 
 class AgentMetrics:
@@ -59,7 +68,16 @@ class AgentMetrics:
         disable_created_metrics()  # type: ignore[no-untyped-call]  # process-wide: no *_created
         self.settings = settings
         self.registry = registry
-        self.gpu_source = GpuSource(gpu)
+        self.energy = EnergyTracker(
+            max_extrapolation=2 * settings.interval,
+            live_power=self._live_power if settings.energy_live_power else None,
+        )
+        self.gpu_source = GpuSource(
+            gpu,
+            energy=self.energy,
+            busy=self._servers_alive,
+            energy_fast=settings.energy_fast,
+        )
         self.host_source = HostSource(System(settings.sysfs_root))
         self.server_source = ServerSource(list_servers, lambda: self.gpu_source.latest.processes)
         self.sampler = Sampler(
@@ -77,14 +95,31 @@ class AgentMetrics:
                 gpu_enabled=self.gpu_source.enabled,
                 sampler=self.sampler,
                 scrape_errors=self.scrape_errors,
+                http_stats=lambda: self.endpoint.stats if self.endpoint is not None else None,
             ),
             GpuCollector(self.gpu_source),
+            EnergyCollector(self.energy),
             HostCollector(self.host_source),
             ServerCollector(self.server_source),
             AuditCollector(last_audit),
         ):
             registry.register(collector)
+        self.cache = ExpositionCache(
+            registry,
+            EnergyCollector(self.energy),
+            generation=lambda: self.sampler.generation,
+            max_age=settings.interval,
+        )
         self.endpoint: MetricsEndpoint | None = None
+
+    def _live_power(self, index: int) -> float | None:
+        try:
+            return as_float(self.gpu_source.backend.read(index, "power_watts"))
+        except GpuError:
+            return None
+
+    def _servers_alive(self) -> bool:
+        return any(s.state.is_live() for s in self.server_source.latest.servers)
 
     def _engine_targets(self) -> list[EngineTarget]:
         return ready_targets((s.name, s.state, s.port) for s in self.server_source.latest.servers)
@@ -104,7 +139,8 @@ class AgentMetrics:
         if self.settings.listen:
             self.endpoint = MetricsEndpoint(
                 self.settings.listen,
-                MetricsApp(self.registry, self.engines.exposition, self.scrape_errors),
+                MetricsApp(self.registry, self.cache, self.engines.exposition, self.scrape_errors),
+                self.settings.http,
             )
         self.sampler.start()
         if self.endpoint is not None:

@@ -1,133 +1,109 @@
 """The HTTP endpoint: ``/metrics`` (text format, or OpenMetrics when the scraper asks for it;
 gzip when accepted; ``name[]`` filtering as prometheus_client does it) and ``/metrics/engines``.
 
-Each request runs on its own thread, so a slow ``/metrics/engines`` never delays ``/metrics``.
-A scrape that fails is logged with its traceback, counted in
-``tunelab_agent_scrape_errors_total{endpoint}``, and answered 500.
+``/metrics`` is served from :class:`ExpositionCache` (rendered once per sampler cycle) straight
+from the event loop; ``/metrics/engines`` fetches every engine when it is scraped, on the
+server's worker pool, so a slow engine never delays ``/metrics``. A scrape that fails is logged
+with its traceback, counted in ``tunelab_agent_scrape_errors_total{endpoint}``, and answered 500.
+The server's own bounds (connections, idle timeout, threads) are in ``metrics.http``.
 """
 
 from __future__ import annotations
 
 import gzip
-import socket
-import threading
-from collections.abc import Callable, Iterable
-from socketserver import ThreadingMixIn
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import structlog
 from prometheus_client.exposition import choose_encoder, gzip_accepted
-from prometheus_client.registry import CollectorRegistry
 
+from tunelab.agent.metrics.cache import ExpositionCache
 from tunelab.agent.metrics.engines import CONTENT_TYPE
 from tunelab.agent.metrics.exposition import render
+from tunelab.agent.metrics.http import HttpServer, Limits, Request, Response
 from tunelab.agent.metrics.self_metrics import ScrapeErrors
 from tunelab.common.auth import split_host_port
 from tunelab.common.serving import BindError
 
 log = structlog.get_logger(__name__)
 
-StartResponse = Callable[..., Any]
-Environ = dict[str, Any]
 INDEX = b"tunelab-agent: /metrics (agent, GPUs, host, servers), /metrics/engines (engines)\n"
-
-
-class _ThreadingServer(ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-
-class _IPv6Server(_ThreadingServer):
-    address_family = socket.AF_INET6
-
-
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        """Scrapes every few seconds are not news."""
+ENGINES = "/metrics/engines"
 
 
 class MetricsApp:
-    """The WSGI application behind the endpoint (also usable without a socket in tests)."""
+    """Routing and negotiation behind the endpoint (called directly, without a socket, in tests)."""
 
     def __init__(
         self,
-        registry: CollectorRegistry,
+        registry: Any,
+        cache: ExpositionCache,
         engines: Callable[[], str],
         scrape_errors: ScrapeErrors,
     ) -> None:
         self._registry = registry
+        self._cache = cache
         self._engines = engines
         self._errors = scrape_errors
 
-    def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
-        path = environ.get("PATH_INFO", "/")
-        if environ.get("REQUEST_METHOD", "GET") not in ("GET", "HEAD"):
-            return _reply(start_response, "405 Method Not Allowed", b"GET only\n")
-        if path == "/":
-            return _reply(start_response, "200 OK", INDEX)
-        if path not in ("/metrics", "/metrics/engines"):
-            return _reply(start_response, "404 Not Found", b"not found; try /metrics\n")
+    @staticmethod
+    def blocking(request: Request) -> bool:
+        """Engines are fetched over the network: that reply is made on a worker thread."""
+        return request.path == ENGINES
+
+    def __call__(self, request: Request) -> Response:
+        if request.method not in ("GET", "HEAD"):
+            return Response(405, b"GET only\n", headers=(("Allow", "GET, HEAD"),))
+        if request.path == "/":
+            return Response(200, INDEX)
+        if request.path not in ("/metrics", ENGINES):
+            return Response(404, b"not found; try /metrics\n")
+        gzipped = gzip_accepted(request.headers.get("accept-encoding", ""))
         content_type = CONTENT_TYPE
         try:
-            if path == "/metrics":
-                _, content_type = choose_encoder(environ.get("HTTP_ACCEPT", ""))
-                body = render(
-                    self._collector(environ.get("QUERY_STRING", "")),
-                    openmetrics=content_type.startswith("application/openmetrics-text"),
+            if request.path == "/metrics":
+                _, content_type = choose_encoder(request.headers.get("accept", ""))
+                body = self._metrics(
+                    request.query, content_type.startswith("application/openmetrics-text"), gzipped
                 )
             else:
                 body = self._engines().encode()
+                if gzipped:
+                    body = _gzip(body)
         except Exception:  # logged with its traceback, counted and answered 500: not hidden
-            self._errors.inc(path)
-            log.exception("metrics_scrape_failed", endpoint=path)
-            return _reply(start_response, "500 Internal Server Error", b"scrape failed; see log\n")
-        headers = []
-        if gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING", "")):
-            body = gzip.compress(body, compresslevel=1)
-            headers.append(("Content-Encoding", "gzip"))
-        return _reply(start_response, "200 OK", body, content_type, headers)
+            self._errors.inc(request.path)
+            log.exception("metrics_scrape_failed", endpoint=request.path)
+            return Response(500, b"scrape failed; see log\n")
+        headers = (("Content-Encoding", "gzip"),) if gzipped else ()
+        return Response(200, body, content_type, (*headers, ("Vary", "Accept, Accept-Encoding")))
 
-    def _collector(self, query: str) -> Any:
-        names = parse_qs(query).get("name[]")
-        return self._registry.restricted_registry(names) if names else self._registry
+    def _metrics(self, query: str, openmetrics: bool, gzipped: bool) -> bytes:
+        names = parse_qs(query).get("name[]") if query else None
+        if not names:
+            return self._cache.body(openmetrics, gzipped)
+        body = render(self._registry.restricted_registry(names), openmetrics)  # rare: uncached
+        return _gzip(body) if gzipped else body
 
 
-def _reply(
-    start_response: StartResponse,
-    status: str,
-    body: bytes,
-    content_type: str = "text/plain",
-    extra: list[tuple[str, str]] | None = None,
-) -> list[bytes]:
-    headers = [("Content-Type", content_type), ("Content-Length", str(len(body))), *(extra or [])]
-    start_response(status, headers)
-    return [body]
+def _gzip(body: bytes) -> bytes:
+    return gzip.compress(body, compresslevel=1)
 
 
 class MetricsEndpoint:
     """Serves :class:`MetricsApp` on ``listen`` (``host:port``; port 0 picks one)."""
 
-    def __init__(self, listen: str, app: MetricsApp) -> None:
+    def __init__(self, listen: str, app: MetricsApp, limits: Limits | None = None) -> None:
         host, port = split_host_port(listen)
-        server_class = _IPv6Server if ":" in host else _ThreadingServer
         try:
-            self._server = make_server(
-                host, port, app, server_class=server_class, handler_class=_QuietHandler
-            )
+            self._server = HttpServer(host, port, app, app.blocking, limits)
         except OSError as exc:
             raise BindError(f"cannot serve metrics on {listen}: {exc.strerror or exc}") from exc
-        self.port: int = self._server.server_address[1]
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.5}, name="metrics-http"
-        )
-        self._thread.daemon = True
+        self.port: int = self._server.port
+        self.stats = self._server.stats
 
     def start(self) -> None:
-        self._thread.start()
+        self._server.start()
 
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(5)
+        self._server.close()

@@ -35,10 +35,22 @@ class _OneFamily:
         return [self._family]
 
 
-def render(collector: Any, openmetrics: bool = False) -> bytes:
-    """Every family of ``collector`` (anything with ``collect()``) in the chosen format."""
+def render(
+    collector: Any,
+    openmetrics: bool = False,
+    *,
+    skip: frozenset[str] = frozenset(),
+    eof: bool = True,
+) -> bytes:
+    """Every family of ``collector`` (anything with ``collect()``) in the chosen format.
+
+    Families named in ``skip`` are left out, and ``eof=False`` leaves out OpenMetrics'
+    ``# EOF``: how the cache renders the part of a body that it keeps.
+    """
     parts: list[str] = []
     for family in collector.collect():
+        if family.name in skip:
+            continue
         if _simple(family):
             _render_simple(family, openmetrics, parts)
         elif openmetrics:
@@ -47,7 +59,7 @@ def render(collector: Any, openmetrics: bool = False) -> bytes:
             parts.append(text.removesuffix("# EOF\n"))
         else:
             parts.append(text_encoder(_OneFamily(family)).decode())
-    if openmetrics:
+    if openmetrics and eof:
         parts.append("# EOF\n")
     return "".join(parts).encode()
 

@@ -3,7 +3,8 @@
 Per-GPU series carry only ``gpu`` (NVML index) and ``uuid``; everything descriptive sits on
 ``tunelab_gpu_info``. Values are already in base units (``tunelab.agent.gpu`` converts them).
 Fields the GPU does not support are absent. Values are as fresh as their cadence: see
-``tunelab_agent_sample_age_seconds{source="gpu"}``.
+``tunelab_agent_sample_age_seconds{source="gpu"}``. The energy counter is not here: it is
+served live by ``metrics.energy``.
 """
 
 from __future__ import annotations
@@ -34,7 +35,23 @@ FIELD_FAMILIES: tuple[tuple[Family, str], ...] = (
         gauge("tunelab_gpu_memory_utilization_ratio", "Memory controller busy, 0-1.", *GPU),
         "memory_utilization_ratio",
     ),
-    (gauge("tunelab_gpu_memory_used_bytes", "Framebuffer in use.", *GPU), "memory_used_bytes"),
+    (
+        gauge(
+            "tunelab_gpu_memory_used_bytes",
+            "Framebuffer in use, as nvidia-smi's Used (NVML v2: the driver's reservation is not "
+            "in it; without v2 it is, and memory_reserved is absent).",
+            *GPU,
+        ),
+        "memory_used_bytes",
+    ),
+    (
+        gauge(
+            "tunelab_gpu_memory_reserved_bytes",
+            "Framebuffer the driver reserves for itself (nvidia-smi's Reserved).",
+            *GPU,
+        ),
+        "memory_reserved_bytes",
+    ),
     (gauge("tunelab_gpu_memory_total_bytes", "Framebuffer size.", *GPU), "memory_total_bytes"),
     (gauge("tunelab_gpu_power_watts", "Board power draw.", *GPU), "power_watts"),
     (
@@ -52,14 +69,6 @@ FIELD_FAMILIES: tuple[tuple[Family, str], ...] = (
     (
         gauge("tunelab_gpu_power_max_limit_watts", "Highest settable power limit.", *GPU),
         "power_max_limit_watts",
-    ),
-    (
-        counter(
-            "tunelab_gpu_energy_joules_total",
-            "Energy since the driver loaded (read at the slow cadence: it costs ~4 ms).",
-            *GPU,
-        ),
-        "energy_joules",
     ),
     (
         gauge("tunelab_gpu_temperature_celsius", "GPU core temperature.", *GPU),

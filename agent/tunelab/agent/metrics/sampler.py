@@ -73,6 +73,7 @@ class Sampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.cpu_seconds = 0.0  # CPU time of the sampler thread so far
+        self.generation = 0  # ticks run so far: a cached exposition is stale once this moves
 
     # --- reading the stats (any thread) ---------------------------------------------------------
 
@@ -102,6 +103,7 @@ class Sampler:
             self._run(Cadence.SLOW, self.sources)
             self._next_slow = _advance(self._next_slow, self.slow_interval, now)
         self.cpu_seconds = time.thread_time()
+        self.generation += 1
         return min(self._next_fast, self._next_slow)
 
     def _run(self, cadence: Cadence, sources: Iterable[Source]) -> None:

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from prometheus_client.core import Metric
 
 from tunelab.agent.metrics.families import FamilyCollector, counter, gauge, info
+from tunelab.agent.metrics.http import ServerStats
 from tunelab.agent.metrics.sampler import Sampler
 
 
@@ -64,6 +65,15 @@ class AgentCollector(FamilyCollector):
         counter(
             "tunelab_agent_scrape_errors_total", "Scrapes answered with a server error.", "endpoint"
         ),
+        gauge("tunelab_agent_http_connections", "Open connections to the metrics endpoint."),
+        counter(
+            "tunelab_agent_http_rejected_total",
+            "Connections answered 503: over the endpoint's connection cap.",
+        ),
+        counter(
+            "tunelab_agent_http_timed_out_total",
+            "Connections closed idle, or with a request head that never completed.",
+        ),
     )
 
     def __init__(
@@ -75,12 +85,14 @@ class AgentCollector(FamilyCollector):
         gpu_enabled: bool,
         sampler: Sampler,
         scrape_errors: ScrapeErrors,
+        http_stats: Callable[[], ServerStats | None] = lambda: None,
     ) -> None:
         self._identity = [version, instance_id]
         self._started_at = started_at
         self._gpu_enabled = gpu_enabled
         self._sampler = sampler
         self._scrape_errors = scrape_errors
+        self._http_stats = http_stats
 
     def collect(self) -> Iterable[Metric]:
         out = self.samples()
@@ -99,4 +111,9 @@ class AgentCollector(FamilyCollector):
                 [endpoint],
                 self._scrape_errors.counts().get(endpoint, 0),
             )
+        http = self._http_stats()
+        if http is not None:
+            out.add("tunelab_agent_http_connections", [], http.open)
+            out.add("tunelab_agent_http_rejected_total", [], http.rejected)
+            out.add("tunelab_agent_http_timed_out_total", [], http.timed_out)
         return out.families()

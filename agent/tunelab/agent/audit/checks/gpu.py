@@ -241,6 +241,7 @@ def _stale(
 ) -> tuple[Status, str] | None:
     util = ctx.nvml_read(i, "utilization_ratio")
     used = ctx.nvml_read(i, "memory_used_bytes")
+    reserved = ctx.nvml_read(i, "memory_reserved_bytes")
     uuid = ctx.nvml_read(i, "uuid")
     procs = (
         [p for p in ctx.gpu.compute_processes() if p.gpu_index == i or p.uuid == uuid]
@@ -250,16 +251,19 @@ def _stale(
     evidence += [
         ev(f"nvml utilization_ratio ({label})", util),
         ev(f"nvml memory_used_bytes ({label})", used),
+        ev(f"nvml memory_reserved_bytes ({label})", reserved),
         ev(f"nvml compute processes ({label})", ", ".join(str(p.pid) for p in procs) or "none"),
     ]
     if not isinstance(util, int | float) or not isinstance(used, int):
         return None
-    text = f"{label} util {util:.0%}, {used / 2**20:.0f} MiB used, {len(procs)} process(es)"
-    stale = (
-        util >= ctx.options.stale_utilization
-        and not procs
-        and used < ctx.options.driver_reserved_bytes
-    )
+    if isinstance(reserved, int):  # NVML v2: used is what processes hold, as nvidia-smi shows
+        held = f"{used / 2**20:.0f} MiB used (+{reserved / 2**20:.0f} MiB driver-reserved)"
+        allowance = ctx.options.stale_used_bytes
+    else:  # v1: the driver's reservation is counted as used
+        held = f"{used / 2**20:.0f} MiB used (driver reservation included: no NVML v2)"
+        allowance = ctx.options.driver_reserved_bytes
+    text = f"{label} util {util:.0%}, {held}, {len(procs)} process(es)"
+    stale = util >= ctx.options.stale_utilization and not procs and used < allowance
     return (
         (Status.WARN, text + ": busy with no work (stale driver state)")
         if stale

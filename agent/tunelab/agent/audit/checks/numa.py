@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from tunelab.agent.audit.context import AuditContext
-from tunelab.agent.audit.model import Finding, Remediation, Status, ev, skip
-from tunelab.agent.system import parse_cpu_list
+from tunelab.agent.audit.model import Evidence, Finding, Remediation, Status, ev, skip
+from tunelab.agent.system import format_cpu_list, parse_cpu_list
 
 NODES = "/sys/devices/system/node/online"
 BALANCING = "/proc/sys/kernel/numa_balancing"
@@ -53,7 +53,7 @@ def gpu_locality(ctx: AuditContext) -> Finding:
         node = gpu.attr("numa_node")
         cpus = gpu.attr("local_cpulist")
         evidence += [ev(f"{gpu.sysfs}/numa_node", node), ev(f"{gpu.sysfs}/local_cpulist", cpus)]
-        placed.append(f"{gpu.bdf} node {node} CPUs {cpus}")
+        placed.append(f"{gpu.bdf} node {node} CPUs {_local_cpus(ctx, node, cpus, nodes, evidence)}")
         if node in (None, "-1"):
             unknown.append(gpu.bdf)
     observed = "; ".join(placed)
@@ -67,3 +67,26 @@ def gpu_locality(ctx: AuditContext) -> Finding:
             Remediation(persistent="enable ACPI SRAT/NUMA reporting (BIOS: NPS/SNC setting)"),
         )
     return Finding(Status.PASS, observed, "recorded", evidence)
+
+
+def _local_cpus(
+    ctx: AuditContext,
+    node: str | None,
+    cpus: str | None,
+    nodes: list[int],
+    evidence: list[Evidence],
+) -> str:
+    """The GPU's local CPUs: its own list, else its node's, else all of a one-node host's."""
+    if cpus:
+        return cpus
+    if node not in (None, "-1"):
+        path = f"/sys/devices/system/node/node{node}/cpulist"
+        node_cpus = ctx.system.read_line(path)
+        evidence.append(ev(path, node_cpus))
+        if node_cpus:
+            return f"{node_cpus} (node {node}'s)"
+    if len(nodes) <= 1:
+        online = ctx.system.online_cpus()
+        if online:
+            return f"all ({format_cpu_list(online)}: one NUMA node)"
+    return "not reported (no local_cpulist)"

@@ -2,8 +2,7 @@
 
 MaxReadReq and MaxPayload come from DevCtl in the PCIe capability, ACS from its extended
 capability; both need the full config space (root on the host). Link width and speed come from
-sysfs attributes any user can read. GPUs drop link speed when idle to save power, so speed is
-only judged while the GPU is busy; a narrower link than both ends support is always a fault.
+sysfs attributes any user can read (``checks.pcielink``).
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ from tunelab.agent.audit.pciconfig import (
     Truncated,
     setpci_readrq_command,
 )
-from tunelab.agent.audit.pcitopo import PciFunction, parse_link_speed
+from tunelab.agent.audit.pcitopo import PciFunction
 
 TRUNCATED = (
     "config space truncated to {size} bytes for {bdfs}: reading the PCIe capability needs "
@@ -166,97 +165,6 @@ def max_payload(ctx: AuditContext) -> Finding:
             reboot_required=True,
         ),
     )
-
-
-def _links(ctx: AuditContext, attr: str) -> tuple[list[tuple[str, float, float]], list[Evidence]]:
-    """(hop, current, expected) for every link on every GPU path, each link once."""
-    seen: set[str] = set()
-    links: list[tuple[str, float, float]] = []
-    evidence: list[Evidence] = []
-    for gpu in ctx.pci.gpus:
-        chain = ctx.pci.chain(gpu)
-        for index, func in enumerate(chain):
-            if func.bdf in seen:
-                continue
-            seen.add(func.bdf)
-            parent = chain[index + 1] if index + 1 < len(chain) else None
-            if parent is None and index > 0:
-                continue  # the root port's link is its child's link, already counted
-            current_text = func.attr(f"current_link_{attr}")
-            max_text = func.attr(f"max_link_{attr}")
-            evidence.append(ev(f"{func.sysfs}/current_link_{attr}", current_text))
-            evidence.append(ev(f"{func.sysfs}/max_link_{attr}", max_text))
-            current, top = _value(attr, current_text), _value(attr, max_text)
-            if current is None or top is None:
-                continue
-            if parent is not None:
-                parent_max = _value(attr, parent.attr(f"max_link_{attr}"))
-                if parent_max is not None:
-                    top = min(top, parent_max)
-            hop = func.bdf if parent is None else f"{parent.bdf} > {func.bdf}"
-            links.append((hop, current, top))
-    return links, evidence
-
-
-def _value(attr: str, text: str | None) -> float | None:
-    if attr == "speed":
-        return parse_link_speed(text)
-    try:
-        return float(int(text)) if text and int(text) > 0 else None
-    except ValueError:
-        return None
-
-
-def link_width(ctx: AuditContext) -> Finding:
-    if not ctx.pci.gpus:
-        return skip("no NVIDIA GPU on the PCI bus")
-    links, evidence = _links(ctx, "width")
-    if not links:
-        return skip("no link width attributes (not a PCIe link here)", evidence)
-    narrow = [f"{hop} x{cur:.0f} of x{top:.0f}" for hop, cur, top in links if cur < top]
-    if not narrow:
-        shown = "; ".join(f"{hop} x{cur:.0f}" for hop, cur, _ in links)
-        return Finding(Status.PASS, shown, "every link at the width both ends support", evidence)
-    return Finding(
-        Status.FAIL,
-        "link trained narrower than both ends support: " + "; ".join(narrow),
-        "every link at the width both ends support",
-        evidence,
-        Remediation(
-            persistent="reseat the GPU/riser, check slot bifurcation in the BIOS; width loss "
-            "does not fix itself"
-        ),
-    )
-
-
-def link_speed(ctx: AuditContext) -> Finding:
-    if not ctx.pci.gpus:
-        return skip("no NVIDIA GPU on the PCI bus")
-    links, evidence = _links(ctx, "speed")
-    if not links:
-        return skip("no link speed attributes (not a PCIe link here)", evidence)
-    busy = {gpu.bdf: ctx.gpu_busy(gpu.bdf) for gpu in ctx.pci.gpus}
-    evidence += [ev(f"nvml utilization ({bdf})", b) for bdf, b in busy.items()]
-    slow = [f"{hop} {cur:g} of {top:g} GT/s" for hop, cur, top in links if cur < top]
-    shown = "; ".join(f"{hop} {cur:g} GT/s" for hop, cur, _ in links)
-    if not slow:
-        return Finding(Status.PASS, shown, "every link at the speed both ends support", evidence)
-    if any(busy.values()):
-        return Finding(
-            Status.WARN,
-            "link below its speed while the GPU is busy: " + "; ".join(slow),
-            "full speed under load",
-            evidence,
-            Remediation(
-                persistent="check the BIOS PCIe generation setting and riser/retimer firmware"
-            ),
-        )
-    why = (
-        "GPU idle: links downshift to save power"
-        if busy and all(b is False for b in busy.values())
-        else "GPU load unknown (no NVML): re-run under load to judge"
-    )
-    return Finding(Status.PASS, f"{'; '.join(slow)} ({why})", "full speed under load", evidence)
 
 
 def acs(ctx: AuditContext) -> Finding:
