@@ -240,7 +240,7 @@ class MetricsScraper:
             return summary.summary() if summary else None
 
 
-COUNTER_MOVES_NEEDED = 2  # the agent reads the energy counter every ~15 s: short runs miss it
+COUNTER_MOVES_NEEDED = 2  # the agent reads the counter every 1 s on a busy GPU (15 s when idle)
 
 
 def benchmark_energy(
