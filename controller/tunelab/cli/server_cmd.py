@@ -11,9 +11,11 @@ import grpc
 
 from tunelab.cli.common import (
     EXIT_FAILED,
+    EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_USAGE,
     CliError,
+    PipedLog,
     add_agent_args,
     agent_channel,
     call,
@@ -115,15 +117,33 @@ def cmd_start(args: argparse.Namespace) -> int:
         lambda: stub.StartServer(
             agent_pb2.StartServerRequest(id=args.id or "", spec=spec), timeout=UNARY_TIMEOUT
         ),
+        daemon="agent",
+        timeout=UNARY_TIMEOUT,
     )
     server = response.server
     if args.wait:
         server = _wait_ready(stub, args, server)
-    if args.json:
+    return _report(server, args.json)
+
+
+def _report(server: server_pb2.Server, as_json: bool) -> int:
+    if as_json:
         print_json(server_json(server))
     else:
         _print_summary(server)
     return EXIT_FAILED if server.state in FAILED_STATES else EXIT_OK
+
+
+def cmd_wait(args: argparse.Namespace) -> int:
+    """Follow a server that is starting (again, e.g. after Ctrl-C) until READY or FAILED."""
+    stub = _stub(args)
+    server = call(
+        args.agent,
+        lambda: stub.GetServer(agent_pb2.GetServerRequest(id=args.id), timeout=UNARY_TIMEOUT),
+        daemon="agent",
+        timeout=UNARY_TIMEOUT,
+    ).server
+    return _report(_wait_ready(stub, args, server), args.json)
 
 
 def _wait_ready(
@@ -131,6 +151,24 @@ def _wait_ready(
 ) -> server_pb2.Server:
     """Follow WatchServer until READY or terminal, reconnecting if the stream drops."""
     view = ServerProgressView(enabled=is_terminal() and not args.json)
+    last = server
+    try:
+        return _follow(stub, args, view, last)
+    except KeyboardInterrupt:
+        name = last.spec.name or last.id
+        raise CliError(
+            f"stopped following; {name} goes on starting on the agent. Follow it again with: "
+            f"tunelab server wait --agent {args.agent} {name} (or server stop to end it)",
+            EXIT_INTERRUPTED,
+        ) from None
+
+
+def _follow(
+    stub: agent_pb2_grpc.AgentStub,
+    args: argparse.Namespace,
+    view: ServerProgressView,
+    server: server_pb2.Server,
+) -> server_pb2.Server:
     last = server
     with view:
         while True:
@@ -144,7 +182,7 @@ def _wait_ready(
                         return last
                 return last
             except grpc.RpcError as exc:
-                error = rpc_error(exc, args.agent)
+                error = rpc_error(exc, args.agent, daemon="agent")
                 if exc.code() != grpc.StatusCode.UNAVAILABLE:
                     raise error from exc
                 time.sleep(1.0)  # the agent restarted: re-attach to the same server
@@ -174,6 +212,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
         lambda: stub.ListServers(
             agent_pb2.ListServersRequest(include_finished=args.all), timeout=UNARY_TIMEOUT
         ),
+        daemon="agent",
+        timeout=UNARY_TIMEOUT,
     )
     rows = [server_json(s) for s in response.servers]
     if args.json:
@@ -208,6 +248,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     response = call(
         args.agent,
         lambda: stub.GetServer(agent_pb2.GetServerRequest(id=args.id), timeout=UNARY_TIMEOUT),
+        daemon="agent",
+        timeout=UNARY_TIMEOUT,
     )
     server = response.server
     if args.json:
@@ -218,7 +260,10 @@ def cmd_status(args: argparse.Namespace) -> int:
             p = server.progress
             print(f"  {p.label}: {p.done}/{p.total}")
         if server.state not in FAILED_STATES:
-            print(f"  {server.message}")
+            if server.message:
+                print(f"  {server.message}")
+            for tail in server.log_tail:  # failed servers print theirs in the summary
+                print(f"  | {tail}")
     return EXIT_FAILED if server.state in FAILED_STATES else EXIT_OK
 
 
@@ -227,7 +272,19 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_logs(args: argparse.Namespace) -> int:
     stub = _stub(args)
+    try:
+        return _stream_logs(stub, args)
+    except KeyboardInterrupt:
+        raise CliError(
+            f"stopped following; the server goes on (tunelab server status --agent {args.agent} "
+            f"{args.id})",
+            EXIT_INTERRUPTED,
+        ) from None
+
+
+def _stream_logs(stub: agent_pb2_grpc.AgentStub, args: argparse.Namespace) -> int:
     out = sys.stdout.buffer
+    lines = PipedLog(terminal=is_terminal())
     offset = 0
     tail = args.tail
     while True:
@@ -238,7 +295,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
             request.offset = offset
         try:
             for chunk in stub.StreamLogs(request):
-                out.write(chunk.data)
+                out.write(lines.convert(chunk.data))
                 out.flush()
                 offset = chunk.offset + len(chunk.data)
                 if chunk.eof:
@@ -246,7 +303,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
             return EXIT_OK
         except grpc.RpcError as exc:
             if not args.follow or exc.code() != grpc.StatusCode.UNAVAILABLE:
-                raise rpc_error(exc, args.agent) from exc
+                raise rpc_error(exc, args.agent, daemon="agent") from exc
             tail = None  # resume exactly where the stream broke
             time.sleep(1.0)
 
@@ -260,6 +317,8 @@ def cmd_stop(args: argparse.Namespace) -> int:
     current = call(
         args.agent,
         lambda: stub.GetServer(agent_pb2.GetServerRequest(id=args.id), timeout=UNARY_TIMEOUT),
+        daemon="agent",
+        timeout=UNARY_TIMEOUT,
     ).server
     budget = (grace or current.spec.stop_grace_seconds or 30.0) + 90.0
     response = call(
@@ -267,6 +326,8 @@ def cmd_stop(args: argparse.Namespace) -> int:
         lambda: stub.StopServer(
             agent_pb2.StopServerRequest(id=args.id, grace_seconds=grace), timeout=budget
         ),
+        daemon="agent",
+        timeout=budget,
     )
     server = response.server
     if args.json:
@@ -300,19 +361,30 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     start.add_argument("--grace", default="30s", help="SIGTERM grace on stop (default 30s)")
     start.add_argument("--wait", action="store_true", help="follow the load until READY or FAILED")
     start.add_argument("--json", action="store_true", help="print one JSON object")
-    start.add_argument("argv", nargs=argparse.REMAINDER, help="-- the server's argv")
+    start.add_argument(
+        "argv",
+        nargs=argparse.REMAINDER,
+        help="-- the server's argv; a relative program path is resolved on the agent, so give "
+        "an absolute one, a name on the agent's PATH, or {python} for the agent's own Python",
+    )
     start.set_defaults(handler=cmd_start)
+
+    wait = ssub.add_parser("wait", help="follow a starting server until READY or FAILED")
+    add_agent_args(wait)
+    wait.add_argument("id", help="server id or name")
+    wait.add_argument("--json", action="store_true", help="print one JSON object")
+    wait.set_defaults(handler=cmd_wait)
 
     ls = ssub.add_parser("ls", help="list servers")
     add_agent_args(ls)
     ls.add_argument("--all", action="store_true", help="include stopped and failed servers")
-    ls.add_argument("--json", action="store_true")
+    ls.add_argument("--json", action="store_true", help="print a JSON list")
     ls.set_defaults(handler=cmd_ls)
 
     status = ssub.add_parser("status", help="one server's state, progress and last log lines")
     add_agent_args(status)
     status.add_argument("id", help="server id or name")
-    status.add_argument("--json", action="store_true")
+    status.add_argument("--json", action="store_true", help="print one JSON object")
     status.set_defaults(handler=cmd_status)
 
     logs = ssub.add_parser("logs", help="print a server's log")
@@ -326,5 +398,5 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_agent_args(stop)
     stop.add_argument("id", help="server id or name")
     stop.add_argument("--grace", help="override the SIGTERM grace period")
-    stop.add_argument("--json", action="store_true")
+    stop.add_argument("--json", action="store_true", help="print one JSON object")
     stop.set_defaults(handler=cmd_stop)

@@ -141,4 +141,14 @@ def test_a_waiting_queue_says_why(store: SqliteStore) -> None:
     host(store, "big", 8)
     store.update_host("big", drain=True)
     Scheduler(store).pass_once()
-    assert store.get_experiment(ids[0]).message == "waiting for a free host"  # type: ignore[union-attr]
+    assert store.get_experiment(ids[0]).message == (  # type: ignore[union-attr]
+        "waiting: no matching host can take runs now: big DRAINING (tunelab hosts ls)"
+    )
+    store.update_host(
+        "big", drain=False, state=HostState.UNREACHABLE, state_reason="connection refused"
+    )
+    Scheduler(store).pass_once()
+    assert store.get_experiment(ids[0]).message == (  # type: ignore[union-attr]
+        "waiting: no matching host can take runs now: big UNREACHABLE (connection refused) "
+        "(tunelab hosts ls)"
+    )
