@@ -15,7 +15,7 @@ from tunelab.controller.store.models import selector_key
 SPEC = """
 name: s
 host: {labels: {pool: a}, gpus: GPUS}
-server: {command: [sim], ready: {model: m}}
+server: {command: [sim], flags: {--port: "{port}"}, ready: {model: m}}
 benchmark: {concurrency: [1], requests: 5}
 repeat: N
 """
