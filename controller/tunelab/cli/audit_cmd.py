@@ -113,9 +113,12 @@ def _direct(args: argparse.Namespace, only: list[str]) -> audit_pb2.AuditReport:
 
 def run(args: argparse.Namespace) -> int:
     args.agent_given = args.agent is not None
-    args.agent = with_default_port(
-        args.agent or os.environ.get("TUNELAB_AGENT", DEFAULT_AGENT), AGENT_PORT
-    )
+    try:
+        args.agent = with_default_port(
+            args.agent or os.environ.get("TUNELAB_AGENT", DEFAULT_AGENT), AGENT_PORT
+        )
+    except ValueError as exc:
+        raise CliError(f"--agent: {exc}", EXIT_USAGE) from None
     if args.host and args.agent_given:
         raise CliError("give a HOST known to the controller or --agent ADDR, not both", EXIT_USAGE)
     only = [part.strip() for value in args.only for part in value.split(",") if part.strip()]

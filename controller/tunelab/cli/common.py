@@ -14,6 +14,7 @@ Exit codes, the same for every command (README "Exit codes"):
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import os
 import sys
@@ -23,7 +24,7 @@ from typing import Any, TypeVar
 import grpc
 
 from tunelab.cli.userconfig import load_user_config
-from tunelab.common.auth import AuthConfigError, ClientAuth
+from tunelab.common.auth import AuthConfigError, ClientAuth, split_host_port
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # the server, experiment or check failed
@@ -50,17 +51,42 @@ class CliError(Exception):
 def with_default_port(address: str, port: int) -> str:
     """``localhost`` → ``localhost:50051``: a bare host gets the daemon's default port.
 
-    gRPC would otherwise dial 443 for a name without a port; ``[v6]`` and ``v6::addr`` forms keep
-    their brackets.
+    gRPC would otherwise dial 443 for a name without a port. Raises ValueError for what is no
+    address at all (``::::``, ``[::1``), naming the expected form.
     """
     text = address.strip()
-    if not text:
-        return text
+    if text.startswith("[") and "]" not in text:
+        raise ValueError(f"expected [IPv6][:PORT], got {address!r}")
     if text.startswith("["):
-        return text if "]:" in text else f"{text}:{port}"
-    if text.count(":") > 1:  # a bare IPv6 address
-        return f"[{text}]:{port}"
-    return text if ":" in text else f"{text}:{port}"
+        full = text if "]:" in text else f"{text}:{port}"
+    elif text.count(":") > 1:  # a bare IPv6 address
+        full = f"[{text}]:{port}"
+    else:
+        full = text if ":" in text else f"{text}:{port}"
+    host, _ = split_host_port(full)
+    if not host or (":" in host and not _is_ipv6(host)) or any(c in host for c in "[] /\\"):
+        raise ValueError(f"expected HOST[:PORT] or [IPv6][:PORT], got {address!r}")
+    return full
+
+
+def _is_ipv6(text: str) -> bool:
+    try:
+        ipaddress.IPv6Address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _address_type(port: int) -> Callable[[str], str]:
+    """An argparse ``type`` that adds the default port and rejects what is not an address."""
+
+    def parse(text: str) -> str:
+        try:
+            return with_default_port(text, port)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
 
 
 def add_auth_args(parser: argparse.ArgumentParser) -> None:
@@ -74,7 +100,7 @@ def add_agent_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--agent",
         default=os.environ.get("TUNELAB_AGENT", DEFAULT_AGENT),
-        type=lambda text: with_default_port(text, AGENT_PORT),
+        type=_address_type(AGENT_PORT),
         help=f"agent address HOST[:PORT] (default $TUNELAB_AGENT or {DEFAULT_AGENT}; "
         f"port {AGENT_PORT} when omitted)",
     )
@@ -111,7 +137,10 @@ def controller_target(args: argparse.Namespace) -> tuple[str, ClientAuth]:
         )
     except AuthConfigError as exc:
         raise CliError(str(exc), EXIT_USAGE) from exc
-    return with_default_port(address or DEFAULT_CONTROLLER, CONTROLLER_PORT), auth
+    try:
+        return with_default_port(address or DEFAULT_CONTROLLER, CONTROLLER_PORT), auth
+    except ValueError as exc:
+        raise CliError(f"controller address: {exc}", EXIT_USAGE) from None
 
 
 def client_auth(args: argparse.Namespace) -> ClientAuth:
@@ -160,7 +189,7 @@ def _unreachable(details: str, daemon: str, target: str) -> str:
             f"{target} speaks HTTP/1, not gRPC: it is not a tunelab {daemon} "
             f"(check {_WHERE[daemon]})"
         )
-    reason = details.rsplit(": ", 1)[-1].strip() or details  # "...: Connection refused"
+    reason = details.rsplit(": ", 1)[-1].strip(" []") or details  # "...: Connection refused"
     return (
         f"cannot reach the {daemon} at {target}: {reason} "
         f"(is `{_START[daemon]}` running there? address from {_WHERE[daemon]})"

@@ -359,8 +359,9 @@ def cmd_logs(args: argparse.Namespace) -> int:
     )
     out = sys.stdout.buffer
     lines = PipedLog(terminal=is_terminal())
+    stream = stub.StreamExperimentLogs(request)
     try:
-        for chunk in stub.StreamExperimentLogs(request):
+        for chunk in stream:
             out.write(lines.convert(chunk.data))
             out.flush()
     except grpc.RpcError as exc:
@@ -369,6 +370,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
         raise CliError(
             f"stopped following; the run goes on (tunelab wait {args.id})", EXIT_INTERRUPTED
         ) from None
+    finally:
+        stream.cancel()  # an open stream keeps the process alive at exit
     return EXIT_OK
 
 

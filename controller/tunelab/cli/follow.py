@@ -45,10 +45,14 @@ def wait_for(
             while True:
                 try:
                     request = controller_pb2.WatchExperimentRequest(ids=ids)
-                    for update in stub.WatchExperiment(request):
-                        view.connected()
-                        latest[update.experiment.id] = update.experiment
-                        view.update(update.experiment)
+                    stream = stub.WatchExperiment(request)
+                    try:
+                        for update in stream:
+                            view.connected()
+                            latest[update.experiment.id] = update.experiment
+                            view.update(update.experiment)
+                    finally:
+                        stream.cancel()  # an open stream keeps the process alive at exit
                     if len(latest) == len(ids) and all(
                         state_name(e.state) in TERMINAL for e in latest.values()
                     ):

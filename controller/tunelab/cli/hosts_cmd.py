@@ -22,7 +22,7 @@ from tunelab.cli.common import (
     print_json,
     with_default_port,
 )
-from tunelab.common.auth import AuthConfigError, read_token, split_host_port
+from tunelab.common.auth import AuthConfigError, read_token
 from tunelab.v1 import controller_pb2, controller_pb2_grpc
 
 TIMEOUT = 15.0
@@ -62,9 +62,8 @@ def _labels(values: list[str]) -> dict[str, str]:
 
 
 def cmd_add(args: argparse.Namespace) -> int:
-    args.address = with_default_port(args.address, AGENT_PORT)
     try:
-        split_host_port(args.address)
+        args.address = with_default_port(args.address, AGENT_PORT)
     except ValueError as exc:
         raise CliError(f"ADDR: {exc}", EXIT_USAGE) from None
     try:

@@ -102,11 +102,7 @@ def _silence_stdout() -> None:
         pass
 
 
-def main(argv: list[str] | None = None) -> int:
-    args_list = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
-    args = parser.parse_args(args_list)
-    debug = bool(getattr(args, "debug", False) or os.environ.get("TUNELAB_DEBUG"))
+def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.command is None:  # a bare `tunelab`: the overview, not an error
         parser.print_help()
         return EXIT_OK
@@ -114,16 +110,24 @@ def main(argv: list[str] | None = None) -> int:
     if handler is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    code: int = handler(args)
+    sys.stdout.flush()
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args_list or bool(os.environ.get("TUNELAB_DEBUG"))
     try:
-        code: int = handler(args)
-        sys.stdout.flush()
+        parser = build_parser()
+        return _run(parser, parser.parse_args(args_list))
     except CliError as exc:
         print(f"tunelab: {exc}", file=sys.stderr)
         return exc.code
     except KeyboardInterrupt:
         print("tunelab: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except BrokenPipeError:
+    except BrokenPipeError:  # `tunelab ... | head`: the reader has all it wanted
         _silence_stdout()
         return EXIT_PIPE
     except Exception as exc:  # the last line of defence: a bug, reported as one line + its trace
@@ -137,7 +141,6 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_FAILED
-    return code
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from tunelab.common.durations import format_duration, parse_duration
 from tunelab.v1 import agent_pb2, agent_pb2_grpc, server_pb2
 
 UNARY_TIMEOUT = 15.0
+STATUS_LOG_LINES = 5
 FAILED_STATES = {server_pb2.SERVER_STATE_FAILED, server_pb2.SERVER_STATE_KILL_FAILED}
 
 
@@ -173,13 +174,18 @@ def _follow(
     with view:
         while True:
             try:
-                for update in stub.WatchServer(agent_pb2.WatchServerRequest(id=server.id)):
-                    last = update.server
-                    view.update(last)
-                    if last.state == server_pb2.SERVER_STATE_READY or last.state in FAILED_STATES:
-                        return last
-                    if last.state in (server_pb2.SERVER_STATE_STOPPED,):
-                        return last
+                stream = stub.WatchServer(agent_pb2.WatchServerRequest(id=server.id))
+                try:
+                    for update in stream:
+                        last = update.server
+                        view.update(last)
+                        if last.state in FAILED_STATES or last.state in (
+                            server_pb2.SERVER_STATE_READY,
+                            server_pb2.SERVER_STATE_STOPPED,
+                        ):
+                            return last
+                finally:
+                    stream.cancel()  # an open stream keeps the process alive at exit
                 return last
             except grpc.RpcError as exc:
                 error = rpc_error(exc, args.agent, daemon="agent")
@@ -259,12 +265,30 @@ def cmd_status(args: argparse.Namespace) -> int:
         if server.HasField("progress") and server.state != server_pb2.SERVER_STATE_READY:
             p = server.progress
             print(f"  {p.label}: {p.done}/{p.total}")
-        if server.state not in FAILED_STATES:
+        if server.state not in FAILED_STATES:  # failed ones printed their log tail above
             if server.message:
                 print(f"  {server.message}")
-            for tail in server.log_tail:  # failed servers print theirs in the summary
+            for tail in list(server.log_tail) or _last_lines(stub, args, server.id):
                 print(f"  | {tail}")
     return EXIT_FAILED if server.state in FAILED_STATES else EXIT_OK
+
+
+def _last_lines(
+    stub: agent_pb2_grpc.AgentStub, args: argparse.Namespace, server_id: str
+) -> list[str]:
+    """The log's last lines (a live server's reply carries none), one per progress redraw."""
+    request = agent_pb2.StreamLogsRequest(server_id=server_id, tail_lines=STATUS_LOG_LINES)
+    data = b"".join(
+        chunk.data
+        for chunk in call(
+            args.agent,
+            lambda: list(stub.StreamLogs(request, timeout=UNARY_TIMEOUT)),
+            daemon="agent",
+            timeout=UNARY_TIMEOUT,
+        )
+    )
+    text = PipedLog(terminal=False).convert(data).decode("utf-8", errors="replace")
+    return [line for line in text.splitlines() if line.strip()][-STATUS_LOG_LINES:]
 
 
 # --- logs ------------------------------------------------------------------------------------
@@ -293,8 +317,9 @@ def _stream_logs(stub: agent_pb2_grpc.AgentStub, args: argparse.Namespace) -> in
             request.tail_lines = tail
         else:
             request.offset = offset
+        stream = stub.StreamLogs(request)
         try:
-            for chunk in stub.StreamLogs(request):
+            for chunk in stream:
                 out.write(lines.convert(chunk.data))
                 out.flush()
                 offset = chunk.offset + len(chunk.data)
@@ -306,6 +331,8 @@ def _stream_logs(stub: agent_pb2_grpc.AgentStub, args: argparse.Namespace) -> in
                 raise rpc_error(exc, args.agent, daemon="agent") from exc
             tail = None  # resume exactly where the stream broke
             time.sleep(1.0)
+        finally:
+            stream.cancel()  # an open stream keeps the process alive at exit
 
 
 # --- stop ------------------------------------------------------------------------------------
