@@ -27,7 +27,7 @@ from tunelab.cli.common import (
 )
 from tunelab.cli.compare_view import render_compare_csv, render_compare_table
 from tunelab.cli.follow import follow_hint, resolve, wait_for
-from tunelab.common.durations import format_duration
+from tunelab.cli.show_view import render_show
 from tunelab.v1 import controller_pb2, controller_pb2_grpc
 
 TIMEOUT = 30.0
@@ -242,72 +242,6 @@ def print_table(table: Sequence[Sequence[str]]) -> None:
         print("  ".join(c.ljust(widths[i]) for i, c in enumerate(row)).rstrip())
 
 
-def _num(value: Any, digits: int = 1) -> str:
-    return "-" if value is None else f"{float(value):,.{digits}f}"
-
-
-def _spec_lines(spec: dict[str, Any]) -> list[str]:
-    """The spec as README promises ``show`` prints it: the command line, readiness, benchmark."""
-    from tunelab.controller.spec.render import server_argv
-
-    server, bench = spec.get("server", {}), spec.get("benchmark", {})
-    ready = server.get("ready", {})
-    lines = [f"  server: {' '.join(server_argv(spec))}"]
-    env = " ".join(f"{k}={v}" for k, v in server.get("env", {}).items())
-    lines.append(
-        f"    port {server.get('port')}, ready {ready.get('path')}"
-        + (f" with model {ready['model']}" if ready.get("model") else "")
-        + f" within {format_duration(float(ready.get('timeout') or 0))}"
-        + (f", env {env}" if env else "")
-    )
-    if bench.get("kind") == "command":
-        lines.append(f"  benchmark: {' '.join(bench.get('command', []))}")
-    else:
-        load = (
-            f"c={','.join(str(c) for c in bench.get('concurrency') or [])}"
-            if bench.get("concurrency")
-            else f"rate {bench.get('rate')}/s"
-        )
-        size = (
-            f"{bench['requests']} requests"
-            if bench.get("requests")
-            else f"{format_duration(float(bench.get('duration') or 0))}"
-        )
-        lines.append(
-            f"  benchmark: {bench.get('api', 'completions')} {load}, {size} per point, "
-            f"input {bench.get('input_len')}, output {bench.get('output_len')} tokens"
-        )
-    return lines
-
-
-def _gpu_line(gpu: dict[str, Any]) -> str:
-    """The attempt's GPU figures, or why there are none (never a silent ``-``)."""
-    failed = int(gpu.get("scrape_errors") or 0)
-    url = gpu.get("metrics_url") or "the host's metrics URL"
-    if failed and not gpu.get("samples"):
-        return (
-            f"    GPU: no figures: all {failed} scrape(s) of {url} failed "
-            f"({gpu.get('last_scrape_error') or 'no reason'}); fix it with "
-            "tunelab hosts add NAME ADDR --replace --metrics-url URL"
-        )
-    if not gpu.get("samples"):
-        return "    GPU: no figures (the controller scraped no /metrics during the attempt)"
-    if not gpu.get("gpus"):
-        return (
-            f"    GPU: no figures: {url} has no tunelab_gpu_* series "
-            f"({gpu['samples']} scrapes; an agent without an NVIDIA driver?)"
-        )
-    joules = gpu.get("benchmark_energy_used_joules")
-    tpj = gpu.get("tokens_per_joule")
-    line = (
-        f"    GPU: {_num(gpu.get('mean_power_watts_total'))} W mean (sum), "
-        f"{_num(joules, 0)} J while benchmarking "
-        f"({gpu.get('benchmark_energy_source', 'no energy figure')}), "
-        f"{_num(tpj, 3)} tok/J over {gpu['samples']} scrapes"
-    )
-    return line + (f"; {failed} scrape(s) failed" if failed else "")
-
-
 def cmd_show(args: argparse.Namespace) -> int:
     target, stub = stub_for(args)
     request = controller_pb2.GetExperimentRequest(id=args.id)
@@ -318,31 +252,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.json:
         print_json(data)
         return EXIT_OK
-    print(f"{data['id']}  {data['name']}  {data['state']}  (group {data['group']})")
-    print(f"  varied: {data['varied'] or 'baseline'}   host: {data['host_selector']}")
-    if data["spec"]:
-        for line in _spec_lines(data["spec"]):
-            print(line)
-    if data["message"]:
-        print(f"  {data['message']}")
-    for a in data["attempts"]:
-        gpus = ",".join(str(g) for g in a["gpus"]) or "all"
-        head = f"  attempt {a['number']} {a['id']} on {a['host']} (GPUs {gpus})"
-        print(f"{head}: {a['state']}" + (f": {a['message']}" if a["message"] else ""))
-        for point in (a["result"] or {}).get("points", []):
-            where = (
-                f"c={point['concurrency']}"
-                if point.get("concurrency")
-                else f"rate={point.get('request_rate')}"
-            )
-            print(
-                f"    {where}: {_num(point.get('output_throughput'))} tok/s, "
-                f"TTFT p50 {_num(point.get('median_ttft_ms'))} ms, "
-                f"TPOT p50 {_num(point.get('median_tpot_ms'), 2)} ms, "
-                f"{point.get('completed', 0)} ok, {point.get('failed', 0)} failed"
-            )
-        if a["state"] not in ("QUEUED", "DISPATCHING", "CANCELLED"):
-            print(_gpu_line(a["gpu_summary"] or {}))
+    sys.stdout.write(render_show(data))
     return EXIT_FAILED if data["state"] == "FAILED" else EXIT_OK
 
 

@@ -90,6 +90,17 @@ def _stub(args: argparse.Namespace) -> agent_pb2_grpc.AgentStub:
     return agent_pb2_grpc.AgentStub(agent_channel(args))
 
 
+def _get(stub: agent_pb2_grpc.AgentStub, args: argparse.Namespace) -> server_pb2.Server:
+    """The server ``args.id`` names (an id or a name), as the agent has it now."""
+    request = agent_pb2.GetServerRequest(id=args.id)
+    return call(
+        args.agent,
+        lambda: stub.GetServer(request, timeout=UNARY_TIMEOUT),
+        daemon="agent",
+        timeout=UNARY_TIMEOUT,
+    ).server
+
+
 # --- start ---------------------------------------------------------------------------------
 
 
@@ -138,13 +149,7 @@ def _report(server: server_pb2.Server, as_json: bool) -> int:
 def cmd_wait(args: argparse.Namespace) -> int:
     """Follow a server that is starting (again, e.g. after Ctrl-C) until READY or FAILED."""
     stub = _stub(args)
-    server = call(
-        args.agent,
-        lambda: stub.GetServer(agent_pb2.GetServerRequest(id=args.id), timeout=UNARY_TIMEOUT),
-        daemon="agent",
-        timeout=UNARY_TIMEOUT,
-    ).server
-    return _report(_wait_ready(stub, args, server), args.json)
+    return _report(_wait_ready(stub, args, _get(stub, args)), args.json)
 
 
 def _wait_ready(
@@ -251,13 +256,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     stub = _stub(args)
-    response = call(
-        args.agent,
-        lambda: stub.GetServer(agent_pb2.GetServerRequest(id=args.id), timeout=UNARY_TIMEOUT),
-        daemon="agent",
-        timeout=UNARY_TIMEOUT,
-    )
-    server = response.server
+    server = _get(stub, args)
     if args.json:
         print_json(server_json(server))
     else:
@@ -341,12 +340,7 @@ def _stream_logs(stub: agent_pb2_grpc.AgentStub, args: argparse.Namespace) -> in
 def cmd_stop(args: argparse.Namespace) -> int:
     stub = _stub(args)
     grace = _duration("--grace", args.grace) if args.grace else 0.0
-    current = call(
-        args.agent,
-        lambda: stub.GetServer(agent_pb2.GetServerRequest(id=args.id), timeout=UNARY_TIMEOUT),
-        daemon="agent",
-        timeout=UNARY_TIMEOUT,
-    ).server
+    current = _get(stub, args)
     budget = (grace or current.spec.stop_grace_seconds or 30.0) + 90.0
     response = call(
         args.agent,
