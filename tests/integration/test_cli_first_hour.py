@@ -165,8 +165,9 @@ def test_4_a_long_failure_reason_is_printed_whole(lab: Lab) -> None:
 
 
 def test_5_a_wrong_metrics_url_is_named_in_show(lab: Lab) -> None:
-    lab.run("hosts", "add", "local", lab.agent.address, "--label", "pool=first", "--replace",
-            "--metrics-url", f"http://{DEAD}/metrics")  # fmt: skip
+    added = lab.run("hosts", "add", "local", lab.agent.address, "--label", "pool=first",
+                    "--replace", "--metrics-url", f"http://{DEAD}/metrics")  # fmt: skip
+    assert f"GPU figures from http://{DEAD}/metrics (--metrics-url to change it)" in added.stdout
     try:
         spec = lab.spec("nogpu", **{"benchmark.requests": 16, "benchmark.output_len": 32})
         assert lab.run("submit", str(spec), "--wait").returncode == 0

@@ -84,13 +84,17 @@ def cmd_add(args: argparse.Namespace) -> int:
         print_json(host_json(host))
     else:
         print(f"added {host.name} ({host.address}); the controller polls it now")
+        # GPU figures come from this URL: a wrong one must not look like "no GPU" later
+        print(f"  GPU figures from {host.metrics_url} (--metrics-url to change it)")
     return EXIT_OK
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
     target, stub = stub_for(args)
     hosts = call(
-        target, lambda: stub.ListHosts(controller_pb2.ListHostsRequest(), timeout=TIMEOUT)
+        target,
+        lambda: stub.ListHosts(controller_pb2.ListHostsRequest(), timeout=TIMEOUT),
+        timeout=TIMEOUT,
     ).hosts
     rows = [host_json(h) for h in hosts]
     if args.json:
@@ -129,7 +133,7 @@ def _drain(args: argparse.Namespace, drain: bool) -> int:
     request = controller_pb2.SetHostDrainRequest(
         name=args.name, drain=drain, clear_quarantine=not drain
     )
-    host = call(target, lambda: stub.SetHostDrain(request, timeout=TIMEOUT)).host
+    host = call(target, lambda: stub.SetHostDrain(request, timeout=TIMEOUT), timeout=TIMEOUT).host
     data = host_json(host)
     if getattr(args, "json", False):
         print_json(data)
@@ -146,6 +150,7 @@ def cmd_rm(args: argparse.Namespace) -> int:
     call(
         target,
         lambda: stub.RemoveHost(controller_pb2.RemoveHostRequest(name=args.name), timeout=TIMEOUT),
+        timeout=TIMEOUT,
     )
     print(f"removed {args.name}")
     return EXIT_OK
@@ -155,7 +160,9 @@ def cmd_export_targets(args: argparse.Namespace) -> int:
     """Prometheus file_sd: one target group per host, its agent's metrics address."""
     target, stub = stub_for(args)
     hosts = call(
-        target, lambda: stub.ListHosts(controller_pb2.ListHostsRequest(), timeout=TIMEOUT)
+        target,
+        lambda: stub.ListHosts(controller_pb2.ListHostsRequest(), timeout=TIMEOUT),
+        timeout=TIMEOUT,
     ).hosts
     groups = []
     for host in hosts:
