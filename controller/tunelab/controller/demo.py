@@ -109,7 +109,8 @@ def _tunelab(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str
     return result
 
 
-def main() -> int:
+def main(fast_polls: bool = True) -> int:
+    """Run the demo; ``fast_polls=False`` keeps the controller's default cadence (benchmarks)."""
     workdir = Path(tempfile.mkdtemp(prefix="tunelab-demo-"))
     agent, controller = f"127.0.0.1:{_free_port()}", f"127.0.0.1:{_free_port()}"
     agent_metrics, controller_metrics = _free_port(), _free_port()
@@ -132,8 +133,8 @@ def main() -> int:
     )
     controller_argv += ["--db", str(workdir / "controller.db")]
     controller_argv += ["--metrics-listen", f"127.0.0.1:{controller_metrics}"]
-    # one local host: poll it and its attempts often, so no step waits out a production cadence
-    controller_argv += ["--host-poll-interval", "0.5s", "--attempt-poll-interval", "0.25s"]
+    if fast_polls:  # one local host: poll it and its attempts often, not at a lab's cadence
+        controller_argv += ["--host-poll-interval", "0.5s", "--attempt-poll-interval", "0.25s"]
     code = 0
     with ExitStack() as stack:
         _say("start a local agent and a controller (SQLite in a temporary directory)")
