@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import sysconfig
+import time
 import zipfile
 from pathlib import Path
 
@@ -91,6 +93,12 @@ def test_installed_bench_against_sim_server_from_a_hostile_folder(
         cwd=hostile_cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:
+        deadline = time.monotonic() + 30  # under load the simulator takes a while to listen
+        while time.monotonic() < deadline and sim.poll() is None:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)
         bench = subprocess.run(
             [str(bin_dir / "tunelab"), "bench", "--url", f"http://127.0.0.1:{port}", "--model",
              "m", "--concurrency", "2", "--requests", "4", "--input-len", "8", "--output-len",
