@@ -326,4 +326,4 @@ def test_audit_a_host_through_the_controller_matches_the_agent(lab: Lab) -> None
     assert checks == [c["id"] for c in json.loads(direct.stdout)["checks"]]
     assert "cpu.governor" in checks and "gpu.power_limit" in checks
     unknown = controller.cli("audit", "no-such-host")
-    assert unknown.returncode == 1 and "no host 'no-such-host'" in unknown.stderr
+    assert unknown.returncode == 4 and "no host 'no-such-host'" in unknown.stderr  # not found

@@ -40,7 +40,7 @@ class System:
         return self.root / host_path.lstrip("/")
 
     def exists(self, host_path: str) -> bool:
-        return self.path(host_path).exists()
+        return self.path(host_path).exists() or host_path in self._node_record
 
     def read_text(self, host_path: str) -> str | None:
         """File contents, or None when it does not exist or cannot be read."""
@@ -70,11 +70,23 @@ class System:
             return None
 
     def listdir(self, host_path: str) -> list[str]:
-        """Sorted entry names; empty when the directory is absent."""
+        """Sorted entry names; empty when the directory is absent.
+
+        In a captured tree, the device nodes its capture recorded are listed too: git keeps no
+        device nodes, so a checked-out capture has only their record.
+        """
         try:
-            return sorted(entry.name for entry in self.path(host_path).iterdir())
+            names = {entry.name for entry in self.path(host_path).iterdir()}
         except OSError:
-            return []
+            names = set()
+        folder = "/" + host_path.strip("/")
+        for node in self._node_record:
+            parent, _, name = node.rpartition("/")
+            if parent == folder:
+                names.add(name)
+            elif parent.startswith(folder.rstrip("/") + "/"):
+                names.add(parent[len(folder.rstrip("/")) + 1 :].split("/")[0])
+        return sorted(names)
 
     def readlink(self, host_path: str) -> str | None:
         try:
@@ -95,7 +107,15 @@ class System:
         try:
             st = self.path(host_path).lstat()
         except OSError:
-            return None
+            recorded = self._node_record.get(host_path)
+            if recorded is None:
+                return None
+            return DeviceNode(
+                host_path,
+                recorded.get("type") == "c",
+                int(recorded["major"]),
+                int(recorded["minor"]),
+            )
         is_char = stat.S_ISCHR(st.st_mode)
         rdev = st.st_rdev if is_char or stat.S_ISBLK(st.st_mode) else 0
         return DeviceNode(host_path, is_char, os.major(rdev), os.minor(rdev))
@@ -119,7 +139,8 @@ class System:
         return self.root.resolve() == Path("/")
 
     def is_dir(self, host_path: str) -> bool:
-        return self.path(host_path).is_dir()
+        folder = "/" + host_path.strip("/") + "/"
+        return self.path(host_path).is_dir() or any(n.startswith(folder) for n in self._node_record)
 
     def open_device(self, host_path: str) -> int:
         """Open a device node read-write and close it at once; 0 or the errno it failed with.
@@ -138,6 +159,25 @@ class System:
             return exc.errno or -1
         os.close(fd)
         return 0
+
+    @cached_property
+    def _node_record(self) -> dict[str, dict[str, int | str]]:
+        """``CAPTURE_DIR/dev-nodes.json`` of a captured tree (``{path: {type, major, minor}}``)."""
+        if self.is_live:
+            return {}
+        try:
+            data = json.loads(self.path(f"/{CAPTURE_DIR}/dev-nodes.json").read_text())
+        except (OSError, ValueError):
+            return {}
+        if not isinstance(data, dict):
+            return {}
+        return {
+            str(path): node
+            for path, node in data.items()
+            if isinstance(node, dict)
+            and isinstance(node.get("major"), int)
+            and isinstance(node.get("minor"), int)
+        }
 
     def _recorded_open_errno(self, host_path: str) -> int | None:
         return self._open_record.get(host_path)

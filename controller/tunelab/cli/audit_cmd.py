@@ -2,7 +2,7 @@
 
 The agent returns the report document it would print with ``tunelab-agent audit --json``;
 ``--json`` prints it unchanged and the table is rendered from it by the same code, so output and
-exit code (0 no FAIL, 1 a FAIL, 2 usage, 3 cannot connect/auth) match the host's.
+exit code (0 no FAIL, 1 a FAIL, 2 usage, 3 cannot connect/auth, 4 no such host) match the host's.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import sys
 from typing import Any
 
 from tunelab.cli.common import (
+    AGENT_PORT,
     DEFAULT_AGENT,
     EXIT_USAGE,
     CliError,
@@ -21,10 +22,16 @@ from tunelab.cli.common import (
     agent_channel,
     call,
     controller_target,
+    with_default_port,
 )
 from tunelab.common.auditview import exit_code, render_table
 from tunelab.v1 import agent_pb2, agent_pb2_grpc, audit_pb2, controller_pb2, controller_pb2_grpc
 
+DESCRIPTION = (
+    "Run the host audit on a GPU host's agent and print it as `tunelab-agent audit` does on the "
+    "host. Exit codes: 0 no check FAILed, 1 a check FAILed, 2 usage, 3 cannot connect or not "
+    "authorised, 4 no such host."
+)
 AUDIT_TIMEOUT = 120.0  # a full audit takes well under a second; NVML on a sick GPU can hang
 
 
@@ -32,8 +39,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "audit",
         help="audit a GPU host for inference tuning (through its agent)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=DESCRIPTION,
     )
     p.add_argument(
         "host",
@@ -87,7 +93,9 @@ def _through_controller(args: argparse.Namespace, only: list[str]) -> audit_pb2.
     with auth.channel(address) as channel:
         stub = controller_pb2_grpc.ControllerStub(channel)
         request = controller_pb2.AuditHostRequest(name=args.host, only=only)
-        return call(address, lambda: stub.AuditHost(request, timeout=AUDIT_TIMEOUT)).report
+        return call(
+            address, lambda: stub.AuditHost(request, timeout=AUDIT_TIMEOUT), timeout=AUDIT_TIMEOUT
+        ).report
 
 
 def _direct(args: argparse.Namespace, only: list[str]) -> audit_pb2.AuditReport:
@@ -95,12 +103,22 @@ def _direct(args: argparse.Namespace, only: list[str]) -> audit_pb2.AuditReport:
     with agent_channel(args) as channel:
         stub = agent_pb2_grpc.AgentStub(channel)
         request = agent_pb2.RunAuditRequest(only=only)
-        return call(args.agent, lambda: stub.RunAudit(request, timeout=AUDIT_TIMEOUT)).report
+        return call(
+            args.agent,
+            lambda: stub.RunAudit(request, timeout=AUDIT_TIMEOUT),
+            daemon="agent",
+            timeout=AUDIT_TIMEOUT,
+        ).report
 
 
 def run(args: argparse.Namespace) -> int:
     args.agent_given = args.agent is not None
-    args.agent = args.agent or os.environ.get("TUNELAB_AGENT", DEFAULT_AGENT)
+    try:
+        args.agent = with_default_port(
+            args.agent or os.environ.get("TUNELAB_AGENT", DEFAULT_AGENT), AGENT_PORT
+        )
+    except ValueError as exc:
+        raise CliError(f"--agent: {exc}", EXIT_USAGE) from None
     if args.host and args.agent_given:
         raise CliError("give a HOST known to the controller or --agent ADDR, not both", EXIT_USAGE)
     only = [part.strip() for value in args.only for part in value.split(",") if part.strip()]

@@ -7,6 +7,7 @@ draws its progress from the progress file, so terminal drawing never delays a ti
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import shutil
 import tempfile
@@ -49,7 +50,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:8000")
     p.add_argument("--model", required=True, help="model id sent in requests")
-    p.add_argument("--api", choices=("completions", "chat"), default="completions")
+    p.add_argument(
+        "--api",
+        choices=("completions", "chat"),
+        default="completions",
+        help="OpenAI endpoint: /v1/completions or /v1/chat/completions (default completions)",
+    )
     load = p.add_mutually_exclusive_group()
     load.add_argument("--concurrency", help="closed loop: comma-separated list, e.g. 1,256,1024")
     load.add_argument("--rate", type=float, default=0.0, help="open loop: requests per second")
@@ -57,15 +63,27 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     size = p.add_mutually_exclusive_group()
     size.add_argument("--requests", type=int, default=0, help="requests per point")
     size.add_argument("--duration", help="time per point, e.g. 60s or 2m")
-    p.add_argument("--input-len", type=int, default=0, help="prompt length in tokens")
-    p.add_argument("--output-len", type=int, default=0, help="max_tokens per request")
+    p.add_argument(
+        "--input-len",
+        type=int,
+        default=0,
+        metavar="I",
+        help="prompt length in tokens, >= 1 (required unless --preset decode)",
+    )
+    p.add_argument(
+        "--output-len",
+        type=int,
+        default=0,
+        metavar="O",
+        help="max_tokens per request, >= 1 (required unless --preset decode)",
+    )
     p.add_argument("--range-ratio", type=float, default=0.0, help="lengths in [L(1-r), L(1+r)]")
     p.add_argument("--warmup", type=int, default=0, help="warm-up requests per point (excluded)")
     p.add_argument("--no-ignore-eos", action="store_true", help="let the model stop early")
-    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0)")
     p.add_argument("--slo-ttft-ms", type=float, default=0.0, help="goodput: TTFT limit")
     p.add_argument("--slo-tpot-ms", type=float, default=0.0, help="goodput: TPOT limit")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="prompts depend only on the seed (0)")
     p.add_argument("--preset", choices=("decode",), help="decode: one stream, long output")
     p.add_argument(
         "--timeout", type=float, default=600.0, help="seconds without a byte before a request fails"
@@ -146,6 +164,11 @@ def preflight(config: BenchConfig) -> None:
             return
     except urllib.error.HTTPError:
         return  # it answers; the benchmark will say how
+    except http.client.HTTPException as exc:  # BadStatusLine & co: something else is listening
+        raise CliError(
+            f"{config.url} does not speak HTTP ({type(exc).__name__}): is it the server's port?",
+            EXIT_UNAVAILABLE,
+        ) from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise CliError(f"cannot reach {config.url}: {reason}", EXIT_UNAVAILABLE) from None

@@ -7,7 +7,6 @@ import argparse
 import json
 import re
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -16,21 +15,24 @@ import grpc
 
 from tunelab.cli.common import (
     EXIT_FAILED,
+    EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_USAGE,
     CliError,
+    PipedLog,
     add_controller_args,
+    add_json_arg,
     call,
     controller_target,
     is_terminal,
     print_json,
     rpc_error,
 )
-from tunelab.cli.watch_view import ExperimentsView
+from tunelab.cli.follow import follow_hint, resolve, wait_for
+from tunelab.cli.show_view import render_show
 from tunelab.v1 import controller_pb2, controller_pb2_grpc
 
 TIMEOUT = 30.0
-TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
 
 
 def stub_for(args: argparse.Namespace) -> tuple[str, controller_pb2_grpc.ControllerStub]:
@@ -92,63 +94,111 @@ def experiment_json(e: controller_pb2.Experiment, full: bool = False) -> dict[st
     return data
 
 
-# --- submit ----------------------------------------------------------------------------------
+# --- submit / wait ---------------------------------------------------------------------------
+
+SPEC_LIMIT = 4 << 20  # the controller's gRPC message limit; a spec is a few KiB
+
+
+def _read_spec(path: str) -> str:
+    try:
+        if path == "-":
+            text = sys.stdin.read(SPEC_LIMIT + 1)
+        else:
+            with open(path, encoding="utf-8") as handle:
+                text = handle.read(SPEC_LIMIT + 1)
+    except OSError as exc:
+        raise CliError(f"{path}: {exc.strerror}", EXIT_USAGE) from None
+    except UnicodeDecodeError:
+        raise CliError(f"{path}: not a UTF-8 text file", EXIT_USAGE) from None
+    if len(text) > SPEC_LIMIT:
+        raise CliError(
+            f"{path}: larger than {SPEC_LIMIT >> 20} MiB; a spec is a few KiB", EXIT_USAGE
+        )
+    return text
+
+
+def dry_run(text: str, source: str) -> list[controller_pb2.Experiment]:
+    """Validate and expand here, with the controller's own code; no controller is contacted."""
+    from tunelab.controller.spec.errors import SpecError
+    from tunelab.controller.spec.expand import expand_text
+    from tunelab.controller.wire import selector_text
+
+    try:
+        expanded = expand_text(text, source)
+    except SpecError as exc:
+        raise CliError(f"rejected: {exc}", EXIT_USAGE) from None
+    return [
+        controller_pb2.Experiment(
+            name=e.name,
+            state=controller_pb2.EXPERIMENT_STATE_QUEUED,
+            spec_json=json.dumps(e.spec, sort_keys=True),
+            varied=e.varied,
+            priority=e.priority,
+            repeat_index=e.repeat_index,
+            host_selector=selector_text(e.host),
+        )
+        for e in expanded
+    ]
+
+
+def _print_queued(experiments: Sequence[controller_pb2.Experiment], dry: bool) -> None:
+    if dry:
+        print(f"valid: would queue {len(experiments)} experiment(s):")
+    else:
+        print(f"queued {len(experiments)} experiment(s), group {experiments[0].group}:")
+    for e in experiments:
+        varied = ", ".join(f"{k}={v}" for k, v in e.varied.items()) or "baseline"
+        print(f"  {e.id or '-'}  {e.name}  [{varied}]  on {e.host_selector}", flush=True)
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    try:
-        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
-    except OSError as exc:
-        raise CliError(f"{args.file}: {exc.strerror}", EXIT_USAGE) from None
+    if args.wait and args.dry_run:
+        raise CliError("--wait with --dry-run: nothing would run", EXIT_USAGE)
+    text = _read_spec(args.file)
+    if args.dry_run:
+        experiments = dry_run(text, args.file)
+        if args.json:
+            print_json([experiment_json(e, full=True) for e in experiments])
+        else:
+            _print_queued(experiments, dry=True)
+        return EXIT_OK
     target, stub = stub_for(args)
-    request = controller_pb2.SubmitExperimentsRequest(
-        spec_yaml=text, dry_run=args.dry_run, source=args.file
-    )
+    request = controller_pb2.SubmitExperimentsRequest(spec_yaml=text, source=args.file)
     experiments = list(
-        call(target, lambda: stub.SubmitExperiments(request, timeout=TIMEOUT)).experiments
+        call(
+            target, lambda: stub.SubmitExperiments(request, timeout=TIMEOUT), timeout=TIMEOUT
+        ).experiments
     )
     if not args.wait:
         if args.json:
-            print_json([experiment_json(e, full=args.dry_run) for e in experiments])
+            print_json([experiment_json(e) for e in experiments])
         else:
-            verb = "would queue" if args.dry_run else "queued"
-            print(f"{verb} {len(experiments)} experiment(s), group {experiments[0].group}:")
-            for e in experiments:
-                varied = ", ".join(f"{k}={v}" for k, v in e.varied.items()) or "baseline"
-                print(f"  {e.id}  {e.name}  [{varied}]  on {e.host_selector}")
+            _print_queued(experiments, dry=False)
         return EXIT_OK
-    if args.dry_run:
-        raise CliError("--wait with --dry-run: nothing would run", EXIT_USAGE)
-    final = wait_for(stub, target, [e.id for e in experiments], quiet=args.json)
-    if args.json:
+    group = experiments[0].group
+    if not args.json:
+        _print_queued(experiments, dry=False)
+        print(f"following (Ctrl-C stops following, not the experiments: {follow_hint([], group)})")
+    final = wait_for(stub, target, [e.id for e in experiments], quiet=args.json, group=group)
+    return _finished(final, args.json)
+
+
+def _finished(final: list[controller_pb2.Experiment], as_json: bool) -> int:
+    if as_json:
         print_json([experiment_json(e, full=True) for e in final])
     failed = [e for e in final if _state(e.state) != "SUCCEEDED"]
+    if not as_json:
+        for e in failed:
+            print(f"{e.id}  {e.name}  {_state(e.state)}: {e.message}", file=sys.stderr)
     return EXIT_FAILED if failed else EXIT_OK
 
 
-def wait_for(
-    stub: controller_pb2_grpc.ControllerStub, target: str, ids: list[str], quiet: bool
-) -> list[controller_pb2.Experiment]:
-    """Follow the experiments until all are finished; survives a controller restart."""
-    latest: dict[str, controller_pb2.Experiment] = {}
-    with ExperimentsView(enabled=is_terminal() and not quiet, plain=not quiet) as view:
-        while True:
-            try:
-                for update in stub.WatchExperiment(controller_pb2.WatchExperimentRequest(ids=ids)):
-                    latest[update.experiment.id] = update.experiment
-                    view.update(update.experiment)
-                if len(latest) == len(ids) and all(
-                    _state(e.state) in TERMINAL for e in latest.values()
-                ):
-                    break
-            except grpc.RpcError as exc:
-                if exc.code() not in (
-                    grpc.StatusCode.UNAVAILABLE,
-                    grpc.StatusCode.DEADLINE_EXCEEDED,
-                ):
-                    raise rpc_error(exc, target) from exc
-                time.sleep(2.0)  # the controller restarted or the laptop slept: follow again
-    return [latest[i] for i in ids]
+def cmd_wait(args: argparse.Namespace) -> int:
+    """Follow experiments again (after Ctrl-C, or from another terminal) until they finish."""
+    target, stub = stub_for(args)
+    ids, group = resolve(stub, target, args.ids, TIMEOUT)
+    final = wait_for(stub, target, ids, quiet=args.json, group=group)
+    return _finished(final, args.json)
 
 
 # --- ls / show -------------------------------------------------------------------------------
@@ -169,7 +219,9 @@ def cmd_ls(args: argparse.Namespace) -> int:
     request = controller_pb2.ListExperimentsRequest(
         states=states, limit=args.limit, group=args.group or ""
     )
-    experiments = call(target, lambda: stub.ListExperiments(request, timeout=TIMEOUT)).experiments
+    experiments = call(
+        target, lambda: stub.ListExperiments(request, timeout=TIMEOUT), timeout=TIMEOUT
+    ).experiments
     rows = [experiment_json(e) for e in experiments]
     if args.json:
         print_json(rows)
@@ -177,17 +229,17 @@ def cmd_ls(args: argparse.Namespace) -> int:
     if not rows:
         print("no experiments")
         return EXIT_OK
-    table = [("ID", "NAME", "STATE", "HOST", "ATTEMPTS", "MESSAGE")]
+    table = [("ID", "GROUP", "NAME", "STATE", "HOST", "ATTEMPTS", "MESSAGE")]
     for r in rows:
         host = r["attempts"][-1]["host"] if r["attempts"] else "-"
-        table.append(
-            (r["id"], r["name"], r["state"], host, str(len(r["attempts"])), r["message"][:60])
-        )
-    _print_table(table)
+        attempts = str(len(r["attempts"]))
+        table.append((r["id"], r["group"], r["name"], r["state"], host, attempts, r["message"]))
+    print_table(table)
     return EXIT_OK
 
 
-def _print_table(table: Sequence[Sequence[str]]) -> None:
+def print_table(table: Sequence[Sequence[str]]) -> None:
+    """Aligned columns; the last one (a message) is never cut."""
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     for row in table:
         print("  ".join(c.ljust(widths[i]) for i, c in enumerate(row)).rstrip())
@@ -196,38 +248,14 @@ def _print_table(table: Sequence[Sequence[str]]) -> None:
 def cmd_show(args: argparse.Namespace) -> int:
     target, stub = stub_for(args)
     request = controller_pb2.GetExperimentRequest(id=args.id)
-    experiment = call(target, lambda: stub.GetExperiment(request, timeout=TIMEOUT)).experiment
+    experiment = call(
+        target, lambda: stub.GetExperiment(request, timeout=TIMEOUT), timeout=TIMEOUT
+    ).experiment
     data = experiment_json(experiment, full=True)
     if args.json:
         print_json(data)
         return EXIT_OK
-    print(f"{data['id']}  {data['name']}  {data['state']}  (group {data['group']})")
-    print(f"  varied: {data['varied'] or 'baseline'}   host: {data['host_selector']}")
-    if data["message"]:
-        print(f"  {data['message']}")
-    for a in data["attempts"]:
-        gpus = a["gpus"] or "all"
-        head = f"  attempt {a['number']} {a['id']} on {a['host']} gpus {gpus}"
-        print(f"{head}: {a['state']} {a['message']}")
-        for point in (a["result"] or {}).get("points", []):
-            print(
-                f"    c={point.get('concurrency') or '-'} rate={point.get('request_rate')}: "
-                f"{point.get('output_throughput', 0):.1f} tok/s, "
-                f"TTFT p50 {point.get('median_ttft_ms', 0):.1f} ms, "
-                f"TPOT p50 {point.get('median_tpot_ms', 0):.2f} ms, {point.get('failed', 0)} failed"
-            )
-        gpu = a["gpu_summary"] or {}
-        if gpu.get("samples"):
-            print(
-                f"    GPU: {gpu.get('mean_power_watts_total')} W mean (sum), "
-                f"{gpu.get('benchmark_energy_used_joules', '-')} J while benchmarking "
-                f"({gpu.get('benchmark_energy_source', 'no energy figure')}), "
-                f"{gpu.get('tokens_per_joule') or '-'} tok/J over {gpu['samples']} scrapes"
-            )
-        from tunelab.controller.report.provenance import provenance_lines  # only when shown
-
-        for line in provenance_lines(a["provenance"]):
-            print(f"    {line}")
+    sys.stdout.write(render_show(data))
     return EXIT_FAILED if data["state"] == "FAILED" else EXIT_OK
 
 
@@ -243,24 +271,59 @@ def cmd_logs(args: argparse.Namespace) -> int:
         tail_lines=args.tail or 0,
     )
     out = sys.stdout.buffer
+    lines = PipedLog(terminal=is_terminal())
+    stream = stub.StreamExperimentLogs(request)
     try:
-        for chunk in stub.StreamExperimentLogs(request):
-            out.write(chunk.data)
+        for chunk in stream:
+            out.write(lines.convert(chunk.data))
             out.flush()
     except grpc.RpcError as exc:
         raise rpc_error(exc, target) from exc
+    except KeyboardInterrupt:
+        raise CliError(
+            f"stopped following; the run goes on (tunelab wait {args.id})", EXIT_INTERRUPTED
+        ) from None
+    finally:
+        stream.cancel()  # an open stream keeps the process alive at exit
     return EXIT_OK
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     target, stub = stub_for(args)
     request = controller_pb2.CancelExperimentRequest(ids=args.ids)
-    experiments = call(target, lambda: stub.CancelExperiment(request, timeout=TIMEOUT)).experiments
+    experiments = call(
+        target, lambda: stub.CancelExperiment(request, timeout=TIMEOUT), timeout=TIMEOUT
+    ).experiments
     for e in experiments:
         state = _state(e.state)
         note = "cancelling (the agent stops the run)" if state == "RUNNING" else state
         print(f"{e.id}  {e.name}  {note}")
     return EXIT_OK
+
+
+def _spec_names(
+    stub: controller_pb2_grpc.ControllerStub, target: str, keys: list[str]
+) -> list[str]:
+    """A spec's own ``name`` (``sim-ablation``) stands for its latest submission's group.
+
+    Experiments are named ``<spec name>/<variant>#<repeat>``; ids, groups and those full names
+    pass through unchanged.
+    """
+    if all(k.startswith(("x-", "g-")) for k in keys):
+        return keys
+    request = controller_pb2.ListExperimentsRequest(limit=100_000)
+    listed = call(
+        target, lambda: stub.ListExperiments(request, timeout=TIMEOUT), timeout=TIMEOUT
+    ).experiments
+    names = {e.name for e in listed}
+    out = []
+    for key in keys:
+        family = [e for e in listed if e.name.split("/")[0].split("#")[0] == key]
+        if key in names or not family:
+            out.append(key)  # an experiment's own name, or unknown: the controller answers
+        else:
+            out.append(max(family, key=lambda e: e.submitted_at).group)
+    return out
 
 
 def _percent(text: str) -> float:
@@ -282,7 +345,7 @@ def comparison(args: argparse.Namespace) -> dict[str, Any]:
     from tunelab.controller.effects import EffectSettings, effects_document  # not for --help
 
     target, stub = stub_for(args)
-    request = controller_pb2.CompareRunsRequest(ids=args.ids)
+    request = controller_pb2.CompareRunsRequest(ids=_spec_names(stub, target, args.ids))
     document: dict[str, Any] = json.loads(
         call(target, lambda: stub.CompareRuns(request, timeout=TIMEOUT)).comparison_json
     )
@@ -342,52 +405,82 @@ def _add_effect_args(parser: argparse.ArgumentParser) -> None:
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     submit = sub.add_parser("submit", help="queue the experiments of a spec file (YAML)")
     submit.add_argument("file", help="spec file, or - for stdin")
-    submit.add_argument("--wait", action="store_true", help="follow them; exit 1 if any failed")
-    submit.add_argument("--dry-run", action="store_true", help="validate and expand only")
-    submit.add_argument("--json", action="store_true")
+    submit.add_argument(
+        "--wait", action="store_true", help="follow them until they finish; exit 1 if any failed"
+    )
+    submit.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="validate and expand here, without a controller; queue nothing",
+    )
+    add_json_arg(submit, "the experiments")
     add_controller_args(submit)
     submit.set_defaults(handler=cmd_submit)
 
+    wait = sub.add_parser(
+        "wait", help="follow experiments until they finish (again, e.g. after Ctrl-C)"
+    )
+    wait.add_argument("ids", nargs="+", metavar="ID|NAME|GROUP", help="experiments to follow")
+    add_json_arg(wait, "the finished experiments")
+    add_controller_args(wait)
+    wait.set_defaults(handler=cmd_wait)
+
     ls = sub.add_parser("ls", help="list experiments")
     ls.add_argument(
-        "--state", action="append", default=[], help="QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED"
+        "--state",
+        action="append",
+        default=[],
+        help="only these: QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED (repeatable, or a,b)",
     )
-    ls.add_argument("--group", help="one submission")
-    ls.add_argument("--limit", type=int, default=200)
-    ls.add_argument("--json", action="store_true")
+    ls.add_argument("--group", help="only one submission (the g-... that submit printed)")
+    ls.add_argument("--limit", type=int, default=200, help="at most this many (default 200)")
+    add_json_arg(ls, "the experiments")
     add_controller_args(ls)
     ls.set_defaults(handler=cmd_ls)
 
-    show = sub.add_parser("show", help="one experiment: attempts, results, GPU summary")
+    show = sub.add_parser("show", help="one experiment: spec, attempts, results, GPU summary")
     show.add_argument("id", help="experiment id or name")
-    show.add_argument("--json", action="store_true")
+    add_json_arg(show, "the experiment, spec and results included")
     add_controller_args(show)
     show.set_defaults(handler=cmd_show)
 
     logs = sub.add_parser("logs", help="an experiment's server (or --bench) log, via its agent")
-    logs.add_argument("id")
-    logs.add_argument("-f", "--follow", action="store_true")
+    logs.add_argument("id", help="experiment id or name")
+    logs.add_argument("-f", "--follow", action="store_true", help="keep printing until it ends")
     logs.add_argument("--bench", action="store_true", help="the load generator's log")
     logs.add_argument("--tail", type=int, help="start N lines before the end")
     add_controller_args(logs)
     logs.set_defaults(handler=cmd_logs)
 
     cancel = sub.add_parser("cancel", help="cancel queued or running experiments")
-    cancel.add_argument("ids", nargs="+")
+    cancel.add_argument("ids", nargs="+", metavar="ID", help="experiment ids or names")
     add_controller_args(cancel)
     cancel.set_defaults(handler=cmd_cancel)
 
-    comp = sub.add_parser("compare", help="experiments side by side (ids, names or groups)")
-    comp.add_argument("ids", nargs="+")
+    comp = sub.add_parser(
+        "compare", help="experiments side by side (ids, names, groups or a spec's name)"
+    )
+    comp.add_argument(
+        "ids",
+        nargs="+",
+        metavar="ID|NAME|GROUP",
+        help="experiment ids or names, submission groups (g-...), or a spec's name (its latest "
+        "submission)",
+    )
     fmt = comp.add_mutually_exclusive_group()
-    fmt.add_argument("--json", action="store_true")
+    fmt.add_argument("--json", action="store_true", help="print the comparison document")
     fmt.add_argument("--csv", action="store_true", help="one row per experiment and sweep point")
     _add_effect_args(comp)
     add_controller_args(comp)
     comp.set_defaults(handler=cmd_compare)
 
     report = sub.add_parser("report", help="one self-contained HTML report (ids, names or groups)")
-    report.add_argument("ids", nargs="+")
+    report.add_argument(
+        "ids",
+        nargs="+",
+        metavar="ID|NAME|GROUP",
+        help="experiment ids or names, submission groups (g-...), or a spec's name",
+    )
     report.add_argument("--out", help="file to write (default report-<ids>.html)")
     _add_effect_args(report)
     add_controller_args(report)

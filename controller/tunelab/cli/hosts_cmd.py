@@ -11,15 +11,18 @@ from pathlib import Path
 from typing import Any
 
 from tunelab.cli.common import (
+    AGENT_PORT,
     EXIT_OK,
     EXIT_USAGE,
     CliError,
     add_controller_args,
+    add_json_arg,
     call,
     controller_target,
     print_json,
+    with_default_port,
 )
-from tunelab.common.auth import AuthConfigError, read_token, split_host_port
+from tunelab.common.auth import AuthConfigError, read_token
 from tunelab.v1 import controller_pb2, controller_pb2_grpc
 
 TIMEOUT = 15.0
@@ -60,7 +63,7 @@ def _labels(values: list[str]) -> dict[str, str]:
 
 def cmd_add(args: argparse.Namespace) -> int:
     try:
-        split_host_port(args.address)
+        args.address = with_default_port(args.address, AGENT_PORT)
     except ValueError as exc:
         raise CliError(f"ADDR: {exc}", EXIT_USAGE) from None
     try:
@@ -76,18 +79,22 @@ def cmd_add(args: argparse.Namespace) -> int:
         replace=args.replace,
     )
     target, stub = stub_for(args)
-    host = call(target, lambda: stub.AddHost(request, timeout=TIMEOUT)).host
+    host = call(target, lambda: stub.AddHost(request, timeout=TIMEOUT), timeout=TIMEOUT).host
     if args.json:
         print_json(host_json(host))
     else:
         print(f"added {host.name} ({host.address}); the controller polls it now")
+        # GPU figures come from this URL: a wrong one must not look like "no GPU" later
+        print(f"  GPU figures from {host.metrics_url} (--metrics-url to change it)")
     return EXIT_OK
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
     target, stub = stub_for(args)
     hosts = call(
-        target, lambda: stub.ListHosts(controller_pb2.ListHostsRequest(), timeout=TIMEOUT)
+        target,
+        lambda: stub.ListHosts(controller_pb2.ListHostsRequest(), timeout=TIMEOUT),
+        timeout=TIMEOUT,
     ).hosts
     rows = [host_json(h) for h in hosts]
     if args.json:
@@ -126,7 +133,7 @@ def _drain(args: argparse.Namespace, drain: bool) -> int:
     request = controller_pb2.SetHostDrainRequest(
         name=args.name, drain=drain, clear_quarantine=not drain
     )
-    host = call(target, lambda: stub.SetHostDrain(request, timeout=TIMEOUT)).host
+    host = call(target, lambda: stub.SetHostDrain(request, timeout=TIMEOUT), timeout=TIMEOUT).host
     data = host_json(host)
     if getattr(args, "json", False):
         print_json(data)
@@ -143,6 +150,7 @@ def cmd_rm(args: argparse.Namespace) -> int:
     call(
         target,
         lambda: stub.RemoveHost(controller_pb2.RemoveHostRequest(name=args.name), timeout=TIMEOUT),
+        timeout=TIMEOUT,
     )
     print(f"removed {args.name}")
     return EXIT_OK
@@ -152,7 +160,9 @@ def cmd_export_targets(args: argparse.Namespace) -> int:
     """Prometheus file_sd: one target group per host, its agent's metrics address."""
     target, stub = stub_for(args)
     hosts = call(
-        target, lambda: stub.ListHosts(controller_pb2.ListHostsRequest(), timeout=TIMEOUT)
+        target,
+        lambda: stub.ListHosts(controller_pb2.ListHostsRequest(), timeout=TIMEOUT),
+        timeout=TIMEOUT,
     ).hosts
     groups = []
     for host in hosts:
@@ -168,9 +178,15 @@ def cmd_export_targets(args: argparse.Namespace) -> int:
         groups.append({"targets": [address], "labels": labels})
     text = json.dumps(groups, indent=2, sort_keys=True) + "\n"
     if args.out:
-        tmp = Path(args.out).with_suffix(".tmp")
-        tmp.write_text(text)
-        tmp.replace(args.out)  # Prometheus may read it at any moment: never half a file
+        out = Path(args.out)
+        if not out.parent.is_dir():
+            raise CliError(f"--out {out}: folder {out.parent} does not exist", EXIT_USAGE)
+        tmp = out.with_suffix(".tmp")
+        try:
+            tmp.write_text(text)
+            tmp.replace(out)  # Prometheus may read it at any moment: never half a file
+        except OSError as exc:
+            raise CliError(f"--out {out}: {exc.strerror}", EXIT_USAGE) from None
     else:
         sys.stdout.write(text)
     return EXIT_OK
@@ -181,18 +197,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     hsub = hosts.add_subparsers(dest="hosts_command", required=True, metavar="SUBCOMMAND")
 
     add = hsub.add_parser("add", help="register an agent: tunelab hosts add NAME HOST:PORT")
-    add.add_argument("name")
-    add.add_argument("address", help="the agent's gRPC address HOST:PORT")
+    add.add_argument("name", help="the host's name in the registry (letters, digits, . _ -)")
+    add.add_argument(
+        "address", help=f"the agent's gRPC address HOST[:PORT] (port {AGENT_PORT} when omitted)"
+    )
     add.add_argument("--label", action="append", default=[], metavar="K=V", help="host label")
     add.add_argument("--agent-token-file", help="token the controller uses for this agent")
     add.add_argument("--metrics-url", help="agent /metrics URL (default http://HOST:9473/metrics)")
     add.add_argument("--replace", action="store_true", help="change an existing host")
-    add.add_argument("--json", action="store_true")
+    add_json_arg(add, "the host")
     add_controller_args(add)
     add.set_defaults(handler=cmd_add)
 
     ls = hsub.add_parser("ls", help="hosts with state, GPUs, labels, last seen, current run")
-    ls.add_argument("--json", action="store_true")
+    add_json_arg(ls, "the hosts")
     add_controller_args(ls)
     ls.set_defaults(handler=cmd_ls)
 
@@ -201,13 +219,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         ("undrain", False, "accept runs again (also lifts a quarantine)"),
     ):
         p = hsub.add_parser(name, help=text)
-        p.add_argument("name")
-        p.add_argument("--json", action="store_true")
+        p.add_argument("name", help="a registered host (tunelab hosts ls)")
+        add_json_arg(p, "the host")
         add_controller_args(p)
         p.set_defaults(handler=lambda args, d=drain: _drain(args, d))
 
     rm = hsub.add_parser("rm", help="forget a host (it must have no live runs)")
-    rm.add_argument("name")
+    rm.add_argument("name", help="a registered host (tunelab hosts ls)")
     add_controller_args(rm)
     rm.set_defaults(handler=cmd_rm)
 

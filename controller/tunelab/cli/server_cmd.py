@@ -11,9 +11,11 @@ import grpc
 
 from tunelab.cli.common import (
     EXIT_FAILED,
+    EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_USAGE,
     CliError,
+    PipedLog,
     add_agent_args,
     agent_channel,
     call,
@@ -26,6 +28,7 @@ from tunelab.common.durations import format_duration, parse_duration
 from tunelab.v1 import agent_pb2, agent_pb2_grpc, server_pb2
 
 UNARY_TIMEOUT = 15.0
+STATUS_LOG_LINES = 5
 FAILED_STATES = {server_pb2.SERVER_STATE_FAILED, server_pb2.SERVER_STATE_KILL_FAILED}
 
 
@@ -87,6 +90,17 @@ def _stub(args: argparse.Namespace) -> agent_pb2_grpc.AgentStub:
     return agent_pb2_grpc.AgentStub(agent_channel(args))
 
 
+def _get(stub: agent_pb2_grpc.AgentStub, args: argparse.Namespace) -> server_pb2.Server:
+    """The server ``args.id`` names (an id or a name), as the agent has it now."""
+    request = agent_pb2.GetServerRequest(id=args.id)
+    return call(
+        args.agent,
+        lambda: stub.GetServer(request, timeout=UNARY_TIMEOUT),
+        daemon="agent",
+        timeout=UNARY_TIMEOUT,
+    ).server
+
+
 # --- start ---------------------------------------------------------------------------------
 
 
@@ -115,15 +129,27 @@ def cmd_start(args: argparse.Namespace) -> int:
         lambda: stub.StartServer(
             agent_pb2.StartServerRequest(id=args.id or "", spec=spec), timeout=UNARY_TIMEOUT
         ),
+        daemon="agent",
+        timeout=UNARY_TIMEOUT,
     )
     server = response.server
     if args.wait:
         server = _wait_ready(stub, args, server)
-    if args.json:
+    return _report(server, args.json)
+
+
+def _report(server: server_pb2.Server, as_json: bool) -> int:
+    if as_json:
         print_json(server_json(server))
     else:
         _print_summary(server)
     return EXIT_FAILED if server.state in FAILED_STATES else EXIT_OK
+
+
+def cmd_wait(args: argparse.Namespace) -> int:
+    """Follow a server that is starting (again, e.g. after Ctrl-C) until READY or FAILED."""
+    stub = _stub(args)
+    return _report(_wait_ready(stub, args, _get(stub, args)), args.json)
 
 
 def _wait_ready(
@@ -132,19 +158,42 @@ def _wait_ready(
     """Follow WatchServer until READY or terminal, reconnecting if the stream drops."""
     view = ServerProgressView(enabled=is_terminal() and not args.json)
     last = server
+    try:
+        return _follow(stub, args, view, last)
+    except KeyboardInterrupt:
+        name = last.spec.name or last.id
+        raise CliError(
+            f"stopped following; {name} goes on starting on the agent. Follow it again with: "
+            f"tunelab server wait --agent {args.agent} {name} (or server stop to end it)",
+            EXIT_INTERRUPTED,
+        ) from None
+
+
+def _follow(
+    stub: agent_pb2_grpc.AgentStub,
+    args: argparse.Namespace,
+    view: ServerProgressView,
+    server: server_pb2.Server,
+) -> server_pb2.Server:
+    last = server
     with view:
         while True:
             try:
-                for update in stub.WatchServer(agent_pb2.WatchServerRequest(id=server.id)):
-                    last = update.server
-                    view.update(last)
-                    if last.state == server_pb2.SERVER_STATE_READY or last.state in FAILED_STATES:
-                        return last
-                    if last.state in (server_pb2.SERVER_STATE_STOPPED,):
-                        return last
+                stream = stub.WatchServer(agent_pb2.WatchServerRequest(id=server.id))
+                try:
+                    for update in stream:
+                        last = update.server
+                        view.update(last)
+                        if last.state in FAILED_STATES or last.state in (
+                            server_pb2.SERVER_STATE_READY,
+                            server_pb2.SERVER_STATE_STOPPED,
+                        ):
+                            return last
+                finally:
+                    stream.cancel()  # an open stream keeps the process alive at exit
                 return last
             except grpc.RpcError as exc:
-                error = rpc_error(exc, args.agent)
+                error = rpc_error(exc, args.agent, daemon="agent")
                 if exc.code() != grpc.StatusCode.UNAVAILABLE:
                     raise error from exc
                 time.sleep(1.0)  # the agent restarted: re-attach to the same server
@@ -174,6 +223,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
         lambda: stub.ListServers(
             agent_pb2.ListServersRequest(include_finished=args.all), timeout=UNARY_TIMEOUT
         ),
+        daemon="agent",
+        timeout=UNARY_TIMEOUT,
     )
     rows = [server_json(s) for s in response.servers]
     if args.json:
@@ -205,11 +256,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     stub = _stub(args)
-    response = call(
-        args.agent,
-        lambda: stub.GetServer(agent_pb2.GetServerRequest(id=args.id), timeout=UNARY_TIMEOUT),
-    )
-    server = response.server
+    server = _get(stub, args)
     if args.json:
         print_json(server_json(server))
     else:
@@ -217,9 +264,30 @@ def cmd_status(args: argparse.Namespace) -> int:
         if server.HasField("progress") and server.state != server_pb2.SERVER_STATE_READY:
             p = server.progress
             print(f"  {p.label}: {p.done}/{p.total}")
-        if server.state not in FAILED_STATES:
-            print(f"  {server.message}")
+        if server.state not in FAILED_STATES:  # failed ones printed their log tail above
+            if server.message:
+                print(f"  {server.message}")
+            for tail in list(server.log_tail) or _last_lines(stub, args, server.id):
+                print(f"  | {tail}")
     return EXIT_FAILED if server.state in FAILED_STATES else EXIT_OK
+
+
+def _last_lines(
+    stub: agent_pb2_grpc.AgentStub, args: argparse.Namespace, server_id: str
+) -> list[str]:
+    """The log's last lines (a live server's reply carries none), one per progress redraw."""
+    request = agent_pb2.StreamLogsRequest(server_id=server_id, tail_lines=STATUS_LOG_LINES)
+    data = b"".join(
+        chunk.data
+        for chunk in call(
+            args.agent,
+            lambda: list(stub.StreamLogs(request, timeout=UNARY_TIMEOUT)),
+            daemon="agent",
+            timeout=UNARY_TIMEOUT,
+        )
+    )
+    text = PipedLog(terminal=False).convert(data).decode("utf-8", errors="replace")
+    return [line for line in text.splitlines() if line.strip()][-STATUS_LOG_LINES:]
 
 
 # --- logs ------------------------------------------------------------------------------------
@@ -227,7 +295,19 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_logs(args: argparse.Namespace) -> int:
     stub = _stub(args)
+    try:
+        return _stream_logs(stub, args)
+    except KeyboardInterrupt:
+        raise CliError(
+            f"stopped following; the server goes on (tunelab server status --agent {args.agent} "
+            f"{args.id})",
+            EXIT_INTERRUPTED,
+        ) from None
+
+
+def _stream_logs(stub: agent_pb2_grpc.AgentStub, args: argparse.Namespace) -> int:
     out = sys.stdout.buffer
+    lines = PipedLog(terminal=is_terminal())
     offset = 0
     tail = args.tail
     while True:
@@ -236,9 +316,10 @@ def cmd_logs(args: argparse.Namespace) -> int:
             request.tail_lines = tail
         else:
             request.offset = offset
+        stream = stub.StreamLogs(request)
         try:
-            for chunk in stub.StreamLogs(request):
-                out.write(chunk.data)
+            for chunk in stream:
+                out.write(lines.convert(chunk.data))
                 out.flush()
                 offset = chunk.offset + len(chunk.data)
                 if chunk.eof:
@@ -246,9 +327,11 @@ def cmd_logs(args: argparse.Namespace) -> int:
             return EXIT_OK
         except grpc.RpcError as exc:
             if not args.follow or exc.code() != grpc.StatusCode.UNAVAILABLE:
-                raise rpc_error(exc, args.agent) from exc
+                raise rpc_error(exc, args.agent, daemon="agent") from exc
             tail = None  # resume exactly where the stream broke
             time.sleep(1.0)
+        finally:
+            stream.cancel()  # an open stream keeps the process alive at exit
 
 
 # --- stop ------------------------------------------------------------------------------------
@@ -257,16 +340,15 @@ def cmd_logs(args: argparse.Namespace) -> int:
 def cmd_stop(args: argparse.Namespace) -> int:
     stub = _stub(args)
     grace = _duration("--grace", args.grace) if args.grace else 0.0
-    current = call(
-        args.agent,
-        lambda: stub.GetServer(agent_pb2.GetServerRequest(id=args.id), timeout=UNARY_TIMEOUT),
-    ).server
+    current = _get(stub, args)
     budget = (grace or current.spec.stop_grace_seconds or 30.0) + 90.0
     response = call(
         args.agent,
         lambda: stub.StopServer(
             agent_pb2.StopServerRequest(id=args.id, grace_seconds=grace), timeout=budget
         ),
+        daemon="agent",
+        timeout=budget,
     )
     server = response.server
     if args.json:
@@ -300,19 +382,30 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     start.add_argument("--grace", default="30s", help="SIGTERM grace on stop (default 30s)")
     start.add_argument("--wait", action="store_true", help="follow the load until READY or FAILED")
     start.add_argument("--json", action="store_true", help="print one JSON object")
-    start.add_argument("argv", nargs=argparse.REMAINDER, help="-- the server's argv")
+    start.add_argument(
+        "argv",
+        nargs=argparse.REMAINDER,
+        help="-- the server's argv; a relative program path is resolved on the agent, so give "
+        "an absolute one, a name on the agent's PATH, or {python} for the agent's own Python",
+    )
     start.set_defaults(handler=cmd_start)
+
+    wait = ssub.add_parser("wait", help="follow a starting server until READY or FAILED")
+    add_agent_args(wait)
+    wait.add_argument("id", help="server id or name")
+    wait.add_argument("--json", action="store_true", help="print one JSON object")
+    wait.set_defaults(handler=cmd_wait)
 
     ls = ssub.add_parser("ls", help="list servers")
     add_agent_args(ls)
     ls.add_argument("--all", action="store_true", help="include stopped and failed servers")
-    ls.add_argument("--json", action="store_true")
+    ls.add_argument("--json", action="store_true", help="print a JSON list")
     ls.set_defaults(handler=cmd_ls)
 
     status = ssub.add_parser("status", help="one server's state, progress and last log lines")
     add_agent_args(status)
     status.add_argument("id", help="server id or name")
-    status.add_argument("--json", action="store_true")
+    status.add_argument("--json", action="store_true", help="print one JSON object")
     status.set_defaults(handler=cmd_status)
 
     logs = ssub.add_parser("logs", help="print a server's log")
@@ -326,5 +419,5 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_agent_args(stop)
     stop.add_argument("id", help="server id or name")
     stop.add_argument("--grace", help="override the SIGTERM grace period")
-    stop.add_argument("--json", action="store_true")
+    stop.add_argument("--json", action="store_true", help="print one JSON object")
     stop.set_defaults(handler=cmd_stop)

@@ -1,25 +1,36 @@
-"""Following experiments on a terminal: a live table (rich), or one line per change."""
+"""Following experiments on a terminal: a live table (rich), or one line per change.
+
+Nothing is cut: a failure reason is the cause a person needs, so rich wraps it to the terminal's
+width instead. While the controller does not answer, the view says "reconnecting" with the
+reason rather than leaving the last state on screen as if it were current.
+"""
 
 from __future__ import annotations
 
 import json
+import sys
+import time
 from types import TracebackType
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 from tunelab.v1 import controller_pb2
 
+Row = tuple[str, str, str, str, str]
 
-def _describe(e: controller_pb2.Experiment) -> tuple[str, str, str, str]:
+
+def describe(e: controller_pb2.Experiment) -> Row:
+    """(id, name, state, host, detail) of an experiment as it is now."""
     state = controller_pb2.ExperimentState.Name(e.state).removeprefix("EXPERIMENT_STATE_")
     attempt = e.attempts[-1] if e.attempts else None
     where = attempt.host if attempt else "-"
     detail = e.message
     if attempt is not None:
         astate = controller_pb2.AttemptState.Name(attempt.state).removeprefix("ATTEMPT_STATE_")
-        detail = f"{astate}: {attempt.message}"[:70]
+        detail = f"{astate}: {attempt.message}" if attempt.message else astate
         progress = json.loads(attempt.progress_json) if attempt.progress_json else None
         if progress and astate == "BENCHMARKING":
             detail = (
@@ -28,38 +39,62 @@ def _describe(e: controller_pb2.Experiment) -> tuple[str, str, str, str]:
                 f"{progress['requests_total'] or '?'} req, "
                 f"{progress['output_tokens_per_second']:.0f} tok/s"
             )
-    return e.name, state, where, detail
+    return e.id, e.name, state, where, detail
 
 
 class ExperimentsView:
     def __init__(self, enabled: bool, plain: bool = True) -> None:
         self._enabled = enabled
         self._plain = plain and not enabled
-        self._rows: dict[str, tuple[str, str, str, str]] = {}
+        self._rows: dict[str, Row] = {}
         self._live: Live | None = None
+        self._trouble: str | None = None
+        self._trouble_since = 0.0
 
     def __enter__(self) -> ExperimentsView:
         if self._enabled:
-            self._live = Live(self._table(), console=Console(stderr=True), refresh_per_second=4)
+            self._live = Live(self._render(), console=Console(stderr=True), refresh_per_second=4)
             self._live.start()
         return self
 
-    def _table(self) -> Table:
+    def _render(self) -> Table | Group:
         table = Table(show_header=True, header_style="bold")
-        for column in ("experiment", "state", "host", "detail"):
-            table.add_column(column)
+        for column in ("id", "experiment", "state", "host"):
+            table.add_column(column, no_wrap=True)
+        table.add_column("detail", overflow="fold")
         for row in self._rows.values():
             table.add_row(*row)
-        return table
+        if self._trouble is None:
+            return table
+        since = time.monotonic() - self._trouble_since
+        note = Text(f"reconnecting ({since:.0f}s): {self._trouble}", style="yellow")
+        return Group(table, note)
+
+    def _refresh(self) -> None:
+        if self._live is not None:
+            self._live.update(self._render())
 
     def update(self, experiment: controller_pb2.Experiment) -> None:
-        row = _describe(experiment)
+        row = describe(experiment)
         changed = self._rows.get(experiment.id) != row
         self._rows[experiment.id] = row
-        if self._live is not None:
-            self._live.update(self._table())
-        elif self._plain and changed:
-            print(f"{row[0]}  {row[1]}  {row[2]}  {row[3]}", flush=True)
+        self._refresh()
+        if self._plain and changed:
+            print("  ".join(row), flush=True)
+
+    def reconnecting(self, reason: str) -> None:
+        """The watch broke: the rows shown are the last known, not current."""
+        if self._trouble is None:
+            self._trouble_since = time.monotonic()
+            if self._plain:
+                print(f"tunelab: reconnecting to the controller: {reason}", file=sys.stderr)
+        self._trouble = reason
+        self._refresh()
+
+    def connected(self) -> None:
+        if self._trouble is not None and self._plain:
+            print("tunelab: reconnected to the controller", file=sys.stderr)
+        self._trouble = None
 
     def __exit__(
         self,

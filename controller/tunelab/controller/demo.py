@@ -83,6 +83,20 @@ def _daemon(
         proc.wait(30)
 
 
+def _host_ready(controller: str, name: str, timeout: float = 15.0) -> None:
+    """Until the controller has polled the new host once (no fixed sleep)."""
+    from tunelab.v1 import controller_pb2, controller_pb2_grpc
+
+    deadline = time.monotonic() + timeout
+    with grpc.insecure_channel(controller) as channel:
+        stub = controller_pb2_grpc.ControllerStub(channel)
+        while time.monotonic() < deadline:
+            hosts = stub.ListHosts(controller_pb2.ListHostsRequest(), timeout=5).hosts
+            if any(h.name == name and h.state == controller_pb2.HOST_STATE_READY for h in hosts):
+                return
+            time.sleep(0.1)
+
+
 def _tunelab(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     print(f"$ tunelab {' '.join(args)}", flush=True)
     result = subprocess.run(
@@ -97,7 +111,8 @@ def _tunelab(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str
     return result
 
 
-def main() -> int:
+def main(fast_polls: bool = True) -> int:
+    """Run the demo; ``fast_polls=False`` keeps the controller's default cadence (benchmarks)."""
     workdir = Path(tempfile.mkdtemp(prefix="tunelab-demo-"))
     agent, controller = f"127.0.0.1:{_free_port()}", f"127.0.0.1:{_free_port()}"
     agent_metrics, controller_metrics = _free_port(), _free_port()
@@ -105,7 +120,6 @@ def main() -> int:
         **os.environ,
         "TUNELAB_CONTROLLER": controller,
         "XDG_CONFIG_HOME": str(workdir / "config"),  # keep the user's own config out of it
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
     }
     agent_argv = python_module_argv("tunelab.agent", "serve", "--listen", agent)
     agent_argv += [
@@ -121,14 +135,14 @@ def main() -> int:
     )
     controller_argv += ["--db", str(workdir / "controller.db")]
     controller_argv += ["--metrics-listen", f"127.0.0.1:{controller_metrics}"]
-    # short runs: follow them closely so the demo does not wait on poll intervals
-    controller_argv += ["--attempt-poll-interval", "0.25s", "--host-poll-interval", "1s"]
-    controller_argv += ["--scrape-interval", "1s"]
+    if fast_polls:  # one local host: poll it and its attempts often, not at a lab's cadence
+        controller_argv += ["--host-poll-interval", "0.5s", "--attempt-poll-interval", "0.25s"]
+    controller_argv += ["--scrape-interval", "1s"]  # short runs: enough scrapes for GPU figures
     report = Path(tempfile.mkdtemp(prefix="tunelab-demo-report-")) / "report.html"
     code = 0
     with ExitStack() as stack:
         _say("start a local agent and a controller (SQLite in a temporary directory)")
-        # the agent runs the spec's `python3 -m tunelab.bench.simulator`: this venv's python first
+        # the spec's `{python} -P -m tunelab.bench.simulator` runs on the agent's own interpreter
         stack.enter_context(_daemon("agent", agent_argv, agent, workdir / "agent.log", env))
         controller_log = workdir / "controller.log"
         stack.enter_context(_daemon("controller", controller_argv, controller, controller_log, env))
@@ -138,7 +152,7 @@ def main() -> int:
         _say("register the host")
         _tunelab(env, "hosts", "add", "local", agent, "--label", "pool=demo",
                  "--metrics-url", f"http://127.0.0.1:{agent_metrics}/metrics")  # fmt: skip
-        time.sleep(1.0)
+        _host_ready(controller, "local")
         _tunelab(env, "hosts", "ls")
 
         _say("audit it (a FAIL here is about this machine, not the demo)")

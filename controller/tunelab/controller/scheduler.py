@@ -16,6 +16,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
+from tunelab.controller.states import HostState
 from tunelab.controller.store import AttemptRow, ExperimentRow, HostRow, Store
 
 
@@ -103,8 +104,17 @@ class Scheduler:
 
     def _explain_wait(self, head: ExperimentRow, registered: list[HostRow]) -> None:
         """Say why a selector's queue waits: no such host at all, or none free right now."""
-        if any(matches(head.selector, h) for h in registered):
+        matching = [h for h in registered if matches(head.selector, h)]
+        usable = [h for h in matching if h.state is HostState.READY and not h.drain]
+        if usable:
             why = "waiting for a free host"
+        elif matching:
+            states = ", ".join(
+                f"{h.name} {'DRAINING' if h.drain else h.state.value}"
+                + (f" ({h.state_reason})" if h.state_reason and not h.drain else "")
+                for h in matching
+            )
+            why = f"waiting: no matching host can take runs now: {states} (tunelab hosts ls)"
         else:
             selector = head.selector
             wanted = selector.get("name") or selector.get("labels") or "any host"

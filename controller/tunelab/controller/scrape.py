@@ -98,6 +98,9 @@ class AttemptGpuSummary:
         self.last_at: float | None = None
         self.bench_power = _Stat()  # total power of the attempt's GPUs, per benchmarking scrape
         self.bench_counter_moves = 0  # benchmarking scrapes in which the energy counter moved
+        self.scrape_errors = 0  # failed scrapes: a wrong metrics URL must not look like "no GPU"
+        self.last_scrape_error = ""
+        self.metrics_url = ""
 
     def add(self, readings: dict[str, GpuReading], at: float, benchmarking: bool) -> None:
         self.samples += 1
@@ -141,6 +144,9 @@ class AttemptGpuSummary:
         ]
         return {
             "samples": self.samples,
+            "scrape_errors": self.scrape_errors,
+            "last_scrape_error": self.last_scrape_error,
+            "metrics_url": self.metrics_url,
             "seconds": round((self.last_at or 0) - (self.first_at or 0), 3),
             "gpus": gpus,
             "mean_power_watts_total": round(sum(power), 3) if power else None,
@@ -191,6 +197,7 @@ class MetricsScraper:
         self._thread = threading.Thread(target=self._loop, name="scraper", daemon=True)
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="scrape")
         self.errors = 0
+        self._failing: set[str] = set()
 
     def start(self) -> None:
         self._thread.start()
@@ -205,13 +212,21 @@ class MetricsScraper:
             self.scrape_once()
             self._stop.wait(self._interval)
 
-    def _page(self, url: str) -> dict[str, GpuReading] | None:
+    def _page(self, url: str) -> dict[str, GpuReading] | str:
+        """The page's GPU readings, or why it could not be had (logged once per failing URL)."""
         try:
-            return parse_gpu_readings(self._fetch(url))
+            readings = parse_gpu_readings(self._fetch(url))
         except (OSError, ValueError) as exc:
             self.errors += 1
-            log.debug("scrape_failed", url=url, error=str(exc))
-            return None
+            reason = str(getattr(exc, "reason", None) or exc)
+            if url not in self._failing:
+                log.warning("metrics_scrape_failed", url=url, error=reason)
+            self._failing.add(url)
+            return reason
+        if url in self._failing:
+            log.info("metrics_scrape_recovered", url=url)
+            self._failing.discard(url)
+        return readings
 
     def scrape_once(self) -> None:
         """One page per host, fetched in parallel (a hung agent delays only itself)."""
@@ -222,10 +237,14 @@ class MetricsScraper:
         with self._lock:
             for target in targets:
                 readings = pages[target.url]
-                if readings is not None:
-                    summary = self._summaries.setdefault(
-                        target.attempt_id, AttemptGpuSummary(target.gpus)
-                    )
+                summary = self._summaries.setdefault(
+                    target.attempt_id, AttemptGpuSummary(target.gpus)
+                )
+                summary.metrics_url = target.url
+                if isinstance(readings, str):
+                    summary.scrape_errors += 1
+                    summary.last_scrape_error = readings
+                else:
                     summary.add(readings, now, target.benchmarking)
 
     def snapshot(self, attempt_id: str) -> dict[str, Any] | None:

@@ -19,7 +19,7 @@ from tunelab.v1 import agent_pb2, run_pb2
 
 SPEC = """
 name: q
-server: {command: [engine], ready: {model: m}}
+server: {command: [engine], flags: {--port: "{port}"}, ready: {model: m}}
 benchmark: {concurrency: [1], requests: 1}
 """
 

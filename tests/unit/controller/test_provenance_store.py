@@ -14,7 +14,7 @@ from tunelab.controller.store import SqliteStore
 OLD_RELEASE_DB = Path(__file__).resolve().parents[2] / "fixtures/store/controller-f58540c.db"
 SPEC = """
 name: sim
-server: {command: [sim], ready: {model: m}}
+server: {command: [sim, --port, "{port}"], ready: {model: m}}
 benchmark: {concurrency: [1], requests: 5}
 """
 

@@ -153,3 +153,35 @@ def test_every_problem_is_reported_at_once() -> None:
 def test_structural_errors(text: str, message: str) -> None:
     with pytest.raises(SpecError, match=message.replace("[", r"\[").replace("(", r"\(")):
         expand_text(text)
+
+
+def _issues(text: str) -> list[str]:
+    with pytest.raises(SpecError) as caught:
+        expand_text(text)
+    return [str(i) for i in caught.value.issues]
+
+
+def test_each_bad_matrix_key_is_reported_once_beside_the_bases_own_errors() -> None:
+    text = BASE.replace("--itl-ms: 10}", "--itl-ms: 10}\n  env: {A: 1}") + (
+        "matrix:\n  server.flag.--x: [1, 2, 3]\n  benchmark.inputlen: [1, 2]\n"
+        "  benchmark.input_len: [8, many]\n"
+    )
+    issues = _issues(text)
+    assert issues[0] == "server.env.A: must be a string, got an integer"
+    assert sum("unknown key" in i for i in issues) == 2
+    assert any(i.startswith("matrix.server.flag.--x: server.flag: unknown key") for i in issues)
+    assert any(i.startswith("matrix.benchmark.inputlen: benchmark.inputlen:") for i in issues)
+    assert sum(i.startswith("matrix.benchmark.input_len:") for i in issues) == 1  # "many" only
+    assert len(issues) == 4
+
+
+def test_port_auto_needs_the_port_placeholder_somewhere() -> None:
+    no_port = BASE.replace('--port: "{port}", ', "")
+    expected = (
+        'server.port: auto picks a free port, but nothing passes it to the server: put "{port}" '
+        'in server.flags (e.g. --port: "{port}"), server.command or server.env, or give a number'
+    )
+    assert _issues(no_port) == [expected]
+    in_env = no_port.replace("ready:", 'env: {PORT: "{port}"}\n  ready:')
+    assert len(expand_text(in_env)) == 1
+    assert len(expand_text(no_port.replace("ready:", "port: 8000\n  ready:"))) == 1

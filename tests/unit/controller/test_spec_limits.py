@@ -19,6 +19,7 @@ BASE = """
 name: sim
 server:
   command: [python, -m, tunelab.bench.simulator]
+  flags: {--port: "{port}"}
   ready: {model: sim-model}
 benchmark: {concurrency: [1], requests: 20, input_len: 64, output_len: 32}
 """

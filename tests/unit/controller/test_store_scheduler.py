@@ -16,7 +16,7 @@ from tunelab.controller.store.models import selector_key
 SPEC = """
 name: s
 host: {labels: {pool: a}, gpus: GPUS}
-server: {command: [sim], ready: {model: m}}
+server: {command: [sim], flags: {--port: "{port}"}, ready: {model: m}}
 benchmark: {concurrency: [1], requests: 5}
 repeat: N
 """
@@ -142,4 +142,16 @@ def test_a_waiting_queue_says_why(store: SqliteStore) -> None:
     host(store, "big", 8)
     change_host(store, "big", drain(True, clear_quarantine=False))
     Scheduler(store).pass_once()
-    assert store.get_experiment(ids[0]).message == "waiting for a free host"  # type: ignore[union-attr]
+    assert store.get_experiment(ids[0]).message == (  # type: ignore[union-attr]
+        "waiting: no matching host can take runs now: big DRAINING (tunelab hosts ls)"
+    )
+    seen = store.get_host("big")
+    assert seen is not None
+    store.transition_host(
+        "big", seen, HostState.UNREACHABLE, drain=False, state_reason="connection refused"
+    )
+    Scheduler(store).pass_once()
+    assert store.get_experiment(ids[0]).message == (  # type: ignore[union-attr]
+        "waiting: no matching host can take runs now: big UNREACHABLE (connection refused) "
+        "(tunelab hosts ls)"
+    )

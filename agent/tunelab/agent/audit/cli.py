@@ -109,6 +109,9 @@ def run_cli(args: argparse.Namespace) -> int:
         return _usage(f"--root {root}: not a directory")
     if args.nvml_snapshot is not None and not args.nvml_snapshot.is_file():
         return _usage(f"--nvml-snapshot {args.nvml_snapshot}: no such file")
+    if args.fix_script and (args.json or args.compare is not None):
+        other = "--json" if args.json else "--compare"
+        return _usage(f"--fix-script prints a shell script; it does not combine with {other}")
     if args.cstate_max_latency < 0:
         return _usage("--cstate-max-latency: expected microseconds >= 0")
     old = None

@@ -14,6 +14,9 @@ PROBE_TIMEOUT = 2.0
 class ProbeResult:
     ready: bool
     detail: str  # what the last attempt saw, for a person
+    # the server is up and lists models, but not the one asked for: a wrong model name, which
+    # waiting out the startup budget (20 min by default) will not fix
+    wrong_model: bool = False
 
 
 def _get(port: int, path: str, timeout: float) -> tuple[int, bytes]:
@@ -49,4 +52,4 @@ def probe_ready(
         return ProbeResult(False, "GET /v1/models: body is not an OpenAI model list")
     if model in ids:
         return ProbeResult(True, f"GET {path}: HTTP 2xx; model {model} listed")
-    return ProbeResult(False, f"GET /v1/models: {model!r} not in {ids[:5]}")
+    return ProbeResult(False, f"GET /v1/models: {model!r} not in {ids[:5]}", wrong_model=bool(ids))

@@ -12,6 +12,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ import psutil
 from tunelab.agent.errors import InvalidSpec
 
 POLL_INTERVAL = 0.05
+PYTHON_PLACEHOLDER = "{python}"  # in a spec's argv: the interpreter the agent runs on
 
 
 @dataclass(frozen=True, order=True)
@@ -73,8 +75,11 @@ def spawn(
     """Start ``argv`` as the leader of a new session and process group, output to ``log_path``.
 
     stdout/stderr go to the file, never to a pipe the agent would have to drain; stdin is
-    /dev/null. Raises InvalidSpec when the program or working directory does not exist.
+    /dev/null. An argv element ``{python}`` is this agent's own interpreter, so a spec can run a
+    Python module that is installed beside the agent without knowing where (README "Servers").
+    Raises InvalidSpec when the program or working directory does not exist.
     """
+    argv = [sys.executable if part == PYTHON_PLACEHOLDER else part for part in argv]
     env = dict(os.environ)
     env.update(env_additions)
     with log_path.open("ab") as log:
@@ -92,11 +97,24 @@ def spawn(
         except FileNotFoundError as exc:
             if not cwd.is_dir():
                 raise InvalidSpec("spec.cwd", f"{cwd} is not a directory") from exc
-            raise InvalidSpec("spec.argv[0]", f"{argv[0]!r} not found") from exc
+            raise InvalidSpec("spec.argv[0]", _not_found(argv[0], cwd)) from exc
         except PermissionError as exc:
             raise InvalidSpec("spec.argv[0]", f"{argv[0]!r} is not executable") from exc
         except NotADirectoryError as exc:
             raise InvalidSpec("spec.cwd", f"{cwd} is not a directory") from exc
+
+
+def _not_found(program: str, cwd: Path) -> str:
+    """Why the program was not found, with where it was looked for."""
+    if "/" not in program:
+        return f"{program!r} not found on the agent's PATH (give an absolute path, or {{python}})"
+    if not program.startswith("/"):
+        return (
+            f"{program!r} not found: a relative path is resolved against the server's working "
+            f"directory {cwd} on the agent; give an absolute path, a program on the agent's "
+            "PATH, or {python} for the agent's own Python"
+        )
+    return f"{program!r} not found on the agent"
 
 
 def descendants(root: ProcessId) -> set[ProcessId]:

@@ -16,7 +16,7 @@ import structlog
 from tunelab.agent.gpu import GpuBackend, GpuError
 from tunelab.agent.logfiles import last_lines
 from tunelab.agent.servers import process as proc_mod
-from tunelab.agent.servers.probe import probe_ready
+from tunelab.agent.servers.probe import ProbeResult, probe_ready
 from tunelab.agent.servers.process import ProcessId
 from tunelab.agent.servers.progress import ProgressTracker
 from tunelab.agent.servers.record import ServerRecord
@@ -29,6 +29,7 @@ LOG_TAIL_LINES = 20
 DESCENDANT_SCAN_INTERVAL = 1.0
 READY_POLL_INTERVAL = 0.1
 MAX_LOG_READ = 1 << 20
+WRONG_MODEL_GRACE = 5.0  # a server listing other models this long has a wrong ready model
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,7 @@ class ServerSupervisor:
         self._stop_grace: float | None = None
         self._stop_reason = ""
         self._fail_after_stop = False
+        self._wrong_model_since: float | None = None
         self._tracker = ProgressTracker()
         self._log_pos = max(0, _size(log_path) - 65536) if popen is None else 0
         self._log = log.bind(server_id=record.id, name=record.name)
@@ -132,6 +134,8 @@ class ServerSupervisor:
                 result = probe_ready(self._spec.port, self._spec.ready_path, self._spec.ready_model)
                 if result.ready:
                     self._on_ready(record)
+                    continue
+                if self._wrong_model_for_too_long(result, now):
                     continue
                 self._wake.wait(self._settings.probe_interval)
             else:
@@ -216,6 +220,23 @@ class ServerSupervisor:
             for leftover in leftovers:
                 leftover.signal(signal.SIGKILL)
             self._log.warning("killed_leftovers", pids=[p.pid for p in leftovers])
+
+    def _wrong_model_for_too_long(self, result: ProbeResult, now: float) -> bool:
+        """Fail a server that has listed other models than the ready model for a while."""
+        if not result.wrong_model:
+            self._wrong_model_since = None
+            return False
+        if self._wrong_model_since is None:
+            self._wrong_model_since = now
+        if now - self._wrong_model_since < WRONG_MODEL_GRACE:
+            return False
+        self._fail_after_stop = True
+        self.request_stop(
+            None,
+            f"the server answers, but does not serve model {self._spec.ready_model!r} "
+            f"({result.detail}); fix the ready model (--ready-model, server.ready.model)",
+        )
+        return True
 
     def _on_startup_timeout(self, record: ServerRecord) -> None:
         result = probe_ready(self._spec.port, self._spec.ready_path, self._spec.ready_model)

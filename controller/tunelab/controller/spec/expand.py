@@ -164,14 +164,61 @@ def _value_text(value: Any) -> str:
     return str(value)
 
 
+def _single_changes(raw: Mapping[str, Any]) -> list[tuple[str, str, Any]]:
+    """(where, path, value) for each change the matrix or ablation makes, once each."""
+    found: dict[tuple[str, str, str], tuple[str, str, Any]] = {}
+    matrix, ablation = raw.get("matrix"), raw.get("ablation")
+    if isinstance(matrix, Mapping):
+        for path, values in matrix.items():
+            for value in values if isinstance(values, list) else []:
+                found.setdefault(("matrix", str(path), repr(value)), ("matrix", str(path), value))
+    if isinstance(ablation, list):
+        for i, entry in enumerate(ablation):
+            for path, value in entry.items() if isinstance(entry, Mapping) else []:
+                where = f"ablation[{i}]"
+                found.setdefault((where, str(path), repr(value)), (where, str(path), value))
+    return list(found.values())
+
+
+def _change_issues(
+    base: Mapping[str, Any], raw: Mapping[str, Any], prefix: str, known: list[SpecIssue]
+) -> list[SpecIssue]:
+    """Problems each change brings on its own, reported once per field, next to the base's.
+
+    Checking every variant instead reports a bad key once per variant that holds it, and only
+    after the base is valid.
+    """
+    seen = {(i.path, i.problem) for i in known}
+    issues: list[SpecIssue] = []
+    for where, path, value in _single_changes(raw):
+        if str(path).split(".")[0] not in VARIABLE_ROOTS:
+            continue  # _variants reports the path itself
+        try:
+            doc = apply_change(base, path, value)
+        except ValueError as exc:
+            found = [SpecIssue(path, str(exc))]
+        else:
+            found = check_experiment(doc, prefix)[1]
+        for issue in found:
+            if (issue.path, issue.problem) in seen:
+                continue
+            seen.add((issue.path, issue.problem))
+            issues.append(SpecIssue(f"{prefix}{where}.{path}", str(issue)))
+    return issues
+
+
 def expand_document(raw: Any, prefix: str = "") -> tuple[list[ExpandedExperiment], list[SpecIssue]]:
     """Validate one document and every variant of it; returns (experiments, issues)."""
     base_spec, issues = check_experiment(raw, prefix)
-    if issues or not isinstance(raw, Mapping):
+    if not isinstance(raw, Mapping):
         return [], issues
     base = {k: v for k, v in raw.items() if k not in ("matrix", "ablation")}
+    variants = _variants(raw, prefix, issues)
+    issues.extend(_change_issues(base, raw, prefix, issues))
+    if issues:
+        return [], issues
     experiments: list[ExpandedExperiment] = []
-    for label, changes in _variants(raw, prefix, issues):
+    for label, changes in variants:
         doc = base
         try:
             for path, value in changes.items():

@@ -184,6 +184,13 @@ def _flag_value(check: Checker, value: Any, path: str) -> Any:
     return None
 
 
+def _mentions_port(command: list[str], flags: Mapping[str, Any], env: Mapping[str, str]) -> bool:
+    """Whether ``{port}`` reaches the server somewhere (argv, a flag value or the environment)."""
+    values: list[Any] = [*command, *flags.values(), *env.values()]
+    texts = [str(v) for value in values for v in (value if isinstance(value, list) else [value])]
+    return any("{port}" in text for text in texts)
+
+
 def check_server(check: Checker, raw: Any) -> dict[str, Any]:
     server = check.mapping(raw, "server", SERVER_KEYS)
     command = (
@@ -216,6 +223,13 @@ def check_server(check: Checker, raw: Any) -> dict[str, Any]:
         port = check.integer(port_raw, "server.port", 1)
         if isinstance(port, int) and port > 65535:
             check.fail("server.port", f"must be 1-65535 or auto, got {port}")
+    if port == "auto" and not _mentions_port(command, flags, env):
+        check.fail(
+            "server.port",
+            'auto picks a free port, but nothing passes it to the server: put "{port}" in '
+            'server.flags (e.g. --port: "{port}"), server.command or server.env, or give '
+            "a number",
+        )
     ready = check.mapping(server.get("ready", {}), "server.ready", READY_KEYS)
     path = check.string(ready.get("path", "/health"), "server.ready.path")
     if path and not path.startswith("/"):
