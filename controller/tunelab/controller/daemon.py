@@ -50,6 +50,7 @@ class ControllerApp:
             DriverSettings(config.unknown_after_failures, config.lease_timeout),
             on_dispatch_latency=self.metrics.dispatch_latency.observe,
             on_agent_error=self.metrics.count_agent_error,
+            clock=self.store.now,  # leases by the database's clock: one clock for every controller
         )
         self.loop = ControlLoop(
             HostMonitor(
