@@ -1,11 +1,14 @@
 """Atomic JSON state files: written to a temporary name, fsynced, renamed over the old one, so a
-crash at any instant leaves either the old or the new document, never half of one."""
+crash at any instant leaves either the old or the new document, never half of one. Stdlib only:
+the per-server monitor uses it too."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -32,3 +35,18 @@ def write_json_atomic(path: Path, data: Any) -> None:
 
 def read_json(path: Path) -> Any:
     return json.loads(path.read_text())
+
+
+def quarantine(path: Path, reason: str) -> Path:
+    """Keep an unreadable state file under a new name beside it (never delete it: it is the
+    evidence), so the next start does not trip over it again. Returns the new path."""
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    target = path.with_name(f"{path.name}.quarantined-{stamp}")
+    n = 1
+    while target.exists():
+        n += 1
+        target = path.with_name(f"{path.name}.quarantined-{stamp}-{n}")
+    path.replace(target)
+    with contextlib.suppress(OSError):  # a full disk must not stop the rename that matters
+        (target.parent / f"{target.name}.why").write_text(reason + "\n")
+    return target
