@@ -124,6 +124,10 @@ class AgentService(agent_pb2_grpc.AgentServicer):
             servers_active=len(self._registry.servers()),
             started_at=self._identity.started_at,
         )
+        for item in self._registry.quarantined.items():
+            response.quarantined_state_files.add(
+                path=str(item.path), reason=item.reason, kept_as=str(item.kept_as or ""), at=item.at
+            )
         if self._runs is not None:
             active = self._runs.active_run_ids()
             response.runs_active = len(active)

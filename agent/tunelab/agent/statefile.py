@@ -5,6 +5,7 @@ the per-server monitor uses it too."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import tempfile
@@ -50,3 +51,38 @@ def quarantine(path: Path, reason: str) -> Path:
     with contextlib.suppress(OSError):  # a full disk must not stop the rename that matters
         (target.parent / f"{target.name}.why").write_text(reason + "\n")
     return target
+
+
+class StateDirBusy(RuntimeError):
+    """Another agent holds this state dir."""
+
+
+class StateDirLock:
+    """One agent per state dir: an exclusive ``flock`` on ``agent.lock``, taken before anything
+    in the dir is read or changed, held for the life of the process (the kernel drops it when
+    the process dies, even by kill -9). The holder's pid is written into the file for the message
+    a second agent prints."""
+
+    NAME = "agent.lock"
+
+    def __init__(self, state_dir: Path) -> None:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        self.path = state_dir / self.NAME
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(self._fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(self._fd)
+            raise StateDirBusy(
+                f"state dir {state_dir} is held by another agent (pid {holder}, lock {self.path}); "
+                "not starting, nothing changed"
+            ) from None
+        with contextlib.suppress(OSError):  # a full disk must not stop the agent: the lock holds
+            os.ftruncate(self._fd, 0)
+            os.pwrite(self._fd, f"{os.getpid()}\n".encode(), 0)
+
+    def release(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1

@@ -57,6 +57,8 @@ class ServerRegistry:
         state_dir: Path,
         gpu: GpuBackend,
         settings: SupervisorSettings | None = None,
+        writer: DurableWriter | None = None,
+        quarantined: QuarantineList | None = None,
     ) -> None:
         self._dir = state_dir / "servers"
         self._dir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -67,8 +69,8 @@ class ServerRegistry:
         self._records: dict[str, ServerRecord] = {}
         self._supervisors: dict[str, ServerSupervisor] = {}
         self._closed = False
-        self._writer = DurableWriter()
-        self.quarantined = QuarantineList()
+        self._writer = writer or DurableWriter()
+        self.quarantined = quarantined if quarantined is not None else QuarantineList()
 
     # --- paths -------------------------------------------------------------------------------
 
