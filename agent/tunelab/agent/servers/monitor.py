@@ -261,9 +261,16 @@ class Monitor:
         try:
             write_json_atomic(Path(EXIT_FILE), document)
         except OSError as exc:  # ENOSPC, EIO: keep the code in memory, serve it, retry
-            print(f"monitor: cannot write {EXIT_FILE}: {exc}; retrying", file=sys.stderr)
+            _say(f"cannot write {EXIT_FILE}: {exc}; retrying")
             return
         self.exit_written = True
+
+
+def _say(message: str) -> None:
+    """A line for monitor.log; that log may sit on the very disk that is full."""
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write(f"monitor: {message}\n")
+        sys.stderr.flush()
 
 
 def _read_line(conn: socket.socket) -> bytes:
