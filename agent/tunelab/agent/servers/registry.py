@@ -48,7 +48,7 @@ log = structlog.get_logger(__name__)
 
 STATE_FILE = "state.json"
 LOG_FILE = "server.log"
-FAILPOINT_ENV = "TUNELAB_AGENT_FAILPOINT"
+FAILPOINT_ENV = "TUNELAB_TEST_FAILPOINT"
 
 
 class ServerRegistry:
@@ -496,7 +496,7 @@ def recovered_record(
 
 
 def failpoint(name: str) -> None:
-    """Test hook: when ``TUNELAB_AGENT_FAILPOINT`` names this step of StartServer, the agent
+    """Test hook: when ``TUNELAB_TEST_FAILPOINT`` names this step of StartServer, the agent
     SIGKILLs itself there, so tests prove a crash at each step loses nothing. Unset otherwise."""
     if os.environ.get(FAILPOINT_ENV) == name:
         os.kill(os.getpid(), signal.SIGKILL)
