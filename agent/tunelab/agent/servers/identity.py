@@ -68,10 +68,52 @@ def all_processes() -> list[ProcStat]:
     return found
 
 
-def descendants(root: int, processes: list[ProcStat] | None = None) -> dict[int, float]:
-    """Every live (non-zombie) descendant of ``root``: pid → create time."""
+def _children(pid: int) -> list[int] | None:
+    """Children of every thread of ``pid`` (``/proc/<pid>/task/*/children``); None when the
+    kernel has no such file (CONFIG_PROC_CHILDREN off)."""
+    try:
+        tasks = list(os.scandir(PROC / str(pid) / "task"))
+    except OSError:
+        return []
+    found: list[int] = []
+    for task in tasks:
+        try:
+            found += [int(c) for c in (Path(task.path) / "children").read_text().split()]
+        except FileNotFoundError:
+            if not (Path(task.path) / "stat").exists():
+                continue  # the thread just ended
+            return None
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def descendants(root: int) -> dict[int, float]:
+    """Every live (non-zombie) descendant of ``root``: pid → create time.
+
+    Walks the children files from ``root`` (cost: the size of the tree, not of the host);
+    falls back to one pass over all of /proc where the kernel lacks them.
+    """
+    found: dict[int, float] = {}
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        children = _children(pid)
+        if children is None:
+            return _descendants_by_scan(root)
+        for child in children:
+            stat = read_stat(child)
+            if stat is None or child in found or child == root:
+                continue
+            if stat.state != "Z":
+                found[child] = stat.create_time
+            todo.append(child)
+    return found
+
+
+def _descendants_by_scan(root: int) -> dict[int, float]:
     children: dict[int, list[ProcStat]] = {}
-    for stat in processes if processes is not None else all_processes():
+    for stat in all_processes():
         children.setdefault(stat.ppid, []).append(stat)
     found: dict[int, float] = {}
     todo = [root]

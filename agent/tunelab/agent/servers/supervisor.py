@@ -183,9 +183,13 @@ class ServerSupervisor:
             if stop is not None:
                 return self._monitor.stop(stop[0], self._settings.kill_timeout, stop[1])
             return self._monitor.status()
+        except (ConnectionResetError, BrokenPipeError):
+            # it closed the connection while exiting: ask again at once (the socket goes next)
+            self._closing.wait(STOP_POLL)
+            return _NO_ANSWER
         except OSError as exc:
             self._log.warning("monitor_not_answering", error=str(exc))
-            self._wake.wait(MONITOR_RETRY)
+            self._closing.wait(MONITOR_RETRY)
             return _NO_ANSWER
 
     def _track(self, status: MonitorStatus) -> None:
@@ -286,6 +290,7 @@ class ServerSupervisor:
     def _run_stop(self) -> None:
         """Ask the monitor to stop the tree (it runs the ladder, so a stop survives an agent
         restart), wait until it reports the tree gone, then wait for the GPUs to be free."""
+        self._wake.clear()
         record = self._keeper.view(self._id)
         if record.state is not ServerState.STOPPING:
             self._keeper.transition(self._id, ServerState.STOPPING, self._stop_reason)
@@ -308,7 +313,7 @@ class ServerSupervisor:
                     self._done_updates(),
                 )
                 return
-            self._wake.wait(STOP_POLL)
+            self._closing.wait(STOP_POLL)
             status = self._ask_monitor()
             while status is _NO_ANSWER and not self._closing.is_set():
                 status = self._ask_monitor()
