@@ -4,7 +4,7 @@ grace runs out, then SIGKILL), one whose grandchildren escaped (``setsid env -i`
 ignored). Median and p99 over N stops each; then the monitor's RSS and CPU per server.
 
 "Gone" is seen by an independent 1 ms psutil poll of every pid the tree had before the stop
-(a zombie counts as gone). An escaped grandchild still alive 5 s after the reply is a survivor.
+(a zombie counts as gone). A process still alive 2 s after the reply survived the stop.
 
 Runs against any checkout, so the same script measures before and after a change:
   python benchmarks/stop_latency.py [--repo DIR] [--stops 20] [--grace 1.0]
@@ -43,6 +43,9 @@ httpd = HTTPServer(("127.0.0.1", port), H)
 print("serving", os.getpid(), flush=True)
 httpd.serve_forever()
 """
+
+
+SURVIVOR_WAIT = 2.0  # alive this long after the reply: it survived the stop
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -90,14 +93,18 @@ def one_stop(env: dict[str, Any], mode: str, grace: float) -> dict[str, Any]:
     procs = tree_of(psutil, server.pid, log)
     future = stub.StopServer.future(pb.StopServerRequest(id=server.id), timeout=120)
     t0 = time.perf_counter()
-    while not all_gone(psutil, procs) and time.perf_counter() - t0 < 30:
+    t_reply: float | None = None
+    while not all_gone(psutil, procs):
+        now = time.perf_counter() - t0
+        if t_reply is None and future.done():
+            t_reply = now
+        if t_reply is not None and now - t_reply > SURVIVOR_WAIT:
+            break
         time.sleep(0.001)
     t_gone = time.perf_counter() - t0
     reply = future.result()
-    t_reply = time.perf_counter() - t0
-    limit = time.monotonic() + 5
-    while not all_gone(psutil, procs) and time.monotonic() < limit:
-        time.sleep(0.01)
+    if t_reply is None:
+        t_reply = time.perf_counter() - t0
     survivors = [p for p in procs if not all_gone(psutil, [p])]
     for proc in survivors:  # our own test processes; psutil checks the create time on kill
         proc.kill()
