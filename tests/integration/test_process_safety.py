@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import subprocess
 import time
 from pathlib import Path
@@ -22,18 +21,19 @@ import pytest
 
 from tests.support.agent_proc import AgentProcess
 from tests.support.ports import free_port
-from tests.support.servers import fake_spec, get, logs, start, wait_state, watch_until
+from tests.support.servers import (
+    fake_spec,
+    get,
+    gone,
+    reported_pid,
+    start,
+    wait_state,
+    watch_until,
+)
 from tunelab.v1 import agent_pb2, agent_pb2_grpc, server_pb2
 
 S = server_pb2
 pytestmark = [pytest.mark.pidns, pytest.mark.needs_root]
-
-
-def gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 def wait_gone(pid: int, timeout: float = 15.0) -> None:
@@ -62,20 +62,11 @@ def spawn_with_pid(pid: int) -> subprocess.Popen[bytes]:
     raise RuntimeError(f"could not get pid {pid} for the victim")
 
 
-def reported_pid(stub: agent_pb2_grpc.AgentStub, server_id: str, word: str) -> int:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        found = re.search(rf"{word} (\d+)".encode(), logs(stub, server_id)[0])
-        if found:
-            return int(found.group(1))
-        time.sleep(0.05)
-    raise TimeoutError(f"no '{word}' line in the log of {server_id}")
-
-
-def ready_server(stub: agent_pb2_grpc.AgentStub, server_id: str, *args: str, **fields: object):  # type: ignore[no-untyped-def]
-    server = start(
-        stub, fake_spec(free_port(), "--load-seconds", "0.1", *args, **fields), server_id
-    )
+def ready_server(
+    stub: agent_pb2_grpc.AgentStub, server_id: str, *args: str, **fields: object
+) -> server_pb2.Server:
+    spec = fake_spec(free_port(), "--load-seconds", "0.1", *args, **fields)
+    server = start(stub, spec, server_id)
     watch_until(stub, server.id, [S.SERVER_STATE_READY])
     return server
 

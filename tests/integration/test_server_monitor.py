@@ -6,10 +6,8 @@ paths stay inside their folders. Real agent, real monitors, real children."""
 from __future__ import annotations
 
 import hashlib
-import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import grpc
@@ -18,28 +16,19 @@ import pytest
 
 from tests.support.agent_proc import AgentProcess
 from tests.support.ports import free_port
-from tests.support.servers import fake_spec, get, logs, start, wait_state, watch_until
+from tests.support.servers import (
+    fake_spec,
+    get,
+    gone,
+    reported_pid,
+    start,
+    wait_state,
+    watch_until,
+)
 from tunelab.agent.servers.registry import FAILPOINT_ENV
-from tunelab.v1 import agent_pb2, agent_pb2_grpc, run_pb2, server_pb2
+from tunelab.v1 import agent_pb2, run_pb2, server_pb2
 
 S = server_pb2
-
-
-def gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
-def reported_pid(stub: agent_pb2_grpc.AgentStub, server_id: str, word: str) -> int:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        found = re.search(rf"{word} (\d+)".encode(), logs(stub, server_id)[0])
-        if found:
-            return int(found.group(1))
-        time.sleep(0.05)
-    raise TimeoutError(f"no '{word}' line in the log of {server_id}")
 
 
 @pytest.mark.parametrize("escape", ["setsid-env-i", "unset-marker"])
