@@ -97,9 +97,10 @@ def test_a_stop_resumed_after_an_agent_kill_never_signals_the_reused_pid(tmp_pat
         stub = agent.stub()
         server = ready_server(stub, "resumed", "--worker", stop_grace_seconds=2.0)
         worker = reported_pid(stub, "resumed", "worker")
-        stub.StopServer.future(agent_pb2.StopServerRequest(id="resumed"), timeout=60)
+        stopping = stub.StopServer.future(agent_pb2.StopServerRequest(id="resumed"), timeout=60)
         wait_state(stub, "resumed", S.SERVER_STATE_STOPPING)
         agent.kill9()  # mid-stop: the state file says STOPPING
+        stopping.cancel()  # (kept until here: a dropped future cancels its call)
         wait_gone(server.pid)
         victim = spawn_with_pid(server.pid)
 
