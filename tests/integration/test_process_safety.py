@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -30,7 +32,7 @@ from tests.support.servers import (
     wait_state,
     watch_until,
 )
-from tunelab.v1 import agent_pb2, agent_pb2_grpc, server_pb2
+from tunelab.v1 import agent_pb2, agent_pb2_grpc, run_pb2, server_pb2
 
 S = server_pb2
 pytestmark = [pytest.mark.pidns, pytest.mark.needs_root]
@@ -250,6 +252,57 @@ def test_a_full_state_disk_spawns_nothing_loses_nothing_and_recovers(tmp_path: P
             assert time.monotonic() < deadline + 5, "the monitor never wrote its exit record"
             time.sleep(0.1)
         assert get(stub, "full").state == S.SERVER_STATE_STOPPED
+    finally:
+        agent.terminate()
+        subprocess.run(["umount", "-l", str(state_dir)], check=False)
+
+
+FILL_AND_REPORT = (
+    "import json,os,sys;json.dump({'ok':1},open('out.json','w'));"
+    "fd=os.open(sys.argv[1],os.O_WRONLY|os.O_CREAT)\n"
+    "try:\n while True: os.write(fd,b'0'*65536)\nexcept OSError: pass"
+)
+
+
+def test_a_run_that_meets_a_full_disk_finishes_once_space_is_freed(tmp_path: Path) -> None:
+    state_dir = tmp_path / "state"
+    state_dir.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(state_dir)], check=True)
+    agent = AgentProcess(state_dir)
+    agent.log_path = tmp_path / "agent.log"
+    agent.start()
+    filler = state_dir / "filler"
+    try:
+        stub = agent.stub()
+        port = free_port()
+        spec = run_pb2.RunSpec(
+            server=fake_spec(port, "--load-seconds", "0.1", stop_grace_seconds=2),
+            benchmark=run_pb2.BenchmarkSpec(
+                command=run_pb2.CommandBenchmark(
+                    argv=[sys.executable, "-c", FILL_AND_REPORT, str(filler)],
+                    result_file="out.json",
+                )
+            ),
+        )
+        stub.StartRun(agent_pb2.StartRunRequest(run_id="full-run", spec=spec), timeout=10)
+        deadline = time.monotonic() + 30
+        while not (filler.exists() and shutil.disk_usage(state_dir).free < 65536):
+            assert time.monotonic() < deadline, "the benchmark never filled the disk"
+            time.sleep(0.05)
+        time.sleep(1.5)  # the result write fails and is retried meanwhile
+        run = stub.GetRun(agent_pb2.GetRunRequest(run_id="full-run"), timeout=10).run
+        assert run.state == run_pb2.RUN_STATE_BENCHMARKING  # waiting for the disk, not failed
+
+        filler.unlink()
+        while run.state != run_pb2.RUN_STATE_SUCCEEDED:
+            assert time.monotonic() < deadline + 30, run
+            time.sleep(0.1)
+            run = stub.GetRun(agent_pb2.GetRunRequest(run_id="full-run"), timeout=10).run
+        server = get(stub, run.server_id)
+        assert server.state == S.SERVER_STATE_STOPPED and gone(server.pid)
+        assert json.loads((state_dir / "runs" / "full-run" / "result.json").read_text()) == {
+            "ok": 1
+        }
     finally:
         agent.terminate()
         subprocess.run(["umount", "-l", str(state_dir)], check=False)
