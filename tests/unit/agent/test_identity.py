@@ -103,3 +103,17 @@ def test_a_forged_identity_in_a_state_file_is_rejected(pid: int, create_time: fl
     data["pid"], data["create_time"] = pid, create_time
     with pytest.raises(ValueError, match="is not a server's"):
         ServerRecord.from_dict(data)
+
+
+def test_the_monitor_imports_nothing_outside_the_standard_library_but_its_own_modules() -> None:
+    """It runs once per server for the server's whole life: no psutil, grpc or structlog."""
+    code = (
+        "import sys; before = set(sys.modules); import tunelab.agent.servers.monitor; "
+        "print(' '.join(sorted(m for m in set(sys.modules) - before "
+        "if m.split('.')[0] not in sys.stdlib_module_names)))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-P", "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert loaded and all(m.startswith("tunelab") for m in loaded), loaded
+    assert "tunelab.agent.servers.monitor" in loaded
