@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import grpc
@@ -183,3 +184,22 @@ def test_a_result_file_outside_the_run_folder_is_refused_naming_the_field(
     finally:
         for canary in canaries:
             canary.unlink(missing_ok=True)
+
+
+def test_a_killed_monitor_makes_its_server_failed_and_its_verified_processes_killed(
+    agent: AgentProcess,
+) -> None:
+    stub = agent.stub()
+    server = start(stub, fake_spec(free_port(), "--load-seconds", "0.1"), "orphaned")
+    watch_until(stub, "orphaned", [S.SERVER_STATE_READY])
+    monitor = psutil.Process(server.pid).parent()
+    assert monitor is not None and "tunelab.agent.servers.monitor" in monitor.cmdline()
+
+    monitor.kill()  # someone SIGKILLs the monitor: the server is orphaned to init
+
+    final = wait_state(stub, "orphaned", S.SERVER_STATE_FAILED, timeout=15)
+    assert "monitor vanished" in final.message and str(server.pid) in final.message
+    deadline = time.monotonic() + 5
+    while not gone(server.pid):
+        assert time.monotonic() < deadline, "the orphaned server was left running"
+        time.sleep(0.05)
