@@ -97,13 +97,14 @@ def test_a_stop_resumed_after_an_agent_kill_never_signals_the_reused_pid(tmp_pat
     agent = AgentProcess(tmp_path / "agent").start()
     try:
         stub = agent.stub()
-        server = ready_server(stub, "resumed", "--worker", stop_grace_seconds=2.0)
+        server = ready_server(stub, "resumed", "--worker", stop_grace_seconds=3.0)
         worker = reported_pid(stub, "resumed", "worker")
         stopping = stub.StopServer.future(agent_pb2.StopServerRequest(id="resumed"), timeout=60)
-        wait_state(stub, "resumed", S.SERVER_STATE_STOPPING)
+        wait_gone(server.pid)  # the monitor's ladder is under way: SIGTERM sent, grace running
         agent.kill9()  # mid-stop: the state file says STOPPING
         stopping.cancel()  # (kept until here: a dropped future cancels its call)
-        wait_gone(server.pid)
+        state_file = agent.state_dir / "servers" / "resumed" / "state.json"
+        assert json.loads(state_file.read_text())["state"] == "STOPPING"
         victim = spawn_with_pid(server.pid)
 
         agent.restart()
