@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,3 +38,38 @@ def postgres() -> Iterator[PostgresServer]:
         yield server
     finally:
         server.stop()
+
+
+IN_PIDNS = "TUNELAB_TEST_IN_PIDNS"
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    needs_root = item.get_closest_marker("needs_root") or item.get_closest_marker("pidns")
+    if needs_root and os.geteuid() != 0:
+        pytest.skip("needs root (CI runs as root)")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    """A test marked ``pidns`` runs in a PID and mount namespace of its own: this process
+    re-runs just that test under ``unshare --pid --fork --mount-proc`` (pid 1 there reaps
+    orphans), so a regression that signals the wrong process can only hit the namespace."""
+    if pyfuncitem.get_closest_marker("pidns") is None or os.environ.get(IN_PIDNS) == "1":
+        return None
+    basetemp = tempfile.mkdtemp(prefix="pidns-")
+    try:
+        result = subprocess.run(
+            [
+                "unshare", "--pid", "--fork", "--mount-proc",
+                sys.executable, str(REPO / "tests" / "support" / "nsinit.py"),
+                sys.executable, "-m", "pytest", "-q", "-x", "--no-header", "-p", "no:cacheprovider",
+                f"--basetemp={basetemp}", pyfuncitem.nodeid,
+            ],
+            cwd=REPO, env={**os.environ, IN_PIDNS: "1"}, capture_output=True, timeout=170,
+        )  # fmt: skip
+    finally:
+        shutil.rmtree(basetemp, ignore_errors=True)
+    output = (result.stdout + result.stderr).decode(errors="replace")
+    if result.returncode != 0 or " passed" not in output:
+        pytest.fail(f"in its PID namespace (rc {result.returncode}):\n{output[-12000:]}")
+    return True

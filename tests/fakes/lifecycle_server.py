@@ -8,6 +8,12 @@ It prints tqdm-style shard loading lines, then answers GET on its port. Knobs:
   --die-after-ready S           exit with --exit-code S seconds after becoming ready
   --ignore-sigterm              keep running on SIGTERM
   --grandchild                  fork a grandchild into its own session that also ignores SIGTERM
+  --escape MODE                 double-fork a grandchild that ignores SIGTERM and leaves the tree:
+                                setsid-env-i (``setsid env -i python ...``, no environment at all)
+                                or unset-marker (own session, TUNELAB_SERVER_ID removed)
+  --worker                      fork a child in its own session that ignores SIGTERM (the leader
+                                itself exits on SIGTERM: the stop lasts the whole grace, and the
+                                leader's pid is free for the kernel to hand out meanwhile)
   --ready-file PATH             write the wall-clock time of the first 2xx it sends
   --ready-since-file PATH       write the wall-clock time it became ready (could answer 2xx)
   --model ID                    served by /v1/models
@@ -38,6 +44,8 @@ def main() -> int:
     p.add_argument("--die-after-ready", type=float, default=-1)
     p.add_argument("--ignore-sigterm", action="store_true")
     p.add_argument("--grandchild", action="store_true")
+    p.add_argument("--escape", choices=["setsid-env-i", "unset-marker"])
+    p.add_argument("--worker", action="store_true")
     p.add_argument("--ready-file")
     p.add_argument(
         "--ready-since-file", help="write the wall-clock time it became able to answer 2xx"
@@ -63,6 +71,15 @@ def main() -> int:
             f"subprocess.Popen([sys.executable,'-c',{code!r}],start_new_session=True)"
         )
         subprocess.run([sys.executable, "-c", intermediate], check=True)
+
+    if args.escape:
+        _escape(args.escape)
+    if args.worker:
+        code = (
+            "import os,signal,time;signal.signal(signal.SIGTERM,signal.SIG_IGN);"
+            "print('worker', os.getpid(), flush=True);time.sleep(100000)"
+        )
+        subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
 
     state = {"ready": False, "first_2xx": None}
     lock = threading.Lock()
@@ -128,6 +145,24 @@ def main() -> int:
         return args.exit_code
     while True:
         time.sleep(3600)
+
+
+def _escape(mode: str) -> None:
+    """An intermediate process starts the grandchild and exits at once, so the grandchild is
+    reparented (to the nearest subreaper, else init) and carries no trace of the server."""
+    code = (
+        "import os,signal,time;signal.signal(signal.SIGTERM,signal.SIG_IGN);"
+        "print('escaped', os.getpid(), flush=True);time.sleep(100000)"
+    )
+    if mode == "setsid-env-i":
+        argv = ["setsid", "env", "-i", sys.executable, "-c", code]
+        launch = f"import subprocess;subprocess.Popen({argv!r})"
+    else:
+        launch = (
+            "import os,subprocess,sys;env=dict(os.environ);env.pop('TUNELAB_SERVER_ID',None);"
+            f"subprocess.Popen([sys.executable,'-c',{code!r}],env=env,start_new_session=True)"
+        )
+    subprocess.run([sys.executable, "-c", launch], check=True)
 
 
 if __name__ == "__main__":

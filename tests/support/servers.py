@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from tunelab.v1 import agent_pb2, agent_pb2_grpc, server_pb2
 
@@ -70,3 +73,22 @@ def logs(stub: agent_pb2_grpc.AgentStub, server_id: str, **request: Any) -> tupl
         end = chunk.offset + len(chunk.data)
         eof = eof or chunk.eof
     return data, end, eof
+
+
+def gone(pid: int) -> bool:
+    """Dead, or a zombie waiting for a reaper that is not ours."""
+    try:
+        return bool(psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return True
+
+
+def reported_pid(stub: agent_pb2_grpc.AgentStub, server_id: str, word: str) -> int:
+    """The pid a fake server (or one of its children) printed as ``<word> <pid>`` in its log."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        found = re.search(rf"{word} (\d+)".encode(), logs(stub, server_id)[0])
+        if found:
+            return int(found.group(1))
+        time.sleep(0.05)
+    raise TimeoutError(f"no '{word}' line in the log of {server_id}")

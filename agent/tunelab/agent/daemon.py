@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 import uuid
@@ -19,9 +20,12 @@ from tunelab.agent.runs.builtinjob import BuiltinJob
 from tunelab.agent.runs.executor import RunExecutor
 from tunelab.agent.runs.metrics import BenchMetricsCollector
 from tunelab.agent.runs.provenance import RunProvenance
+from tunelab.agent.servers.quarantine import QuarantineList, StateHealthCollector
 from tunelab.agent.servers.registry import ServerRegistry
 from tunelab.agent.servers.supervisor import SupervisorSettings
 from tunelab.agent.service import SERVICE_NAME, AgentIdentity, AgentService
+from tunelab.agent.statefile import StateDirBusy, StateDirLock
+from tunelab.agent.statewriter import DurableWriter
 from tunelab.agent.system import System
 from tunelab.common import __version__
 from tunelab.common.capacity import Limits
@@ -36,6 +40,8 @@ class AgentApp:
 
     def __init__(self, config: AgentConfig, gpu: GpuBackend | None = None) -> None:
         self.config = config
+        # First, before anything in the state dir is read or changed: one agent per dir.
+        self.state_lock = StateDirLock(config.state_dir)
         self.identity = AgentIdentity(instance_id=uuid.uuid4().hex, started_at=time.time())
         self.gpu = gpu if gpu is not None else open_backend(config.nvml_snapshot)
         # The host audit: RunAudit and the start-up run both refresh last_audit (for /metrics).
@@ -48,6 +54,8 @@ class AgentApp:
             audit_system, audit_gpu, audit_gpu_reason, on_report=self._keep_audit
         )
         config.state_dir.mkdir(parents=True, exist_ok=True)
+        self.state_writer = DurableWriter()
+        self.quarantined = QuarantineList()
         self.registry = ServerRegistry(
             config.state_dir,
             self.gpu,
@@ -56,16 +64,23 @@ class AgentApp:
                 kill_timeout=config.kill_timeout,
                 gpu_release_timeout=config.gpu_release_timeout,
             ),
+            writer=self.state_writer,
+            quarantined=self.quarantined,
         )
         self.runs = RunExecutor(
             config.state_dir,
             self.registry,
             BuiltinJob,
+            writer=self.state_writer,
+            quarantined=self.quarantined,
             provenance=RunProvenance(self.gpu, time.time),
         )
         # Other parts register their collectors here; AgentMetrics serves it on /metrics.
         self.metrics_registry = CollectorRegistry()
         self.metrics_registry.register(BenchMetricsCollector(self.runs.live_progress))
+        self.metrics_registry.register(
+            StateHealthCollector(self.quarantined.count, self.state_writer.pending)
+        )
         self.metrics = AgentMetrics(
             MetricsSettings(
                 listen=config.metrics_listen,
@@ -136,10 +151,16 @@ class AgentApp:
         self.metrics.close()
         self.runs.close()
         self.registry.close()
+        self.state_writer.close()
+        self.state_lock.release()
 
 
 def serve(config: AgentConfig) -> int:
-    """Run until SIGTERM or SIGINT; returns the process exit code."""
-    app = AgentApp(config)
+    """Run until SIGTERM or SIGINT; returns the process exit code (2: the state dir is held)."""
+    try:
+        app = AgentApp(config)
+    except StateDirBusy as exc:
+        print(f"tunelab-agent: {exc}", file=sys.stderr)
+        return 2
     log.info("agent_config", **config.redacted())
     return run_until_signalled("agent", app.start, app.close)

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import grpc
 import structlog
 
-from tunelab.agent.errors import Busy, Conflict, InvalidSpec, NotFound
+from tunelab.agent.errors import Busy, Conflict, DiskFull, InvalidSpec, NotFound, Unavailable
 from tunelab.agent.gpu import GpuBackend, GpuError
 from tunelab.agent.logfiles import read_log_chunks, tail_offset
 from tunelab.agent.runs.record import RunRecord, RunSpec
@@ -40,6 +40,8 @@ STATUS_BY_ERROR: StatusTable = (
     (NotFound, grpc.StatusCode.NOT_FOUND),
     (Conflict, grpc.StatusCode.FAILED_PRECONDITION),
     (Busy, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (DiskFull, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (Unavailable, grpc.StatusCode.UNAVAILABLE),
 )
 SERVICE_NAME = "tunelab.v1.Agent"
 STOP_WAIT_MARGIN = 75.0  # kill timeout + GPU release wait, beyond the grace period
@@ -122,6 +124,10 @@ class AgentService(agent_pb2_grpc.AgentServicer):
             servers_active=len(self._registry.servers()),
             started_at=self._identity.started_at,
         )
+        for item in self._registry.quarantined.items():
+            response.quarantined_state_files.add(
+                path=str(item.path), reason=item.reason, kept_as=str(item.kept_as or ""), at=item.at
+            )
         if self._runs is not None:
             active = self._runs.active_run_ids()
             response.runs_active = len(active)

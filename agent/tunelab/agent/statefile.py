@@ -1,11 +1,15 @@
 """Atomic JSON state files: written to a temporary name, fsynced, renamed over the old one, so a
-crash at any instant leaves either the old or the new document, never half of one."""
+crash at any instant leaves either the old or the new document, never half of one. Stdlib only:
+the per-server monitor uses it too."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -32,3 +36,53 @@ def write_json_atomic(path: Path, data: Any) -> None:
 
 def read_json(path: Path) -> Any:
     return json.loads(path.read_text())
+
+
+def quarantine(path: Path, reason: str) -> Path:
+    """Keep an unreadable state file under a new name beside it (never delete it: it is the
+    evidence), so the next start does not trip over it again. Returns the new path."""
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    target = path.with_name(f"{path.name}.quarantined-{stamp}")
+    n = 1
+    while target.exists():
+        n += 1
+        target = path.with_name(f"{path.name}.quarantined-{stamp}-{n}")
+    path.replace(target)
+    with contextlib.suppress(OSError):  # a full disk must not stop the rename that matters
+        (target.parent / f"{target.name}.why").write_text(reason + "\n")
+    return target
+
+
+class StateDirBusy(RuntimeError):
+    """Another agent holds this state dir."""
+
+
+class StateDirLock:
+    """One agent per state dir: an exclusive ``flock`` on ``agent.lock``, taken before anything
+    in the dir is read or changed, held for the life of the process (the kernel drops it when
+    the process dies, even by kill -9). The holder's pid is written into the file for the message
+    a second agent prints."""
+
+    NAME = "agent.lock"
+
+    def __init__(self, state_dir: Path) -> None:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        self.path = state_dir / self.NAME
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(self._fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(self._fd)
+            raise StateDirBusy(
+                f"state dir {state_dir} is held by another agent (pid {holder}, lock {self.path}); "
+                "not starting, nothing changed"
+            ) from None
+        with contextlib.suppress(OSError):  # a full disk must not stop the agent: the lock holds
+            os.ftruncate(self._fd, 0)
+            os.pwrite(self._fd, f"{os.getpid()}\n".encode(), 0)
+
+    def release(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1

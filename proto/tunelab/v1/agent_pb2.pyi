@@ -85,6 +85,7 @@ class GetInfoResponse(_message.Message):
     RUNS_ACTIVE_FIELD_NUMBER: _builtins.int
     STARTED_AT_FIELD_NUMBER: _builtins.int
     ACTIVE_RUN_IDS_FIELD_NUMBER: _builtins.int
+    QUARANTINED_STATE_FILES_FIELD_NUMBER: _builtins.int
     instance_id: _builtins.str
     """new on every agent start"""
     version: _builtins.str
@@ -103,6 +104,10 @@ class GetInfoResponse(_message.Message):
     def gpus(self) -> _containers.RepeatedCompositeFieldContainer[Global___GpuSummary]: ...
     @_builtins.property
     def active_run_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def quarantined_state_files(self) -> _containers.RepeatedCompositeFieldContainer[Global___QuarantinedFile]:
+        """State files found unreadable at start-up: kept under a new name, never silently skipped."""
+
     def __init__(
         self,
         *,
@@ -120,14 +125,46 @@ class GetInfoResponse(_message.Message):
         runs_active: _builtins.int = ...,
         started_at: _builtins.float = ...,
         active_run_ids: _abc.Iterable[_builtins.str] | None = ...,
+        quarantined_state_files: _abc.Iterable[Global___QuarantinedFile] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_run_ids", b"active_run_ids", "cpu_count", b"cpu_count", "cuda_driver_version", b"cuda_driver_version", "driver_version", b"driver_version", "gpu_message", b"gpu_message", "gpu_metrics_enabled", b"gpu_metrics_enabled", "gpus", b"gpus", "hostname", b"hostname", "instance_id", b"instance_id", "kernel", b"kernel", "runs_active", b"runs_active", "servers_active", b"servers_active", "started_at", b"started_at", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_run_ids", b"active_run_ids", "cpu_count", b"cpu_count", "cuda_driver_version", b"cuda_driver_version", "driver_version", b"driver_version", "gpu_message", b"gpu_message", "gpu_metrics_enabled", b"gpu_metrics_enabled", "gpus", b"gpus", "hostname", b"hostname", "instance_id", b"instance_id", "kernel", b"kernel", "quarantined_state_files", b"quarantined_state_files", "runs_active", b"runs_active", "servers_active", b"servers_active", "started_at", b"started_at", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetInfoResponse: _TypeAlias = GetInfoResponse  # noqa: Y015
+
+@_typing.final
+class QuarantinedFile(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PATH_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    KEPT_AS_FIELD_NUMBER: _builtins.int
+    AT_FIELD_NUMBER: _builtins.int
+    path: _builtins.str
+    """where it was"""
+    reason: _builtins.str
+    """why it could not be used"""
+    kept_as: _builtins.str
+    """its name now (empty when even the rename failed)"""
+    at: _builtins.float
+    def __init__(
+        self,
+        *,
+        path: _builtins.str = ...,
+        reason: _builtins.str = ...,
+        kept_as: _builtins.str = ...,
+        at: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at", b"at", "kept_as", b"kept_as", "path", b"path", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___QuarantinedFile: _TypeAlias = QuarantinedFile  # noqa: Y015
 
 @_typing.final
 class RunAuditRequest(_message.Message):

@@ -10,16 +10,36 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from tunelab.agent.errors import InvalidSpec
 from tunelab.agent.runs.record import CommandBench
 from tunelab.agent.servers.process import ProcessId, stop_process_tree
 from tunelab.agent.statefile import read_json, write_json_atomic
 
 PROCESS_FILE = "command-process.json"
 LOG_FILE = "bench.log"
+RESULT_FILE_FIELD = "spec.benchmark.command.result_file"
 
 
 class BenchFailed(RuntimeError):
     """The benchmark ended without a usable result; the message says why."""
+
+
+def confined(folder: Path, name: str, field: str) -> Path:
+    """``name`` as a path inside ``folder``, or InvalidSpec naming ``field``.
+
+    The root agent deletes and writes these paths, so an absolute path, a ``..`` step or a
+    symlink that leads out of the folder is refused, never resolved somewhere else.
+    """
+    if not name or "\0" in name:
+        raise InvalidSpec(field, "must name a file in the run's folder")
+    relative = Path(name)
+    if relative.is_absolute() or ".." in relative.parts:
+        raise InvalidSpec(field, f"{name!r} must be a relative path inside the run's folder")
+    root = folder.resolve()
+    path = (root / relative).resolve()
+    if path == root or not path.is_relative_to(root):
+        raise InvalidSpec(field, f"{name!r} leads out of the run's folder")
+    return path
 
 
 class CommandJob:
@@ -32,8 +52,7 @@ class CommandJob:
 
     @property
     def result_path(self) -> Path:
-        path = Path(self._substitute(self._bench.result_file))
-        return path if path.is_absolute() else self._workdir / path
+        return confined(self._workdir, self._substitute(self._bench.result_file), RESULT_FILE_FIELD)
 
     def _substitute(self, text: str) -> str:
         for key, value in self._subs.items():

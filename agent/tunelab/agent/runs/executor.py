@@ -16,15 +16,17 @@ from typing import Any, Protocol
 
 import structlog
 
-from tunelab.agent.errors import AgentError, Conflict, InvalidSpec, NotFound
-from tunelab.agent.runs.commandjob import BenchFailed, CommandJob
+from tunelab.agent.errors import AgentError, Conflict, InvalidSpec, NotFound, storage_error
+from tunelab.agent.runs.commandjob import RESULT_FILE_FIELD, BenchFailed, CommandJob, confined
 from tunelab.agent.runs.record import MAX_EVENTS, RunEvent, RunRecord, RunSpec
 from tunelab.agent.runs.states import RunState, check_run_transition
+from tunelab.agent.servers.quarantine import QuarantineList
 from tunelab.agent.servers.record import ServerRecord
 from tunelab.agent.servers.registry import ServerRegistry
 from tunelab.agent.servers.spec import SERVER_NAME, ServerSpec
 from tunelab.agent.servers.states import ServerState
-from tunelab.agent.statefile import read_json, write_json_atomic
+from tunelab.agent.statefile import quarantine, read_json, write_json_atomic
+from tunelab.agent.statewriter import DurableWriter
 
 log = structlog.get_logger(__name__)
 RUN_FILE = "run.json"
@@ -70,6 +72,8 @@ class RunExecutor:
         builtin_job: BuiltinJobFactory,
         clock: Callable[[], float] = time.time,
         provenance: ProvenanceHook | None = None,
+        writer: DurableWriter | None = None,
+        quarantined: QuarantineList | None = None,
     ) -> None:
         self._dir = state_dir / "runs"
         self._provenance = provenance
@@ -83,6 +87,8 @@ class RunExecutor:
         self._jobs: dict[str, BenchJob] = {}
         self._threads: dict[str, threading.Thread] = {}
         self._closing = threading.Event()
+        self._writer = writer or DurableWriter()
+        self.quarantined = quarantined if quarantined is not None else QuarantineList()
 
     # --- paths and queries -------------------------------------------------------------------
 
@@ -162,6 +168,8 @@ class RunExecutor:
             raise InvalidSpec("spec.benchmark", "give a builtin or a command benchmark")
         if spec.max_duration < 0:
             raise InvalidSpec("spec.max_duration_seconds", "must be >= 0")
+        if spec.command is not None:
+            confined(self.run_dir(run_id), spec.command.result_file, RESULT_FILE_FIELD)
         with self._lock:
             if self._closing.is_set():
                 raise Conflict("the agent is shutting down")
@@ -171,8 +179,12 @@ class RunExecutor:
             now = self._clock()
             record = RunRecord(run_id=run_id, spec=spec, started_at=now, message="accepted")
             record.events.append(RunEvent(now, RunState.PENDING, "accepted"))
+            path = self.run_dir(run_id) / RUN_FILE
+            try:  # accepted means on disk: a run that cannot be recorded is not started
+                write_json_atomic(path, record.to_dict())
+            except OSError as exc:
+                raise storage_error(exc, path, "the run was not started") from exc
             self._runs[run_id] = record
-            self._persist(record)
             self._launch(run_id)
             return record.snapshot(), True
 
@@ -342,10 +354,22 @@ class RunExecutor:
         if progress is not None:
             self._update(record.run_id, progress=progress)
         result = job.result()
-        write_json_atomic(
-            self.run_dir(record.run_id) / RESULT_FILE, result
-        )  # on disk before reported
+        self._write_result(record.run_id, result)  # on disk before reported
         self._transition(record.run_id, RunState.STOPPING, "benchmark finished", result=result)
+
+    def _write_result(self, run_id: str, result: dict[str, Any]) -> None:
+        """The result must be on disk before it is reported: on a full disk, wait (retrying)
+        instead of failing a benchmark that worked; cancel and shutdown still end the wait."""
+        path = self.run_dir(run_id) / RESULT_FILE
+        while True:
+            try:
+                write_json_atomic(path, result)
+                return
+            except OSError as exc:
+                log.error("result_write_failed", run_id=run_id, path=str(path), error=str(exc))
+            if self._closing.wait(1.0):
+                raise _Closing
+            self._check(run_id)
 
     def _stop_server(self, record: RunRecord) -> None:
         if not record.server_id or record.spec.server is None or record.spec.keep_server:
@@ -403,7 +427,8 @@ class RunExecutor:
             self._jobs.pop(run_id, None)
 
     def _persist(self, record: RunRecord) -> None:
-        write_json_atomic(self.run_dir(record.run_id) / RUN_FILE, record.to_dict())
+        """Write the record; on a disk error keep going and let the writer retry it."""
+        self._writer.write(self.run_dir(record.run_id) / RUN_FILE, record.to_dict())
 
     # --- agent start and shutdown ------------------------------------------------------------
 
@@ -413,8 +438,15 @@ class RunExecutor:
         for path in sorted(self._dir.glob(f"*/{RUN_FILE}")):
             try:
                 record = RunRecord.from_dict(read_json(path))
-            except (ValueError, KeyError, TypeError) as exc:
-                log.error("run_file_unreadable", path=str(path), error=str(exc))
+                if record.run_id != path.parent.name:
+                    raise ValueError(f"run id {record.run_id!r} is not its folder's")
+            except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+                reason = f"{type(exc).__name__}: {exc}"
+                kept: Path | None = None
+                with contextlib.suppress(OSError):
+                    kept = quarantine(path, reason)
+                self.quarantined.add(path, reason, kept)
+                log.error("run_file_quarantined", path=str(path), kept=str(kept), error=reason)
                 continue
             result_path = path.parent / RESULT_FILE
             if result_path.exists():

@@ -1,18 +1,20 @@
-"""Processes the agent launches: spawn, identity (pid + create time), descendants, the stop ladder.
+"""Processes the agent itself follows (benchmark jobs; servers live under their monitor):
+identity (pid + create time), descendants, and a stop ladder for a process the agent started.
 
 A pid alone is never trusted: after a restart or a long stop, the kernel may have handed it to a
-stranger. Every signal goes to a :class:`ProcessId` whose create time still matches.
+stranger. Every signal goes through :func:`identity.signal_exact` (pidfd, then the create time
+checked, then the signal); never to a bare group number, never to pid <= 1.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import math
 import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -21,9 +23,10 @@ from pathlib import Path
 import psutil
 
 from tunelab.agent.errors import InvalidSpec
+from tunelab.agent.servers import identity
+from tunelab.agent.servers.argv import not_found, with_python
 
 POLL_INTERVAL = 0.05
-PYTHON_PLACEHOLDER = "{python}"  # in a spec's argv: the interpreter the agent runs on
 
 
 @dataclass(frozen=True, order=True)
@@ -42,6 +45,8 @@ class ProcessId:
 
     def process(self) -> psutil.Process | None:
         """The live process with this identity, or None (gone, zombie, or pid reused)."""
+        if self.pid <= 1 or not math.isfinite(self.create_time):
+            return None
         try:
             proc = psutil.Process(self.pid)
             if abs(proc.create_time() - self.create_time) > 0.05:
@@ -59,14 +64,7 @@ class ProcessId:
 
     def signal(self, sig: int) -> bool:
         """Send ``sig`` if this exact process still lives; True if it was sent."""
-        proc = self.process()
-        if proc is None:
-            return False
-        try:
-            proc.send_signal(sig)
-        except (psutil.NoSuchProcess, psutil.ZombieProcess):
-            return False
-        return True
+        return identity.signal_exact(self.pid, self.create_time, sig)
 
 
 def spawn(
@@ -79,7 +77,7 @@ def spawn(
     Python module that is installed beside the agent without knowing where (README "Servers").
     Raises InvalidSpec when the program or working directory does not exist.
     """
-    argv = [sys.executable if part == PYTHON_PLACEHOLDER else part for part in argv]
+    argv = with_python(argv)
     env = dict(os.environ)
     env.update(env_additions)
     with log_path.open("ab") as log:
@@ -97,24 +95,11 @@ def spawn(
         except FileNotFoundError as exc:
             if not cwd.is_dir():
                 raise InvalidSpec("spec.cwd", f"{cwd} is not a directory") from exc
-            raise InvalidSpec("spec.argv[0]", _not_found(argv[0], cwd)) from exc
+            raise InvalidSpec("spec.argv[0]", not_found(argv[0], str(cwd))) from exc
         except PermissionError as exc:
             raise InvalidSpec("spec.argv[0]", f"{argv[0]!r} is not executable") from exc
         except NotADirectoryError as exc:
             raise InvalidSpec("spec.cwd", f"{cwd} is not a directory") from exc
-
-
-def _not_found(program: str, cwd: Path) -> str:
-    """Why the program was not found, with where it was looked for."""
-    if "/" not in program:
-        return f"{program!r} not found on the agent's PATH (give an absolute path, or {{python}})"
-    if not program.startswith("/"):
-        return (
-            f"{program!r} not found: a relative path is resolved against the server's working "
-            f"directory {cwd} on the agent; give an absolute path, a program on the agent's "
-            "PATH, or {python} for the agent's own Python"
-        )
-    return f"{program!r} not found on the agent"
 
 
 def descendants(root: ProcessId) -> set[ProcessId]:
@@ -133,21 +118,11 @@ def descendants(root: ProcessId) -> set[ProcessId]:
     return found
 
 
-def processes_with_env(name: str, value: str) -> set[ProcessId]:
-    """Live processes whose environment holds ``name=value`` (inherited through any fork)."""
-    found: set[ProcessId] = set()
-    for proc in psutil.process_iter(["pid", "create_time"]):
-        try:
-            if proc.environ().get(name) == value:
-                found.add(ProcessId(proc.info["pid"], proc.info["create_time"]))
-        except (psutil.Error, OSError):
-            continue
-    return found
-
-
 def process_group_members(pgid: int) -> set[ProcessId]:
-    """Live members of a process group."""
+    """Live members of a process group (each still verified again before any signal)."""
     found: set[ProcessId] = set()
+    if pgid <= 1:
+        return found
     for proc in psutil.process_iter(["pid", "create_time", "status"]):
         try:
             if proc.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(proc.pid) == pgid:
@@ -155,17 +130,6 @@ def process_group_members(pgid: int) -> set[ProcessId]:
         except (ProcessLookupError, PermissionError, psutil.Error):
             continue
     return found
-
-
-def signal_group(pgid: int, sig: int) -> bool:
-    """Signal a process group; False when it no longer exists."""
-    try:
-        os.killpg(pgid, sig)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return False
-    return True
 
 
 @dataclass(frozen=True)
@@ -185,50 +149,39 @@ def stop_process_tree(
     reap: Callable[[], object] = lambda: None,
     should_abort: Callable[[], bool] = lambda: False,
 ) -> StopOutcome:
-    """The stop ladder: SIGTERM the group, wait ``grace``, SIGKILL the group and every known
-    descendant that left it, then wait up to ``kill_timeout`` for all of them to be gone.
+    """SIGTERM ``leader``'s tree and group, wait ``grace``, SIGKILL what is left (also every
+    ``known`` process that left them), then wait up to ``kill_timeout`` for all to be gone.
 
-    ``leader`` leads the process group (spawned with a new session). ``reap`` lets the owner
-    of a Popen collect the exit status so the leader does not linger as a zombie.
+    Each process is verified (pid + create time) as it is signalled. ``reap`` lets the owner of
+    a Popen collect the exit status so the leader does not linger as a zombie.
     """
-    pgid = leader.pid
     tracked = {leader, *known}
 
     def alive() -> list[ProcessId]:
         reap()
-        members = process_group_members(pgid) if leader.alive() or _group_exists(pgid) else set()
-        return sorted({p for p in tracked | members if p.alive()})
+        found = tracked | descendants(leader)
+        if leader.alive():  # the group id is the leader's only while the leader lives
+            found |= process_group_members(leader.pid)
+        tracked.update(found)
+        return sorted(p for p in found if p.alive())
 
-    if leader.alive():
-        signal_group(pgid, signal.SIGTERM)
+    for proc in alive():
+        proc.signal(signal.SIGTERM)
     deadline = time.monotonic() + grace
     while alive() and time.monotonic() < deadline and not should_abort():
         time.sleep(POLL_INTERVAL)
     remaining = alive()
     if not remaining:
         return StopOutcome(False, ())
-    signal_group(pgid, signal.SIGKILL)
-    for proc in remaining:
-        proc.signal(signal.SIGKILL)
     deadline = time.monotonic() + kill_timeout
     while time.monotonic() < deadline:
+        for proc in remaining:  # again each round: a process may have forked meanwhile
+            proc.signal(signal.SIGKILL)
+        time.sleep(POLL_INTERVAL)
         remaining = alive()
         if not remaining:
             return StopOutcome(True, ())
-        for proc in remaining:  # a process may have forked during the ladder
-            proc.signal(signal.SIGKILL)
-        time.sleep(POLL_INTERVAL)
     return StopOutcome(True, tuple(alive()))
-
-
-def _group_exists(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def port_in_use(port: int) -> bool:

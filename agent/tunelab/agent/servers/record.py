@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -85,8 +86,12 @@ class ServerRecord:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ServerRecord:
+        """Parse a state document; ValueError/KeyError/TypeError when it is not one we wrote
+        (a forged ``pid: 1`` or a NaN create time is rejected here, never acted on)."""
+        if not isinstance(data, dict) or not isinstance(data.get("spec"), dict):
+            raise TypeError("not a server state document")
         progress = data.get("progress")
-        return cls(
+        record = cls(
             id=data["id"],
             spec=ServerSpec.from_dict(data["spec"]),
             state=ServerState(data["state"]),
@@ -108,3 +113,14 @@ class ServerRecord:
                 for e in data.get("events", [])
             ],
         )
+        _check_identity("pid", record.pid, record.create_time)
+        for p in record.descendants:
+            _check_identity("descendants", p.pid, p.create_time)
+        return record
+
+
+def _check_identity(name: str, pid: int, create_time: float) -> None:
+    if pid == 0:
+        return
+    if pid <= 1 or not math.isfinite(create_time) or create_time <= 0:
+        raise ValueError(f"{name}: pid {pid} with create time {create_time} is not a server's")

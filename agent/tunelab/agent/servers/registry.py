@@ -6,32 +6,50 @@ state machine, writes the state file atomically, records an event and wakes watc
 
 from __future__ import annotations
 
+import contextlib
+import os
 import secrets
 import shutil
 import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import structlog
 
-from tunelab.agent.errors import Conflict, InvalidSpec, NotFound, PortInUse
+from tunelab.agent.errors import (
+    Conflict,
+    InvalidSpec,
+    NotFound,
+    PortInUse,
+    Unavailable,
+    storage_error,
+)
 from tunelab.agent.gpu import GpuBackend
 from tunelab.agent.logfiles import last_lines
 from tunelab.agent.servers import process as proc_mod
+from tunelab.agent.servers.argv import with_python
+from tunelab.agent.servers.monitorclient import (
+    MonitorClient,
+    MonitorFailed,
+    MonitorStatus,
+    launch_monitor,
+)
+from tunelab.agent.servers.quarantine import QuarantineList
 from tunelab.agent.servers.record import MAX_EVENTS, ServerEvent, ServerRecord
 from tunelab.agent.servers.spec import MARKER_ENV, SERVER_NAME, ServerSpec
 from tunelab.agent.servers.states import ServerState, check_transition
-from tunelab.agent.servers.supervisor import ServerSupervisor, SupervisorSettings
-from tunelab.agent.statefile import read_json, write_json_atomic
+from tunelab.agent.servers.supervisor import ServerSupervisor, SupervisorSettings, describe_exit
+from tunelab.agent.statefile import quarantine, read_json, write_json_atomic
+from tunelab.agent.statewriter import DurableWriter
 
 log = structlog.get_logger(__name__)
 
 STATE_FILE = "state.json"
 LOG_FILE = "server.log"
+FAILPOINT_ENV = "TUNELAB_TEST_FAILPOINT"
 
 
 class ServerRegistry:
@@ -40,9 +58,11 @@ class ServerRegistry:
         state_dir: Path,
         gpu: GpuBackend,
         settings: SupervisorSettings | None = None,
+        writer: DurableWriter | None = None,
+        quarantined: QuarantineList | None = None,
     ) -> None:
         self._dir = state_dir / "servers"
-        self._dir.mkdir(parents=True, exist_ok=True)
+        self._dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._gpu = gpu
         self._settings = settings or SupervisorSettings()
         self._lock = threading.RLock()
@@ -50,6 +70,8 @@ class ServerRegistry:
         self._records: dict[str, ServerRecord] = {}
         self._supervisors: dict[str, ServerSupervisor] = {}
         self._closed = False
+        self._writer = writer or DurableWriter()
+        self.quarantined = quarantined if quarantined is not None else QuarantineList()
 
     # --- paths -------------------------------------------------------------------------------
 
@@ -95,7 +117,12 @@ class ServerRegistry:
     # --- start -------------------------------------------------------------------------------
 
     def start(self, spec: ServerSpec, server_id: str = "") -> ServerRecord:
-        """Spawn a server; a known id returns that server (same spec) instead of a second one."""
+        """Start a server under its own monitor; a known id returns that server (same spec)
+        instead of a second one.
+
+        Intent before effect: the PENDING record is on disk (fsynced) before anything is
+        spawned; when it cannot be written nothing is spawned (DiskFull / Unavailable).
+        """
         spec = spec.validated()
         if server_id and not SERVER_NAME.match(server_id):
             raise InvalidSpec(
@@ -123,35 +150,71 @@ class ServerRegistry:
             cwd = Path(spec.cwd) if spec.cwd else self.server_dir(server_id)
             if spec.cwd and not cwd.is_dir():
                 raise InvalidSpec("spec.cwd", f"{spec.cwd} is not a directory")
-            self.server_dir(server_id).mkdir(parents=True, exist_ok=True)
-            log_path = self.log_path(server_id)
-            try:
-                popen = proc_mod.spawn(
-                    list(spec.argv), {**spec.env, MARKER_ENV: server_id}, cwd, log_path
-                )
-            except InvalidSpec:
-                shutil.rmtree(self.server_dir(server_id), ignore_errors=True)
-                raise
-            leader = proc_mod.ProcessId.of(popen.pid)
             now = time.time()
             record = ServerRecord(
                 id=server_id,
                 spec=spec,
-                state=ServerState.STARTING,
-                pid=popen.pid,
-                # a process that already exited has no create time; the supervisor sees the exit
-                create_time=leader.create_time if leader else now,
                 started_at=now,
-                message=f"spawned pid {popen.pid}",
-                events=[ServerEvent(now, ServerState.STARTING, f"spawned pid {popen.pid}")],
+                message="accepted; starting its monitor",
+                events=[ServerEvent(now, ServerState.PENDING, "accepted")],
             )
+            self._write_intent(record)
             self._records[server_id] = record
-            self._persist(record)
-            supervisor = ServerSupervisor(self, record, log_path, self._gpu, self._settings, popen)
+        failpoint("after-intent")
+        launch = {
+            "argv": with_python(spec.argv),
+            "env": {**spec.env, MARKER_ENV: server_id},
+            "cwd": str(cwd),
+            "log": str(self.log_path(server_id)),
+            "spec": spec.to_dict(),
+        }
+        server_dir = self.server_dir(server_id)
+        try:
+            monitor_popen, leader = launch_monitor(server_id, server_dir, launch)
+        except InvalidSpec:
+            with self._lock:
+                del self._records[server_id]
+            shutil.rmtree(server_dir, ignore_errors=True)  # nothing ran: forget it entirely
+            raise
+        except (MonitorFailed, OSError) as exc:
+            self.transition(server_id, ServerState.FAILED, f"could not start its monitor: {exc}")
+            raise Unavailable(f"server {server_id}: could not start its monitor: {exc}") from exc
+        failpoint("after-spawn")
+        with self._lock:
+            self.transition(
+                server_id,
+                ServerState.STARTING,
+                f"spawned pid {leader.pid} under monitor pid {monitor_popen.pid}",
+                pid=leader.pid,
+                create_time=leader.create_time,
+            )
+            record = self._records[server_id]
+            supervisor = ServerSupervisor(
+                self,
+                record,
+                self.log_path(server_id),
+                self._gpu,
+                self._settings,
+                MonitorClient(server_dir),
+                monitor_popen,
+            )
             self._supervisors[server_id] = supervisor
             supervisor.start()
-            log.info("server_started", server_id=server_id, pid=popen.pid, argv=list(spec.argv))
-            return record.snapshot()
+        failpoint("after-record")
+        log.info("server_started", server_id=server_id, pid=leader.pid, argv=list(spec.argv))
+        return record.snapshot()
+
+    def _write_intent(self, record: ServerRecord) -> None:
+        server_dir = self.server_dir(record.id)
+        path = server_dir / STATE_FILE
+        try:
+            server_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            write_json_atomic(path, record.to_dict())
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                path.unlink(missing_ok=True)
+                server_dir.rmdir()
+            raise storage_error(exc, path, "nothing was started") from exc
 
     # --- stop --------------------------------------------------------------------------------
 
@@ -230,54 +293,94 @@ class ServerRegistry:
             self._changed.notify_all()
 
     def _persist(self, record: ServerRecord) -> None:
-        write_json_atomic(self.server_dir(record.id) / STATE_FILE, record.to_dict())
+        """Write the record; on a disk error keep going and let the writer retry it."""
+        self._writer.write(self.server_dir(record.id) / STATE_FILE, record.to_dict())
 
     # --- agent start and shutdown ------------------------------------------------------------
 
     def adopt_existing(self) -> list[str]:
-        """Load every state file; re-attach to servers still alive (same pid and create time).
+        """Find every server of an earlier agent, by its folder and its monitor's socket.
 
-        Returns the ids re-adopted. Servers whose process vanished while no agent watched are
-        marked FAILED; a server that was STOPPING finishes its stop ladder.
+        A readable record is re-attached to its live monitor; one whose monitor is gone is
+        finished with the exit code the monitor wrote. An unreadable record (empty, truncated,
+        garbage, wrong types, forged identity, another id) is quarantined — renamed, reported
+        in GetInfo and as a metric — and its server is rebuilt from what its monitor knows.
+        Returns the ids re-adopted.
         """
         adopted: list[str] = []
-        for state_file in sorted(self._dir.glob(f"*/{STATE_FILE}")):
-            try:
-                record = ServerRecord.from_dict(read_json(state_file))
-            except (ValueError, KeyError, TypeError) as exc:
-                log.error("state_file_unreadable", path=str(state_file), error=str(exc))
+        for server_dir in sorted(p for p in self._dir.iterdir() if p.is_dir()):
+            if not SERVER_NAME.match(server_dir.name):
                 continue
-            with self._lock:
-                self._records[record.id] = record
+            monitor = MonitorClient(server_dir)
+            status = _ask(monitor)
+            record = self._load(server_dir)
+            if record is None:
+                record = recovered_record(server_dir.name, status, monitor.exit_record())
+                if record is None:
+                    continue
+                with self._lock:
+                    self._records[record.id] = record
+                    self._persist(record)
+            else:
+                with self._lock:
+                    self._records[record.id] = record
             if record.state.is_terminal():
                 continue
-            self._adopt(record)
+            self._adopt(record, monitor, status)
             if record.id in self._supervisors:
                 adopted.append(record.id)
         return adopted
 
-    def _adopt(self, record: ServerRecord) -> None:
-        leader = record.leader
-        alive = leader is not None and leader.alive()
-        if record.state is ServerState.PENDING or (
-            not alive and record.state is not ServerState.STOPPING
-        ):
+    def _load(self, server_dir: Path) -> ServerRecord | None:
+        path = server_dir / STATE_FILE
+        if not path.exists():
+            if MonitorClient(server_dir).has_socket():
+                self.quarantined.add(path, "state file missing beside a monitor socket", None)
+            return None
+        try:
+            record = ServerRecord.from_dict(read_json(path))
+            if record.id != server_dir.name:
+                raise ValueError(f"id {record.id!r} does not match its folder {server_dir.name!r}")
+            return record
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+            kept: Path | None = None
+            try:
+                kept = quarantine(path, reason)
+            except OSError as move_exc:
+                reason += f" (could not rename it: {move_exc})"
+            self.quarantined.add(path, reason, kept)
+            log.error("state_file_quarantined", path=str(path), kept=str(kept), error=reason)
+            return None
+
+    def _adopt(
+        self, record: ServerRecord, monitor: MonitorClient, status: MonitorStatus | None
+    ) -> None:
+        if status is None:
+            self._finish_unmonitored(record, monitor)
+            return
+        if record.state is ServerState.PENDING:
+            if status.leader is None:
+                self.transition(
+                    record.id,
+                    ServerState.FAILED,
+                    f"its monitor did not start it: {status.spawn_error}",
+                )
+                return
             self.transition(
                 record.id,
-                ServerState.FAILED,
-                "exited while the agent was not running (exit code unknown)",
-                finished_at=time.time(),
-                log_tail=last_lines(self.log_path(record.id), 20),
+                ServerState.STARTING,
+                f"spawned pid {status.leader.pid} under monitor pid {status.monitor_pid} "
+                "(found after an agent restart)",
+                pid=status.leader.pid,
+                create_time=status.leader.create_time,
             )
-            for leftover in record.descendants:
-                leftover.signal(signal.SIGKILL)
-            return
         with self._lock:
-            self._records[record.id] = replace(record, adoptions=record.adoptions + 1)
             current = self._records[record.id]
+            current.adoptions += 1
             self._persist(current)
             supervisor = ServerSupervisor(
-                self, current, self.log_path(record.id), self._gpu, self._settings, popen=None
+                self, current, self.log_path(record.id), self._gpu, self._settings, monitor
             )
             self._supervisors[record.id] = supervisor
         if current.state is ServerState.STOPPING:
@@ -285,8 +388,51 @@ class ServerRegistry:
         supervisor.start()
         log.info("server_adopted", server_id=record.id, pid=record.pid, state=record.state.value)
 
+    def _finish_unmonitored(self, record: ServerRecord, monitor: MonitorClient) -> None:
+        """No monitor answers: it finished (and wrote exit.json), never started, or was killed."""
+        tail = last_lines(self.log_path(record.id), 20)
+        done = {"finished_at": time.time(), "log_tail": tail}
+        exit_record = monitor.exit_record()
+        if exit_record is not None:
+            code = exit_record.get("exit_code")
+            code = code if isinstance(code, int) else None
+            how = "exit code unknown" if code is None else describe_exit(code)
+            if record.state is ServerState.STOPPING:
+                self.transition(
+                    record.id,
+                    ServerState.STOPPED,
+                    f"{record.message}; stopped by its monitor while no agent ran ({how})",
+                    exit_code=code,
+                    **done,
+                )
+            else:
+                self.transition(
+                    record.id,
+                    ServerState.FAILED,
+                    f"exited while the agent was not running ({how})",
+                    exit_code=code,
+                    **done,
+                )
+            return
+        if record.state is ServerState.PENDING:
+            self.transition(
+                record.id,
+                ServerState.FAILED,
+                "the agent stopped before the server was spawned; nothing ran",
+                **done,
+            )
+            return
+        killed = [p.pid for p in sorted(record.process_ids()) if p.signal(signal.SIGKILL)]
+        self.transition(
+            record.id,
+            ServerState.FAILED,
+            "its monitor is gone without an exit record (killed?); exit code unknown"
+            + (f"; killed leftover pids {killed}" if killed else ""),
+            **done,
+        )
+
     def close(self, timeout: float = 5.0) -> None:
-        """Stop watching; leave every server running for the next agent to adopt."""
+        """Stop watching; leave every server (and its monitor) running for the next agent."""
         with self._lock:
             self._closed = True
             supervisors = list(self._supervisors.values())
@@ -294,3 +440,64 @@ class ServerRegistry:
             supervisor.close()
         for supervisor in supervisors:
             supervisor.join(timeout)
+        self._writer.close()
+
+
+def _ask(monitor: MonitorClient) -> MonitorStatus | None:
+    """The monitor's status; one that exists but is slow gets a second, longer chance."""
+    if not monitor.has_socket():
+        return None
+    for timeout in (5.0, 15.0):
+        try:
+            return monitor.status(timeout)
+        except OSError:
+            continue
+    return None
+
+
+def recovered_record(
+    server_id: str, status: MonitorStatus | None, exit_record: dict[str, Any] | None
+) -> ServerRecord | None:
+    """A record rebuilt from the monitor (live) or its exit record, when the state file was lost."""
+    raw_spec = status.spec if status is not None else (exit_record or {}).get("spec")
+    if not isinstance(raw_spec, dict):
+        return None
+    try:
+        spec = ServerSpec.from_dict(raw_spec)
+    except (ValueError, KeyError, TypeError):
+        return None
+    now = time.time()
+    note = "state file unreadable (quarantined); recovered from its monitor"
+    if status is not None and status.leader is not None and not status.exited:
+        return ServerRecord(
+            id=server_id,
+            spec=spec,
+            state=ServerState.STARTING,
+            pid=status.leader.pid,
+            create_time=status.leader.create_time,
+            started_at=now,
+            message=note,
+            descendants=set(status.tree) - {status.leader},
+            events=[ServerEvent(now, ServerState.STARTING, note)],
+        )
+    code = status.exit_code if status is not None else (exit_record or {}).get("exit_code")
+    code = code if isinstance(code, int) else None
+    how = "exit code unknown" if code is None else describe_exit(code)
+    message = f"{note}; it had exited ({how})"
+    return ServerRecord(
+        id=server_id,
+        spec=spec,
+        state=ServerState.FAILED,
+        exit_code=code,
+        started_at=now,
+        finished_at=now,
+        message=message,
+        events=[ServerEvent(now, ServerState.FAILED, message)],
+    )
+
+
+def failpoint(name: str) -> None:
+    """Test hook: when ``TUNELAB_TEST_FAILPOINT`` names this step of StartServer, the agent
+    SIGKILLs itself there, so tests prove a crash at each step loses nothing. Unset otherwise."""
+    if os.environ.get(FAILPOINT_ENV) == name:
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -1,8 +1,15 @@
-"""One thread per live server: watches the process, the log and the readiness probe, and runs the
-stop ladder. It is the only code that changes a live server's state after the spawn."""
+"""One thread per live server: watches the server (through its monitor), the log and the readiness
+probe, and drives the stop. It is the only code that changes a live server's state after the spawn.
+
+The monitor owns the processes: it reaps them, kills leftovers, runs the signal ladder and records
+the exit code. This thread asks it (``status``/``stop`` on its socket), notices the leader's exit at
+once through a pidfd, and turns what the monitor reports into state transitions.
+"""
 
 from __future__ import annotations
 
+import os
+import select
 import signal
 import subprocess
 import threading
@@ -15,18 +22,19 @@ import structlog
 
 from tunelab.agent.gpu import GpuBackend, GpuError
 from tunelab.agent.logfiles import last_lines
-from tunelab.agent.servers import process as proc_mod
+from tunelab.agent.servers.monitorclient import MonitorClient, MonitorStatus
 from tunelab.agent.servers.probe import ProbeResult, probe_ready
 from tunelab.agent.servers.process import ProcessId
 from tunelab.agent.servers.progress import ProgressTracker
 from tunelab.agent.servers.record import ServerRecord
-from tunelab.agent.servers.spec import MARKER_ENV
 from tunelab.agent.servers.states import ServerState
 
 log = structlog.get_logger(__name__)
 
 LOG_TAIL_LINES = 20
-DESCENDANT_SCAN_INTERVAL = 1.0
+DESCENDANT_SCAN_INTERVAL = 1.0  # how often the monitor is asked for the tree
+STOP_POLL = 0.02  # how often a stop asks the monitor whether the tree is gone
+MONITOR_RETRY = 1.0  # a monitor that did not answer is asked again after this
 READY_POLL_INTERVAL = 0.1
 MAX_LOG_READ = 1 << 20
 WRONG_MODEL_GRACE = 5.0  # a server listing other models this long has a wrong ready model
@@ -62,14 +70,19 @@ class ServerSupervisor:
         log_path: Path,
         gpu: GpuBackend,
         settings: SupervisorSettings,
-        popen: subprocess.Popen[bytes] | None = None,
+        monitor: MonitorClient,
+        monitor_popen: subprocess.Popen[bytes] | None = None,
     ) -> None:
         self._thread = threading.Thread(target=self.run, name=f"server-{record.id}", daemon=True)
         self._keeper = keeper
         self._id = record.id
         self._spec = record.spec
         self._leader = record.leader
-        self._popen = popen
+        self._monitor = monitor
+        self._monitor_popen = monitor_popen  # ours to reap when this agent started it
+        self._pidfd = _open_pidfd(self._leader)
+        self._seen: set[ProcessId] = set(record.process_ids())
+        self._exit_code: int | None = None
         self._log_path = log_path
         self._gpu = gpu
         self._settings = settings
@@ -80,7 +93,7 @@ class ServerSupervisor:
         self._fail_after_stop = False
         self._wrong_model_since: float | None = None
         self._tracker = ProgressTracker()
-        self._log_pos = max(0, _size(log_path) - 65536) if popen is None else 0
+        self._log_pos = max(0, _size(log_path) - 65536) if monitor_popen is None else 0
         self._log = log.bind(server_id=record.id, name=record.name)
 
     # --- requests from other threads ---------------------------------------------------------
@@ -110,22 +123,40 @@ class ServerSupervisor:
         except Exception:  # a bug here must not leave the server unwatched silently
             self._log.exception("supervisor_crashed")
             raise
+        finally:
+            if self._pidfd is not None:
+                os.close(self._pidfd)
+            self._reap_monitor()
+
+    def _reap_monitor(self) -> None:
+        """The monitor exits once it has written the exit record; collect it (never block the
+        agent's shutdown on it: a monitor left running is adopted by init)."""
+        if self._monitor_popen is None:
+            return
+        deadline = time.monotonic() + 30.0
+        while self._monitor_popen.poll() is None and time.monotonic() < deadline:
+            if self._closing.wait(0.1):
+                return
 
     def _loop(self) -> None:
         last_scan = 0.0
         while not self._closing.is_set():
             if self._stop_grace is not None:
-                self._run_stop_ladder()
+                self._run_stop()
                 return
-            exited, code = self._exit_status()
-            if exited:
-                self._on_exit(code)
-                return
-            record = self._keeper.view(self._id)
             now = time.monotonic()
-            if now - last_scan >= DESCENDANT_SCAN_INTERVAL:
-                self._scan_descendants(record)
+            if self._leader_exited() or now - last_scan >= DESCENDANT_SCAN_INTERVAL:
                 last_scan = now
+                status = self._ask_monitor()
+                if status is None:
+                    self._on_monitor_gone()
+                    return
+                if isinstance(status, MonitorStatus):
+                    self._track(status)
+                    if status.exited:
+                        self._on_exit(status.exit_code)
+                        return
+            record = self._keeper.view(self._id)
             if record.state in (ServerState.STARTING, ServerState.LOADING):
                 self._read_progress(record)
                 if time.time() > record.started_at + self._spec.startup_timeout:
@@ -142,13 +173,38 @@ class ServerSupervisor:
                 self._wake.wait(READY_POLL_INTERVAL)
             self._wake.clear()
 
-    def _exit_status(self) -> tuple[bool, int | None]:
-        if self._popen is not None:
-            code = self._popen.poll()
-            return code is not None, code
-        if self._leader is None or not self._leader.alive():
-            return True, None  # adopted: not our child, the exit code went to its new parent
-        return False, None
+    def _leader_exited(self) -> bool:
+        """The pidfd turns readable the instant the leader exits: no polling of the monitor."""
+        if self._pidfd is None:
+            return True
+        readable, _, _ = select.select([self._pidfd], [], [], 0)
+        return bool(readable)
+
+    def _ask_monitor(self, stop: tuple[float, str] | None = None) -> MonitorStatus | _Silent | None:
+        """The monitor's status; None when no monitor listens any more; _NO_ANSWER when it
+        exists but did not answer in time (asked again later)."""
+        try:
+            if stop is not None:
+                return self._monitor.stop(stop[0], self._settings.kill_timeout, stop[1])
+            return self._monitor.status()
+        except (ConnectionResetError, BrokenPipeError):
+            # it closed the connection while exiting: ask again at once (the socket goes next)
+            self._closing.wait(STOP_POLL)
+            return _NO_ANSWER
+        except OSError as exc:
+            self._log.warning("monitor_not_answering", error=str(exc))
+            self._closing.wait(MONITOR_RETRY)
+            return _NO_ANSWER
+
+    def _track(self, status: MonitorStatus) -> None:
+        if status.exit_code is not None:
+            self._exit_code = status.exit_code
+        if not status.tree <= self._seen:
+            self._seen |= status.tree
+            record = self._keeper.view(self._id)
+            self._keeper.update(
+                self._id, persist=True, descendants=self._seen - {self._leader} | record.descendants
+            )
 
     # --- events ------------------------------------------------------------------------------
 
@@ -186,13 +242,6 @@ class ServerSupervisor:
         )
         self._log.info("server_ready", seconds=round(now - record.started_at, 3))
 
-    def _scan_descendants(self, record: ServerRecord) -> None:
-        if self._leader is None:
-            return
-        found = proc_mod.descendants(self._leader)
-        if not found <= record.descendants:
-            self._keeper.update(self._id, persist=True, descendants=record.descendants | found)
-
     def _on_exit(self, code: int | None) -> None:
         record = self._keeper.view(self._id)
         when = {
@@ -200,11 +249,8 @@ class ServerSupervisor:
             ServerState.LOADING: "while loading",
             ServerState.READY: "after READY",
         }.get(record.state, "")
-        how = (
-            "exit code unknown: it was adopted, not our child"
-            if code is None
-            else _describe_exit(code)
-        )
+        how = "exit code unknown" if code is None else describe_exit(code)
+        # Its monitor kills what a crashed engine leaves behind (schedulers, TP workers).
         self._keeper.transition(
             self._id,
             ServerState.FAILED,
@@ -214,12 +260,25 @@ class ServerSupervisor:
             log_tail=last_lines(self._log_path, LOG_TAIL_LINES),
         )
         self._log.warning("server_exited", exit_code=code, during=record.state.value)
-        # Children of a crashed engine (schedulers, TP workers) can outlive it holding GPU memory.
-        leftovers = [p for p in self._known_processes(record) if p.alive()]
-        if leftovers:
-            for leftover in leftovers:
-                leftover.signal(signal.SIGKILL)
-            self._log.warning("killed_leftovers", pids=[p.pid for p in leftovers])
+
+    def _on_monitor_gone(self) -> None:
+        """No monitor listens: it finished (exit record on disk) or was killed by someone."""
+        exit_record = self._monitor.exit_record()
+        if exit_record is not None:
+            code = exit_record.get("exit_code")
+            self._on_exit(code if isinstance(code, int) else self._exit_code)
+            return
+        killed = [p.pid for p in sorted(self._seen) if p.signal(signal.SIGKILL)]
+        self._keeper.transition(
+            self._id,
+            ServerState.FAILED,
+            "its monitor vanished without an exit record (killed?)"
+            + (f"; killed leftover pids {killed}" if killed else ""),
+            exit_code=self._exit_code,
+            finished_at=time.time(),
+            log_tail=last_lines(self._log_path, LOG_TAIL_LINES),
+        )
+        self._log.error("monitor_vanished", killed=killed)
 
     def _wrong_model_for_too_long(self, result: ProbeResult, now: float) -> bool:
         """Fail a server that has listed other models than the ready model for a while."""
@@ -247,44 +306,49 @@ class ServerSupervisor:
             f"(last probe: {result.detail})",
         )
 
-    # --- the stop ladder ---------------------------------------------------------------------
+    # --- stopping ----------------------------------------------------------------------------
 
-    def _known_processes(self, record: ServerRecord) -> set[ProcessId]:
-        known = set(record.process_ids())
-        if self._leader is not None:
-            known |= proc_mod.descendants(self._leader)
-        known |= proc_mod.processes_with_env(MARKER_ENV, self._id)
-        return known
-
-    def _run_stop_ladder(self) -> None:
+    def _run_stop(self) -> None:
+        """Ask the monitor to stop the tree (it runs the ladder, so a stop survives an agent
+        restart), wait until it reports the tree gone, then wait for the GPUs to be free."""
+        self._wake.clear()
         record = self._keeper.view(self._id)
         if record.state is not ServerState.STOPPING:
             self._keeper.transition(self._id, ServerState.STOPPING, self._stop_reason)
-        known = self._known_processes(record)
-        self._keeper.update(self._id, persist=True, descendants=known - {self._leader})
         grace = self._stop_grace if self._stop_grace is not None else self._spec.stop_grace
-        outcome = (
-            proc_mod.stop_process_tree(
-                self._leader,
-                known,
-                grace,
-                kill_timeout=self._settings.kill_timeout,
-                reap=self._reap,
-            )
-            if self._leader is not None
-            else proc_mod.StopOutcome(False, ())
-        )
-        exit_code = self._popen.returncode if self._popen is not None else None
-        tail = last_lines(self._log_path, LOG_TAIL_LINES)
-        done = {"exit_code": exit_code, "log_tail": tail}
-        if outcome.survivors:
-            pids = ", ".join(str(p.pid) for p in outcome.survivors)
-            self._finish(
-                ServerState.KILL_FAILED, f"{self._stop_reason}; pids {pids} survived SIGKILL", done
-            )
-            return
-        how = "after SIGKILL" if outcome.escalated else "after SIGTERM"
-        gpu_note, holders = self._wait_gpu_release(known)
+        status = self._ask_monitor((grace, self._stop_reason))
+        escalated = False
+        while status is _NO_ANSWER and not self._closing.is_set():
+            status = self._ask_monitor((grace, self._stop_reason))
+        while isinstance(status, MonitorStatus) and not self._closing.is_set():
+            self._track(status)
+            escalated = status.escalated
+            if status.done:
+                break
+            if status.kill_failed:
+                pids = ", ".join(str(p.pid) for p in sorted(status.tree))
+                self._finish(
+                    ServerState.KILL_FAILED,
+                    f"{self._stop_reason}; pids {pids} survived SIGKILL "
+                    f"for {self._settings.kill_timeout:g} s",
+                    self._done_updates(),
+                )
+                return
+            self._closing.wait(STOP_POLL)
+            status = self._ask_monitor()
+            while status is _NO_ANSWER and not self._closing.is_set():
+                status = self._ask_monitor()
+        if self._closing.is_set():
+            return  # the monitor goes on with the stop; the next agent finishes the record
+        if status is None:  # the monitor finished: its exit record has the last word
+            exit_record = self._monitor.exit_record()
+            if exit_record is None:
+                self._on_monitor_gone()
+                return
+            escalated = escalated or bool(exit_record.get("escalated"))
+        how = "after SIGKILL" if escalated else "after SIGTERM"
+        gpu_note, holders = self._wait_gpu_release(self._seen)
+        done = self._done_updates()
         if holders:
             self._finish(
                 ServerState.KILL_FAILED,
@@ -296,13 +360,17 @@ class ServerSupervisor:
         target = ServerState.FAILED if self._fail_after_stop else ServerState.STOPPED
         self._finish(target, f"{self._stop_reason}; stopped {how}; {gpu_note}", done)
 
+    def _done_updates(self) -> dict[str, Any]:
+        exit_record = self._monitor.exit_record() or {}
+        code = exit_record.get("exit_code", self._exit_code)
+        return {
+            "exit_code": code if isinstance(code, int) else self._exit_code,
+            "log_tail": last_lines(self._log_path, LOG_TAIL_LINES),
+        }
+
     def _finish(self, target: ServerState, message: str, updates: dict[str, Any]) -> None:
         self._keeper.transition(self._id, target, message, finished_at=time.time(), **updates)
         self._log.info("server_stopped", state=target.value, detail=message)
-
-    def _reap(self) -> None:
-        if self._popen is not None:
-            self._popen.poll()
 
     def _wait_gpu_release(self, known: set[ProcessId]) -> tuple[str, list[int]]:
         """Wait until NVML lists none of ``known``; returns (note, pids still listed)."""
@@ -326,7 +394,28 @@ class ServerSupervisor:
             time.sleep(0.05)
 
 
-def _describe_exit(code: int) -> str:
+class _Silent:
+    """A monitor that exists but did not answer in time (asked again later)."""
+
+
+_NO_ANSWER = _Silent()
+
+
+def _open_pidfd(leader: ProcessId | None) -> int | None:
+    """A pidfd on the leader, opened only if it is still exactly that process."""
+    if leader is None or leader.pid <= 1:
+        return None
+    try:
+        fd = os.pidfd_open(leader.pid)
+    except OSError:
+        return None
+    if not leader.alive():
+        os.close(fd)
+        return None
+    return fd
+
+
+def describe_exit(code: int) -> str:
     if code < 0:
         try:
             return f"killed by {signal.Signals(-code).name}"

@@ -1,0 +1,356 @@
+"""The per-server monitor process (like containerd-shim or conmon): ``python -P -m
+tunelab.agent.servers.monitor --server-id ID --listen-fd N``, started by the agent in a session of
+its own, one per server.
+
+It is a child subreaper (``PR_SET_CHILD_SUBREAPER``), so every descendant of the server — also one
+that double-forks, calls setsid and drops its environment — stays in its tree instead of
+reparenting to init. It spawns the server, reaps everything, records the server's exit code in
+``exit.json`` (retrying while the disk is full), and outlives agent restarts. It answers one JSON
+line per connection on the Unix socket ``monitor.sock`` (bound by the agent before this process
+exists, so the server is discoverable from the first instant): ``status`` and ``stop``. It signals
+only its own live descendants, each verified at that moment (:func:`identity.signal_exact`).
+
+Exit: once the server has exited, every descendant is gone and ``exit.json`` is on disk.
+Stdlib only, single-threaded, idle unless a child exits or the agent asks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import json
+import os
+import selectors
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tunelab.agent.servers import identity
+from tunelab.agent.servers.argv import not_found
+from tunelab.agent.statefile import write_json_atomic
+
+PR_SET_CHILD_SUBREAPER = 36
+SOCKET_NAME = "monitor.sock"
+EXIT_FILE = "exit.json"
+MAX_LAUNCH = 1 << 20
+MAX_REQUEST = 1 << 16
+IDLE_WAKE = 1.0  # retry a failed exit.json write this often
+STOP_WAKE = 0.02  # how often the ladder looks at the tree while stopping
+KILL_REPEAT = 0.5
+
+
+@dataclass
+class Ladder:
+    """The stop in progress. Phases: TERM (SIGTERM sent, grace running) → KILL → DONE."""
+
+    grace: float
+    kill_timeout: float
+    reason: str
+    requested_at: float = field(default_factory=time.monotonic)
+    phase: str = "TERM"
+    killed_at: float = 0.0
+    last_kill: float = 0.0
+    escalated: bool = False
+    kill_failed: bool = False
+
+
+class Monitor:
+    def __init__(self, server_id: str, listener: socket.socket, launch: dict[str, Any]) -> None:
+        self.server_id = server_id
+        self.listener = listener
+        self.launch = launch
+        self.pid = 0
+        self.create_time = 0.0
+        self.spawn_error: dict[str, str] | None = None
+        self.exit_code: int | None = None
+        self.exited_at = 0.0
+        self.ladder: Ladder | None = None
+        self.tree: dict[int, float] = {}
+        self.exit_written = False
+        self._popen: subprocess.Popen[bytes] | None = None
+
+    # --- spawn -------------------------------------------------------------------------------
+
+    def spawn(self) -> None:
+        env = dict(os.environ)
+        env.update(self.launch.get("env", {}))
+        argv = list(self.launch["argv"])
+        cwd = self.launch["cwd"]
+        try:
+            with open(self.launch["log"], "ab") as log:
+                self._popen = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    cwd=cwd,
+                    env=env,
+                    start_new_session=True,
+                    close_fds=True,
+                )
+        except FileNotFoundError:
+            if not Path(cwd).is_dir():
+                self._refuse("spec.cwd", f"{cwd} is not a directory")
+            else:
+                self._refuse("spec.argv[0]", not_found(argv[0], str(cwd)))
+            return
+        except PermissionError:
+            self._refuse("spec.argv[0]", f"{argv[0]!r} is not executable")
+            return
+        except NotADirectoryError:
+            self._refuse("spec.cwd", f"{cwd} is not a directory")
+            return
+        except OSError as exc:
+            self._refuse("spec.argv[0]", f"cannot start {argv[0]!r}: {exc.strerror}")
+            return
+        self.pid = self._popen.pid
+        stat = identity.read_stat(self.pid)
+        self.create_time = stat.create_time if stat is not None else time.time()
+
+    def _refuse(self, field_name: str, problem: str) -> None:
+        self.spawn_error = {"field": field_name, "problem": problem}
+        self.exit_code = None
+        self.exited_at = time.time()
+
+    # --- the loop ----------------------------------------------------------------------------
+
+    def serve(self, wakeup: socket.socket) -> None:
+        selector = selectors.DefaultSelector()
+        selector.register(self.listener, selectors.EVENT_READ, "client")
+        selector.register(wakeup, selectors.EVENT_READ, "signal")
+        while True:
+            self.reap()
+            if self.ladder is not None or self.server_gone():
+                self.advance_stop()
+            if self.spawn_error is not None:
+                return  # nothing ran; the agent has the reason from the handshake
+            if self.finished():
+                self.write_exit()
+                if self.exit_written:
+                    return
+            timeout = STOP_WAKE if self.ladder and self.ladder.phase != "DONE" else IDLE_WAKE
+            for key, _ in selector.select(timeout):
+                if key.data == "signal":
+                    _drain(wakeup)
+                else:
+                    self.answer_one()
+
+    def server_gone(self) -> bool:
+        return self.spawn_error is not None or (self.pid != 0 and self.exited_at > 0)
+
+    def finished(self) -> bool:
+        if self.spawn_error is not None:
+            return True
+        return self.server_gone() and not self.scan()
+
+    def reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid == self.pid and self.exited_at == 0:
+                self.exit_code = os.waitstatus_to_exitcode(status)
+                self.exited_at = time.time()
+                if self._popen is not None:
+                    self._popen.returncode = self.exit_code  # reaped here, not by Popen
+
+    def scan(self) -> dict[int, float]:
+        self.tree = identity.descendants(os.getpid())
+        return self.tree
+
+    # --- stopping ----------------------------------------------------------------------------
+
+    def request_stop(self, grace: float, kill_timeout: float, reason: str) -> None:
+        if self.ladder is not None:
+            return
+        self.ladder = Ladder(max(0.0, grace), max(0.0, kill_timeout), reason)
+        self._signal_tree(signal.SIGTERM)
+
+    def advance_stop(self) -> None:
+        """One step of the ladder; also kills what a server that exited on its own left behind."""
+        now = time.monotonic()
+        tree = self.scan()
+        ladder = self.ladder
+        if ladder is None:  # the server exited by itself: its leftovers get no grace
+            ladder = self.ladder = Ladder(0.0, 10.0, "leftovers of an exited server")
+        if not tree:
+            ladder.phase = "DONE"
+            ladder.kill_failed = False
+            return
+        if ladder.phase == "TERM" and now - ladder.requested_at >= ladder.grace:
+            ladder.phase, ladder.killed_at, ladder.escalated = "KILL", now, True
+        if ladder.phase in ("KILL", "DONE") and now - ladder.last_kill >= KILL_REPEAT:
+            ladder.phase = "KILL"
+            ladder.last_kill = now
+            self._signal_tree(signal.SIGKILL)
+            ladder.kill_failed = now - ladder.killed_at > ladder.kill_timeout
+
+    def _signal_tree(self, sig: int) -> None:
+        for pid, create_time in sorted(self.scan().items()):
+            identity.signal_exact(pid, create_time, sig)
+
+    # --- the socket --------------------------------------------------------------------------
+
+    def answer_one(self) -> None:
+        try:
+            conn, _ = self.listener.accept()
+        except OSError:
+            return
+        with conn:
+            conn.settimeout(1.0)
+            try:
+                if not _peer_allowed(conn):
+                    return
+                request = json.loads(_read_line(conn))
+                reply = self.handle(request if isinstance(request, dict) else {})
+                conn.sendall(json.dumps(reply).encode() + b"\n")
+            except (OSError, ValueError):
+                return
+
+    def handle(self, request: dict[str, Any]) -> dict[str, Any]:
+        if request.get("op") == "stop":
+            self.request_stop(
+                float(request.get("grace", 30.0)),
+                float(request.get("kill_timeout", 10.0)),
+                str(request.get("reason", "stop requested")),
+            )
+            self.advance_stop()
+        return self.status()
+
+    def status(self) -> dict[str, Any]:
+        ladder = self.ladder
+        tree = self.scan()
+        return {
+            "server_id": self.server_id,
+            "monitor_pid": os.getpid(),
+            "pid": self.pid,
+            "create_time": self.create_time,
+            "spawn_error": self.spawn_error,
+            "exited": self.server_gone(),
+            "exit_code": self.exit_code,
+            "exited_at": self.exited_at,
+            "tree": [[pid, ct] for pid, ct in sorted(tree.items())],
+            "stop_phase": ladder.phase if ladder else "",
+            "escalated": bool(ladder and ladder.escalated),
+            "kill_failed": bool(ladder and ladder.kill_failed and tree),
+            "spec": self.launch.get("spec"),
+        }
+
+    def write_exit(self) -> None:
+        if self.exit_written:
+            return
+        ladder = self.ladder
+        document = {
+            "server_id": self.server_id,
+            "exit_code": self.exit_code,
+            "exited_at": self.exited_at,
+            "spawn_error": self.spawn_error,
+            "stop_requested": bool(ladder and ladder.reason != "leftovers of an exited server"),
+            "escalated": bool(ladder and ladder.escalated),
+            "spec": self.launch.get("spec"),
+        }
+        try:
+            write_json_atomic(Path(EXIT_FILE), document)
+        except OSError as exc:  # ENOSPC, EIO: keep the code in memory, serve it, retry
+            _say(f"cannot write {EXIT_FILE}: {exc}; retrying")
+            return
+        self.exit_written = True
+
+
+def _say(message: str) -> None:
+    """A line for monitor.log; that log may sit on the very disk that is full."""
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write(f"monitor: {message}\n")
+        sys.stderr.flush()
+
+
+def _read_line(conn: socket.socket) -> bytes:
+    data = b""
+    while b"\n" not in data and len(data) < MAX_REQUEST:
+        chunk = conn.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    return data.split(b"\n", 1)[0]
+
+
+def _peer_allowed(conn: socket.socket) -> bool:
+    """Only root or this monitor's own user may talk to it (the socket is in a 0700 folder too)."""
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    _, uid, _ = struct.unpack("3i", creds)
+    return uid in (0, os.geteuid())
+
+
+def _drain(sock: socket.socket) -> None:
+    try:
+        while sock.recv(4096):
+            pass
+    except (BlockingIOError, InterruptedError):
+        return
+
+
+def set_subreaper() -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
+
+
+def _handshake(document: dict[str, Any]) -> None:
+    """Tell the agent how the spawn went (a line on stdout), then let go of the pipes."""
+    with contextlib.suppress(OSError):  # the agent died meanwhile: the next one asks the socket
+        os.write(1, json.dumps(document).encode() + b"\n")
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)
+    os.close(devnull)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tunelab-monitor")
+    parser.add_argument("--server-id", required=True)
+    parser.add_argument("--listen-fd", type=int, required=True)
+    args = parser.parse_args(argv)
+    listener = socket.socket(fileno=args.listen_fd)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    set_subreaper()
+    try:
+        launch = json.loads(sys.stdin.buffer.read(MAX_LAUNCH))
+    except ValueError as exc:  # the agent died while writing it: nothing was started
+        _handshake({"ok": False, "field": "", "problem": f"launch document unreadable: {exc}"})
+        return 1
+    wake_r, wake_w = socket.socketpair()
+    wake_r.setblocking(False)
+    wake_w.setblocking(False)
+    signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    monitor = Monitor(args.server_id, listener, launch)
+    spec_grace = float((launch.get("spec") or {}).get("stop_grace", 30.0))
+    signal.signal(
+        signal.SIGTERM,
+        lambda *_: monitor.request_stop(spec_grace, 10.0, "monitor got SIGTERM"),
+    )
+    monitor.spawn()
+    if monitor.spawn_error is not None:
+        _handshake({"ok": False, **monitor.spawn_error})
+    else:
+        _handshake({"ok": True, "pid": monitor.pid, "create_time": monitor.create_time})
+    monitor.serve(wake_r)
+    with contextlib.suppress(OSError):
+        Path(SOCKET_NAME).unlink()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
