@@ -131,7 +131,7 @@ def test_streams_beyond_the_cap_are_refused_and_a_closed_one_frees_its_slot(serv
     daemon, _, stub = served
     queued = stub.SubmitExperiments(
         X.SubmitExperimentsRequest(
-            spec_yaml="name: w\nserver: {command: [e], ready: {model: m}}\n"
+            spec_yaml='name: w\nserver: {command: [e, "{port}"], ready: {model: m}}\n'
             "benchmark: {concurrency: [1], requests: 1}\n"
         ),
         timeout=5,

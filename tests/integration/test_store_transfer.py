@@ -46,7 +46,7 @@ def test_history_moves_sqlite_to_postgresql_and_back(
     shutil.copyfile(OLD_DB, old)
     migrated = tunelab("migrate", "--db", str(old))
     assert migrated.returncode == 0, migrated.stderr
-    assert migrated.stdout.strip() == f"{old}: schema version 2 (upgraded from version 0)"
+    assert migrated.stdout.strip() == f"{old}: schema version 3 (upgraded from version 0)"
     assert "already current" in tunelab("migrate", "--db", str(old)).stdout
     url = postgres.new_database()
     dump = tmp_path / "dump.jsonl"

@@ -8,6 +8,7 @@ BASE = """
 name: hostile
 server:
   command: [python, -m, tunelab.bench.simulator]
+  flags: {--port: "{port}"}
   ready: {model: sim}
 benchmark: {concurrency: [1], requests: 20, input_len: 64, output_len: 32}
 """
