@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from tunelab.agent.engines.profiles import ENGINES
 from tunelab.agent.errors import InvalidSpec
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -31,6 +32,7 @@ class ServerSpec:
     ready_model: str = ""
     startup_timeout: float = DEFAULT_STARTUP_TIMEOUT
     stop_grace: float = DEFAULT_STOP_GRACE
+    engine: str = ""  # an engine profile (vllm | sglang | generic); empty = detect from argv
 
     def validated(self) -> ServerSpec:
         """Return self, or raise InvalidSpec naming the first bad field."""
@@ -64,6 +66,8 @@ class ServerSpec:
             raise InvalidSpec("spec.ready_model", "must not contain whitespace")
         if not self.startup_timeout > 0:
             raise InvalidSpec("spec.startup_timeout_seconds", "must be > 0")
+        if self.engine and self.engine not in ENGINES:
+            raise InvalidSpec("spec.engine", f"expected one of {', '.join(ENGINES)} or empty")
         if not self.stop_grace >= 0:
             raise InvalidSpec("spec.stop_grace_seconds", "must be >= 0")
         return self
@@ -86,4 +90,5 @@ class ServerSpec:
             ready_model=str(data.get("ready_model", "")),
             startup_timeout=float(data.get("startup_timeout", DEFAULT_STARTUP_TIMEOUT)),
             stop_grace=float(data.get("stop_grace", DEFAULT_STOP_GRACE)),
+            engine=str(data.get("engine", "")),
         )

@@ -13,12 +13,11 @@ from typing import Any, Protocol
 
 import structlog
 
+from tunelab.agent.engines.supervision import EngineSupervision
 from tunelab.agent.gpu import GpuBackend, GpuError
 from tunelab.agent.logfiles import last_lines
 from tunelab.agent.servers import process as proc_mod
-from tunelab.agent.servers.probe import probe_ready
 from tunelab.agent.servers.process import ProcessId
-from tunelab.agent.servers.progress import ProgressTracker
 from tunelab.agent.servers.record import ServerRecord
 from tunelab.agent.servers.spec import MARKER_ENV
 from tunelab.agent.servers.states import ServerState
@@ -77,7 +76,8 @@ class ServerSupervisor:
         self._stop_grace: float | None = None
         self._stop_reason = ""
         self._fail_after_stop = False
-        self._tracker = ProgressTracker()
+        # issue 13: phases, failure reasons, probe etiquette, leftovers; fed by the hooks below
+        self._engine = EngineSupervision(record, popen is None, settings.probe_interval)
         self._log_pos = max(0, _size(log_path) - 65536) if popen is None else 0
         self._log = log.bind(server_id=record.id, name=record.name)
 
@@ -129,8 +129,8 @@ class ServerSupervisor:
                 if time.time() > record.started_at + self._spec.startup_timeout:
                     self._on_startup_timeout(record)
                     continue
-                result = probe_ready(self._spec.port, self._spec.ready_path, self._spec.ready_model)
-                if result.ready:
+                result = self._engine.probe()
+                if result is not None and result.ready:
                     self._on_ready(record)
                     continue
                 self._wake.wait(self._settings.probe_interval)
@@ -158,17 +158,14 @@ class ServerSupervisor:
         if not data:
             return
         self._log_pos += len(data)
-        if self._tracker.feed(data, time.time()):
-            progress = self._tracker.latest
+        fields = self._engine.on_log(data, time.time())
+        if fields is not None:
             if record.state is ServerState.STARTING:
                 self._keeper.transition(
-                    self._id,
-                    ServerState.LOADING,
-                    progress.label if progress else "",
-                    progress=progress,
+                    self._id, ServerState.LOADING, self._engine.label(), **fields
                 )
             else:
-                self._keeper.update(self._id, progress=progress)
+                self._keeper.update(self._id, **fields)
 
     def _on_ready(self, record: ServerRecord) -> None:
         now = time.time()
@@ -179,6 +176,7 @@ class ServerSupervisor:
             f"GET {self._spec.ready_path} answered 2xx",
             ready_at=now,
             ready_seconds=round(now - record.started_at, 4),
+            **self._engine.on_ready(now),
         )
         self._log.info("server_ready", seconds=round(now - record.started_at, 3))
 
@@ -186,6 +184,7 @@ class ServerSupervisor:
         if self._leader is None:
             return
         found = proc_mod.descendants(self._leader)
+        self._engine.on_scan(p.pid for p in found | {self._leader})
         if not found <= record.descendants:
             self._keeper.update(self._id, persist=True, descendants=record.descendants | found)
 
@@ -201,13 +200,17 @@ class ServerSupervisor:
             if code is None
             else _describe_exit(code)
         )
+        tail = last_lines(self._log_path, LOG_TAIL_LINES)
+        self._read_progress(record)
+        failure, fields = self._engine.on_exit(code, tail, (p.pid for p in record.process_ids()))
         self._keeper.transition(
             self._id,
             ServerState.FAILED,
-            f"exited {when} ({how})",
+            f"exited {when} ({how}): {failure.reason.value}: {failure.line}",
             exit_code=code,
             finished_at=time.time(),
-            log_tail=last_lines(self._log_path, LOG_TAIL_LINES),
+            log_tail=tail,
+            **fields,
         )
         self._log.warning("server_exited", exit_code=code, during=record.state.value)
         # Children of a crashed engine (schedulers, TP workers) can outlive it holding GPU memory.
@@ -216,15 +219,19 @@ class ServerSupervisor:
             for leftover in leftovers:
                 leftover.signal(signal.SIGKILL)
             self._log.warning("killed_leftovers", pids=[p.pid for p in leftovers])
+        if not any(p.alive() for p in leftovers):
+            self._keeper.update(self._id, persist=True, **self._engine.after_stop())
 
     def _on_startup_timeout(self, record: ServerRecord) -> None:
-        result = probe_ready(self._spec.port, self._spec.ready_path, self._spec.ready_model)
-        self._fail_after_stop = True
-        self.request_stop(
-            None,
+        detail = (
             f"not ready after the {self._spec.startup_timeout:g} s startup timeout "
-            f"(last probe: {result.detail})",
+            f"(last probe: {self._engine.probe_detail()})"
         )
+        tail = last_lines(self._log_path, LOG_TAIL_LINES)
+        failure, fields = self._engine.on_timeout(tail, detail)
+        self._keeper.update(self._id, **fields)
+        self._fail_after_stop = True
+        self.request_stop(None, f"{detail}: {failure.reason.value}")
 
     # --- the stop ladder ---------------------------------------------------------------------
 
@@ -240,6 +247,7 @@ class ServerSupervisor:
         if record.state is not ServerState.STOPPING:
             self._keeper.transition(self._id, ServerState.STOPPING, self._stop_reason)
         known = self._known_processes(record)
+        self._engine.on_scan(p.pid for p in known)
         self._keeper.update(self._id, persist=True, descendants=known - {self._leader})
         grace = self._stop_grace if self._stop_grace is not None else self._spec.stop_grace
         outcome = (
@@ -273,6 +281,7 @@ class ServerSupervisor:
             )
             return
         target = ServerState.FAILED if self._fail_after_stop else ServerState.STOPPED
+        done.update(self._engine.after_stop())
         self._finish(target, f"{self._stop_reason}; stopped {how}; {gpu_note}", done)
 
     def _finish(self, target: ServerState, message: str, updates: dict[str, Any]) -> None:
