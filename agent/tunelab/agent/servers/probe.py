@@ -58,7 +58,8 @@ def probe_ready(
     try:
         status, _ = _get(port, path, timeout)
     except (OSError, http.client.HTTPException) as exc:
-        return ProbeResult(False, f"GET {path}: {exc.__class__.__name__}: {exc}", 1)
+        sent = 0 if isinstance(exc, ConnectionRefusedError) else 1  # refused: nothing reached it
+        return ProbeResult(False, f"GET {path}: {exc.__class__.__name__}: {exc}", sent)
     if not 200 <= status < 300:
         return ProbeResult(False, f"GET {path}: HTTP {status}", 1)
     if not model:
