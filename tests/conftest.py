@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +12,8 @@ from tests.support.agent_proc import AgentProcess
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
+# tests/engines needs a real vLLM: only `make test-engines` (which sets this) collects it.
+collect_ignore = [] if os.environ.get("TUNELAB_ENGINES_VENV") else ["engines"]
 
 
 @pytest.fixture

