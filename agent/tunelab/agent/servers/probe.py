@@ -22,7 +22,7 @@ PROBE_TIMEOUT = 2.0
 CONNECT_TIMEOUT = 0.2
 FAST_INTERVAL = 0.05  # TCP connects until the port accepts; GETs during a burst
 SLOW_FIRST = 0.5  # the port accepts but the answer is not 2xx: back off from this...
-SLOW_MAX = 4.0  # ...doubling up to this
+SLOW_MAX = 2.0  # ...doubling up to this
 BURST_SECONDS = 2.0  # after a ready line, GET every FAST_INTERVAL this long
 
 
