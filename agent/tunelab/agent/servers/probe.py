@@ -94,6 +94,8 @@ class ReadinessProbe:
         slow_max: float = SLOW_MAX,
         burst: float = BURST_SECONDS,
         clock: Callable[[], float] = time.monotonic,
+        accepts: Callable[[int], bool] = port_accepts,
+        get: Callable[[int, str, str], ProbeResult] = probe_ready,
     ) -> None:
         self.port, self.path, self.model = port, path, model
         self._fast, self._slow_first, self._slow_max, self._burst = (
@@ -103,6 +105,7 @@ class ReadinessProbe:
             burst,
         )
         self._clock = clock
+        self._accepts, self._get = accepts, get
         self._next = 0.0
         self._slow = 0.0
         self._burst_until = 0.0
@@ -129,12 +132,12 @@ class ReadinessProbe:
             return None
         if not self._port_open:
             self.tcp_connects += 1
-            if not port_accepts(self.port):
+            if not self._accepts(self.port):
                 self._next = now + self._fast
                 self.last = ProbeResult(False, f"port {self.port} does not accept connections yet")
                 return self.last
             self._port_open = True
-        result = probe_ready(self.port, self.path, self.model)
+        result = self._get(self.port, self.path, self.model)
         self.http_requests += result.requests
         self.last = result
         if result.ready:
