@@ -18,7 +18,7 @@ from tunelab.agent.engines.failures import (
 from tunelab.agent.engines.phases import Phase, may_enter
 from tunelab.agent.engines.profiles import EngineProfile
 from tunelab.agent.engines.status import EngineStatus
-from tunelab.agent.servers.progress import LoadProgress, parse_progress_line
+from tunelab.agent.servers.progress import LoadProgress, parse_progress_line, same_progress
 
 MAX_PENDING = 4096  # a partial line longer than this is cut (a log line is never trusted)
 MAX_SUSPECTS = 20  # failure-looking lines kept from the whole log, beside the tail
@@ -66,7 +66,7 @@ class EngineWatch:
         if bar is not None:
             phase = _phase_of(bar.label, profile) or self.status.phase
             changed |= self._enter(phase, now)
-            if phase is self.status.phase and not _same(bar, self.progress):
+            if phase is self.status.phase and not same_progress(bar, self.progress):
                 self.progress = replace(bar, phase=phase.value)
                 changed = True
             return changed, False
@@ -116,12 +116,3 @@ def _phase_of(label: str, profile: EngineProfile) -> Phase | None:
         if rule.pattern.search(label):
             return rule.phase
     return None
-
-
-def _same(a: LoadProgress, b: LoadProgress | None) -> bool:
-    return b is not None and (a.label, a.done, a.total, a.eta_seconds) == (
-        b.label,
-        b.done,
-        b.total,
-        b.eta_seconds,
-    )
