@@ -214,3 +214,9 @@ def test_status_round_trips() -> None:
     again = EngineStatus.from_dict(status.to_dict())
     assert again == status
     assert again.phase is Phase.READY
+
+
+def test_a_finished_bar_hints_ready_only_for_generic_servers() -> None:
+    done = b"Loading safetensors checkpoint shards: 100% Completed | 8/8 [00:01<00:00, 8.0it/s]\n"
+    assert EngineWatch(GENERIC, 0.0).feed(done, 1.0).ready_hint
+    assert not EngineWatch(SGLANG, 0.0).feed(done, 1.0).ready_hint  # graphs are still to come

@@ -40,7 +40,7 @@ class EngineProfile:
     bar_phases: tuple[PhaseRule, ...]  # a progress bar's label → the phase it belongs to
     ready_lines: re.Pattern[str] | None  # the engine says it is (nearly) ready: probe now
     signatures: tuple[Signature, ...]
-    port_opens_when_ready: bool  # vLLM opens its port only when fully up; SGLang before warm-up
+    bar_done_hints_ready: bool  # a finished progress bar means "nearly ready" (generic servers)
     leftovers: str  # what a stop may leave behind and how the agent handles it (README)
 
 
@@ -71,7 +71,7 @@ VLLM = EngineProfile(
     ),
     ready_lines=re.compile(r"Application startup complete\.|Starting vLLM (?:API )?server"),
     signatures=COMMON_SIGNATURES,
-    port_opens_when_ready=True,
+    bar_done_hints_ready=False,
     leftovers=(
         "ZeroMQ ipc socket files /tmp/<uuid> of its API server, EngineCore and Worker, even "
         "after a clean SIGTERM stop (7 seen with 0.32); psm_* shared-memory ring buffers in "
@@ -97,7 +97,7 @@ SGLANG = EngineProfile(
     ),
     ready_lines=re.compile(r"The server is fired up and ready to roll!"),
     signatures=COMMON_SIGNATURES,
-    port_opens_when_ready=False,
+    bar_done_hints_ready=False,  # shards load long before the graphs are captured
     leftovers=(
         "psm_* and torch shared-memory files (torch_*) of its scheduler and "
         "detokenizer processes when they are SIGKILLed"
@@ -112,7 +112,7 @@ GENERIC = EngineProfile(
     bar_phases=_rules((P.LOADING_WEIGHTS, r"[Ll]oad|checkpoint|shard|weight")),
     ready_lines=re.compile(r"Application startup complete\.|Uvicorn running on|[Ll]istening on"),
     signatures=COMMON_SIGNATURES,
-    port_opens_when_ready=False,
+    bar_done_hints_ready=True,
     leftovers="files in /dev/shm that its processes had open or mapped",
 )
 

@@ -69,7 +69,7 @@ class EngineWatch:
             if phase is self.status.phase and not same_progress(bar, self.progress):
                 self.progress = replace(bar, phase=phase.value)
                 changed = True
-            return changed, False
+            return changed, profile.bar_done_hints_ready and bar.done == bar.total
         for rule in profile.phase_lines:
             if rule.pattern.search(line):
                 changed |= self._enter(rule.phase, now)
