@@ -41,7 +41,7 @@ def test_vllm_log_gives_phases_with_progress_and_one_probe_request(
         engine="vllm",
     )
     server = start(stub, spec)
-    updates = watch_until(stub, server.id, [S.SERVER_STATE_READY])
+    updates = watch_until(stub, server.id, [S.SERVER_STATE_READY], timeout=120)
     final = updates[-1]
     assert final.state == S.SERVER_STATE_READY, final.message
     assert final.engine == "vllm"
@@ -83,7 +83,7 @@ def test_sglang_early_port_is_probed_slowly_and_ready_line_makes_it_prompt(
     )
     spec.argv[1:1] = ["-X", "sglang.launch_server"]  # an argv naming SGLang: detected, not given
     server = start(stub, spec)
-    final = watch_until(stub, server.id, [S.SERVER_STATE_READY])[-1]
+    final = watch_until(stub, server.id, [S.SERVER_STATE_READY], timeout=120)[-1]
     assert final.state == S.SERVER_STATE_READY, final.message
     assert final.engine == "sglang"
     before, ready_since = count.read_text().split()
@@ -104,7 +104,7 @@ def test_missing_model_and_bad_flag_fail_with_their_reason(agent: AgentProcess) 
     for fixture, code, reason, needle in cases:
         spec = replay_spec(free_port(), fixture, "--seconds", "0.3", "--exit-code", code)
         server = start(stub, spec)
-        final = watch_until(stub, server.id, [S.SERVER_STATE_FAILED])[-1]
+        final = watch_until(stub, server.id, [S.SERVER_STATE_FAILED], timeout=120)[-1]
         assert final.state == S.SERVER_STATE_FAILED
         assert final.failure_reason == reason, (fixture, final.message)
         assert needle in final.failure_line
@@ -131,11 +131,11 @@ def test_stop_removes_the_shm_and_socket_files_its_processes_held(
             str(sock),
         )
         server = start(stub, spec)
-        watch_until(stub, server.id, [S.SERVER_STATE_READY])
+        watch_until(stub, server.id, [S.SERVER_STATE_READY], timeout=120)
         assert (Path("/dev/shm") / name).exists() and sock.exists()
         time.sleep(1.2)  # one process scan sees what the server holds
         stub.StopServer(agent_pb2.StopServerRequest(id=server.id, grace_seconds=5), timeout=30)
-        final = watch_until(stub, server.id, [S.SERVER_STATE_STOPPED])[-1]
+        final = watch_until(stub, server.id, [S.SERVER_STATE_STOPPED], timeout=120)[-1]
         final = get(stub, server.id)
         assert final.state == S.SERVER_STATE_STOPPED, final.message
         assert not (Path("/dev/shm") / name).exists()
