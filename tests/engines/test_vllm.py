@@ -217,3 +217,35 @@ def test_stop_leaves_no_process_and_no_file(agent: Agent, vllm_server: Started) 
     left = sorted(p for p in held if Path(p).exists())
     assert not left, f"left behind: {left}"
     print(f"removed by the agent: {list(final.leftovers_removed)}")
+
+
+def test_stop_while_compiling_leaves_no_shared_memory(
+    agent: Agent, venv: Path, tiny_model: Path, compile_cache: Path, tmp_path: Path
+) -> None:
+    """torch.compile ignores SIGTERM: the ladder ends in SIGKILL, which leaves vLLM's psm_*
+    ring buffers in /dev/shm unless the agent removes them."""
+    cold = tmp_path / "cold-compile-cache"  # a cold cache keeps it compiling long enough
+    spec = vllm_spec(venv, tiny_model, free_port(), cold)
+    spec.stop_grace_seconds = 2
+    server_id = agent.stub.StartServer(
+        agent_pb2.StartServerRequest(spec=spec), timeout=30
+    ).server.id
+    request = agent_pb2.WatchServerRequest(id=server_id)
+    held: set[str] = set()
+    for update in agent.stub.WatchServer(request, timeout=600):
+        if update.server.phase == S.SERVER_PHASE_COMPILING:
+            time.sleep(2)  # let it map its ring buffers
+            current = agent.stub.GetServer(agent_pb2.GetServerRequest(id=server_id), timeout=10)
+            held = _held_files(_tree(current.server))
+            break
+        assert update.server.state not in (S.SERVER_STATE_FAILED, S.SERVER_STATE_READY)
+    agent.stub.StopServer(agent_pb2.StopServerRequest(id=server_id), timeout=60)
+    final = agent.stub.GetServer(agent_pb2.GetServerRequest(id=server_id), timeout=10).server
+    while final.state == S.SERVER_STATE_STOPPING:
+        time.sleep(0.2)
+        final = agent.stub.GetServer(agent_pb2.GetServerRequest(id=server_id), timeout=10).server
+    print(f"\nheld while compiling: {sorted(held)}\n{final.message}")
+    print(f"removed by the agent: {list(final.leftovers_removed)}")
+    assert final.state == S.SERVER_STATE_STOPPED, final.message
+    left = sorted(p for p in held if Path(p).exists())
+    assert not left, f"left behind: {left}"
