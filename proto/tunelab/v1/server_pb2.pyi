@@ -31,7 +31,7 @@ class _ServerStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ServerSta
     SERVER_STATE_STARTING: _ServerState.ValueType  # 2
     """process spawned, no load progress seen yet"""
     SERVER_STATE_LOADING: _ServerState.ValueType  # 3
-    """load progress seen in the log"""
+    """a start-up phase or load progress seen in the log"""
     SERVER_STATE_READY: _ServerState.ValueType  # 4
     """readiness probe answered 2xx"""
     SERVER_STATE_STOPPING: _ServerState.ValueType  # 5
@@ -54,7 +54,7 @@ SERVER_STATE_PENDING: ServerState.ValueType  # 1
 SERVER_STATE_STARTING: ServerState.ValueType  # 2
 """process spawned, no load progress seen yet"""
 SERVER_STATE_LOADING: ServerState.ValueType  # 3
-"""load progress seen in the log"""
+"""a start-up phase or load progress seen in the log"""
 SERVER_STATE_READY: ServerState.ValueType  # 4
 """readiness probe answered 2xx"""
 SERVER_STATE_STOPPING: ServerState.ValueType  # 5
