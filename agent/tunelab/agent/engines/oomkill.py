@@ -40,17 +40,22 @@ def oom_killed(pids: Iterable[int], since_monotonic: float, kmsg: Path = KMSG) -
                 break  # EAGAIN: the end
             if not record:
                 break
-            header, _, text = record.decode("utf-8", "replace").partition(";")
-            fields = header.split(",")
-            if len(fields) < 3 or not fields[2].isdigit() or int(fields[2]) < since_us:
-                continue
-            for match in _KILLED.finditer(text):
-                pid = int(match[1] or match[2])
-                if pid in wanted:
-                    found.add(pid)
+            at, pids = parse_record(record)
+            if at >= since_us:
+                found |= pids & wanted
     finally:
         os.close(fd)
     return tuple(sorted(found))
+
+
+def parse_record(record: bytes) -> tuple[int, set[int]]:
+    """One /dev/kmsg record (``PRIORITY,SEQ,USEC,FLAGS;TEXT``): its time in microseconds of
+    CLOCK_MONOTONIC and the pids it says the OOM killer killed (-1 and none if malformed)."""
+    header, _, text = record.decode("utf-8", "replace").partition(";")
+    fields = header.split(",")
+    if len(fields) < 3 or not fields[2].isdigit():
+        return -1, set()
+    return int(fields[2]), {int(m[1] or m[2]) for m in _KILLED.finditer(text)}
 
 
 def monotonic_of(unix_time: float) -> float:
