@@ -140,8 +140,11 @@ def _port_watch(port: int, stop: threading.Event, out: list[float]) -> None:
 
 
 @pytest.fixture(scope="session")
-def vllm_server(agent: Agent, venv: Path, tiny_model: Path, compile_cache: Path) -> Started:
-    """One real vLLM for the session (a start costs 30-60 s of one core)."""
+def vllm_server(
+    agent: Agent, venv: Path, tiny_model: Path, compile_cache: Path
+) -> Iterator[Started]:
+    """One real vLLM for the session (a start costs 30-60 s of one core); stopped at the end
+    when a test selection left out the test that stops it."""
     port = free_port()
     spec = vllm_spec(venv, tiny_model, port, compile_cache)
     stop = threading.Event()
@@ -156,4 +159,10 @@ def vllm_server(agent: Agent, venv: Path, tiny_model: Path, compile_cache: Path)
     final = updates[-1]
     assert final.state == server_pb2.SERVER_STATE_READY, (final.message, list(final.log_tail))
     print(f"\nvLLM READY in {time.monotonic() - t0:.1f} s")
-    return Started(final, updates, opened[0] if opened else 0.0, spec)
+    try:
+        yield Started(final, updates, opened[0] if opened else 0.0, spec)
+    finally:
+        request = agent_pb2.GetServerRequest(id=final.id)
+        if agent.stub.GetServer(request, timeout=10).server.state == server_pb2.SERVER_STATE_READY:
+            agent.stub.StopServer(agent_pb2.StopServerRequest(id=final.id), timeout=60)
+            watch(agent.stub, final.id)

@@ -6,17 +6,29 @@ from __future__ import annotations
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from tests.support.agent_proc import AgentProcess
 from tests.support.ports import free_port
 from tests.support.servers import get, start, watch_until
-from tunelab.v1 import agent_pb2, server_pb2
+from tunelab.v1 import agent_pb2, agent_pb2_grpc, server_pb2
 
 S = server_pb2
 ROOT = Path(__file__).resolve().parents[1]
 REPLAY = ROOT / "fakes" / "engine_replay.py"
 FIXTURES = ROOT / "fixtures" / "engines"
+
+
+@pytest.fixture
+def stub(agent: AgentProcess) -> Iterator[agent_pb2_grpc.AgentStub]:
+    """The agent's stub; every server still live at the end is stopped (no orphans)."""
+    client = agent.stub()
+    yield client
+    for server in client.ListServers(agent_pb2.ListServersRequest(), timeout=10).servers:
+        client.StopServer(agent_pb2.StopServerRequest(id=server.id, grace_seconds=2), timeout=30)
 
 
 def replay_spec(port: int, fixture: str, *args: str, engine: str = "") -> S.ServerSpec:
@@ -25,9 +37,8 @@ def replay_spec(port: int, fixture: str, *args: str, engine: str = "") -> S.Serv
 
 
 def test_vllm_log_gives_phases_with_progress_and_one_probe_request(
-    agent: AgentProcess, tmp_path: Path
+    stub: agent_pb2_grpc.AgentStub, tmp_path: Path
 ) -> None:
-    stub = agent.stub()
     count = tmp_path / "requests"
     spec = replay_spec(
         free_port(),
@@ -67,9 +78,8 @@ def test_vllm_log_gives_phases_with_progress_and_one_probe_request(
 
 
 def test_sglang_early_port_is_probed_slowly_and_ready_line_makes_it_prompt(
-    agent: AgentProcess, tmp_path: Path
+    stub: agent_pb2_grpc.AgentStub, tmp_path: Path
 ) -> None:
-    stub = agent.stub()
     count = tmp_path / "requests"
     spec = replay_spec(
         free_port(),
@@ -95,8 +105,7 @@ def test_sglang_early_port_is_probed_slowly_and_ready_line_makes_it_prompt(
     assert S.SERVER_PHASE_AUTOTUNING in phases
 
 
-def test_missing_model_and_bad_flag_fail_with_their_reason(agent: AgentProcess) -> None:
-    stub = agent.stub()
+def test_missing_model_and_bad_flag_fail_with_their_reason(stub: agent_pb2_grpc.AgentStub) -> None:
     cases = [
         ("vllm-0.32-cpu-missing-model.log", "1", S.FAILURE_REASON_MODEL_NOT_FOUND, "Repo id"),
         ("vllm-0.32-cpu-unknown-flag.log", "2", S.FAILURE_REASON_BAD_ARGUMENT, "--bogus-flag"),
@@ -112,9 +121,8 @@ def test_missing_model_and_bad_flag_fail_with_their_reason(agent: AgentProcess) 
 
 
 def test_stop_removes_the_shm_and_socket_files_its_processes_held(
-    agent: AgentProcess, tmp_path: Path
+    stub: agent_pb2_grpc.AgentStub, tmp_path: Path
 ) -> None:
-    stub = agent.stub()
     name = f"psm_tunelab_test_{uuid.uuid4().hex[:8]}"
     stranger = Path("/dev/shm") / f"tunelab_test_stranger_{uuid.uuid4().hex[:8]}"
     stranger.write_bytes(b"not the server's")
