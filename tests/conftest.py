@@ -17,6 +17,8 @@ from tests.support.postgres import PostgresServer
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
+# tests/engines needs a real vLLM: only `make test-engines` (which sets this) collects it.
+collect_ignore = [] if os.environ.get("TUNELAB_ENGINES_VENV") else ["engines"]
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -24,9 +25,18 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
+    # built from a copy of the tracked sources: the checkout's own build/ may hold stale files
+    source = tmp_path_factory.mktemp("source")
+    tracked = subprocess.run(
+        ["git", "ls-files", "pyproject.toml", "README.md", "proto", "agent", "controller"],
+        check=True, cwd=REPO, capture_output=True, text=True,
+    ).stdout.split()  # fmt: skip
+    for name in tracked:
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / name, source / name)
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-         "-w", str(out), str(REPO)],
+         "-w", str(out), str(source)],
         check=True, cwd=out, capture_output=True,
     )  # fmt: skip
     [built] = out.glob("tunelab-*.whl")

@@ -88,7 +88,8 @@ def test_closed_loop_throughput_matches_the_schedule(start_sim: Any) -> None:
     url = start_sim("--ttft-ms", "50", "--itl-ms", "20")
     p = bench(url, concurrency=(16,), output_len=20, requests=64, warmup=16)
     expected = 16 * 20 / (0.050 + 19 * 0.020)
-    assert p["completed"] == 64 and p["max_concurrent_requests"] == 16
+    assert p["completed"] == 64 and p["max_in_flight_requests"] == 16
+    assert p["max_concurrent_requests"] >= 16  # vLLM's: active in a one-second bucket
     assert p["output_throughput"] == pytest.approx(expected, rel=0.03)
     assert p["mean_tpot_ms"] == pytest.approx(20.0, abs=0.5)
 
@@ -113,7 +114,8 @@ def test_faults_are_errors_by_kind_and_stay_out_of_latency(start_sim: Any) -> No
     assert p["failed"] == 17 and p["completed"] == 5
     assert p["max_ttft_ms"] == pytest.approx(40.0, abs=8.0)
     assert p["max_e2el_ms"] < 40 + 7 * 10 + 15
-    assert len(p["errors"]) == 10
+    assert len(p["error_samples"]) == 10
+    assert "errors" not in p, "per-request arrays only with save_detailed, as in vLLM"
 
 
 def test_no_usage_falls_back_to_chunks_with_a_warning(start_sim: Any) -> None:

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tunelab.agent.servers.progress import ProgressTracker
+from tunelab.agent.engines.profiles import SGLANG
+from tunelab.agent.engines.watch import EngineWatch
 from tunelab.bench.simulator.process import SimulatorProcess
 
 
@@ -88,11 +89,11 @@ def test_loading_prints_parseable_progress_and_health_turns_200(tmp_path: Path) 
         started = time.monotonic()
         wait_ready(proc)
         assert 0.8 < time.monotonic() - started + 0.1 < 2.5
-        tracker = ProgressTracker()
+        tracker = EngineWatch(SGLANG, 0.0)  # it prints SGLang's lines
         tracker.feed(proc.log_path.read_bytes(), now=0.0)
-        assert tracker.latest is not None
-        assert (tracker.latest.done, tracker.latest.total) == (10, 10)
-        assert "Loading safetensors checkpoint shards" in tracker.latest.label
+        assert tracker.progress is not None
+        assert (tracker.progress.done, tracker.progress.total) == (10, 10)
+        assert "Loading safetensors checkpoint shards" in tracker.progress.label
         assert b"\r" in proc.log_path.read_bytes()  # tqdm redraws in place
     assert proc.proc is not None and proc.proc.returncode == 0
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tunelab.agent.servers.progress import ProgressTracker, parse_progress_line
+from tunelab.agent.engines.profiles import GENERIC
+from tunelab.agent.engines.watch import EngineWatch
+from tunelab.agent.servers.progress import parse_progress_line
 
 
 def test_sglang_shard_line() -> None:
@@ -44,13 +46,13 @@ def test_non_progress_lines(line: str) -> None:
 
 
 def test_tracker_splits_carriage_returns_and_keeps_partial_lines() -> None:
-    tracker = ProgressTracker()
+    tracker = EngineWatch(GENERIC, 0.0)
     first = (
         b"Loading safetensors checkpoint shards:  1% Completed | 1/83 [00:01<01:22, 1.00it/s]\rLoad"
     )
-    assert tracker.feed(first, now=1.0)
-    assert tracker.latest is not None and tracker.latest.done == 1
+    assert tracker.feed(first, now=1.0).changed
+    assert tracker.progress is not None and tracker.progress.done == 1
     rest = b"ing safetensors checkpoint shards:  2% Completed | 2/83 [00:02<01:21, 1.00it/s]\r"
-    assert tracker.feed(rest, now=2.0)
-    assert tracker.latest.done == 2
-    assert not tracker.feed(b"some other line\n", now=3.0)
+    assert tracker.feed(rest, now=2.0).changed
+    assert tracker.progress.done == 2
+    assert not tracker.feed(b"some other line\n", now=3.0).changed

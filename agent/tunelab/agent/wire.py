@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from tunelab.agent.engines.phases import Phase
+from tunelab.agent.engines.status import EngineStatus
 from tunelab.agent.errors import InvalidSpec
 from tunelab.agent.runs.record import CommandBench, RunRecord, RunSpec
 from tunelab.agent.runs.states import RunState
@@ -27,6 +29,17 @@ STATE_TO_PB = {
     state: server_pb2.ServerState.Value(f"SERVER_STATE_{state.value}") for state in ServerState
 }
 PB_TO_STATE = {v: k for k, v in STATE_TO_PB.items()}
+
+PHASE_TO_PB = {
+    phase: server_pb2.ServerPhase.Value(f"SERVER_PHASE_{phase.value}") for phase in Phase
+}
+
+
+def failure_reason_to_pb(reason: str) -> server_pb2.FailureReason.ValueType:
+    """A FailureReason value (or "") → the proto enum."""
+    name = f"FAILURE_REASON_{reason}" if reason else "FAILURE_REASON_UNSPECIFIED"
+    return server_pb2.FailureReason.Value(name)
+
 
 CHECK_STATUS_TO_PB = {
     name: audit_pb2.CheckStatus.Value(f"CHECK_STATUS_{name}")
@@ -48,6 +61,7 @@ def spec_from_pb(pb: server_pb2.ServerSpec) -> ServerSpec:
         stop_grace=pb.stop_grace_seconds
         if pb.HasField("stop_grace_seconds")
         else DEFAULT_STOP_GRACE,
+        engine=pb.engine,
     )
 
 
@@ -62,6 +76,7 @@ def spec_to_pb(spec: ServerSpec) -> server_pb2.ServerSpec:
         ready_model=spec.ready_model,
         startup_timeout_seconds=spec.startup_timeout,
         stop_grace_seconds=spec.stop_grace,
+        engine=spec.engine,
     )
 
 
@@ -100,9 +115,27 @@ def server_to_pb(
                 rate_per_second=p.rate_per_second,
                 eta_seconds=p.eta_seconds,
                 updated_at=p.updated_at,
+                phase=PHASE_TO_PB[Phase(p.phase)]
+                if p.phase
+                else server_pb2.SERVER_PHASE_UNSPECIFIED,
             )
         )
+    _engine_to_pb(pb, record.engine)
     return pb
+
+
+def _engine_to_pb(pb: server_pb2.Server, status: EngineStatus) -> None:
+    pb.engine = status.engine
+    pb.phase = PHASE_TO_PB[status.phase]
+    pb.phase_started_at = status.phase_started_at
+    pb.phases.extend(
+        server_pb2.PhaseSpan(phase=PHASE_TO_PB[s.phase], started_at=s.started_at, seconds=s.seconds)
+        for s in status.phases
+    )
+    pb.failure_reason = failure_reason_to_pb(status.failure_reason)
+    pb.failure_line = status.failure_line
+    pb.probe_requests = status.http_probes
+    pb.leftovers_removed.extend(status.leftovers_removed)
 
 
 def audit_report_to_pb(report: Mapping[str, Any], report_json: str) -> audit_pb2.AuditReport:
@@ -246,6 +279,10 @@ def run_to_pb(record: RunRecord, server: ServerRecord | None, instance_id: str) 
     )
     if server is not None:
         pb.server.CopyFrom(server_to_pb(server))
+        failed = record.state in (RunState.FAILED_STARTUP, RunState.FAILED_BENCHMARK)
+        if failed and server.engine.failure_reason:
+            pb.failure_reason = failure_reason_to_pb(server.engine.failure_reason)
+            pb.failure_line = server.engine.failure_line
     p = record.progress
     if p:
         pb.progress.CopyFrom(

@@ -12,15 +12,18 @@ import asyncio
 import json
 import signal
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from tunelab.bench.config import BenchConfig, BenchConfigError
 from tunelab.bench.fdlimit import raise_fd_limit
 from tunelab.bench.launcher import BenchFiles
+from tunelab.bench.models import ModelLookupError, first_model_id
 from tunelab.bench.progress import ProgressWriter
 from tunelab.bench.records import write_result
 from tunelab.bench.sweep import Sweep
+from tunelab.bench.tokens import TokenizerError
 
 
 async def _run(sweep: Sweep, files: BenchFiles, progress: ProgressWriter) -> int:
@@ -64,10 +67,18 @@ def main(argv: list[str] | None = None) -> int:
         progress.event("failed", error=message)
         print(f"tunelab.bench: {message}", file=sys.stderr)
         return 2
+    try:
+        if not config.model:
+            config = replace(config, model=first_model_id(config.url))
+        sweep = Sweep(config, progress, None)
+    except (ModelLookupError, TokenizerError) as exc:
+        progress.event("failed", error=str(exc))
+        print(f"tunelab.bench: {exc}", file=sys.stderr)
+        return 2
     raise_fd_limit()
     print(f"tunelab.bench: {len(config.points())} points against {config.endpoint}", flush=True)
     with files.requests.open("w", encoding="utf-8") as requests_out:
-        sweep = Sweep(config, progress, requests_out)
+        sweep.requests_out = requests_out
         try:
             code = asyncio.run(_run(sweep, files, progress))
         except Exception as exc:  # an unexpected bug: report it in the progress file, then die

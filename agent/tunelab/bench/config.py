@@ -44,7 +44,7 @@ class Point:
 @dataclass(frozen=True)
 class BenchConfig:
     url: str
-    model: str
+    model: str = ""  # empty: the first id of GET /v1/models (as vLLM and guidellm do)
     api: str = "completions"
     concurrency: tuple[int, ...] = ()
     request_rate: float = 0.0
@@ -57,6 +57,9 @@ class BenchConfig:
     warmup: int = 0
     ignore_eos: bool = True
     temperature: float = 0.0
+    send_temperature: bool = True  # False: leave it to the server's default (vLLM's bench)
+    tokenizer: str = ""  # a tokenizer.json (or its folder): prompts of exact token length
+    save_detailed: bool = False  # per-request arrays in the result, as vllm's --save-detailed
     slo_ttft_ms: float = 0.0
     slo_tpot_ms: float = 0.0
     seed: int = 0
@@ -69,6 +72,8 @@ class BenchConfig:
     max_mean_loop_lag_ms: float = 2.0
     max_loop_lag_ms: float = 20.0
     max_client_cpu: float = 0.85
+    # ...and starved when it waited for a CPU (run queue) more than this share of the time
+    max_client_runqueue: float = 0.05
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "concurrency", tuple(self.concurrency))
@@ -136,7 +141,7 @@ class BenchConfig:
                 raise BenchConfigError(field, problem)
 
         check(self.url.startswith(("http://", "https://")), "url", "must be an http(s) URL")
-        check(bool(self.model), "model", "is required (the model id sent in requests)")
+        check(not any(c.isspace() for c in self.model), "model", "must not contain whitespace")
         check(self.api in APIS, "api", f"must be one of {', '.join(APIS)}")
         check(self.preset in PRESETS, "preset", "must be empty or 'decode'")
         for i, c in enumerate(self.concurrency):

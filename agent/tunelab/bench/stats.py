@@ -9,7 +9,12 @@ Definitions (successful, measured requests only; times in ms in the output):
 - ITL per token (``itl_per_token``): each gap divided by the tokens its chunk carries, counted
   once per token; with only a final usage total, the request's mean tokens per chunk is used.
 - Throughputs divide by the point's duration: first dispatch → last measured request done.
+- Client queue time (vLLM's ``client_queue_time``): due → begun, i.e. the dispatch lag.
+- ``max_concurrent_requests`` and ``max_output_tokens_per_s``: vLLM's definitions, the most
+  requests active and tokens received in any one-second bucket from the first start;
+  ``max_in_flight_requests`` is ours, the most requests in flight at one instant.
 Percentiles interpolate linearly between order statistics (numpy's and vLLM's default).
+Per-request arrays (vLLM's ``--save-detailed``) are in request order, in seconds.
 """
 
 from __future__ import annotations
@@ -100,6 +105,38 @@ def peak_output_rate(records: Sequence[RequestRecord]) -> float:
     return float(max(buckets.values())) if buckets else 0.0
 
 
+def vllm_peaks(records: Sequence[RequestRecord]) -> tuple[float, int]:
+    """vLLM's (max_output_tokens_per_s, max_concurrent_requests): one token per chunk and every
+    request active in a one-second bucket, counted from the earliest start (serve.py)."""
+    if not records:
+        return 0.0, 0
+    origin = min(r.start for r in records)
+    tokens: Counter[int] = Counter()
+    active: Counter[int] = Counter()
+    for rec in records:
+        for t in rec.chunk_times:
+            tokens[int(t - origin)] += 1
+        for second in range(int(rec.start - origin), int(rec.chunk_times[-1] - origin) + 1):
+            active[second] += 1
+    return float(max(tokens.values(), default=0)), max(active.values(), default=0)
+
+
+def detailed(records: Sequence[RequestRecord], origin: float) -> dict[str, list[Any]]:
+    """vLLM's per-request arrays (``--save-detailed``), in request order."""
+    ordered = sorted(records, key=lambda r: r.index)
+    return {
+        "input_lens": [
+            r.prompt_tokens if r.prompt_tokens is not None else r.input_len for r in ordered
+        ],
+        "output_lens": [r.output_tokens if r.ok else 0 for r in ordered],
+        "ttfts": [r.ttft if r.ok else 0.0 for r in ordered],
+        "itls": [chunk_gaps(r) if r.ok else [] for r in ordered],
+        "start_times": [r.start - origin for r in ordered],
+        "generated_texts": ["".join(r.text or []) for r in ordered],
+        "errors": ["" if r.ok else f"{r.error_kind}: {r.error}" for r in ordered],
+    }
+
+
 def peak_concurrency(records: Sequence[RequestRecord]) -> int:
     """Most requests in flight at once, from a sweep over [start, end) intervals."""
     edges = sorted([(r.start, 1) for r in records] + [(r.end, -1) for r in records])
@@ -136,6 +173,9 @@ def summarize(
     itl_token = [g for r in ok for g in token_gaps(r)]
     sources = Counter(r.token_source for r in ok)
     lags = [r.start - r.scheduled for r in records]
+    ordered = sorted(records, key=lambda r: r.index)
+    queue = {id(r): r.start - r.scheduled for r in records}
+    peak_tokens, peak_active = vllm_peaks(ok)
     result: dict[str, Any] = {
         "duration": duration,
         "completed": len(ok),
@@ -147,10 +187,15 @@ def summarize(
         "good_requests": good if (slo_ttft_ms or slo_tpot_ms) else None,
         "output_throughput": out_tokens / per,
         "total_token_throughput": (in_tokens + out_tokens) / per,
-        "max_output_tokens_per_s": peak_output_rate(ok),
-        "max_concurrent_requests": peak_concurrency(records),
+        "max_output_tokens_per_s": peak_tokens,
+        "max_concurrent_requests": peak_active,
+        "rtfx": 0.0,  # vLLM's inverse real-time factor, for audio input only
+        "latencies": [r.latency if r.ok else 0.0 for r in ordered],
+        "queue_times": [queue[id(r)] for r in ordered],
+        "max_output_tokens_per_s_by_usage": peak_output_rate(ok),
+        "max_in_flight_requests": peak_concurrency(records),
         "errors_by_kind": dict(Counter(r.error_kind or "" for r in failed)),
-        "errors": [f"{r.error_kind}: {r.error}" for r in failed[:10]],
+        "error_samples": [f"{r.error_kind}: {r.error}" for r in failed[:10]],
         "token_count_source": dict(sources),
         "itl_samples": len(itl_chunk),
         "itl_per_token_samples": len(itl_token),
@@ -160,6 +205,8 @@ def summarize(
         **distribution(itl_token, "itl_per_token"),
         **distribution((r.latency for r in ok), "e2el"),
         **distribution(lags, "dispatch_lag"),
+        **distribution(lags, "client_queue_time"),
+        **distribution((r.latency + queue[id(r)] for r in ok), "e2el_including_client_queue"),
         **distribution((r.dispatched - r.start for r in ok), "send_delay"),
         **lengths([r.input_len for r in records], "input_len_requested"),
         **lengths([r.prompt_tokens for r in ok], "input_tokens"),

@@ -57,6 +57,7 @@ class RequestRecord:
     finish_reason: str | None = None
     error_kind: str | None = None
     error: str | None = None
+    text: list[str] | None = None  # the generated text's pieces, kept only for --save-detailed
 
     @property
     def ok(self) -> bool:
@@ -143,6 +144,8 @@ class StreamParser:
             self.final_usage = usage
         if text or (tokens is not None and tokens > 0):
             rec = self.record
+            if rec.text is not None and isinstance(text, str):
+                rec.text.append(text)
             rec.chunk_times.append(now)
             rec.chunk_tokens.append(tokens)
             if tokens is None:

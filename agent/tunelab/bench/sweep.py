@@ -22,8 +22,9 @@ from tunelab.bench.config import BenchConfig, Point
 from tunelab.bench.progress import PROGRESS_INTERVAL, PointProgress, ProgressWriter
 from tunelab.bench.records import request_line
 from tunelab.bench.selfcheck import Monitor
-from tunelab.bench.stats import summarize
+from tunelab.bench.stats import detailed, summarize
 from tunelab.bench.stream import LiveCounters, RequestRecord, send
+from tunelab.bench.tokens import TokenPrompts
 from tunelab.bench.transport import open_session
 from tunelab.bench.workload import Workload, arrival_offsets
 
@@ -60,6 +61,7 @@ class Sweep:
         )
         self.chat = config.api == "chat"
         self.started_at = time.time()
+        self.tokens = TokenPrompts(config.tokenizer) if config.tokenizer else None
 
     async def run(self, done: list[dict[str, Any]]) -> None:
         """Run every point, appending each summary to ``done`` as it finishes (so a stopped
@@ -82,7 +84,7 @@ class Sweep:
     # one point ---------------------------------------------------------------------------------
     async def run_point(self, point: Point) -> dict[str, Any]:
         state = PointState(point)
-        workload = Workload(self.config, point.index)
+        workload = Workload(self.config, point.index, self.tokens)
         reporter = asyncio.get_running_loop().create_task(self._report(state))
         try:
             async with open_session(point.concurrency) as session:
@@ -94,6 +96,7 @@ class Sweep:
                     self.config.max_mean_loop_lag_ms,
                     self.config.max_loop_lag_ms,
                     self.config.max_client_cpu,
+                    self.config.max_client_runqueue,
                 )
                 monitor.start()
                 state.started = time.perf_counter()
@@ -111,6 +114,9 @@ class Sweep:
         summary.update(summarize(state.records, ended - state.started, *self._slos()))
         summary["client_check"] = check.to_dict()
         summary["client_saturated"] = summary["client_check"]["client_saturated"]
+        summary["client_starved"] = summary["client_check"]["client_starved"]
+        if self.config.save_detailed:
+            summary.update(detailed(state.records, state.started))
         summary["warnings"] = self._warnings(summary)
         self._write_records(point, state)
         if self.progress is not None:
@@ -121,6 +127,7 @@ class Sweep:
                 failed=summary["failed"],
                 output_throughput=summary["output_throughput"],
                 client_saturated=summary["client_saturated"],
+                client_starved=summary["client_starved"],
             )
         return summary
 
@@ -132,6 +139,8 @@ class Sweep:
     ) -> RequestRecord:
         planned = workload.request(index)
         rec = RequestRecord(index, warmup, planned.input_len, planned.output_len)
+        if self.config.save_detailed:
+            rec.text = []
         return await self._send(session, planned.body, rec)
 
     async def _send(
@@ -191,6 +200,8 @@ class Sweep:
                 await asyncio.sleep(delay)
             planned = workload.request(index)
             rec = RequestRecord(index, False, planned.input_len, planned.output_len, scheduled=due)
+            if self.config.save_detailed:
+                rec.text = []
             task = asyncio.get_running_loop().create_task(self._send(session, planned.body, rec))
             tasks.add(task)
             state.claimed += 1
@@ -249,7 +260,7 @@ class Sweep:
             "backend": "openai-chat" if self.chat else "openai",
             "label": cfg.label or None,
             "model_id": cfg.model,
-            "tokenizer_id": None,
+            "tokenizer_id": cfg.tokenizer or None,
             "num_prompts": len(state.records),
             "request_rate": point.request_rate if point.request_rate else "inf",
             "burstiness": cfg.burstiness,
@@ -260,7 +271,7 @@ class Sweep:
             "duration_planned": point.duration_seconds,
             "warmup_requests": cfg.warmup,
             "ignore_eos": cfg.ignore_eos,
-            "temperature": cfg.temperature,
+            "temperature": cfg.temperature if cfg.send_temperature else None,
             "slo_ttft_ms": cfg.slo_ttft_ms or None,
             "slo_tpot_ms": cfg.slo_tpot_ms or None,
         }

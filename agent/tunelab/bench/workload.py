@@ -1,8 +1,9 @@
 """The requests a point sends: random prompts, lengths, request bodies, and open-loop arrivals.
 
-Prompts are random common English words, one word ≈ one token for the usual BPE tokenizers; the
-input length the server actually counted comes back in ``usage.prompt_tokens`` and is recorded
-beside the requested one. Lengths with a range ratio ``r`` are uniform in ``[L(1-r), L(1+r)]``
+Prompts are random common English words, one word ≈ one token for the usual BPE tokenizers, or,
+with a tokenizer (``--tokenizer``), of exactly the requested number of tokens; the input length
+the server actually counted comes back in ``usage.prompt_tokens`` and is recorded beside the
+requested one. Lengths with a range ratio ``r`` are uniform in ``[L(1-r), L(1+r)]``
 (vLLM's meaning, not SGLang's ``[L·r, L]``).
 """
 
@@ -15,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from tunelab.bench.config import BenchConfig
+from tunelab.bench.tokens import TokenPrompts
 
 _WORDS = (
     "time year people way day man thing woman life child world school state family student "
@@ -52,25 +54,32 @@ class Workload:
     """Deterministic request bodies: request ``i`` of a point depends only on the seed, the point
     and ``i``, not on the order in which the closed loop's workers claim them."""
 
-    def __init__(self, config: BenchConfig, point_index: int) -> None:
+    def __init__(
+        self, config: BenchConfig, point_index: int, tokens: TokenPrompts | None = None
+    ) -> None:
         self.config = config
         self.point_index = point_index
+        self.tokens = tokens
 
     def request(self, index: int) -> PlannedRequest:
         cfg = self.config
         rng = random.Random(f"{cfg.seed}:{self.point_index}:{index}")
         input_len = _length(cfg.input_len, cfg.range_ratio, rng)
         output_len = _length(cfg.output_len, cfg.range_ratio, rng)
-        prompt = " ".join(rng.choices(VOCABULARY, k=input_len))
+        if self.tokens is not None:
+            prompt = self.tokens.prompt(rng, input_len)
+        else:
+            prompt = " ".join(rng.choices(VOCABULARY, k=input_len))
         payload: dict[str, object] = {
             "model": cfg.model,
             "max_tokens": output_len,
-            "temperature": cfg.temperature,
             "stream": True,
             "stream_options": {"include_usage": True}
             | ({"continuous_usage_stats": True} if cfg.continuous_usage else {}),
             "ignore_eos": cfg.ignore_eos,
         }
+        if cfg.send_temperature:
+            payload["temperature"] = cfg.temperature
         if cfg.api == "chat":
             payload["messages"] = [{"role": "user", "content": prompt}]
         else:

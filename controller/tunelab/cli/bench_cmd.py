@@ -49,7 +49,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Run the built-in load generator against URL and print a summary per point.",
     )
     p.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:8000")
-    p.add_argument("--model", required=True, help="model id sent in requests")
+    p.add_argument(
+        "--model", default="", help="model id sent in requests (default: the first of /v1/models)"
+    )
+    p.add_argument(
+        "--tokenizer",
+        default="",
+        help="tokenizer.json or its folder: prompts of exactly --input-len tokens (needs the "
+        "tokenizers library); default: random words, about one token each",
+    )
     p.add_argument(
         "--api",
         choices=("completions", "chat"),
@@ -79,8 +87,23 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--range-ratio", type=float, default=0.0, help="lengths in [L(1-r), L(1+r)]")
     p.add_argument("--warmup", type=int, default=0, help="warm-up requests per point (excluded)")
-    p.add_argument("--no-ignore-eos", action="store_true", help="let the model stop early")
-    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0)")
+    p.add_argument(
+        "--no-ignore-eos",
+        action="store_true",
+        help="let the model stop at EOS (default: ignored)",
+    )
+    p.add_argument("--temperature", type=float, default=0.0, help="sent in every request (0)")
+    p.add_argument(
+        "--vllm-defaults",
+        action="store_true",
+        help="vllm bench serve's sampling defaults: no temperature sent (the server's default), "
+        "EOS not ignored",
+    )
+    p.add_argument(
+        "--save-detailed",
+        action="store_true",
+        help="add vLLM's per-request arrays (ttfts, itls, latencies, ...) to the result",
+    )
     p.add_argument("--slo-ttft-ms", type=float, default=0.0, help="goodput: TTFT limit")
     p.add_argument("--slo-tpot-ms", type=float, default=0.0, help="goodput: TPOT limit")
     p.add_argument("--seed", type=int, default=0, help="prompts depend only on the seed (0)")
@@ -141,8 +164,11 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
             output_len=args.output_len,
             range_ratio=args.range_ratio,
             warmup=args.warmup,
-            ignore_eos=not args.no_ignore_eos,
+            ignore_eos=not (args.no_ignore_eos or args.vllm_defaults),
             temperature=args.temperature,
+            send_temperature=not args.vllm_defaults,
+            tokenizer=args.tokenizer,
+            save_detailed=args.save_detailed,
             slo_ttft_ms=args.slo_ttft_ms,
             slo_tpot_ms=args.slo_tpot_ms,
             seed=args.seed,
@@ -156,30 +182,51 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         raise CliError(f"{flag}: {exc.problem}", EXIT_USAGE) from None
 
 
-def preflight(config: BenchConfig) -> None:
-    """Fail fast, with exit code 3, when nothing answers at the URL."""
-    url = config.url.rstrip("/").removesuffix("/v1") + "/v1/models"
+def preflight(config: BenchConfig) -> BenchConfig:
+    """Fail fast, with exit code 3, when nothing answers at the URL; fill the model from
+    ``/v1/models`` when none was given, and check the tokenizer loads."""
+    from dataclasses import replace
+
+    from tunelab.bench.models import ModelLookupError, first_model_id
+    from tunelab.bench.tokens import TokenizerError, TokenPrompts
+
+    if config.tokenizer:
+        try:
+            TokenPrompts(config.tokenizer)
+        except TokenizerError as exc:
+            raise CliError(str(exc), EXIT_USAGE) from None
+    if config.model:
+        url = config.url.rstrip("/").removesuffix("/v1") + "/v1/models"
+        try:
+            with urllib.request.urlopen(url, timeout=10):  # noqa: S310 - an http(s) URL, validated
+                return config
+        except urllib.error.HTTPError:
+            return config  # it answers; the benchmark will say how
+        except http.client.HTTPException as exc:
+            raise _not_http(config, exc) from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise CliError(f"cannot reach {config.url}: {reason}", EXIT_UNAVAILABLE) from None
     try:
-        with urllib.request.urlopen(url, timeout=10):  # noqa: S310 - an http(s) URL, validated
-            return
-    except urllib.error.HTTPError:
-        return  # it answers; the benchmark will say how
+        return replace(config, model=first_model_id(config.url))
     except http.client.HTTPException as exc:  # BadStatusLine & co: something else is listening
-        raise CliError(
-            f"{config.url} does not speak HTTP ({type(exc).__name__}): is it the server's port?",
-            EXIT_UNAVAILABLE,
-        ) from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise CliError(f"cannot reach {config.url}: {reason}", EXIT_UNAVAILABLE) from None
+        raise _not_http(config, exc) from None
+    except ModelLookupError as exc:
+        raise CliError(str(exc), EXIT_UNAVAILABLE if exc.unreachable else EXIT_USAGE) from None
+
+
+def _not_http(config: BenchConfig, exc: Exception) -> CliError:
+    return CliError(
+        f"{config.url} does not speak HTTP ({type(exc).__name__}): is it the server's port?",
+        EXIT_UNAVAILABLE,
+    )
 
 
 def bench(args: argparse.Namespace) -> int:
     from tunelab.bench.console import render_summary
     from tunelab.bench.launcher import BenchFiles
 
-    config = config_from_args(args)
-    preflight(config)
+    config = preflight(config_from_args(args))
     workdir = Path(tempfile.mkdtemp(prefix="tunelab-bench-"))
     try:
         files = BenchFiles(workdir)

@@ -30,7 +30,7 @@ from tunelab.cli.common import (
 )
 from tunelab.cli.follow import follow_hint, resolve, wait_for
 from tunelab.cli.show_view import render_show
-from tunelab.v1 import controller_pb2, controller_pb2_grpc
+from tunelab.v1 import controller_pb2, controller_pb2_grpc, server_pb2
 
 TIMEOUT = 30.0
 
@@ -63,12 +63,18 @@ def attempt_json(a: controller_pb2.Attempt, full: bool) -> dict[str, Any]:
         "created_at": a.created_at or None,
         "finished_at": a.finished_at or None,
         "progress": _loads(a.progress_json),
+        "failure_reason": _reason(a.failure_reason),
+        "failure_line": a.failure_line or None,
     }
     if full:
         data["result"] = _loads(a.result_json)
         data["gpu_summary"] = _loads(a.gpu_summary_json)
         data["provenance"] = _loads(a.provenance_json)
     return data
+
+
+def _reason(reason: server_pb2.FailureReason.ValueType) -> str | None:
+    return server_pb2.FailureReason.Name(reason).removeprefix("FAILURE_REASON_") if reason else None
 
 
 def experiment_json(e: controller_pb2.Experiment, full: bool = False) -> dict[str, Any]:
@@ -87,6 +93,7 @@ def experiment_json(e: controller_pb2.Experiment, full: bool = False) -> dict[st
         "finished_at": e.finished_at or None,
         "message": e.message,
         "cancel_requested": e.cancel_requested,
+        "failure_reason": _reason(e.failure_reason),
         "attempts": [attempt_json(a, full) for a in e.attempts],
     }
     if full:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import time
 from types import TracebackType
+from typing import Any
 
 from rich.console import Console
 from rich.progress import (
@@ -18,7 +20,8 @@ from tunelab.v1 import server_pb2
 
 
 class ServerProgressView:
-    """A bar of shards loaded (done/total, ETA) with the server's state as its label."""
+    """The server's state and start-up phase as the label; a bar (done/total, ETA) while the
+    engine prints one for the current phase, else a pulsing bar with the time in the phase."""
 
     def __init__(self, enabled: bool) -> None:
         self._enabled = enabled
@@ -42,17 +45,7 @@ class ServerProgressView:
     def update(self, server: server_pb2.Server) -> None:
         if self._progress is None or self._task is None:
             return
-        state = server_pb2.ServerState.Name(server.state).removeprefix("SERVER_STATE_")
-        label = f"{state:<8} {server.progress.label}" if server.HasField("progress") else state
-        if server.HasField("progress") and server.progress.total:
-            self._progress.update(
-                self._task,
-                description=label,
-                total=server.progress.total,
-                completed=server.progress.done,
-            )
-        else:
-            self._progress.update(self._task, description=label)
+        self._progress.update(self._task, **progress_fields(server, time.time()))
 
     def __exit__(
         self,
@@ -62,3 +55,20 @@ class ServerProgressView:
     ) -> None:
         if self._progress is not None:
             self._progress.stop()
+
+
+def progress_fields(server: server_pb2.Server, now: float) -> dict[str, Any]:
+    """What the bar shows for one server update: a phase with a bar of its own gets done/total;
+    a phase without one (compiling, warming up) gets total=None (pulsing) and its elapsed time."""
+    state = server_pb2.ServerState.Name(server.state).removeprefix("SERVER_STATE_")
+    phase = server_pb2.ServerPhase.Name(server.phase).removeprefix("SERVER_PHASE_")
+    label = state if not server.phase else f"{state:<8} {phase.lower().replace('_', ' ')}"
+    bar = server.progress if server.HasField("progress") else None
+    if bar is not None and bar.total and (bar.phase == server.phase or not server.phase):
+        return {"description": f"{label}: {bar.label}", "total": bar.total, "completed": bar.done}
+    if server.phase_started_at and server.state in (
+        server_pb2.SERVER_STATE_STARTING,
+        server_pb2.SERVER_STATE_LOADING,
+    ):
+        label += f" ({max(0.0, now - server.phase_started_at):.0f} s)"
+    return {"description": label, "total": None, "completed": 0}

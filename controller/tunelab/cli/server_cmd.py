@@ -47,6 +47,7 @@ def server_json(server: server_pb2.Server) -> dict[str, Any]:
             "total": p.total,
             "rate_per_second": p.rate_per_second,
             "eta_seconds": p.eta_seconds if p.eta_seconds >= 0 else None,
+            "phase": phase_name(p.phase),
         }
     return {
         "id": server.id,
@@ -66,7 +67,26 @@ def server_json(server: server_pb2.Server) -> dict[str, Any]:
         "finished_at": server.finished_at or None,
         "gpu_check_skipped": server.gpu_check_skipped,
         "gpu_memory_bytes": server.gpu_memory_bytes,
+        "engine": server.engine or None,
+        "phase": phase_name(server.phase),
+        "phase_started_at": server.phase_started_at or None,
+        "phases": [
+            {"phase": phase_name(s.phase), "started_at": s.started_at, "seconds": s.seconds}
+            for s in server.phases
+        ],
+        "failure_reason": failure_name(server.failure_reason),
+        "failure_line": server.failure_line or None,
+        "probe_requests": server.probe_requests,
+        "leftovers_removed": list(server.leftovers_removed),
     }
+
+
+def phase_name(phase: server_pb2.ServerPhase.ValueType) -> str | None:
+    return server_pb2.ServerPhase.Name(phase).removeprefix("SERVER_PHASE_") if phase else None
+
+
+def failure_name(reason: server_pb2.FailureReason.ValueType) -> str | None:
+    return server_pb2.FailureReason.Name(reason).removeprefix("FAILURE_REASON_") if reason else None
 
 
 def _env_pairs(values: list[str]) -> dict[str, str]:
@@ -122,6 +142,7 @@ def cmd_start(args: argparse.Namespace) -> int:
         ready_model=args.ready_model or "",
         startup_timeout_seconds=_duration("--startup-timeout", args.startup_timeout),
         stop_grace_seconds=_duration("--grace", args.grace),
+        engine=args.engine or "",
     )
     stub = _stub(args)
     response = call(
@@ -207,6 +228,8 @@ def _print_summary(server: server_pb2.Server) -> None:
     print(line)
     if server.state in FAILED_STATES:
         print(f"  {server.message}")
+        if data["failure_reason"]:
+            print(f"  failure reason {data['failure_reason']}: {data['failure_line']}")
         if data["exit_code"] is not None:
             print(f"  exit code {data['exit_code']}")
         for tail in server.log_tail:
@@ -233,7 +256,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
     if not rows:
         print("no servers" + ("" if args.all else " (--all shows finished ones)"))
         return EXIT_OK
-    header = ("ID", "NAME", "STATE", "PID", "PORT", "PROGRESS", "READY IN")
+    header = ("ID", "NAME", "STATE", "PHASE", "PID", "PORT", "PROGRESS", "READY IN")
     table = [header]
     for row in rows:
         progress = row["progress"]
@@ -242,6 +265,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
                 row["id"],
                 row["name"],
                 row["state"],
+                (row["phase"] or "-").lower(),
                 str(row["pid"]),
                 str(row["port"]),
                 f"{progress['done']}/{progress['total']}" if progress else "-",
@@ -261,6 +285,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         print_json(server_json(server))
     else:
         _print_summary(server)
+        phase = phase_name(server.phase)
+        if phase and server.state != server_pb2.SERVER_STATE_READY:
+            print(f"  phase {phase}")
         if server.HasField("progress") and server.state != server_pb2.SERVER_STATE_READY:
             p = server.progress
             print(f"  {p.label}: {p.done}/{p.total}")
@@ -378,6 +405,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     start.add_argument("--port", type=int, required=True, help="port the server listens on")
     start.add_argument("--ready-path", default="/health", help="readiness path (any 2xx = ready)")
     start.add_argument("--ready-model", help="also require this model id in /v1/models")
+    start.add_argument(
+        "--engine",
+        choices=("vllm", "sglang", "generic"),
+        help="engine profile (phases, failure reasons); default: detected from the argv",
+    )
     start.add_argument("--startup-timeout", default="20m", help="startup budget (default 20m)")
     start.add_argument("--grace", default="30s", help="SIGTERM grace on stop (default 30s)")
     start.add_argument("--wait", action="store_true", help="follow the load until READY or FAILED")

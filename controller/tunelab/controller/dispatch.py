@@ -26,7 +26,7 @@ from tunelab.controller.scrape import MetricsScraper, benchmark_energy, tokens_p
 from tunelab.controller.spec.render import to_run_spec
 from tunelab.controller.states import ATTEMPT_LIVE, AttemptState
 from tunelab.controller.store import AttemptRow, HostRow, Store, StoreConflict
-from tunelab.v1 import agent_pb2, run_pb2
+from tunelab.v1 import agent_pb2, run_pb2, server_pb2
 
 log = structlog.get_logger(__name__)
 A = AttemptState
@@ -239,7 +239,7 @@ class AttemptDriver:
             return
         if target.is_terminal():
             result = json.loads(run.result_json) if run.result_json else None
-            self._finish(attempt, target, run.message, result=result)
+            self._finish(attempt, target, run.message, result=with_failure(result, run))
             return
         self._move(attempt, target, run.message)
 
@@ -361,6 +361,14 @@ def _provenance(text: str) -> dict[str, Any]:
     except ValueError:
         value = None
     return value if isinstance(value, dict) else {"error": "the agent sent unreadable provenance"}
+
+
+def with_failure(result: dict[str, Any] | None, run: run_pb2.Run) -> dict[str, Any] | None:
+    """The run's failure reason kept in the attempt's result (no column, no migration)."""
+    if not run.failure_reason:
+        return result
+    reason = server_pb2.FailureReason.Name(run.failure_reason).removeprefix("FAILURE_REASON_")
+    return {**(result or {}), "failure_reason": reason, "failure_line": run.failure_line}
 
 
 def _progress(run: run_pb2.Run) -> dict[str, Any] | None:

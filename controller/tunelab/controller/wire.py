@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from tunelab.controller.states import AttemptState, ExperimentState, HostState
 from tunelab.controller.store import AttemptRow, ExperimentRow, HostRow
-from tunelab.v1 import agent_pb2, controller_pb2
+from tunelab.v1 import agent_pb2, controller_pb2, server_pb2
 
 EXPERIMENT_TO_PB = {
     s: controller_pb2.ExperimentState.Value(f"EXPERIMENT_STATE_{s.value}") for s in ExperimentState
@@ -37,7 +38,18 @@ def attempt_to_pb(row: AttemptRow) -> controller_pb2.Attempt:
         progress_json=_dumps(row.progress),
         number=row.number,
         provenance_json=_dumps(row.provenance),
+        failure_reason=failure_reason_pb(row.result),
+        failure_line=str((row.result or {}).get("failure_line", "")),
     )
+
+
+def failure_reason_pb(result: dict[str, Any] | None) -> server_pb2.FailureReason.ValueType:
+    """The failure reason dispatch kept in an attempt's result, as the proto enum."""
+    reason = str((result or {}).get("failure_reason", "")) or "UNSPECIFIED"
+    try:
+        return server_pb2.FailureReason.Value(f"FAILURE_REASON_{reason}")
+    except ValueError:  # a reason this controller does not know yet
+        return server_pb2.FAILURE_REASON_UNSPECIFIED
 
 
 def selector_text(host: dict[str, object]) -> str:
@@ -69,6 +81,7 @@ def experiment_to_pb(row: ExperimentRow, attempts: list[AttemptRow]) -> controll
         group=row.group,
         repeat_index=row.repeat_index,
         host_selector=selector_text(row.selector),
+        failure_reason=failure_reason_pb(attempts[-1].result if attempts else None),
     )
 
 

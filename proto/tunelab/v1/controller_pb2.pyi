@@ -10,6 +10,7 @@ from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from tunelab.v1 import agent_pb2 as _agent_pb2
 from tunelab.v1 import audit_pb2 as _audit_pb2
+from tunelab.v1 import server_pb2 as _server_pb2
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -127,6 +128,8 @@ class Attempt(_message.Message):
     PROGRESS_JSON_FIELD_NUMBER: _builtins.int
     NUMBER_FIELD_NUMBER: _builtins.int
     PROVENANCE_JSON_FIELD_NUMBER: _builtins.int
+    FAILURE_REASON_FIELD_NUMBER: _builtins.int
+    FAILURE_LINE_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """also the run id on the agent"""
     experiment_id: _builtins.str
@@ -145,6 +148,9 @@ class Attempt(_message.Message):
     """1 for the first attempt of an experiment"""
     provenance_json: _builtins.str
     """what the agent recorded before starting the server"""
+    failure_reason: _server_pb2.FailureReason.ValueType
+    """copied from the run when its server failed"""
+    failure_line: _builtins.str
     @_builtins.property
     def gpus(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """GPU indices given to the run (empty = the whole host)"""
@@ -165,10 +171,12 @@ class Attempt(_message.Message):
         progress_json: _builtins.str = ...,
         number: _builtins.int = ...,
         provenance_json: _builtins.str = ...,
+        failure_reason: _server_pb2.FailureReason.ValueType = ...,
+        failure_line: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "experiment_id", b"experiment_id", "finished_at", b"finished_at", "gpu_summary_json", b"gpu_summary_json", "gpus", b"gpus", "host", b"host", "id", b"id", "message", b"message", "number", b"number", "progress_json", b"progress_json", "provenance_json", b"provenance_json", "result_json", b"result_json", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "experiment_id", b"experiment_id", "failure_line", b"failure_line", "failure_reason", b"failure_reason", "finished_at", b"finished_at", "gpu_summary_json", b"gpu_summary_json", "gpus", b"gpus", "host", b"host", "id", b"id", "message", b"message", "number", b"number", "progress_json", b"progress_json", "provenance_json", b"provenance_json", "result_json", b"result_json", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -213,6 +221,7 @@ class Experiment(_message.Message):
     GROUP_FIELD_NUMBER: _builtins.int
     REPEAT_INDEX_FIELD_NUMBER: _builtins.int
     HOST_SELECTOR_FIELD_NUMBER: _builtins.int
+    FAILURE_REASON_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     name: _builtins.str
     """the spec's name plus the variant, e.g. glm5/--tp-size=4#2"""
@@ -230,6 +239,8 @@ class Experiment(_message.Message):
     repeat_index: _builtins.int
     host_selector: _builtins.str
     """host name, or labels + gpus, for a person"""
+    failure_reason: _server_pb2.FailureReason.ValueType
+    """the last attempt's, when its server failed"""
     @_builtins.property
     def varied(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """dotted field -> value that differs from the baseline"""
@@ -254,10 +265,11 @@ class Experiment(_message.Message):
         group: _builtins.str = ...,
         repeat_index: _builtins.int = ...,
         host_selector: _builtins.str = ...,
+        failure_reason: _server_pb2.FailureReason.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "cancel_requested", b"cancel_requested", "finished_at", b"finished_at", "group", b"group", "host_selector", b"host_selector", "id", b"id", "message", b"message", "name", b"name", "priority", b"priority", "repeat_index", b"repeat_index", "spec_json", b"spec_json", "started_at", b"started_at", "state", b"state", "submitted_at", b"submitted_at", "varied", b"varied"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "cancel_requested", b"cancel_requested", "failure_reason", b"failure_reason", "finished_at", b"finished_at", "group", b"group", "host_selector", b"host_selector", "id", b"id", "message", b"message", "name", b"name", "priority", b"priority", "repeat_index", b"repeat_index", "spec_json", b"spec_json", "started_at", b"started_at", "state", b"state", "submitted_at", b"submitted_at", "varied", b"varied"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

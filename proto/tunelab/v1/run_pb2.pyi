@@ -362,6 +362,8 @@ class Run(_message.Message):
     KILL_FAILED_FIELD_NUMBER: _builtins.int
     AGENT_INSTANCE_ID_FIELD_NUMBER: _builtins.int
     PROVENANCE_JSON_FIELD_NUMBER: _builtins.int
+    FAILURE_REASON_FIELD_NUMBER: _builtins.int
+    FAILURE_LINE_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     state: Global___RunState.ValueType
     server_id: _builtins.str
@@ -375,6 +377,9 @@ class Run(_message.Message):
     agent_instance_id: _builtins.str
     provenance_json: _builtins.str
     """what exactly ran: argv, env (redacted), engine, model, GPUs"""
+    failure_reason: _server_pb2.FailureReason.ValueType
+    """the server's, when the run failed because its server did"""
+    failure_line: _builtins.str
     @_builtins.property
     def spec(self) -> Global___RunSpec: ...
     @_builtins.property
@@ -402,10 +407,12 @@ class Run(_message.Message):
         kill_failed: _builtins.bool = ...,
         agent_instance_id: _builtins.str = ...,
         provenance_json: _builtins.str = ...,
+        failure_reason: _server_pb2.FailureReason.ValueType = ...,
+        failure_line: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["progress", b"progress", "server", b"server", "spec", b"spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_instance_id", b"agent_instance_id", "events", b"events", "finished_at", b"finished_at", "kill_failed", b"kill_failed", "message", b"message", "progress", b"progress", "provenance_json", b"provenance_json", "result_json", b"result_json", "run_id", b"run_id", "server", b"server", "server_id", b"server_id", "spec", b"spec", "started_at", b"started_at", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_instance_id", b"agent_instance_id", "events", b"events", "failure_line", b"failure_line", "failure_reason", b"failure_reason", "finished_at", b"finished_at", "kill_failed", b"kill_failed", "message", b"message", "progress", b"progress", "provenance_json", b"provenance_json", "result_json", b"result_json", "run_id", b"run_id", "server", b"server", "server_id", b"server_id", "spec", b"spec", "started_at", b"started_at", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -31,7 +31,7 @@ class _ServerStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ServerSta
     SERVER_STATE_STARTING: _ServerState.ValueType  # 2
     """process spawned, no load progress seen yet"""
     SERVER_STATE_LOADING: _ServerState.ValueType  # 3
-    """load progress seen in the log"""
+    """a start-up phase or load progress seen in the log"""
     SERVER_STATE_READY: _ServerState.ValueType  # 4
     """readiness probe answered 2xx"""
     SERVER_STATE_STOPPING: _ServerState.ValueType  # 5
@@ -54,7 +54,7 @@ SERVER_STATE_PENDING: ServerState.ValueType  # 1
 SERVER_STATE_STARTING: ServerState.ValueType  # 2
 """process spawned, no load progress seen yet"""
 SERVER_STATE_LOADING: ServerState.ValueType  # 3
-"""load progress seen in the log"""
+"""a start-up phase or load progress seen in the log"""
 SERVER_STATE_READY: ServerState.ValueType  # 4
 """readiness probe answered 2xx"""
 SERVER_STATE_STOPPING: ServerState.ValueType  # 5
@@ -66,6 +66,90 @@ SERVER_STATE_FAILED: ServerState.ValueType  # 7
 SERVER_STATE_KILL_FAILED: ServerState.ValueType  # 8
 """a process survived SIGKILL or kept GPU memory"""
 Global___ServerState: _TypeAlias = ServerState  # noqa: Y015
+
+class _ServerPhase:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ServerPhaseEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ServerPhase.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    SERVER_PHASE_UNSPECIFIED: _ServerPhase.ValueType  # 0
+    SERVER_PHASE_IMPORTING: _ServerPhase.ValueType  # 1
+    """spawned: importing torch, parsing args, starting workers"""
+    SERVER_PHASE_LOADING_WEIGHTS: _ServerPhase.ValueType  # 2
+    SERVER_PHASE_COMPILING: _ServerPhase.ValueType  # 3
+    """torch.compile / JIT kernels"""
+    SERVER_PHASE_CAPTURING_CUDA_GRAPHS: _ServerPhase.ValueType  # 4
+    SERVER_PHASE_AUTOTUNING: _ServerPhase.ValueType  # 5
+    """FlashInfer / GEMM autotune"""
+    SERVER_PHASE_WARMING_UP: _ServerPhase.ValueType  # 6
+    """HTTP server up, warm-up requests or KV-cache profiling"""
+    SERVER_PHASE_READY: _ServerPhase.ValueType  # 7
+    """the readiness probe answered 2xx"""
+
+class ServerPhase(_ServerPhase, metaclass=_ServerPhaseEnumTypeWrapper):
+    """Start-up phase reported by the engine's log (engine profiles: vllm, sglang, generic)."""
+
+SERVER_PHASE_UNSPECIFIED: ServerPhase.ValueType  # 0
+SERVER_PHASE_IMPORTING: ServerPhase.ValueType  # 1
+"""spawned: importing torch, parsing args, starting workers"""
+SERVER_PHASE_LOADING_WEIGHTS: ServerPhase.ValueType  # 2
+SERVER_PHASE_COMPILING: ServerPhase.ValueType  # 3
+"""torch.compile / JIT kernels"""
+SERVER_PHASE_CAPTURING_CUDA_GRAPHS: ServerPhase.ValueType  # 4
+SERVER_PHASE_AUTOTUNING: ServerPhase.ValueType  # 5
+"""FlashInfer / GEMM autotune"""
+SERVER_PHASE_WARMING_UP: ServerPhase.ValueType  # 6
+"""HTTP server up, warm-up requests or KV-cache profiling"""
+SERVER_PHASE_READY: ServerPhase.ValueType  # 7
+"""the readiness probe answered 2xx"""
+Global___ServerPhase: _TypeAlias = ServerPhase  # noqa: Y015
+
+class _FailureReason:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _FailureReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FailureReason.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    FAILURE_REASON_UNSPECIFIED: _FailureReason.ValueType  # 0
+    """not failed"""
+    FAILURE_REASON_CUDA_OOM: _FailureReason.ValueType  # 1
+    FAILURE_REASON_ILLEGAL_MEMORY_ACCESS: _FailureReason.ValueType  # 2
+    FAILURE_REASON_NCCL_ERROR: _FailureReason.ValueType  # 3
+    FAILURE_REASON_ADDRESS_IN_USE: _FailureReason.ValueType  # 4
+    FAILURE_REASON_BAD_ARGUMENT: _FailureReason.ValueType  # 5
+    """argparse / pydantic rejected a flag or its value"""
+    FAILURE_REASON_MODEL_NOT_FOUND: _FailureReason.ValueType  # 6
+    """no such path, not a repo id, not in the offline cache"""
+    FAILURE_REASON_OOM_KILLED: _FailureReason.ValueType  # 7
+    """the kernel's OOM killer (host memory)"""
+    FAILURE_REASON_KILLED_BY_SIGNAL: _FailureReason.ValueType  # 8
+    """a signal the agent did not send"""
+    FAILURE_REASON_STARTUP_TIMEOUT: _FailureReason.ValueType  # 9
+    FAILURE_REASON_EXITED: _FailureReason.ValueType  # 10
+    """exited with no known signature: read log_tail"""
+
+class FailureReason(_FailureReason, metaclass=_FailureReasonEnumTypeWrapper):
+    """Why a server failed, from the log's known signatures, the exit signal or the kernel's OOM killer."""
+
+FAILURE_REASON_UNSPECIFIED: FailureReason.ValueType  # 0
+"""not failed"""
+FAILURE_REASON_CUDA_OOM: FailureReason.ValueType  # 1
+FAILURE_REASON_ILLEGAL_MEMORY_ACCESS: FailureReason.ValueType  # 2
+FAILURE_REASON_NCCL_ERROR: FailureReason.ValueType  # 3
+FAILURE_REASON_ADDRESS_IN_USE: FailureReason.ValueType  # 4
+FAILURE_REASON_BAD_ARGUMENT: FailureReason.ValueType  # 5
+"""argparse / pydantic rejected a flag or its value"""
+FAILURE_REASON_MODEL_NOT_FOUND: FailureReason.ValueType  # 6
+"""no such path, not a repo id, not in the offline cache"""
+FAILURE_REASON_OOM_KILLED: FailureReason.ValueType  # 7
+"""the kernel's OOM killer (host memory)"""
+FAILURE_REASON_KILLED_BY_SIGNAL: FailureReason.ValueType  # 8
+"""a signal the agent did not send"""
+FAILURE_REASON_STARTUP_TIMEOUT: FailureReason.ValueType  # 9
+FAILURE_REASON_EXITED: FailureReason.ValueType  # 10
+"""exited with no known signature: read log_tail"""
+Global___FailureReason: _TypeAlias = FailureReason  # noqa: Y015
 
 @_typing.final
 class ServerSpec(_message.Message):
@@ -102,6 +186,7 @@ class ServerSpec(_message.Message):
     READY_MODEL_FIELD_NUMBER: _builtins.int
     STARTUP_TIMEOUT_SECONDS_FIELD_NUMBER: _builtins.int
     STOP_GRACE_SECONDS_FIELD_NUMBER: _builtins.int
+    ENGINE_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """unique among live servers; defaults to the id"""
     cwd: _builtins.str
@@ -116,6 +201,8 @@ class ServerSpec(_message.Message):
     """default 1200"""
     stop_grace_seconds: _builtins.float
     """default 30; 0 = SIGKILL at once"""
+    engine: _builtins.str
+    """vllm | sglang | generic; empty = detect from argv"""
     @_builtins.property
     def argv(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """argv[0] is looked up on PATH"""
@@ -136,10 +223,11 @@ class ServerSpec(_message.Message):
         ready_model: _builtins.str = ...,
         startup_timeout_seconds: _builtins.float = ...,
         stop_grace_seconds: _builtins.float | None = ...,
+        engine: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_stop_grace_seconds", b"_stop_grace_seconds", "stop_grace_seconds", b"stop_grace_seconds"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_stop_grace_seconds", b"_stop_grace_seconds", "argv", b"argv", "cwd", b"cwd", "env", b"env", "name", b"name", "port", b"port", "ready_model", b"ready_model", "ready_path", b"ready_path", "startup_timeout_seconds", b"startup_timeout_seconds", "stop_grace_seconds", b"stop_grace_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_stop_grace_seconds", b"_stop_grace_seconds", "argv", b"argv", "cwd", b"cwd", "engine", b"engine", "env", b"env", "name", b"name", "port", b"port", "ready_model", b"ready_model", "ready_path", b"ready_path", "startup_timeout_seconds", b"startup_timeout_seconds", "stop_grace_seconds", b"stop_grace_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__stop_grace_seconds: _TypeAlias = _typing.Literal["stop_grace_seconds"]  # noqa: Y015
     _WhichOneofArgType__stop_grace_seconds: _TypeAlias = _typing.Literal["_stop_grace_seconds", b"_stop_grace_seconds"]  # noqa: Y015
@@ -159,6 +247,7 @@ class LoadProgress(_message.Message):
     RATE_PER_SECOND_FIELD_NUMBER: _builtins.int
     ETA_SECONDS_FIELD_NUMBER: _builtins.int
     UPDATED_AT_FIELD_NUMBER: _builtins.int
+    PHASE_FIELD_NUMBER: _builtins.int
     label: _builtins.str
     """e.g. "Loading safetensors checkpoint shards" """
     done: _builtins.int
@@ -169,6 +258,8 @@ class LoadProgress(_message.Message):
     """-1 when unknown"""
     updated_at: _builtins.float
     """unix seconds of the line's parse"""
+    phase: Global___ServerPhase.ValueType
+    """the start-up phase this bar belongs to"""
     def __init__(
         self,
         *,
@@ -178,14 +269,44 @@ class LoadProgress(_message.Message):
         rate_per_second: _builtins.float = ...,
         eta_seconds: _builtins.float = ...,
         updated_at: _builtins.float = ...,
+        phase: Global___ServerPhase.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["done", b"done", "eta_seconds", b"eta_seconds", "label", b"label", "rate_per_second", b"rate_per_second", "total", b"total", "updated_at", b"updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["done", b"done", "eta_seconds", b"eta_seconds", "label", b"label", "phase", b"phase", "rate_per_second", b"rate_per_second", "total", b"total", "updated_at", b"updated_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___LoadProgress: _TypeAlias = LoadProgress  # noqa: Y015
+
+@_typing.final
+class PhaseSpan(_message.Message):
+    """One start-up phase the server went through."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PHASE_FIELD_NUMBER: _builtins.int
+    STARTED_AT_FIELD_NUMBER: _builtins.int
+    SECONDS_FIELD_NUMBER: _builtins.int
+    phase: Global___ServerPhase.ValueType
+    started_at: _builtins.float
+    """unix seconds"""
+    seconds: _builtins.float
+    """0 while it is the current phase"""
+    def __init__(
+        self,
+        *,
+        phase: Global___ServerPhase.ValueType = ...,
+        started_at: _builtins.float = ...,
+        seconds: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["phase", b"phase", "seconds", b"seconds", "started_at", b"started_at"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PhaseSpan: _TypeAlias = PhaseSpan  # noqa: Y015
 
 @_typing.final
 class ProcessRef(_message.Message):
@@ -231,6 +352,14 @@ class Server(_message.Message):
     DESCENDANTS_FIELD_NUMBER: _builtins.int
     GPU_CHECK_SKIPPED_FIELD_NUMBER: _builtins.int
     GPU_MEMORY_BYTES_FIELD_NUMBER: _builtins.int
+    ENGINE_FIELD_NUMBER: _builtins.int
+    PHASE_FIELD_NUMBER: _builtins.int
+    PHASE_STARTED_AT_FIELD_NUMBER: _builtins.int
+    PHASES_FIELD_NUMBER: _builtins.int
+    FAILURE_REASON_FIELD_NUMBER: _builtins.int
+    FAILURE_LINE_FIELD_NUMBER: _builtins.int
+    PROBE_REQUESTS_FIELD_NUMBER: _builtins.int
+    LEFTOVERS_REMOVED_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     state: Global___ServerState.ValueType
     pid: _builtins.int
@@ -250,6 +379,17 @@ class Server(_message.Message):
     """stop did not wait on NVML (no NVIDIA driver here)"""
     gpu_memory_bytes: _builtins.int
     """GPU memory held by the server's processes, last sample"""
+    engine: _builtins.str
+    """the engine profile in force: vllm | sglang | generic"""
+    phase: Global___ServerPhase.ValueType
+    phase_started_at: _builtins.float
+    """unix seconds"""
+    failure_reason: Global___FailureReason.ValueType
+    """set when FAILED"""
+    failure_line: _builtins.str
+    """the log line (or fact) that decided failure_reason"""
+    probe_requests: _builtins.int
+    """HTTP requests the readiness probe sent (TCP connects excluded)"""
     @_builtins.property
     def spec(self) -> Global___ServerSpec: ...
     @_builtins.property
@@ -261,6 +401,14 @@ class Server(_message.Message):
     @_builtins.property
     def descendants(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProcessRef]:
         """every descendant seen, for the stop ladder"""
+
+    @_builtins.property
+    def phases(self) -> _containers.RepeatedCompositeFieldContainer[Global___PhaseSpan]:
+        """every phase entered, in order"""
+
+    @_builtins.property
+    def leftovers_removed(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """/dev/shm and socket files of its processes a stop removed"""
 
     def __init__(
         self,
@@ -282,10 +430,18 @@ class Server(_message.Message):
         descendants: _abc.Iterable[Global___ProcessRef] | None = ...,
         gpu_check_skipped: _builtins.bool = ...,
         gpu_memory_bytes: _builtins.int = ...,
+        engine: _builtins.str = ...,
+        phase: Global___ServerPhase.ValueType = ...,
+        phase_started_at: _builtins.float = ...,
+        phases: _abc.Iterable[Global___PhaseSpan] | None = ...,
+        failure_reason: Global___FailureReason.ValueType = ...,
+        failure_line: _builtins.str = ...,
+        probe_requests: _builtins.int = ...,
+        leftovers_removed: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_exit_code", b"_exit_code", "exit_code", b"exit_code", "progress", b"progress", "spec", b"spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_exit_code", b"_exit_code", "create_time", b"create_time", "descendants", b"descendants", "exit_code", b"exit_code", "finished_at", b"finished_at", "gpu_check_skipped", b"gpu_check_skipped", "gpu_memory_bytes", b"gpu_memory_bytes", "id", b"id", "log_path", b"log_path", "log_tail", b"log_tail", "message", b"message", "pid", b"pid", "progress", b"progress", "ready_at", b"ready_at", "ready_seconds", b"ready_seconds", "spec", b"spec", "started_at", b"started_at", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_exit_code", b"_exit_code", "create_time", b"create_time", "descendants", b"descendants", "engine", b"engine", "exit_code", b"exit_code", "failure_line", b"failure_line", "failure_reason", b"failure_reason", "finished_at", b"finished_at", "gpu_check_skipped", b"gpu_check_skipped", "gpu_memory_bytes", b"gpu_memory_bytes", "id", b"id", "leftovers_removed", b"leftovers_removed", "log_path", b"log_path", "log_tail", b"log_tail", "message", b"message", "phase", b"phase", "phase_started_at", b"phase_started_at", "phases", b"phases", "pid", b"pid", "probe_requests", b"probe_requests", "progress", b"progress", "ready_at", b"ready_at", "ready_seconds", b"ready_seconds", "spec", b"spec", "started_at", b"started_at", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__exit_code: _TypeAlias = _typing.Literal["exit_code"]  # noqa: Y015
     _WhichOneofArgType__exit_code: _TypeAlias = _typing.Literal["_exit_code", b"_exit_code"]  # noqa: Y015

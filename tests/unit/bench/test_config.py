@@ -26,7 +26,7 @@ def cfg(**kw: object) -> BenchConfig:
         ({"request_rate": 3.0}, "concurrency"),  # both a list and a rate
         ({"api": "embeddings"}, "api"),
         ({"url": "127.0.0.1:8000"}, "url"),
-        ({"model": ""}, "model"),
+        ({"model": "two words"}, "model"),
         ({"input_len": 0}, "input_len"),
         ({"range_ratio": 1.0}, "range_ratio"),
         ({"requests": 5, "duration_seconds": 3.0}, "requests"),

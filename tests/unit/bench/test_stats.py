@@ -50,7 +50,10 @@ def test_summary_fields_errors_and_goodput() -> None:
     assert s["median_tpot_ms"] == pytest.approx(100.0)
     assert s["itl_samples"] == 4 and s["max_itl_ms"] == pytest.approx(100.0)
     assert s["output_throughput"] == 6.0 and s["total_input_tokens"] == 20
-    assert s["max_concurrent_requests"] == 3
+    assert s["max_in_flight_requests"] == 3
+    assert s["max_concurrent_requests"] == 2  # vLLM's: successful requests active in second 0
     assert s["max_output_tokens_per_s"] == 6.0
+    assert s["latencies"] == [pytest.approx(0.3), pytest.approx(0.7), 0.0]
+    assert s["queue_times"] == [0.0, 0.0, 0.0] and s["rtfx"] == 0.0
     no_slo = summarize([fast], 1.0, 0.0, 0.0)
     assert no_slo["request_goodput"] is None

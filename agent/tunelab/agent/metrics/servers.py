@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 from prometheus_client.core import Metric
 
+from tunelab.agent.engines.failures import FailureReason
+from tunelab.agent.engines.phases import Phase
 from tunelab.agent.gpu import Cadence, GpuProcess
 from tunelab.agent.metrics.families import FamilyCollector, counter, gauge, info
 from tunelab.agent.servers.process import ProcessId
@@ -40,6 +42,9 @@ class ServerView:
     ready_seconds: float | None
     adoptions: int
     finished_at: float
+    phase: Phase = Phase.IMPORTING
+    phase_seconds: tuple[tuple[Phase, float], ...] = ()  # closed phases and their durations
+    failure_reason: str = ""
 
     @classmethod
     def of(cls, record: ServerRecord) -> ServerView:
@@ -52,7 +57,19 @@ class ServerView:
             ready_seconds=record.ready_seconds or None,
             adoptions=record.adoptions,
             finished_at=record.finished_at,
+            phase=record.engine.phase,
+            phase_seconds=_phase_totals(record),
+            failure_reason=record.engine.failure_reason,
         )
+
+
+def _phase_totals(record: ServerRecord) -> tuple[tuple[Phase, float], ...]:
+    """Seconds per phase; a phase entered twice (compile between captures) is summed."""
+    totals: dict[Phase, float] = {}
+    for span in record.engine.phases:
+        if span.seconds:
+            totals[span.phase] = totals.get(span.phase, 0.0) + span.seconds
+    return tuple(totals.items())
 
 
 @dataclass(frozen=True)
@@ -136,6 +153,12 @@ def attribute_gpu_memory(
 STATE = gauge(
     "tunelab_server_state", "1 for the server's current lifecycle state.", "server", "state"
 )
+PHASE = gauge(
+    "tunelab_server_phase", "1 for the server's current start-up phase.", "server", "phase"
+)
+FAILURE = gauge(
+    "tunelab_server_failure_reason", "1 for the reason a FAILED server failed.", "server", "reason"
+)
 
 
 class ServerCollector(FamilyCollector):
@@ -148,6 +171,14 @@ class ServerCollector(FamilyCollector):
             "port",
         ),
         STATE,
+        PHASE,
+        gauge(
+            "tunelab_server_phase_duration_seconds",
+            "How long each finished start-up phase took (last launch).",
+            "server",
+            "phase",
+        ),
+        FAILURE,
         gauge(
             "tunelab_server_load_progress_ratio",
             "Checkpoint loading progress parsed from the log, 0-1.",
@@ -183,6 +214,16 @@ class ServerCollector(FamilyCollector):
             out.add("tunelab_server_info", [server.name, server.id, str(server.port)], 1)
             for state in ServerState:
                 out.add(STATE.name, [server.name, state.value], 1 if state is server.state else 0)
+            for phase in Phase:
+                out.add(PHASE.name, [server.name, phase.value], 1 if phase is server.phase else 0)
+            for phase, seconds in server.phase_seconds:
+                out.add(
+                    "tunelab_server_phase_duration_seconds", [server.name, phase.value], seconds
+                )
+            if server.failure_reason:
+                for reason in FailureReason:
+                    hit = 1 if reason.value == server.failure_reason else 0
+                    out.add(FAILURE.name, [server.name, reason.value], hit)
             out.add("tunelab_server_load_progress_ratio", name, server.progress_ratio)
             out.add("tunelab_server_time_to_ready_seconds", name, server.ready_seconds)
             out.add(

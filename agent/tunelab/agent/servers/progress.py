@@ -3,7 +3,8 @@
 Engines print checkpoint loading through tqdm, e.g. SGLang's
 ``Loading safetensors checkpoint shards:  54% Completed | 45/83 [00:14<00:13,  3.13it/s]`` or
 HF's ``Loading checkpoint shards:  50%|█████     | 2/4 [00:01<00:01,  1.50it/s]``. tqdm redraws
-with ``\\r``, so a "line" is anything between ``\\r`` or ``\\n``.
+with ``\\r``, so a "line" is anything between ``\\r`` or ``\\n`` (split by
+``tunelab.agent.engines.watch.EngineWatch``, which feeds each one here).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ class LoadProgress:
     rate_per_second: float  # items per second; 0 when unknown
     eta_seconds: float  # -1 when unknown
     updated_at: float = 0.0
+    phase: str = ""  # the start-up phase the bar belongs to (an engines.Phase value)
 
     @property
     def ratio(self) -> float:
@@ -62,28 +64,8 @@ def parse_progress_line(line: str, now: float = 0.0) -> LoadProgress | None:
     return LoadProgress(label, done, total, rate, eta, now)
 
 
-class ProgressTracker:
-    """Feeds raw log bytes in, keeps the latest progress seen (partial lines carried over)."""
-
-    def __init__(self) -> None:
-        self._pending = ""
-        self.latest: LoadProgress | None = None
-
-    def feed(self, data: bytes, now: float) -> bool:
-        """Consume new log bytes; True when the progress changed."""
-        text = self._pending + data.decode("utf-8", errors="replace")
-        parts = re.split(r"[\r\n]", text)
-        self._pending = parts.pop()[-4096:]
-        changed = False
-        for part in parts:
-            found = parse_progress_line(part, now)
-            if found is not None and not _same(found, self.latest):
-                self.latest = found
-                changed = True
-        return changed
-
-
-def _same(a: LoadProgress, b: LoadProgress | None) -> bool:
+def same_progress(a: LoadProgress, b: LoadProgress | None) -> bool:
+    """The same bar state (a tqdm redraw with nothing new is not a change)."""
     return b is not None and (a.label, a.done, a.total, a.eta_seconds) == (
         b.label,
         b.done,

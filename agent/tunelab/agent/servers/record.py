@@ -7,6 +7,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from tunelab.agent.engines.status import EngineStatus
 from tunelab.agent.servers.process import ProcessId
 from tunelab.agent.servers.progress import LoadProgress
 from tunelab.agent.servers.spec import ServerSpec
@@ -41,6 +42,7 @@ class ServerRecord:
     gpu_check_skipped: bool = False
     adoptions: int = 0
     events: list[ServerEvent] = field(default_factory=list)
+    engine: EngineStatus = field(default_factory=EngineStatus)  # phases, failure reason (issue 13)
     version: int = 0  # bumped on every change; watchers wait on it (not persisted)
 
     @property
@@ -82,6 +84,7 @@ class ServerRecord:
             "events": [
                 {"at": e.at, "state": e.state.value, "message": e.message} for e in self.events
             ],
+            "engine": self.engine.to_dict(),
         }
 
     @classmethod
@@ -112,6 +115,7 @@ class ServerRecord:
                 ServerEvent(float(e["at"]), ServerState(e["state"]), str(e["message"]))
                 for e in data.get("events", [])
             ],
+            engine=EngineStatus.from_dict(data.get("engine")),
         )
         _check_identity("pid", record.pid, record.create_time)
         for p in record.descendants:

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from tunelab.agent.engines.profiles import ENGINES
 from tunelab.agent.errors import InvalidSpec
 from tunelab.common.specbounds import (
     RESERVED_ENV,
@@ -35,6 +36,7 @@ class ServerSpec:
     ready_model: str = ""
     startup_timeout: float = DEFAULT_STARTUP_TIMEOUT
     stop_grace: float = DEFAULT_STOP_GRACE
+    engine: str = ""  # an engine profile (vllm | sglang | generic); empty = detect from argv
 
     def validated(self) -> ServerSpec:
         """Return self, or raise InvalidSpec naming the first bad field (the bounds are
@@ -53,6 +55,10 @@ class ServerSpec:
             raise InvalidSpec("spec.ready_path", "expected an absolute HTTP path such as /health")
         if not self.startup_timeout > 0:
             raise InvalidSpec("spec.startup_timeout_seconds", "must be > 0")
+        if self.engine and self.engine not in ENGINES:
+            raise InvalidSpec("spec.engine", f"expected one of {', '.join(ENGINES)} or empty")
+        if not self.stop_grace >= 0:
+            raise InvalidSpec("spec.stop_grace_seconds", "must be >= 0")
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -73,4 +79,5 @@ class ServerSpec:
             ready_model=str(data.get("ready_model", "")),
             startup_timeout=float(data.get("startup_timeout", DEFAULT_STARTUP_TIMEOUT)),
             stop_grace=float(data.get("stop_grace", DEFAULT_STOP_GRACE)),
+            engine=str(data.get("engine", "")),
         )

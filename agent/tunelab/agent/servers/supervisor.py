@@ -20,12 +20,12 @@ from typing import Any, Protocol
 
 import structlog
 
+from tunelab.agent.engines.supervision import EngineSupervision
 from tunelab.agent.gpu import GpuBackend, GpuError
 from tunelab.agent.logfiles import last_lines
 from tunelab.agent.servers.monitorclient import MonitorClient, MonitorStatus
-from tunelab.agent.servers.probe import ProbeResult, probe_ready
+from tunelab.agent.servers.probe import ProbeResult
 from tunelab.agent.servers.process import ProcessId
-from tunelab.agent.servers.progress import ProgressTracker
 from tunelab.agent.servers.record import ServerRecord
 from tunelab.agent.servers.states import ServerState
 
@@ -92,7 +92,8 @@ class ServerSupervisor:
         self._stop_reason = ""
         self._fail_after_stop = False
         self._wrong_model_since: float | None = None
-        self._tracker = ProgressTracker()
+        # issue 13: phases, failure reasons, probe etiquette, leftovers; fed by the hooks below
+        self._engine = EngineSupervision(record, monitor_popen is None, settings.probe_interval)
         self._log_pos = max(0, _size(log_path) - 65536) if monitor_popen is None else 0
         self._log = log.bind(server_id=record.id, name=record.name)
 
@@ -162,11 +163,11 @@ class ServerSupervisor:
                 if time.time() > record.started_at + self._spec.startup_timeout:
                     self._on_startup_timeout(record)
                     continue
-                result = probe_ready(self._spec.port, self._spec.ready_path, self._spec.ready_model)
-                if result.ready:
+                result = self._engine.probe()
+                if result is not None and result.ready:
                     self._on_ready(record)
                     continue
-                if self._wrong_model_for_too_long(result, now):
+                if result is not None and self._wrong_model_for_too_long(result, now):
                     continue
                 self._wake.wait(self._settings.probe_interval)
             else:
@@ -197,6 +198,7 @@ class ServerSupervisor:
             return _NO_ANSWER
 
     def _track(self, status: MonitorStatus) -> None:
+        self._engine.on_scan(p.pid for p in status.tree)
         if status.exit_code is not None:
             self._exit_code = status.exit_code
         if not status.tree <= self._seen:
@@ -218,17 +220,14 @@ class ServerSupervisor:
         if not data:
             return
         self._log_pos += len(data)
-        if self._tracker.feed(data, time.time()):
-            progress = self._tracker.latest
+        fields = self._engine.on_log(data, time.time())
+        if fields is not None:
             if record.state is ServerState.STARTING:
                 self._keeper.transition(
-                    self._id,
-                    ServerState.LOADING,
-                    progress.label if progress else "",
-                    progress=progress,
+                    self._id, ServerState.LOADING, self._engine.label(), **fields
                 )
             else:
-                self._keeper.update(self._id, progress=progress)
+                self._keeper.update(self._id, **fields)
 
     def _on_ready(self, record: ServerRecord) -> None:
         now = time.time()
@@ -239,6 +238,7 @@ class ServerSupervisor:
             f"GET {self._spec.ready_path} answered 2xx",
             ready_at=now,
             ready_seconds=round(now - record.started_at, 4),
+            **self._engine.on_ready(now),
         )
         self._log.info("server_ready", seconds=round(now - record.started_at, 3))
 
@@ -250,15 +250,20 @@ class ServerSupervisor:
             ServerState.READY: "after READY",
         }.get(record.state, "")
         how = "exit code unknown" if code is None else describe_exit(code)
+        tail = last_lines(self._log_path, LOG_TAIL_LINES)
+        self._read_progress(record)
+        failure, fields = self._engine.on_exit(code, tail, (p.pid for p in self._seen))
         # Its monitor kills what a crashed engine leaves behind (schedulers, TP workers).
         self._keeper.transition(
             self._id,
             ServerState.FAILED,
-            f"exited {when} ({how})",
+            f"exited {when} ({how}): {failure.reason.value}: {failure.line}",
             exit_code=code,
             finished_at=time.time(),
-            log_tail=last_lines(self._log_path, LOG_TAIL_LINES),
+            log_tail=tail,
+            **fields,
         )
+        self._keeper.update(self._id, persist=True, **self._engine.after_stop())
         self._log.warning("server_exited", exit_code=code, during=record.state.value)
 
     def _on_monitor_gone(self) -> None:
@@ -298,13 +303,15 @@ class ServerSupervisor:
         return True
 
     def _on_startup_timeout(self, record: ServerRecord) -> None:
-        result = probe_ready(self._spec.port, self._spec.ready_path, self._spec.ready_model)
-        self._fail_after_stop = True
-        self.request_stop(
-            None,
+        detail = (
             f"not ready after the {self._spec.startup_timeout:g} s startup timeout "
-            f"(last probe: {result.detail})",
+            f"(last probe: {self._engine.probe_detail()})"
         )
+        tail = last_lines(self._log_path, LOG_TAIL_LINES)
+        failure, fields = self._engine.on_timeout(tail, detail)
+        self._keeper.update(self._id, **fields)
+        self._fail_after_stop = True
+        self.request_stop(None, f"{detail}: {failure.reason.value}")
 
     # --- stopping ----------------------------------------------------------------------------
 
@@ -315,6 +322,7 @@ class ServerSupervisor:
         record = self._keeper.view(self._id)
         if record.state is not ServerState.STOPPING:
             self._keeper.transition(self._id, ServerState.STOPPING, self._stop_reason)
+        self._engine.on_scan(p.pid for p in self._seen)
         grace = self._stop_grace if self._stop_grace is not None else self._spec.stop_grace
         status = self._ask_monitor((grace, self._stop_reason))
         escalated = False
@@ -358,6 +366,7 @@ class ServerSupervisor:
             )
             return
         target = ServerState.FAILED if self._fail_after_stop else ServerState.STOPPED
+        done.update(self._engine.after_stop())
         self._finish(target, f"{self._stop_reason}; stopped {how}; {gpu_note}", done)
 
     def _done_updates(self) -> dict[str, Any]:

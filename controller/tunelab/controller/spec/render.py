@@ -56,6 +56,7 @@ def to_run_spec(spec: dict[str, Any], run_name: str, gpus: list[int]) -> run_pb2
         ready_model=server["ready"]["model"],
         startup_timeout_seconds=server["ready"]["timeout"],
         stop_grace_seconds=server["stop_grace"],
+        engine=server.get("engine", ""),
     )
     bench = spec["benchmark"]
     if bench["kind"] == "command":

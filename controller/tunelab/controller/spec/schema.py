@@ -21,7 +21,8 @@ LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$")
 
 TOP_KEYS = {"name", "priority", "host", "server", "benchmark", "max_duration", "repeat", "matrix",
             "ablation", "max_attempts", "roofline"}  # fmt: skip
-SERVER_KEYS = {"command", "flags", "env", "port", "ready", "stop_grace", "cwd"}
+SERVER_KEYS = {"command", "flags", "env", "port", "ready", "stop_grace", "cwd", "engine"}
+ENGINES = ("vllm", "sglang", "generic")  # the agent's engine profiles
 READY_KEYS = {"path", "model", "timeout"}
 HOST_KEYS = {"name", "labels", "gpus"}
 BUILTIN_KEYS = {"api", "model", "concurrency", "rate", "burstiness", "requests", "duration",
@@ -252,7 +253,18 @@ def check_server(check: Checker, raw: Any) -> dict[str, Any]:
             server.get("stop_grace", "30s"), "server.stop_grace", "ServerSpec.stop_grace_seconds"
         ),
         "cwd": check.string(server["cwd"], "server.cwd") if "cwd" in server else "",
+        **_engine(check, server),
     }
+
+
+def _engine(check: Checker, server: Mapping[str, Any]) -> dict[str, str]:
+    """``server.engine``: kept only when given, so specs without it normalise as before."""
+    if "engine" not in server:
+        return {}
+    engine = check.string(server["engine"], "server.engine")
+    if engine not in ENGINES:
+        check.fail("server.engine", f"must be one of {', '.join(ENGINES)}, got {engine!r}")
+    return {"engine": engine}
 
 
 def check_benchmark(check: Checker, raw: Any, default_model: str) -> dict[str, Any]:

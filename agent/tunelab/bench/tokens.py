@@ -1,0 +1,85 @@
+"""Prompts of an exact token length, with the server's own tokenizer (``--tokenizer PATH``).
+
+Words first: the vocabulary's whole-word tokens (`` word``, which encode back to themselves and,
+space-led, never merge with a neighbour) make a prompt of exactly N tokens by construction. A
+tokenizer without enough of them gets ``vllm bench serve``'s method: random ids decoded to text
+and re-encoded, cut or topped up until the text encodes to exactly N. Needs the
+optional ``tokenizers`` library (``pip install 'tunelab[tokenizer]'``).
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+MAX_ROUNDS = 16
+MIN_WORDS = 50
+
+
+def _is_word(text: str) -> bool:
+    return len(text) > 1 and text[0] == " " and text[1:].isalpha() and text[1:].isascii()
+
+
+class TokenizerError(Exception):
+    pass
+
+
+class TokenPrompts:
+    def __init__(self, path: str) -> None:
+        try:
+            from tokenizers import Tokenizer
+        except ImportError:
+            raise TokenizerError(
+                "--tokenizer needs the tokenizers library: pip install 'tunelab[tokenizer]'"
+            ) from None
+        file = Path(path)
+        if file.is_dir():
+            file = file / "tokenizer.json"
+        try:
+            self._tok: Any = Tokenizer.from_file(str(file))
+        except Exception as exc:  # the library raises its own untyped errors for bad files
+            raise TokenizerError(f"--tokenizer {path}: cannot load {file}: {exc}") from None
+        special = set(self._tok.get_added_tokens_decoder())
+        self._ids = [i for i in range(self._tok.get_vocab_size()) if i not in special]
+        if not self._ids:
+            raise TokenizerError(f"--tokenizer {path}: the vocabulary is empty")
+        self._words = self._word_tokens()
+        self.path = path
+
+    def _word_tokens(self) -> list[int]:
+        """Ids whose text is one space-led word that encodes back to exactly that id."""
+        texts = [self._decode([i]) for i in self._ids]
+        candidates = [(i, t) for i, t in zip(self._ids, texts, strict=True) if _is_word(t)]
+        if not candidates:
+            return []
+        encoded = self._tok.encode_batch([t for _, t in candidates], add_special_tokens=False)
+        words = [i for (i, _), e in zip(candidates, encoded, strict=True) if e.ids == [i]]
+        return words if len(words) >= MIN_WORDS else []
+
+    def _decode(self, ids: list[int]) -> str:
+        return str(self._tok.decode(ids))
+
+    def count(self, text: str) -> int:
+        return len(self._tok.encode(text, add_special_tokens=False).ids)
+
+    def prompt(self, rng: random.Random, length: int) -> str:
+        """Text that encodes to exactly ``length`` tokens (the closest found after a bound)."""
+        if self._words:
+            text = self._decode(rng.choices(self._words, k=length))
+            if self.count(text) == length:
+                return text
+        ids = rng.choices(self._ids, k=length)
+        best = self._decode(ids)
+        for _ in range(MAX_ROUNDS):
+            text = self._decode(ids)
+            again = self._tok.encode(text, add_special_tokens=False).ids
+            if len(again) == length:
+                return text
+            best = text
+            ids = (
+                again[:length]
+                if len(again) > length
+                else again + rng.choices(self._ids, k=length - len(again))
+            )
+        return best

@@ -1,0 +1,251 @@
+"""A real vLLM 0.32 (CPU) under the real agent: phases, READY latency, probe etiquette,
+/metrics/engines, the load generator beside `vllm bench serve`, failure reasons, a clean stop.
+
+Runs in file order: the session's server is started first and stopped by the last test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+
+from tests.engines.conftest import CLIENT_CPU, Agent, Started, vllm_spec, watch
+from tests.support.ports import free_port
+from tunelab.v1 import agent_pb2, server_pb2
+
+S = server_pb2
+# vLLM fields we cannot fill with the same meaning (README, "vLLM mapping"):
+NOT_OURS = {"generated_texts"}  # we never keep response text
+
+
+def test_start_reports_each_phase_with_progress_and_ready_promptly(vllm_server: Started) -> None:
+    server = vllm_server.server
+    assert server.engine == "vllm", "detected from the argv"
+    phases = [p.phase for p in server.phases]
+    assert phases[0] == S.SERVER_PHASE_IMPORTING and phases[-1] == S.SERVER_PHASE_READY
+    for phase in (S.SERVER_PHASE_LOADING_WEIGHTS, S.SERVER_PHASE_COMPILING):
+        assert phase in phases, [S.ServerPhase.Name(p) for p in phases]
+    durations = {S.ServerPhase.Name(p.phase): round(p.seconds, 2) for p in server.phases}
+    print(f"\nphases: {durations}")
+    bars = [u.progress for u in vllm_server.updates if u.HasField("progress")]
+    assert bars and bars[-1].phase == S.SERVER_PHASE_LOADING_WEIGHTS
+    assert bars[-1].done == bars[-1].total >= 2  # the model has several shards
+    # READY within 100 ms of the engine being ready (its port opens only then)
+    assert vllm_server.port_open_at > 0
+    latency = server.ready_at - vllm_server.port_open_at
+    print(
+        f"READY {latency * 1000:.1f} ms after the port opened; HTTP probes {server.probe_requests}"
+    )
+    assert latency < 0.1
+    assert 1 <= server.probe_requests <= 3
+
+
+def test_probe_leaves_the_log_readable(agent: Agent, vllm_server: Started) -> None:
+    log = Path(vllm_server.server.log_path).read_text(errors="replace")
+    health = len(re.findall(r'"GET /health HTTP/1\.1"', log))
+    print(f"\n/health access-log lines: {health}")
+    assert health <= vllm_server.server.probe_requests
+
+
+def test_metrics_engines_relays_vllm_samples(agent: Agent, vllm_server: Started) -> None:
+    url = f"http://127.0.0.1:{agent.metrics_port}/metrics/engines"
+    samples: list[str] = []
+    for _ in range(3):  # the relay's per-scrape timeout can be short on a loaded core
+        with urllib.request.urlopen(url, timeout=30) as response:
+            text = response.read().decode()
+        samples = [line for line in text.splitlines() if line.startswith("vllm")]
+        if samples:
+            break
+        time.sleep(1)
+    name = vllm_server.server.spec.name or vllm_server.server.id
+    print(f"\n/metrics/engines: {len(samples)} vllm samples")
+    assert len(samples) > 100, text[:800]
+    assert all(f'server="{name}"' in line for line in samples)
+
+
+def _server_ttft(port: int) -> tuple[float, float]:
+    """(sum, count) of vLLM's own TTFT histogram: the server-side reference."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    total = count = 0.0
+    for line in text.splitlines():
+        if line.startswith("vllm:time_to_first_token_seconds_sum"):
+            total += float(line.rsplit(" ", 1)[1])
+        elif line.startswith("vllm:time_to_first_token_seconds_count"):
+            count += float(line.rsplit(" ", 1)[1])
+    return total, count
+
+
+def _mean_server_ttft_ms(before: tuple[float, float], after: tuple[float, float]) -> float:
+    return (after[0] - before[0]) / (after[1] - before[1]) * 1000.0
+
+
+def test_bench_beside_vllm_bench_serve(
+    venv: Path, tiny_model: Path, vllm_server: Started, tmp_path: Path
+) -> None:
+    port = vllm_server.spec.port
+    url = f"http://127.0.0.1:{port}"
+    model_dir = str(tiny_model)
+    n, isl, osl = 16, 32, 32
+    pin = ["taskset", "-c", CLIENT_CPU]
+
+    before = _server_ttft(port)
+    ours = tmp_path / "tunelab.json"
+    argv = [sys.executable, "-P", "-m", "tunelab.cli.main", "bench", "--url", url]
+    argv += ["--tokenizer", model_dir, "--input-len", str(isl), "--output-len", str(osl)]
+    argv += ["--concurrency", "1", "--requests", str(n), "--save-detailed", "--out", str(ours)]
+    subprocess.run([*pin, *argv], check=True, timeout=300, stdout=subprocess.DEVNULL)
+    middle = _server_ttft(port)
+    theirs_dir = tmp_path / "vllm"
+    vargv = [str(venv / "bin" / "vllm"), "bench", "serve", "--backend", "openai"]
+    vargv += ["--base-url", url, "--model", "tiny", "--tokenizer", model_dir]
+    vargv += ["--dataset-name", "random", "--random-input-len", str(isl)]
+    vargv += ["--random-output-len", str(osl), "--num-prompts", str(n), "--max-concurrency", "1"]
+    vargv += ["--ignore-eos", "--temperature", "0", "--save-result", "--save-detailed"]
+    vargv += ["--result-dir", str(theirs_dir), "--result-filename", "vllm.json"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    subprocess.run([*pin, *vargv], check=True, timeout=300, env=env, stdout=subprocess.DEVNULL)
+    after = _server_ttft(port)
+
+    point = json.loads(ours.read_text())["points"][0]
+    vllm_result = json.loads((theirs_dir / "vllm.json").read_text())
+    missing = set(vllm_result) - set(point) - NOT_OURS
+    assert not missing, f"vllm bench serve fields missing from ours: {sorted(missing)}"
+    assert point["completed"] == vllm_result["completed"] == n
+    assert point["model_id"] == "tiny", "--model defaults to the first id of /v1/models"
+    # --tokenizer: prompts of exactly isl tokens (the server adds its BOS)
+    assert point["min_input_len_requested"] == point["max_input_len_requested"] == isl
+    assert point["min_input_tokens"] == point["max_input_tokens"] in (isl, isl + 1)
+    assert point["total_output_tokens"] == vllm_result["total_output_tokens"] == n * osl
+
+    server_ours = _mean_server_ttft_ms(before, middle)
+    server_theirs = _mean_server_ttft_ms(middle, after)
+    err_ours = point["mean_ttft_ms"] - server_ours
+    err_theirs = vllm_result["mean_ttft_ms"] - server_theirs
+    ratio = err_theirs / err_ours if err_ours > 0 else float("inf")
+    print(
+        f"\nTTFT mean ms: tunelab {point['mean_ttft_ms']:.2f} (server {server_ours:.2f}, "
+        f"error {err_ours:+.2f}); vllm bench serve {vllm_result['mean_ttft_ms']:.2f} "
+        f"(server {server_theirs:.2f}, error {err_theirs:+.2f}); error ratio vllm/tunelab "
+        f"{ratio:.1f}x"
+    )
+    print(
+        f"TPOT mean ms: tunelab {point['mean_tpot_ms']:.3f}, vllm {vllm_result['mean_tpot_ms']:.3f}"
+    )
+    assert point["mean_ttft_ms"] > 0 and vllm_result["mean_ttft_ms"] > 0
+
+
+def test_bad_flag_and_missing_model_fail_with_their_reason(
+    agent: Agent, venv: Path, tiny_model: Path, compile_cache: Path, tmp_path: Path
+) -> None:
+    cases = [
+        (vllm_spec(venv, tiny_model, free_port(), compile_cache, "--max-num-seqs", "-5"),
+         S.FAILURE_REASON_BAD_ARGUMENT),
+        (vllm_spec(venv, tmp_path / "no-such-model", free_port(), compile_cache),
+         S.FAILURE_REASON_MODEL_NOT_FOUND),
+    ]  # fmt: skip
+    started = [
+        agent.stub.StartServer(agent_pb2.StartServerRequest(spec=spec), timeout=30).server.id
+        for spec, _ in cases
+    ]
+    for server_id, (_, reason) in zip(started, cases, strict=True):
+        final = watch(agent.stub, server_id)[-1]
+        assert final.state == S.SERVER_STATE_FAILED
+        assert final.failure_reason == reason, (final.message, list(final.log_tail)[-5:])
+        print(f"\n{S.FailureReason.Name(reason)}: {final.failure_line}")
+
+
+def _tree(server: server_pb2.Server) -> list[psutil.Process]:
+    out = []
+    for pid in {server.pid, *(d.pid for d in server.descendants)}:
+        try:
+            out.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            continue
+    return out
+
+
+def _held_files(procs: list[psutil.Process]) -> set[str]:
+    """/dev/shm files mapped or open, and unix socket files bound, by these processes."""
+    held: set[str] = set()
+    inodes: set[str] = set()
+    for proc in procs:
+        try:
+            for m in proc.memory_maps(grouped=True):
+                if m.path.startswith("/dev/shm/"):
+                    held.add(m.path)
+            for fd in Path(f"/proc/{proc.pid}/fd").iterdir():
+                target = os.readlink(fd)
+                if target.startswith("/dev/shm/"):
+                    held.add(target)
+                elif target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+        except (psutil.Error, OSError):
+            continue
+    for line in Path("/proc/net/unix").read_text().splitlines()[1:]:
+        parts = line.split()
+        if len(parts) == 8 and parts[6] in inodes and parts[7].startswith("/"):
+            held.add(parts[7])
+    return held
+
+
+def test_stop_leaves_no_process_and_no_file(agent: Agent, vllm_server: Started) -> None:
+    server_id = vllm_server.server.id
+    current = agent.stub.GetServer(agent_pb2.GetServerRequest(id=server_id), timeout=10).server
+    procs = _tree(current)
+    held = _held_files(procs)
+    print(f"\nprocesses {len(procs)}, files held before stop: {sorted(held)}")
+    t0 = time.monotonic()
+    agent.stub.StopServer(agent_pb2.StopServerRequest(id=server_id), timeout=60)
+    final = watch(agent.stub, server_id)[-1]
+    while final.state == S.SERVER_STATE_STOPPING:
+        time.sleep(0.2)
+        final = agent.stub.GetServer(agent_pb2.GetServerRequest(id=server_id), timeout=10).server
+    print(f"stopped in {time.monotonic() - t0:.2f} s: {final.message}")
+    assert final.state == S.SERVER_STATE_STOPPED, final.message
+    # a zombie holds nothing but its exit status; reaping is its new parent's job
+    alive = [p for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not alive, alive
+    left = sorted(p for p in held if Path(p).exists())
+    assert not left, f"left behind: {left}"
+    print(f"removed by the agent: {list(final.leftovers_removed)}")
+
+
+def test_stop_while_compiling_leaves_no_shared_memory(
+    agent: Agent, venv: Path, tiny_model: Path, compile_cache: Path, tmp_path: Path
+) -> None:
+    """torch.compile ignores SIGTERM: the ladder ends in SIGKILL, which leaves vLLM's psm_*
+    ring buffers in /dev/shm unless the agent removes them."""
+    cold = tmp_path / "cold-compile-cache"  # a cold cache keeps it compiling long enough
+    spec = vllm_spec(venv, tiny_model, free_port(), cold)
+    spec.stop_grace_seconds = 2
+    server_id = agent.stub.StartServer(
+        agent_pb2.StartServerRequest(spec=spec), timeout=30
+    ).server.id
+    request = agent_pb2.WatchServerRequest(id=server_id)
+    held: set[str] = set()
+    for update in agent.stub.WatchServer(request, timeout=600):
+        if update.server.phase == S.SERVER_PHASE_COMPILING:
+            time.sleep(2)  # let it map its ring buffers
+            current = agent.stub.GetServer(agent_pb2.GetServerRequest(id=server_id), timeout=10)
+            held = _held_files(_tree(current.server))
+            break
+        assert update.server.state not in (S.SERVER_STATE_FAILED, S.SERVER_STATE_READY)
+    agent.stub.StopServer(agent_pb2.StopServerRequest(id=server_id), timeout=60)
+    final = agent.stub.GetServer(agent_pb2.GetServerRequest(id=server_id), timeout=10).server
+    while final.state == S.SERVER_STATE_STOPPING:
+        time.sleep(0.2)
+        final = agent.stub.GetServer(agent_pb2.GetServerRequest(id=server_id), timeout=10).server
+    print(f"\nheld while compiling: {sorted(held)}\n{final.message}")
+    print(f"removed by the agent: {list(final.leftovers_removed)}")
+    assert final.state == S.SERVER_STATE_STOPPED, final.message
+    left = sorted(p for p in held if Path(p).exists())
+    assert not left, f"left behind: {left}"
