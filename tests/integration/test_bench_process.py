@@ -77,7 +77,27 @@ def test_sigterm_leaves_a_partial_result(sim: SimulatorProcess, tmp_path: Path) 
     state = reader.poll()
     assert state.error is not None and "SIGTERM" in state.error and not state.finished
     doc = json.loads(files.result.read_text())
-    assert doc["status"] == "stopped by SIGTERM" and len(doc["points"]) == 1
+    assert doc["status"] == "stopped by SIGTERM" and len(doc["points"]) == 2
+    assert "interrupted" not in doc["points"][0] and doc["points"][1]["interrupted"] is True
+
+
+def test_ctrl_c_mid_point_keeps_the_requests_that_finished(
+    sim: SimulatorProcess, tmp_path: Path
+) -> None:
+    """Ctrl-C (SIGINT to the group, as a terminal sends it) halfway through the only point: the
+    requests that completed are summarised and written, marked as an interrupted point."""
+    files = BenchFiles(tmp_path / "run")
+    proc = spawn(config(sim.url, concurrency=(1,), requests=50, output_len=20), files)
+    reader = ProgressReader(files.progress)
+    wait_for(lambda: reader.poll().latest is not None and reader.state.latest.requests_done >= 2)
+    os.killpg(proc.pid, signal.SIGINT)
+    assert proc.wait(10) == 1
+    doc = json.loads(files.result.read_text())
+    assert doc["status"] == "stopped by SIGINT"
+    [point] = doc["points"]
+    assert point["interrupted"] is True and 2 <= point["completed"] < 50
+    assert any("stopped before the point finished" in w for w in doc["warnings"])
+    assert len(files.requests.read_text().splitlines()) == point["completed"]
 
 
 def test_bad_config_fails_with_the_field(tmp_path: Path) -> None:

@@ -67,7 +67,10 @@ class Sweep:
         """Run every point, appending each summary to ``done`` as it finishes (so a stopped
         sweep still has the points it completed)."""
         for point in self.points:
-            done.append(await self.run_point(point))
+            summary = await self.run_point(point)
+            done.append(summary)
+            if summary.get("interrupted"):
+                raise asyncio.CancelledError  # Ctrl-C / SIGTERM: the finished requests are kept
 
     def document(self, points: list[dict[str, Any]], status: str) -> dict[str, Any]:
         """The result document: config, status, one vLLM-compatible summary per point."""
@@ -78,7 +81,12 @@ class Sweep:
             "started_at": self.started_at,
             "finished_at": time.time(),
             "points": points,
-            "warnings": [f"point {p['point_index']}: {w}" for p in points for w in p["warnings"]],
+            # numbered as the progress line numbers them: point 1/N is the first
+            "warnings": [
+                f"point {p['point_index'] + 1}/{len(self.config.points())}: {w}"
+                for p in points
+                for w in p["warnings"]
+            ],
         }
 
     # one point ---------------------------------------------------------------------------------
@@ -100,10 +108,16 @@ class Sweep:
                 )
                 monitor.start()
                 state.started = time.perf_counter()
-                if point.concurrency:
-                    await self._closed_loop(session, workload, state)
+                try:
+                    if point.concurrency:
+                        await self._closed_loop(session, workload, state)
+                    else:
+                        await self._open_loop(session, workload, state)
+                except asyncio.CancelledError:
+                    # stopped mid-point: summarise the requests that finished, then stop
+                    interrupted = True
                 else:
-                    await self._open_loop(session, workload, state)
+                    interrupted = False
                 check = monitor.stop()
         finally:
             reporter.cancel()
@@ -118,6 +132,11 @@ class Sweep:
         if self.config.save_detailed:
             summary.update(detailed(state.records, state.started))
         summary["warnings"] = self._warnings(summary)
+        if interrupted:
+            summary["interrupted"] = True
+            summary["warnings"].append(
+                f"stopped before the point finished: {summary['completed']} requests completed"
+            )
         self._write_records(point, state)
         if self.progress is not None:
             self.progress.event(

@@ -12,6 +12,7 @@ from tunelab.bench.config import BenchConfig
 from tunelab.bench.selfcheck import SelfCheck, runqueue_wait_seconds
 from tunelab.bench.stats import detailed, vllm_peaks
 from tunelab.bench.stream import RequestRecord
+from tunelab.bench.sweep import Sweep
 from tunelab.bench.tokens import TokenizerError, TokenPrompts
 from tunelab.bench.workload import Workload
 
@@ -118,3 +119,14 @@ def test_detailed_arrays_in_request_order_and_vllm_peaks() -> None:
     assert d["start_times"] == [0.0, 0.5, 0.0]
     tokens, active = vllm_peaks(records[:2])
     assert tokens == 5.0 and active == 2  # second 0 holds 5 chunks and both requests
+
+
+def test_warnings_number_points_as_the_progress_line_does() -> None:
+    """``point 1/2`` in the progress line and in the warnings alike (it said ``point 0``)."""
+    config = BenchConfig(
+        url="http://127.0.0.1:1", model="m", concurrency=(1, 8), requests=4, input_len=8,
+        output_len=8,
+    )  # fmt: skip
+    points = [{"point_index": 0, "warnings": ["slow"]}, {"point_index": 1, "warnings": ["late"]}]
+    document = Sweep(config, None, None).document(points, "completed")
+    assert document["warnings"] == ["point 1/2: slow", "point 2/2: late"]
