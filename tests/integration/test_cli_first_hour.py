@@ -173,12 +173,16 @@ def test_5_a_wrong_metrics_url_is_named_in_show(lab: Lab) -> None:
         spec = lab.spec("nogpu", **{"benchmark.requests": 16, "benchmark.output_len": 32})
         assert lab.run("submit", str(spec), "--wait").returncode == 0
         shown = lab.run("show", "nogpu")
+        compared = lab.run("compare", "nogpu")
     finally:
         lab.run("hosts", "add", "local", lab.agent.address, "--label", "pool=first", "--replace")
     assert shown.returncode == 0
     assert f"scrape(s) of http://{DEAD}/metrics failed" in shown.stdout
     assert "--metrics-url" in shown.stdout
     assert "metrics_scrape_failed" in lab.controller.log()
+    assert compared.returncode == 0
+    warning = " ".join(compared.stdout.split())  # the table wraps long lines
+    assert f"no GPU figures from http://{DEAD}/metrics" in warning and "--metrics-url" in warning
 
 
 def test_6_port_auto_without_port_placeholder_fails_the_dry_run(lab: Lab) -> None:
