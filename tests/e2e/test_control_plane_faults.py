@@ -145,7 +145,7 @@ def scale_spec(name: str, pool: str, repeat: int = 1) -> str:
         {
             "name": name,
             "host": {"labels": {"pool": pool}},
-            "server": {"command": ["engine"], "ready": {"model": "m"}},
+            "server": {"command": ["engine", "--port", "{port}"], "ready": {"model": "m"}},
             "benchmark": {"concurrency": [1], "requests": 1},
             "repeat": repeat,
         }

@@ -142,7 +142,7 @@ def test_3_submit_wait_on_a_terminal_prints_group_and_ids_ls_has_groups_compare_
     assert code == 0, out
     group = re.search(r"queued 1 experiment\(s\), group (g-[0-9a-f]{8})", out)
     assert group is not None, out
-    assert re.search(r"x-[0-9a-f]{8}\s+named\s", out)
+    assert re.search(r"x-[0-9a-f]{16}\s+named\s", out)
     listed = lab.run("ls")
     assert listed.stdout.splitlines()[0].split()[:3] == ["ID", "GROUP", "NAME"]
     assert group.group(1) in listed.stdout
@@ -320,7 +320,7 @@ def test_11_an_agent_that_is_down_is_not_blamed_on_the_controller(lab: Lab) -> N
     finally:
         lab.run("hosts", "rm", "gone")
     assert result.returncode == 3
-    assert "is up, but the agent behind it did not answer" in result.stderr
+    assert "is up, but the agent behind it" in result.stderr  # cannot be reached / did not answer
 
 
 def test_11_ctrl_c_on_wait_says_the_work_goes_on_and_wait_follows_it_again(lab: Lab) -> None:
@@ -346,7 +346,7 @@ def test_11_ctrl_c_on_wait_says_the_work_goes_on_and_wait_follows_it_again(lab: 
 def test_11_dry_run_needs_no_controller(lab: Lab) -> None:
     result = lab.run("submit", str(DEMO_SPEC), "--dry-run", TUNELAB_CONTROLLER=DEAD)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("valid: would queue 3 experiment(s):")
+    assert result.stdout.startswith("valid: would queue 9 experiment(s):")
 
 
 def test_11_show_prints_the_spec_and_rounded_figures(lab: Lab) -> None:

@@ -25,6 +25,7 @@ import grpc
 
 from tunelab.cli.userconfig import load_user_config
 from tunelab.common.auth import AuthConfigError, ClientAuth, split_host_port
+from tunelab.common.rpcerrors import PROXY_MESSAGES
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # the server, experiment or check failed
@@ -176,6 +177,15 @@ _BY_CODE: dict[grpc.StatusCode, int] = {
 }
 
 
+def _agent_unreached(details: str) -> str | None:
+    """What the controller says when an agent it called was not reached (rpcerrors'
+    PROXY_MESSAGES, sent as FAILED_PRECONDITION): the rest of the sentence, else None."""
+    for message in PROXY_MESSAGES.values():
+        if details == f"agent {message}":
+            return message
+    return None
+
+
 def _proxied(details: str) -> str | None:
     """The agent's own message when the controller passed an agent's status through."""
     head, sep, rest = details.partition(": ")
@@ -204,6 +214,13 @@ def rpc_error(
     details = exc.details() or ""
     agent_said = _proxied(details) if daemon == "controller" else None
     exit_code = _BY_CODE.get(code, EXIT_FAILED)
+    unreached = _agent_unreached(details) if daemon == "controller" else None
+    if code is grpc.StatusCode.FAILED_PRECONDITION and unreached is not None:
+        # the controller answered; the agent behind it is down or hung: a connection problem
+        return CliError(
+            f"the controller at {target} is up, but the agent behind it {unreached}",
+            EXIT_UNAVAILABLE,
+        )
     if code is grpc.StatusCode.UNAVAILABLE:
         if agent_said is not None:
             message = (
