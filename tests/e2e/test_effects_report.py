@@ -62,10 +62,12 @@ def test_ablation_repeat_5_real_effect_and_null_effect_then_the_report(
         assert (lo > 0) if metric == "output_throughput" else (hi < 0), real  # excludes 0
     tpot = figures[("--tag=noop", "median_tpot_ms")]
     assert tpot["verdict"] == "no meaningful difference", tpot
-    assert -0.02 <= tpot["ci95"][0] <= 0 <= tpot["ci95"][1] <= 0.02, tpot
+    # inside ±2 %: a tiny but consistent difference (launch order, drift) is no effect worth
+    # reporting, even when its interval excludes 0 on a very stable server
+    assert -0.02 <= tpot["ci95"][0] <= tpot["ci95"][1] <= 0.02, tpot
     tput = figures[("--tag=noop", "output_throughput")]
     assert tput["verdict"] in ("no meaningful difference", "not enough repeats"), tput
-    assert tput["ci95"][0] <= 0 <= tput["ci95"][1], tput
+    assert tput["ci95"][0] <= 0.02 and tput["ci95"][1] >= -0.02, tput  # never a clear effect
     # TPOT halves with the ITL (32 tokens: 31 gaps of 10 ms vs 5 ms)
     assert 0.45 < figures[("--itl-ms=5", "median_tpot_ms")]["ratio"] < 0.55
 

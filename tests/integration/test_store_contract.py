@@ -5,6 +5,7 @@ scheduling on one database never place two runs on one host."""
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -135,7 +136,16 @@ def test_a_controller_that_lost_its_turn_cannot_commit_a_pass(postgres: Postgres
                 "AND classid = %s AND objid = %s",
                 (high, low),
             ).fetchall()
-        assert killed == [(True,)]
+            assert killed == [(True,)]
+            # pg_terminate_backend only signals: wait until that backend is gone with its lock
+            deadline = time.monotonic() + 10
+            while admin.execute(
+                "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND classid = %s "
+                "AND objid = %s",
+                (high, low),
+            ).fetchall():
+                assert time.monotonic() < deadline, "the killed backend kept its lock"
+                time.sleep(0.02)
         with second.scheduling_pass() as theirs:
             assert theirs
         with pytest.raises(StoreConflict, match="fenced: the scheduling turn passed"):

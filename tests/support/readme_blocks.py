@@ -118,9 +118,22 @@ def run_block(commands: list[str]) -> list[dict[str, Any]]:
     return results
 
 
+def _private_tmp() -> None:
+    """A fresh /tmp for README's fixed paths, in this mount namespace only. A checkout that
+    itself lives under /tmp (CI clones anywhere) is bound back at the same path first."""
+    keep = REPO.is_relative_to("/tmp")
+    if keep:
+        aside = Path("/mnt")  # covered in this namespace only: nothing is left on the host
+        subprocess.run(["mount", "--rbind", str(REPO), str(aside)], check=True)
+    subprocess.run(["mount", "-t", "tmpfs", "tmpfs", "/tmp"], check=True)
+    if keep:
+        REPO.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["mount", "--rbind", str(aside), str(REPO)], check=True)
+
+
 def main() -> int:
     commands = json.loads(Path(sys.argv[1]).read_text())
-    subprocess.run(["mount", "-t", "tmpfs", "tmpfs", "/tmp"], check=True)
+    _private_tmp()
     _loopback_up()
     print(json.dumps(run_block(commands)))
     return 0
