@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.agent_proc import AgentProcess
+from tests.support.leftovers import kill_processes_under
 from tests.support.postgres import PostgresServer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -23,12 +24,14 @@ collect_ignore = [] if os.environ.get("TUNELAB_ENGINES_VENV") else ["engines"]
 
 @pytest.fixture
 def agent(tmp_path: Path) -> Iterator[AgentProcess]:
-    """A real agent process on a free loopback port; stopped (not its servers) at the end."""
+    """A real agent process on a free loopback port; stopped at the end, with whatever servers
+    it left running under its state dir."""
     proc = AgentProcess(tmp_path / "agent").start()
     try:
         yield proc
     finally:
         proc.terminate()
+        kill_processes_under(tmp_path / "agent")  # its servers and their monitors
 
 
 @pytest.fixture(scope="session")

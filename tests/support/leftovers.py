@@ -1,0 +1,23 @@
+"""Kill what a test's agent left running under its state dir (a server outlives its agent by
+design, so a test that only stops the agent leaves its monitor and server behind)."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import psutil
+
+
+def kill_processes_under(root: Path) -> list[int]:
+    """SIGKILL every process whose working directory lies under ``root``; the pids killed.
+    psutil checks each process's identity (pid + start time) before it signals it."""
+    root = root.resolve()
+    killed = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError, ValueError):
+            cwd = Path(proc.cwd().removesuffix(" (deleted)"))
+            if proc.pid > 1 and cwd.is_relative_to(root):
+                proc.kill()
+                killed.append(proc.pid)
+    return killed
