@@ -27,6 +27,7 @@ from tunelab.agent.servers.spec import SERVER_NAME, ServerSpec
 from tunelab.agent.servers.states import ServerState
 from tunelab.agent.statefile import quarantine, read_json, write_json_atomic
 from tunelab.agent.statewriter import DurableWriter
+from tunelab.agent.watching import watch_versioned
 
 log = structlog.get_logger(__name__)
 RUN_FILE = "run.json"
@@ -137,18 +138,7 @@ class RunExecutor:
 
     def watch(self, run_id: str, cancelled: Callable[[], bool]) -> Iterator[RunRecord]:
         self.get(run_id)
-        seen = -1
-        while not cancelled():
-            with self._changed:
-                record = self._runs[run_id]
-                if record.version == seen:
-                    self._changed.wait(0.5)
-                    continue
-                seen = record.version
-                snapshot = record.snapshot()
-            yield snapshot
-            if snapshot.state.is_terminal():
-                return
+        yield from watch_versioned(self._changed, lambda: self._runs[run_id], cancelled)
 
     # --- start / cancel ----------------------------------------------------------------------
 

@@ -44,6 +44,7 @@ from tunelab.agent.servers.states import ServerState, check_transition
 from tunelab.agent.servers.supervisor import ServerSupervisor, SupervisorSettings, describe_exit
 from tunelab.agent.statefile import quarantine, read_json, write_json_atomic
 from tunelab.agent.statewriter import DurableWriter
+from tunelab.agent.watching import watch_versioned
 
 log = structlog.get_logger(__name__)
 
@@ -249,18 +250,7 @@ class ServerRegistry:
         with self._lock:
             record = self._find(id_or_name)
             server_id = record.id
-            seen = -1
-        while not cancelled():
-            with self._changed:
-                current = self._records[server_id]
-                if current.version == seen:
-                    self._changed.wait(0.5)
-                    continue
-                seen = current.version
-                snapshot = current.snapshot()
-            yield snapshot
-            if snapshot.state.is_terminal():
-                return
+        yield from watch_versioned(self._changed, lambda: self._records[server_id], cancelled)
 
     # --- the supervisor's side (RecordKeeper) ------------------------------------------------
 
