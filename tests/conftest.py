@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import daemon_proc
 from tests.support.agent_proc import AgentProcess
 from tests.support.leftovers import kill_processes_under
 from tests.support.postgres import PostgresServer
@@ -20,6 +21,24 @@ REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
 # tests/engines needs a real vLLM: only `make test-engines` (which sets this) collects it.
 collect_ignore = [] if os.environ.get("TUNELAB_ENGINES_VENV") else ["engines"]
+LOG_TAIL = 8000
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Iterator[None] | pytest.TestReport:
+    """A failing test's report ends with the log tail of each daemon it started: CI keeps
+    only the report, and a daemon's own account is what says why a wait timed out."""
+    report: pytest.TestReport = yield
+    if report.failed and call.when in ("setup", "call"):
+        for daemon in daemon_proc.STARTED:
+            report.sections.append(
+                (f"{daemon.name} log {daemon.log_path}", daemon.log()[-LOG_TAIL:])
+            )
+    if call.when == "teardown":
+        daemon_proc.STARTED.clear()
+    return report
 
 
 @pytest.fixture

@@ -11,6 +11,8 @@ from pathlib import Path
 from tests.support.health import wait_serving
 
 REPO = Path(__file__).resolve().parents[2]
+# the daemons started during the current test: a failing test's report carries their logs
+STARTED: list[DaemonProcess] = []
 
 
 class DaemonProcess:
@@ -27,6 +29,8 @@ class DaemonProcess:
 
     def spawn(self, timeout: float) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        if self not in STARTED:
+            STARTED.append(self)
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(

@@ -15,6 +15,7 @@ from tunelab.controller.dispatch import AttemptDriver
 from tunelab.controller.hosts import HostMonitor
 from tunelab.controller.inflight import InFlight
 from tunelab.controller.scheduler import Scheduler
+from tunelab.controller.store import StoreError
 
 log = structlog.get_logger(__name__)
 
@@ -43,6 +44,7 @@ class ControlLoop:
         self._thread = threading.Thread(target=self._run, name="control-loop", daemon=True)
         self._last_drive = 0.0
         self._on_pass = on_pass
+        self._store_error = ""
 
     def start(self) -> None:
         self._thread.start()
@@ -63,6 +65,13 @@ class ControlLoop:
         while not self._stop.is_set():
             try:
                 self.tick_once()
+                if self._store_error:
+                    log.info("control_tick_recovered", after=self._store_error)
+                    self._store_error = ""
+            except StoreError as exc:  # the database is away: say which and why (once), retry
+                if str(exc) != self._store_error:
+                    self._store_error = str(exc)
+                    log.error("control_tick_failed", error=self._store_error)
             except Exception:  # one bad tick must not stop the queue; it is logged in full
                 log.exception("control_tick_failed")
             self._wake.wait(self._tick)

@@ -18,6 +18,8 @@ from typing import Any
 
 import grpc
 
+from tunelab.common.keepalive import DEFAULT_KEEPALIVE, Keepalive
+
 AUTH_HEADER = "authorization"
 UNAUTHENTICATED_PREFIXES = ("/grpc.health.v1.Health/",)
 
@@ -243,10 +245,9 @@ class ClientAuth:
     def tls(self) -> bool:
         return self.tls_ca is not None or self.tls_cert is not None
 
-    def channel(self, address: str) -> grpc.Channel:
+    def channel_options(self, keepalive: Keepalive = DEFAULT_KEEPALIVE) -> list[tuple[str, Any]]:
         options: list[tuple[str, Any]] = [
-            ("grpc.keepalive_time_ms", 30_000),
-            ("grpc.keepalive_timeout_ms", 10_000),
+            *keepalive.client_options(),
             ("grpc.max_receive_message_length", 64 * 1024 * 1024),
             # an agent back from a restart is seen within seconds, not after a 2-minute backoff
             ("grpc.initial_reconnect_backoff_ms", 250),
@@ -255,6 +256,10 @@ class ClientAuth:
         ]
         if self.tls_server_name:
             options.append(("grpc.ssl_target_name_override", self.tls_server_name))
+        return options
+
+    def channel(self, address: str, keepalive: Keepalive = DEFAULT_KEEPALIVE) -> grpc.Channel:
+        options = self.channel_options(keepalive)
         if self.tls:
             try:
                 creds = grpc.ssl_channel_credentials(

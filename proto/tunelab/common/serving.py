@@ -25,6 +25,7 @@ from grpc_reflection.v1alpha import reflection
 
 from tunelab.common.auth import ServerAuth
 from tunelab.common.capacity import CapacityInterceptor, Limits
+from tunelab.common.keepalive import DEFAULT_KEEPALIVE, Keepalive
 
 MAX_REQUEST_BYTES = 4 * 1024 * 1024  # a spec, a run spec: kilobytes; 4 MiB is gRPC's own default
 MAX_METADATA_BYTES = 16 * 1024  # a bearer token and a few headers
@@ -34,8 +35,6 @@ DEFAULT_LIMITS = Limits()
 # Same-port sharing would let a second daemon silently steal calls (grpc#19773): off.
 SERVER_OPTIONS: Sequence[tuple[str, int]] = (
     ("grpc.so_reuseport", 0),
-    ("grpc.keepalive_permit_without_calls", 1),
-    ("grpc.http2.min_recv_ping_interval_without_data_ms", 20_000),
     ("grpc.max_receive_message_length", MAX_REQUEST_BYTES),
     ("grpc.max_metadata_size", MAX_METADATA_BYTES),
 )
@@ -78,6 +77,7 @@ def start_daemon(
     limits: Limits = DEFAULT_LIMITS,
     reflection_enabled: bool = True,
     stream_hint: str = "close another stream and retry",
+    keepalive: Keepalive = DEFAULT_KEEPALIVE,
 ) -> Daemon:
     """Create, bind and start a server. ``register`` adds the servicers."""
     auth.check_listen(listen)
@@ -85,7 +85,7 @@ def start_daemon(
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=limits.threads, thread_name_prefix="rpc"),
         interceptors=[*auth.interceptors(), capacity],  # auth first: a refused call costs no slot
-        options=list(SERVER_OPTIONS),
+        options=[*SERVER_OPTIONS, *keepalive.server_options()],
         maximum_concurrent_rpcs=QUEUED_CALLS_FACTOR * limits.threads,
     )
     register(server)

@@ -37,7 +37,9 @@ STOP_POLL = 0.02  # how often a stop asks the monitor whether the tree is gone
 MONITOR_RETRY = 1.0  # a monitor that did not answer is asked again after this
 READY_POLL_INTERVAL = 0.1
 MAX_LOG_READ = 1 << 20
-WRONG_MODEL_GRACE = 5.0  # a server listing other models this long has a wrong ready model
+WRONG_MODEL_GRACE = 5.0
+CRASH_BACKOFF = 0.5  # a crashed pass is retried after this, doubling up to the max
+CRASH_BACKOFF_MAX = 30.0  # a server listing other models this long has a wrong ready model
 
 
 @dataclass(frozen=True)
@@ -119,11 +121,21 @@ class ServerSupervisor:
     # --- the loop ----------------------------------------------------------------------------
 
     def run(self) -> None:
+        """The loop, restarted after a crash: a bug in one pass must not leave a live server
+        unwatched (no READY, no startup timeout, no stop) for the rest of its life."""
+        backoff = CRASH_BACKOFF
         try:
-            self._loop()
-        except Exception:  # a bug here must not leave the server unwatched silently
-            self._log.exception("supervisor_crashed")
-            raise
+            while True:
+                try:
+                    self._loop()
+                    return
+                except Exception:
+                    self._log.exception("supervisor_crashed", retry_in=backoff)
+                if self._keeper.view(self._id).state.is_terminal():
+                    return
+                if self._closing.wait(backoff):
+                    return
+                backoff = min(backoff * 2, CRASH_BACKOFF_MAX)
         finally:
             if self._pidfd is not None:
                 os.close(self._pidfd)
@@ -159,7 +171,7 @@ class ServerSupervisor:
                         return
             record = self._keeper.view(self._id)
             if record.state in (ServerState.STARTING, ServerState.LOADING):
-                self._read_progress(record)
+                self._read_progress()
                 if time.time() > record.started_at + self._spec.startup_timeout:
                     self._on_startup_timeout(record)
                     continue
@@ -210,7 +222,10 @@ class ServerSupervisor:
 
     # --- events ------------------------------------------------------------------------------
 
-    def _read_progress(self, record: ServerRecord) -> None:
+    def _read_progress(self) -> None:
+        """Turn new log lines into phase and progress. The state is read afresh: a caller's
+        view may predate a LOADING this thread wrote a moment ago (a probe answering in the
+        same pass as new log lines once made it LOADING -> LOADING and killed the watch)."""
         try:
             with self._log_path.open("rb") as f:
                 f.seek(self._log_pos)
@@ -222,7 +237,7 @@ class ServerSupervisor:
         self._log_pos += len(data)
         fields = self._engine.on_log(data, time.time())
         if fields is not None:
-            if record.state is ServerState.STARTING:
+            if self._keeper.view(self._id).state is ServerState.STARTING:
                 self._keeper.transition(
                     self._id, ServerState.LOADING, self._engine.label(), **fields
                 )
@@ -231,7 +246,7 @@ class ServerSupervisor:
 
     def _on_ready(self, record: ServerRecord) -> None:
         now = time.time()
-        self._read_progress(record)
+        self._read_progress()
         self._keeper.transition(
             self._id,
             ServerState.READY,
@@ -251,7 +266,7 @@ class ServerSupervisor:
         }.get(record.state, "")
         how = "exit code unknown" if code is None else describe_exit(code)
         tail = last_lines(self._log_path, LOG_TAIL_LINES)
-        self._read_progress(record)
+        self._read_progress()
         failure, fields = self._engine.on_exit(code, tail, (p.pid for p in self._seen))
         # Its monitor kills what a crashed engine leaves behind (schedulers, TP workers).
         self._keeper.transition(

@@ -187,6 +187,13 @@ class PostgresStore(SqliteStore):
                     self._epoch = None
                     with contextlib.suppress(psycopg.Error):  # a dead session has let go
                         conn.execute("SELECT pg_advisory_unlock(%s)", (SCHEDULE_LOCK,))
+        except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+            # the turn's own session (taking the pool's connection, the lock) names the
+            # database like every other call does, so the log says why the queue stopped
+            translated = translate_pg(exc, self.where)
+            if translated is None:
+                raise
+            raise translated from None
         finally:
             self._turn.release()
 
