@@ -170,51 +170,55 @@ def test_a_stopped_and_a_slow_agent_hold_up_only_themselves(
     stopped_fleet = FakeFleet(1, 0, starts)  # SIGSTOPped below: connects, never answers
     fleets += [healthy_fleet, stopped_fleet]
     controller = ControllerProcess(tmp_path / "controller").start()
-    stub = controller.stub()
-    *ok_ports, slow_port = healthy_fleet.ports
-    hosts = [("a-slow", slow_port, "hung"), ("a-stopped", stopped_fleet.ports[0], "hung")]
-    hosts += [(f"ok{i}", port, "ok") for i, port in enumerate(ok_ports)]
-    for name, port, pool in hosts:
-        stub.AddHost(
-            X.AddHostRequest(name=name, address=f"127.0.0.1:{port}", labels={"pool": pool}),
-            timeout=10,
-        )
-    deadline = time.monotonic() + 20
-    while {h.name for h in stub.ListHosts(X.ListHostsRequest(), timeout=5).hosts
-           if h.state == X.HOST_STATE_READY} < {"a-slow", "a-stopped", "ok0"}:  # fmt: skip
-        assert time.monotonic() < deadline, "hosts never became READY"
-        time.sleep(0.1)
-    os.kill(stopped_fleet.proc.pid, signal.SIGSTOP)  # our own child
-    # give both bad hosts work: a StartRun each that will wait on its deadline
-    hung_spec = scale_spec("hung", "hung", 2)
-    stub.SubmitExperiments(X.SubmitExperimentsRequest(spec_yaml=hung_spec), timeout=10)
-    time.sleep(1.0)  # the slow and stopped hosts now each hold calls in flight
-
-    submitted = stub.SubmitExperiments(
-        X.SubmitExperimentsRequest(spec_yaml=scale_spec("healthy", "ok", 8)), timeout=10
-    ).experiments
-    ids = [e.id for e in submitted]
-    deadline = time.monotonic() + 30
-    while not all(state(controller.experiment(i)) == "SUCCEEDED" for i in ids):
-        assert time.monotonic() < deadline, controller.log()[-3000:]
-        time.sleep(0.1)
-
-    store = SqliteStore(controller.db)
     try:
-        submitted_at = {e.id: e.submitted_at for e in submitted}
-        arrivals = {
-            run: float(at) for run, at in (line.split() for line in starts.read_text().splitlines())
-        }
-        for experiment_id in ids:
-            [attempt] = store.attempts_for(experiment_id)
-            # a regression that waits on the hung hosts' 3 s / 10 s deadlines shows here
-            wait = arrivals[attempt.id] - submitted_at[experiment_id]
-            assert wait < 2.0, (experiment_id, wait)
+        stub = controller.stub()
+        *ok_ports, slow_port = healthy_fleet.ports
+        hosts = [("a-slow", slow_port, "hung"), ("a-stopped", stopped_fleet.ports[0], "hung")]
+        hosts += [(f"ok{i}", port, "ok") for i, port in enumerate(ok_ports)]
+        for name, port, pool in hosts:
+            stub.AddHost(
+                X.AddHostRequest(name=name, address=f"127.0.0.1:{port}", labels={"pool": pool}),
+                timeout=10,
+            )
+        deadline = time.monotonic() + 20
+        while {h.name for h in stub.ListHosts(X.ListHostsRequest(), timeout=5).hosts
+               if h.state == X.HOST_STATE_READY} < {"a-slow", "a-stopped", "ok0"}:  # fmt: skip
+            assert time.monotonic() < deadline, "hosts never became READY"
+            time.sleep(0.1)
+        os.kill(stopped_fleet.proc.pid, signal.SIGSTOP)  # our own child
+        # give both bad hosts work: a StartRun each that will wait on its deadline
+        hung_spec = scale_spec("hung", "hung", 2)
+        stub.SubmitExperiments(X.SubmitExperimentsRequest(spec_yaml=hung_spec), timeout=10)
+        time.sleep(1.0)  # the slow and stopped hosts now each hold calls in flight
+
+        submitted = stub.SubmitExperiments(
+            X.SubmitExperimentsRequest(spec_yaml=scale_spec("healthy", "ok", 8)), timeout=10
+        ).experiments
+        ids = [e.id for e in submitted]
+        deadline = time.monotonic() + 30
+        while not all(state(controller.experiment(i)) == "SUCCEEDED" for i in ids):
+            assert time.monotonic() < deadline, controller.log()[-3000:]
+            time.sleep(0.1)
+
+        store = SqliteStore(controller.db)
+        try:
+            submitted_at = {e.id: e.submitted_at for e in submitted}
+            arrivals = {
+                run: float(at)
+                for run, at in (line.split() for line in starts.read_text().splitlines())
+            }
+            for experiment_id in ids:
+                [attempt] = store.attempts_for(experiment_id)
+                # a regression that waits on the hung hosts' 3 s / 10 s deadlines shows here
+                wait = arrivals[attempt.id] - submitted_at[experiment_id]
+                assert wait < 2.0, (experiment_id, wait)
+        finally:
+            store.close()
+        hung = [e for e in stub.ListExperiments(X.ListExperimentsRequest(), timeout=5).experiments
+                if e.name.startswith("hung")]  # fmt: skip
+        assert len(hung) == 2 and all(state(e) in ("QUEUED", "RUNNING") for e in hung)  # not failed
     finally:
-        store.close()
-    hung = [e for e in stub.ListExperiments(X.ListExperimentsRequest(), timeout=5).experiments
-            if e.name.startswith("hung")]  # fmt: skip
-    assert len(hung) == 2 and all(state(e) in ("QUEUED", "RUNNING") for e in hung)  # not failed
+        controller.terminate()  # it outlived the test before
 
 
 def test_sigstop_lost_retry_sigcont_cancels_the_stale_run_and_keeps_one_result(lab: Lab) -> None:

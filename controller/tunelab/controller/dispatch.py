@@ -21,11 +21,11 @@ import structlog
 
 from tunelab.controller.agent_client import AgentClient
 from tunelab.controller.hoststate import change_host, quarantine
-from tunelab.controller.inflight import InFlight, attempt_key
+from tunelab.controller.inflight import Answer, InFlight, attempt_key
 from tunelab.controller.scrape import MetricsScraper, benchmark_energy, tokens_per_joule
 from tunelab.controller.spec.render import to_run_spec
 from tunelab.controller.states import ATTEMPT_LIVE, AttemptState
-from tunelab.controller.store import AttemptRow, HostRow, Store, StoreConflict
+from tunelab.controller.store import AttemptChange, AttemptRow, HostRow, Store, StoreConflict
 from tunelab.v1 import agent_pb2, run_pb2, server_pb2
 
 log = structlog.get_logger(__name__)
@@ -42,6 +42,7 @@ RUN_TO_ATTEMPT = {
     run_pb2.RUN_STATE_CANCELLED: A.CANCELLED,
     run_pb2.RUN_STATE_TIMED_OUT: A.TIMED_OUT,
 }
+_Sent = tuple[AttemptRow, HostRow, dict[str, Any]]  # what a StartRun in flight was for
 TRANSPORT_ERRORS = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 
@@ -123,27 +124,50 @@ class AttemptDriver:
         run_spec = to_run_spec(spec, attempt.id, attempt.gpus)
         sent = self._clock()
         response = self._agents.start_run(host.address, host.token, attempt.id, run_spec)
-        self._record_start(attempt, host, response, sent, self._clock())
+        self._record_starts([(attempt, host, response.run, sent, self._clock())])
 
-    def _record_start(
-        self,
-        attempt: AttemptRow,
-        host: HostRow,
-        response: agent_pb2.StartRunResponse,
-        sent: float,
-        answered: float,
+    def _record_starts(
+        self, started: list[tuple[AttemptRow, HostRow, run_pb2.Run, float, float]]
     ) -> None:
-        self._reset_failures(attempt.id)
-        if attempt.dispatched_at is None:  # the first send, not a re-send after doubt
-            self._on_latency(answered - attempt.created_at)
-        self._store.update_attempt(
-            attempt.id,
-            dispatched_at=sent,
-            acked_at=answered,
-            agent_instance_id=response.run.agent_instance_id,
-        )
-        attempt.acked_at = answered
-        self._apply(attempt, host, response.run)
+        """Record StartRun answers in one store commit: when each was sent and answered, and
+        the move out of DISPATCHING; an answer that says more than "started" (a run already
+        over, a kill that failed) is then applied as any look at a run is."""
+        changes: list[AttemptChange] = []
+        follow: list[tuple[AttemptRow, HostRow, run_pb2.Run]] = []
+        for attempt, host, run, sent, answered in started:
+            self._reset_failures(attempt.id)
+            if attempt.dispatched_at is None:  # the first send, not a re-send after doubt
+                self._on_latency(answered - attempt.created_at)
+            fields: dict[str, Any] = {
+                "dispatched_at": sent,
+                "acked_at": answered,
+                "agent_instance_id": run.agent_instance_id,
+            }
+            progress = _progress(run)
+            if progress is not None:
+                fields["progress"] = attempt.progress = progress
+            if run.provenance_json and attempt.provenance is None:
+                fields["provenance"] = attempt.provenance = _provenance(run.provenance_json)
+            attempt.dispatched_at, attempt.acked_at = sent, answered
+            plain = (
+                RUN_TO_ATTEMPT.get(run.state) is A.STARTING
+                and attempt.state is A.DISPATCHING
+                and not run.kill_failed
+            )
+            changes.append(
+                AttemptChange(
+                    attempt.id,
+                    fields,
+                    target=A.STARTING if plain else None,
+                    expect=(A.DISPATCHING,),
+                    message=run.message,
+                )
+            )
+            if not plain:
+                follow.append((attempt, host, run))
+        self._store.change_attempts(changes)
+        for attempt, host, run in follow:
+            self._apply(attempt, host, run)
 
     def dispatch_new(
         self,
@@ -152,9 +176,11 @@ class AttemptDriver:
         calls: InFlight | None = None,
     ) -> None:
         """Send StartRun for a pass's new attempts, all at once as gRPC futures (inline with no
-        ``calls``); each answer is recorded on the pool as it arrives, so a host that does not
+        ``calls``). Every request is built before the first is sent, so the calls leave in one
+        burst; the answers are recorded in batches as they arrive, and a host that does not
         answer holds up only its own attempt."""
         hosts = {h.name: h for h in self._store.list_hosts()}
+        wave: list[tuple[str, Callable[[], grpc.Future[agent_pb2.StartRunResponse]], _Sent]] = []
         for attempt in attempts:
             host, spec = hosts.get(attempt.host), specs.get(attempt.experiment_id)
             if host is None or spec is None:
@@ -166,24 +192,23 @@ class AttemptDriver:
             issue = partial(
                 self._agents.start_run_future, host.address, host.token, attempt.id, run_spec
             )
-            then = partial(self._started, attempt, host, spec, self._clock())
-            calls.start_call(attempt_key(attempt.id), issue, then)
+            wave.append((attempt_key(attempt.id), issue, (attempt, host, spec)))
+        if calls is not None and wave:
+            calls.start_calls(wave, partial(self._answered, self._clock()))
 
-    def _started(
-        self,
-        attempt: AttemptRow,
-        host: HostRow,
-        spec: dict[str, Any],
-        sent: float,
-        future: grpc.Future[agent_pb2.StartRunResponse],
-        answered: float,
+    def _answered(
+        self, sent: float, answers: list[Answer[_Sent, agent_pb2.StartRunResponse]]
     ) -> None:
-        try:
-            response = future.result()
-        except grpc.RpcError as exc:
-            self._on_error(attempt, host, exc, spec)
-            return
-        self._record_start(attempt, host, response, sent, answered)
+        started = []
+        for answer in answers:
+            attempt, host, spec = answer.context
+            try:
+                response = answer.future.result()
+            except grpc.RpcError as exc:
+                self._on_error(attempt, host, exc, spec)
+                continue
+            started.append((attempt, host, response.run, sent, answer.answered_at))
+        self._record_starts(started)
 
     def _dispatch_one(self, attempt: AttemptRow, host: HostRow, spec: dict[str, Any]) -> None:
         try:

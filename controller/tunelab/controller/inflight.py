@@ -7,16 +7,18 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from functools import partial
-from typing import Any, TypeVar
+from typing import Generic, TypeVar
 
 import grpc
 import structlog
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
+C = TypeVar("C")
 
 
 def poll_key(host: str) -> str:
@@ -48,38 +50,36 @@ class InFlight:
         try:
             self._pool.submit(self._run, key, work)
         except RuntimeError:  # the pool is shut down: the controller is stopping
-            self._done(key)
+            self.done(key)
             return False
         return True
 
-    def start_call(
+    def start_calls(
         self,
-        key: str,
-        issue: Callable[[], grpc.Future[T]],
-        then: Callable[[grpc.Future[T], float], None],
-    ) -> bool:
-        """Issue a gRPC call as a future now (no thread waits on it); when it completes,
-        ``then(future, answered_at)`` runs on the pool. The key is in flight until then."""
-        with self._lock:
-            if key in self._running:
-                return False
-            self._running.add(key)
-        try:
-            future = issue()
-        except Exception:  # building the call failed: a bug, logged; the key is freed
-            log.exception("agent_call_failed", key=key)
-            self._done(key)
-            return False
-
-        def answered(done: Any) -> None:
-            work = partial(then, done, self._clock())
+        calls: Sequence[tuple[str, Callable[[], grpc.Future[T]], C]],
+        then: Callable[[list[Answer[C, T]]], None],
+    ) -> int:
+        """Issue gRPC calls as futures now (no thread waits on them); as they complete,
+        ``then`` gets the answers in batches, one batch at a time on the pool: a wave of 200
+        StartRun answers costs a few store commits, not one or two per answer. A key stays in
+        flight until its batch is handled. Keys already in flight are skipped; returns how
+        many calls were issued."""
+        answers: _Answers[C, T] = _Answers(self, then)
+        issued = 0
+        for key, issue, context in calls:
+            with self._lock:
+                if key in self._running:
+                    continue
+                self._running.add(key)
             try:
-                self._pool.submit(self._run, key, work)
-            except RuntimeError:  # shut down meanwhile
-                self._done(key)
-
-        future.add_done_callback(answered)
-        return True
+                future = issue()
+            except Exception:  # building the call failed: a bug, logged; the key is freed
+                log.exception("agent_call_failed", key=key)
+                self.done(key)
+                continue
+            future.add_done_callback(partial(answers.add, key, context))
+            issued += 1
+        return issued
 
     def busy(self, key: str) -> bool:
         with self._lock:
@@ -109,10 +109,64 @@ class InFlight:
         except Exception:  # one failed call must not stop the others; logged in full
             log.exception("agent_call_failed", key=key)
         finally:
-            self._done(key)
+            self.done(key)
 
-    def _done(self, key: str) -> None:
+    def clock(self) -> float:
+        return self._clock()
+
+    def submit(self, work: Callable[[], None]) -> None:
+        self._pool.submit(work)
+
+    def done(self, key: str) -> None:
         with self._idle:
             self._running.discard(key)
             if not self._running:
                 self._idle.notify_all()
+
+
+@dataclass(frozen=True)
+class Answer(Generic[C, T]):
+    context: C
+    future: grpc.Future[T]
+    answered_at: float
+
+
+class _Answers(Generic[C, T]):
+    """Answers of one ``start_calls``, gathered while the previous batch is being handled."""
+
+    def __init__(self, calls: InFlight, then: Callable[[list[Answer[C, T]]], None]) -> None:
+        self._calls = calls
+        self._then = then
+        self._lock = threading.Lock()
+        self._pending: list[tuple[str, Answer[C, T]]] = []
+        self._draining = False
+
+    def add(self, key: str, context: C, future: grpc.Future[T]) -> None:
+        """On gRPC's thread: note the answer and its time; start a drain if none runs."""
+        with self._lock:
+            self._pending.append((key, Answer(context, future, self._calls.clock())))
+            if self._draining:
+                return
+            self._draining = True
+        try:
+            self._calls.submit(self._drain)
+        except RuntimeError:  # shut down meanwhile
+            with self._lock:
+                dropped, self._pending = self._pending, []
+            for key_, _ in dropped:
+                self._calls.done(key_)
+
+    def _drain(self) -> None:
+        while True:
+            with self._lock:
+                batch, self._pending = self._pending, []
+                if not batch:
+                    self._draining = False
+                    return
+            try:
+                self._then([answer for _, answer in batch])
+            except Exception:  # a bug in handling must not keep the keys in flight forever
+                log.exception("agent_call_failed", keys=[key for key, _ in batch][:10])
+            finally:
+                for key, _ in batch:
+                    self._calls.done(key)

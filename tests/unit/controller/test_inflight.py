@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import Future
-from typing import Any
 
-from tunelab.controller.inflight import InFlight
+from tunelab.controller.inflight import Answer, InFlight
 
 
 def test_one_call_per_key_and_a_hung_key_holds_up_no_other() -> None:
@@ -41,21 +40,46 @@ def test_a_call_that_raises_frees_its_key() -> None:
         calls.close()
 
 
-def test_a_future_call_holds_its_key_but_no_thread_until_answered() -> None:
+def test_future_calls_hold_their_keys_but_no_thread_and_answers_come_in_batches() -> None:
+    calls = InFlight(1)
+    answers: list[Future[str]] = [Future() for _ in range(3)]
+    batches: list[list[tuple[str, str]]] = []
+    gate = threading.Event()
+
+    def record(batch: list[Answer[str, str]]) -> None:
+        gate.wait(5)  # answers that come meanwhile wait for the next batch
+        batches.append([(a.context, a.future.result()) for a in batch])
+
+    wave = [(f"attempt:a{i}", lambda f=f: f, f"a{i}") for i, f in enumerate(answers)]
+    try:
+        assert calls.start_calls(wave, record) == 3  # type: ignore[arg-type]
+        assert calls.start_calls(wave[:1], record) == 0  # type: ignore[arg-type]
+        answers[0].set_result("started")
+        answers[1].set_result("started")  # the first batch may or may not hold it
+        answers[2].set_result("started")
+        gate.set()
+        assert calls.wait_idle(5)
+        assert sorted(c for batch in batches for c, _ in batch) == ["a0", "a1", "a2"]
+        assert 1 <= len(batches) <= 3 and not calls.busy("attempt:a0")
+    finally:
+        gate.set()
+        calls.close()
+
+
+def test_a_batch_that_raises_frees_its_keys() -> None:
     calls = InFlight(1)
     answer: Future[str] = Future()
-    seen: list[tuple[str, float]] = []
 
-    def record(future: Any, at: float) -> None:
-        seen.append((future.result(), at))
+    def broken(batch: list[Answer[str, str]]) -> None:
+        raise RuntimeError("a bug in handling answers")
 
     try:
-        assert calls.start_call("attempt:a1", lambda: answer, record)  # type: ignore[arg-type,return-value]
-        assert not calls.start_call("attempt:a1", lambda: answer, record)  # type: ignore[arg-type,return-value]
+        assert calls.start_calls([("attempt:a1", lambda: answer, "a1")], broken)  # type: ignore[list-item]
+        assert calls.busy("attempt:a1")
         other = threading.Event()
         assert calls.start("poll:h1", other.set)  # the only worker is free: nothing waits
         assert other.wait(5)
         answer.set_result("started")
-        assert calls.wait_idle(5) and seen and seen[0][0] == "started"
+        assert calls.wait_idle(5) and not calls.busy("attempt:a1")
     finally:
         calls.close()

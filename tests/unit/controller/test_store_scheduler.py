@@ -10,7 +10,13 @@ from tunelab.controller.hoststate import change_host, drain
 from tunelab.controller.scheduler import Scheduler
 from tunelab.controller.spec import expand_text
 from tunelab.controller.states import AttemptState, ExperimentState, HostState
-from tunelab.controller.store import ExperimentRow, HostRow, SqliteStore, StoreConflict
+from tunelab.controller.store import (
+    AttemptChange,
+    ExperimentRow,
+    HostRow,
+    SqliteStore,
+    StoreConflict,
+)
 from tunelab.controller.store.models import selector_key
 
 SPEC = """
@@ -121,6 +127,35 @@ def test_compare_and_set_refuses_a_stale_write_and_terminal_rows_are_final(
         )
     events = store.events_for(attempt.experiment_id)
     assert [e["to_state"] for e in events if e["kind"] == "attempt"] == ["DISPATCHING", "SUCCEEDED"]
+
+
+def test_a_batch_of_attempt_changes_sets_every_column_and_moves_only_the_expected(
+    store: SqliteStore,
+) -> None:
+    queue(store, n=3)
+    for name in ("h1", "h2", "h3"):
+        host(store, name, 0)
+    a, b, c = Scheduler(store).pass_once()
+    store.finish_attempt(c.id, AttemptState.CANCELLED, [AttemptState.DISPATCHING])  # meanwhile
+    D = AttemptState.DISPATCHING
+    moved = store.change_attempts(
+        [
+            AttemptChange(a.id, {"acked_at": 5.0}, AttemptState.STARTING, (D,), "accepted"),
+            AttemptChange(b.id, {"acked_at": 6.0}),  # columns only
+            AttemptChange(c.id, {"acked_at": 7.0}, AttemptState.STARTING, (D,), "late"),
+        ]
+    )
+    assert moved == {a.id}
+    rows = {r.id: r for r in (store.get_attempt(i) for i in (a.id, b.id, c.id)) if r}
+    assert [rows[i].state for i in (a.id, b.id, c.id)] == [
+        AttemptState.STARTING,
+        AttemptState.DISPATCHING,
+        AttemptState.CANCELLED,
+    ]
+    assert [rows[i].acked_at for i in (a.id, b.id, c.id)] == [5.0, 6.0, 7.0]
+    events = store.events_for(a.experiment_id)
+    assert [e["message"] for e in events if e["to_state"] == "STARTING"] == ["accepted"]
+    assert store.change_attempts([]) == set()
 
 
 def test_the_database_survives_a_reopen(tmp_path: Path) -> None:

@@ -7,10 +7,11 @@ from tunelab.controller.store.base import (
     StoreFull,
     StoreUnavailable,
 )
-from tunelab.controller.store.models import AttemptRow, ExperimentRow, HostRow
+from tunelab.controller.store.models import AttemptChange, AttemptRow, ExperimentRow, HostRow
 from tunelab.controller.store.sqlite import SqliteStore
 
 __all__ = [
+    "AttemptChange",
     "AttemptRow",
     "ExperimentRow",
     "HostRow",

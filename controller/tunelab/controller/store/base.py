@@ -18,7 +18,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from tunelab.controller.states import AttemptState, ExperimentState, HostState
-from tunelab.controller.store.models import AttemptRow, ExperimentRow, HostRow
+from tunelab.controller.store.models import AttemptChange, AttemptRow, ExperimentRow, HostRow
 
 
 class StoreError(RuntimeError):
@@ -89,6 +89,7 @@ class Store(Protocol):
         self, attempt_id: str, target: AttemptState, expect: Iterable[AttemptState], **fields: Any
     ) -> AttemptRow: ...
     def update_attempt(self, attempt_id: str, **fields: Any) -> None: ...
+    def change_attempts(self, changes: Sequence[AttemptChange]) -> set[str]: ...
     def finish_attempt(
         self, attempt_id: str, target: AttemptState, expect: Iterable[AttemptState], **fields: Any
     ) -> tuple[AttemptRow, ExperimentRow]: ...

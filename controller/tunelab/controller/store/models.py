@@ -87,3 +87,15 @@ def selector_key(host: dict[str, Any]) -> str:
         },
         sort_keys=True,
     )
+
+
+@dataclass(frozen=True)
+class AttemptChange:
+    """One attempt's part of a batched write (``Store.change_attempts``): columns to set and,
+    optionally, a move to ``target`` if the attempt is still in one of ``expect``."""
+
+    attempt_id: str
+    fields: dict[str, Any] = field(default_factory=dict)
+    target: AttemptState | None = None
+    expect: tuple[AttemptState, ...] = ()
+    message: str = ""

@@ -30,7 +30,7 @@ from tunelab.controller.states import (
 from tunelab.controller.store.base import StoreConflict, StoreError
 from tunelab.controller.store.dbfile import FileIdentity, create_private, translate
 from tunelab.controller.store.migrations import migrate
-from tunelab.controller.store.models import AttemptRow, ExperimentRow, HostRow
+from tunelab.controller.store.models import AttemptChange, AttemptRow, ExperimentRow, HostRow
 from tunelab.controller.store.secrets import HostSecrets
 
 _JSON_FIELDS = {
@@ -665,6 +665,36 @@ class SqliteStore:
                 f"UPDATE attempts SET {', '.join(f'{k} = ?' for k in values)} WHERE id = ?",
                 (*values.values(), attempt_id),
             )
+
+    def change_attempts(self, changes: Sequence[AttemptChange]) -> set[str]:
+        """Many attempts' updates and moves in one transaction (a wave of StartRun answers:
+        one commit, not two per answer). A move whose attempt is no longer in ``expect`` is
+        skipped, its columns still set; returns the ids that moved."""
+        moved: set[str] = set()
+        if not changes:
+            return moved
+        with self._tx() as conn:
+            for change in changes:
+                if change.fields:
+                    values = _column_values(change.fields)
+                    conn.execute(
+                        f"UPDATE attempts SET {', '.join(f'{k} = ?' for k in values)} WHERE id = ?",
+                        (*values.values(), change.attempt_id),
+                    )
+                if change.target is None:
+                    continue
+                try:
+                    self._set_attempt(
+                        conn,
+                        change.attempt_id,
+                        change.target,
+                        change.expect,
+                        message=change.message,
+                    )
+                except (StoreConflict, KeyError):
+                    continue  # moved (or removed) meanwhile: the next look settles it
+                moved.add(change.attempt_id)
+        return moved
 
     def finish_attempt(
         self, attempt_id: str, target: AttemptState, expect: Iterable[AttemptState], **fields: Any
