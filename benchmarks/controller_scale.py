@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks import stream_load
 from tests.support.controller_proc import ControllerProcess
 from tunelab.controller.agent_client import GrpcAgentClient
+from tunelab.controller.aiocalls import StartRunCall
 from tunelab.controller.scheduler import Scheduler
 from tunelab.controller.states import HostState
 from tunelab.controller.store import SqliteStore
@@ -83,6 +84,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--pin", action="store_true", help="controller on CPU 0, agents and this script elsewhere"
     )
+    parser.add_argument(
+        "--test-polls",
+        action="store_true",
+        help="the tests' polling (every run 4 times a second, hosts twice) instead of the defaults",
+    )
     stream_load.add_arguments(parser)
     args = parser.parse_args(argv)
     cpus = sorted(os.sched_getaffinity(0))
@@ -93,9 +99,15 @@ def main(argv: list[str] | None = None) -> int:
     starts = Path(tempfile.mkdtemp(prefix="tunelab-starts-")) / "starts.txt"
     root = Path(tempfile.mkdtemp(prefix="tunelab-scale-"))
     fleets: list[subprocess.Popen[str]] = []
-    controller = (PinnedController if args.pin else ControllerProcess)(
-        root / "controller", env={"TUNELAB_CONTROLLER_LOG_LEVEL": "warning"}
-    )
+    env = {"TUNELAB_CONTROLLER_LOG_LEVEL": "warning"}
+    if not args.test_polls:  # the shipped defaults, not the tests' 4 looks a second at each run
+        env |= {
+            "TUNELAB_CONTROLLER_TICK": "0.5s",
+            "TUNELAB_CONTROLLER_HOST_POLL_INTERVAL": "5s",
+            "TUNELAB_CONTROLLER_ATTEMPT_POLL_INTERVAL": "2s",
+            "TUNELAB_CONTROLLER_SCRAPE_INTERVAL": "5s",
+        }
+    controller = (PinnedController if args.pin else ControllerProcess)(root / "controller", env=env)
     try:
         ports: list[int] = []
         for start in range(0, args.agents, PER_PROCESS):
@@ -213,6 +225,13 @@ def main(argv: list[str] | None = None) -> int:
         ).experiments if e.name.startswith("for-hung")}  # fmt: skip
         waves = [r for r in rows if r["experiment_id"] not in singles | hung_ids | pinned]
         latencies = [(r["acked_at"] - r["created_at"]) * 1000 for r in waves]
+        by_wave: dict[float, list[float]] = {}
+        for r in waves:
+            if r["id"] in arrivals:
+                by_wave.setdefault(r["created_at"], []).append(arrivals[r["id"]] - r["created_at"])
+        wide = [sorted(v) for v in by_wave.values() if len(v) >= 100]
+        first_arrival = [v[0] * 1000 for v in wide]
+        spread = [(v[-1] - v[0]) * 1000 for v in wide]
         reached = [
             (arrivals[r["id"]] - r["created_at"]) * 1000 for r in waves if r["id"] in arrivals
         ]
@@ -237,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         f"controller scale: {args.experiments} experiments, "
         f"{args.agents} simulated agents (instant runs)"
         + (", controller pinned to CPU 0, agents to the rest" if args.pin else "")
+        + (", the tests' polling intervals" if args.test_polls else ", default polling intervals")
     )
     print(f"{'figure':<50} {'value':>14} {'goal':>10}")
     rows_out = [
@@ -261,6 +281,16 @@ def main(argv: list[str] | None = None) -> int:
         (
             "  committed → StartRun at its agent, p50 / p99",
             f"{statistics.median(reached):.1f} / {percentile(reached, 0.99):.1f} ms",
+            "",
+        ),
+        (
+            "  committed → first StartRun of its wave arrives, median",
+            f"{statistics.median(first_arrival):.1f} ms" if first_arrival else "-",
+            "",
+        ),
+        (
+            "  first → last arrival in a wave, median",
+            f"{statistics.median(spread):.1f} ms" if spread else "-",
             "",
         ),
         (
@@ -300,8 +330,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def bare_wave_floor(ports: list[int], waves: int = 5) -> list[float]:
-    """When the last of 200 StartRun calls, issued as futures from one Python process with no
-    controller around them, is answered (ms, per wave): the floor under the wave figures."""
+    """When the last of 200 StartRun calls, issued at once through the controller's own agent
+    client with no controller around them, is answered (ms, per wave): the floor under the
+    wave figures."""
     client = GrpcAgentClient()
     spec = run_pb2.RunSpec()
     try:
@@ -310,10 +341,12 @@ def bare_wave_floor(ports: list[int], waves: int = 5) -> list[float]:
         lasts = []
         for wave in range(waves):
             started = time.perf_counter()
-            futures = [
-                client.start_run_future(f"127.0.0.1:{port}", None, f"floor-{wave}-{port}", spec)
-                for port in ports
-            ]
+            futures = client.start_runs(
+                [
+                    StartRunCall(f"127.0.0.1:{port}", None, f"floor-{wave}-{port}", spec)
+                    for port in ports
+                ]
+            )
             for future in futures:
                 future.result()
             lasts.append((time.perf_counter() - started) * 1000)

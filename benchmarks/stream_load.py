@@ -32,7 +32,8 @@ from tunelab.v1 import agent_pb2, controller_pb2, server_pb2
 
 Row = tuple[str, str, str]
 WAITING_SPEC = (
-    "name: waits\nhost: {labels: {pool: nowhere}}\nserver: {command: [e], ready: {model: m}}\n"
+    "name: waits\nhost: {labels: {pool: nowhere}}\n"
+    "server: {command: [e, '{port}'], ready: {model: m}}\n"
     "benchmark: {concurrency: [1], requests: 1}\n"
 )
 

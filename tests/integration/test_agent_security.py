@@ -17,7 +17,8 @@ from tests.support.daemon_proc import REPO
 from tests.support.ports import free_port
 from tests.support.servers import fake_spec
 from tunelab.common.auth import ClientAuth
-from tunelab.v1 import agent_pb2, agent_pb2_grpc, server_pb2
+from tunelab.controller.aiocalls import AioStartRuns, StartRunCall
+from tunelab.v1 import agent_pb2, agent_pb2_grpc, run_pb2, server_pb2
 
 TOKEN = "s3cret-token-for-tests"
 
@@ -212,3 +213,34 @@ def test_malformed_specs_are_rejected_naming_the_field(
         agent_children == []
         and {p.pid for p in psutil.Process().children(recursive=True)} >= before
     )
+
+
+def test_the_controllers_start_run_waves_carry_the_token(token_agent: AgentProcess) -> None:
+    """StartRun waves go through grpc.aio (tunelab.controller.aiocalls), apart from the sync
+    client: the token must ride on each call there too, and errors keep their status codes."""
+    waves = AioStartRuns(default_token=None, deadline=5.0)
+    spec = run_pb2.RunSpec()  # no server: refused after auth, nothing starts
+    try:
+        wrong, right, default_used, nobody = waves.start_runs(
+            [
+                StartRunCall(token_agent.address, "not-the-token", "wave-1", spec),
+                StartRunCall(token_agent.address, TOKEN, "wave-2", spec),
+                StartRunCall(token_agent.address, None, "wave-3", spec),
+                StartRunCall(f"127.0.0.1:{free_port()}", TOKEN, "wave-4", spec),
+            ]
+        )
+        codes = []
+        for future in (wrong, right, default_used, nobody):
+            with pytest.raises(grpc.RpcError) as failed:
+                future.result(10)
+            codes.append(failed.value.code())
+        assert codes == [
+            grpc.StatusCode.UNAUTHENTICATED,
+            grpc.StatusCode.INVALID_ARGUMENT,  # past auth: the empty spec is what it refuses
+            grpc.StatusCode.UNAUTHENTICATED,  # no token, no default
+            grpc.StatusCode.UNAVAILABLE,
+        ]
+    finally:
+        waves.close()
+    with pytest.raises(RuntimeError, match="stopping"):
+        waves.start_runs([StartRunCall(token_agent.address, TOKEN, "late", spec)])

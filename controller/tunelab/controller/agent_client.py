@@ -4,12 +4,14 @@ implementation with a deadline on every call and one channel per host."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future
 from typing import Protocol
 
 import grpc
 
 from tunelab.common.auth import ClientAuth
+from tunelab.controller.aiocalls import AioStartRuns, StartRunCall
 from tunelab.v1 import agent_pb2, agent_pb2_grpc, run_pb2
 
 INFO_DEADLINE = 3.0  # GetInfo, GetRun: config agent_call_timeout
@@ -22,9 +24,9 @@ class AgentClient(Protocol):
     def start_run(
         self, address: str, token: str | None, run_id: str, spec: run_pb2.RunSpec
     ) -> agent_pb2.StartRunResponse: ...
-    def start_run_future(
-        self, address: str, token: str | None, run_id: str, spec: run_pb2.RunSpec
-    ) -> grpc.Future[agent_pb2.StartRunResponse]: ...
+    def start_runs(
+        self, calls: Sequence[StartRunCall]
+    ) -> list[Future[agent_pb2.StartRunResponse]]: ...
     def get_run(self, address: str, token: str | None, run_id: str) -> run_pb2.Run: ...
     def cancel_run(self, address: str, token: str | None, run_id: str) -> run_pb2.Run: ...
     def run_audit(
@@ -50,6 +52,7 @@ class GrpcAgentClient:
         self._stubs: dict[tuple[str, str | None], agent_pb2_grpc.AgentStub] = {}
         self._channels: list[grpc.Channel] = []
         self._lock = threading.Lock()
+        self._waves = AioStartRuns(default_token, run_deadline)
 
     def _stub(self, address: str, token: str | None) -> agent_pb2_grpc.AgentStub:
         key = (address, token or self._default_token)
@@ -72,13 +75,10 @@ class GrpcAgentClient:
         request = agent_pb2.StartRunRequest(run_id=run_id, spec=spec)
         return self._stub(address, token).StartRun(request, timeout=self._run_deadline)
 
-    def start_run_future(
-        self, address: str, token: str | None, run_id: str, spec: run_pb2.RunSpec
-    ) -> grpc.Future[agent_pb2.StartRunResponse]:
+    def start_runs(self, calls: Sequence[StartRunCall]) -> list[Future[agent_pb2.StartRunResponse]]:
         """StartRun with no thread waiting on it: a pass that places 200 runs reaches 200
         agents at once, and a hung one holds nothing but its own call."""
-        request = agent_pb2.StartRunRequest(run_id=run_id, spec=spec)
-        return self._stub(address, token).StartRun.future(request, timeout=self._run_deadline)
+        return self._waves.start_runs(calls)
 
     def get_run(self, address: str, token: str | None, run_id: str) -> run_pb2.Run:
         request = agent_pb2.GetRunRequest(run_id=run_id)
@@ -101,6 +101,7 @@ class GrpcAgentClient:
         return self._stub(address, token).StreamLogs(request)
 
     def close(self) -> None:
+        self._waves.close()
         with self._lock:
             for channel in self._channels:
                 channel.close()

@@ -12,6 +12,7 @@ import json
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -20,6 +21,7 @@ import grpc
 import structlog
 
 from tunelab.controller.agent_client import AgentClient
+from tunelab.controller.aiocalls import StartRunCall
 from tunelab.controller.hoststate import change_host, quarantine
 from tunelab.controller.inflight import Answer, InFlight, attempt_key
 from tunelab.controller.scrape import MetricsScraper, benchmark_energy, tokens_per_joule
@@ -180,7 +182,7 @@ class AttemptDriver:
         burst; the answers are recorded in batches as they arrive, and a host that does not
         answer holds up only its own attempt."""
         hosts = {h.name: h for h in self._store.list_hosts()}
-        wave: list[tuple[str, Callable[[], grpc.Future[agent_pb2.StartRunResponse]], _Sent]] = []
+        wave: list[tuple[str, _Sent]] = []
         for attempt in attempts:
             host, spec = hosts.get(attempt.host), specs.get(attempt.experiment_id)
             if host is None or spec is None:
@@ -188,13 +190,22 @@ class AttemptDriver:
             if calls is None:
                 self._dispatch_one(attempt, host, spec)
                 continue
-            run_spec = to_run_spec(spec, attempt.id, attempt.gpus)
-            issue = partial(
-                self._agents.start_run_future, host.address, host.token, attempt.id, run_spec
-            )
-            wave.append((attempt_key(attempt.id), issue, (attempt, host, spec)))
+            wave.append((attempt_key(attempt.id), (attempt, host, spec)))
         if calls is not None and wave:
-            calls.start_calls(wave, partial(self._answered, self._clock()))
+            calls.start_calls(wave, self._issue, partial(self._answered, self._clock()))
+
+    def _issue(self, wave: list[_Sent]) -> list[Future[agent_pb2.StartRunResponse]]:
+        return self._agents.start_runs(
+            [
+                StartRunCall(
+                    host.address,
+                    host.token,
+                    attempt.id,
+                    to_run_spec(spec, attempt.id, attempt.gpus),
+                )
+                for attempt, host, spec in wave
+            ]
+        )
 
     def _answered(
         self, sent: float, answers: list[Answer[_Sent, agent_pb2.StartRunResponse]]

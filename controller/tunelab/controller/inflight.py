@@ -8,12 +8,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from typing import Generic, TypeVar
 
-import grpc
 import structlog
 
 log = structlog.get_logger(__name__)
@@ -56,30 +55,37 @@ class InFlight:
 
     def start_calls(
         self,
-        calls: Sequence[tuple[str, Callable[[], grpc.Future[T]], C]],
+        calls: Sequence[tuple[str, C]],
+        issue: Callable[[list[C]], list[Future[T]]],
         then: Callable[[list[Answer[C, T]]], None],
     ) -> int:
-        """Issue gRPC calls as futures now (no thread waits on them); as they complete,
-        ``then`` gets the answers in batches, one batch at a time on the pool: a wave of 200
-        StartRun answers costs a few store commits, not one or two per answer. A key stays in
-        flight until its batch is handled. Keys already in flight are skipped; returns how
-        many calls were issued."""
-        answers: _Answers[C, T] = _Answers(self, then)
-        issued = 0
-        for key, issue, context in calls:
-            with self._lock:
+        """Issue many calls at once (``issue`` gets the contexts of those not already in
+        flight, and returns their futures in order; no thread waits on them). As they
+        complete, ``then`` gets the answers in batches, one batch at a time on the pool: a wave
+        of 200 StartRun answers costs a few store commits, not one or two per answer. A key
+        stays in flight until its batch is handled. Returns how many calls were issued."""
+        keys: list[str] = []
+        contexts: list[C] = []
+        with self._lock:
+            for key, context in calls:
                 if key in self._running:
                     continue
                 self._running.add(key)
-            try:
-                future = issue()
-            except Exception:  # building the call failed: a bug, logged; the key is freed
-                log.exception("agent_call_failed", key=key)
+                keys.append(key)
+                contexts.append(context)
+        if not keys:
+            return 0
+        try:
+            futures = issue(contexts)
+        except Exception:  # building the calls failed (a bug, or stopping): the keys are freed
+            log.exception("agent_call_failed", keys=keys[:10])
+            for key in keys:
                 self.done(key)
-                continue
+            return 0
+        answers: _Answers[C, T] = _Answers(self, then)
+        for key, context, future in zip(keys, contexts, futures, strict=True):
             future.add_done_callback(partial(answers.add, key, context))
-            issued += 1
-        return issued
+        return len(keys)
 
     def busy(self, key: str) -> bool:
         with self._lock:
@@ -127,7 +133,7 @@ class InFlight:
 @dataclass(frozen=True)
 class Answer(Generic[C, T]):
     context: C
-    future: grpc.Future[T]
+    future: Future[T]
     answered_at: float
 
 
@@ -141,7 +147,7 @@ class _Answers(Generic[C, T]):
         self._pending: list[tuple[str, Answer[C, T]]] = []
         self._draining = False
 
-    def add(self, key: str, context: C, future: grpc.Future[T]) -> None:
+    def add(self, key: str, context: C, future: Future[T]) -> None:
         """On gRPC's thread: note the answer and its time; start a drain if none runs."""
         with self._lock:
             self._pending.append((key, Answer(context, future, self._calls.clock())))

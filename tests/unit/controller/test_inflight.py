@@ -50,10 +50,17 @@ def test_future_calls_hold_their_keys_but_no_thread_and_answers_come_in_batches(
         gate.wait(5)  # answers that come meanwhile wait for the next batch
         batches.append([(a.context, a.future.result()) for a in batch])
 
-    wave = [(f"attempt:a{i}", lambda f=f: f, f"a{i}") for i, f in enumerate(answers)]
+    wave = [(f"attempt:a{i}", f"a{i}") for i in range(3)]
+    issued: list[list[str]] = []
+
+    def issue(contexts: list[str]) -> list[Future[str]]:
+        issued.append(contexts)
+        return [answers[int(c[1:])] for c in contexts]
+
     try:
-        assert calls.start_calls(wave, record) == 3  # type: ignore[arg-type]
-        assert calls.start_calls(wave[:1], record) == 0  # type: ignore[arg-type]
+        assert calls.start_calls(wave, issue, record) == 3
+        assert calls.start_calls(wave[:1], issue, record) == 0  # in flight: not issued again
+        assert issued == [["a0", "a1", "a2"]]
         answers[0].set_result("started")
         answers[1].set_result("started")  # the first batch may or may not hold it
         answers[2].set_result("started")
@@ -66,6 +73,19 @@ def test_future_calls_hold_their_keys_but_no_thread_and_answers_come_in_batches(
         calls.close()
 
 
+def test_an_issue_that_raises_frees_every_key() -> None:
+    calls = InFlight(1)
+
+    def broken(contexts: list[str]) -> list[Future[str]]:
+        raise RuntimeError("stopping")
+
+    try:
+        assert calls.start_calls([("attempt:a1", "a1"), ("attempt:a2", "a2")], broken, print) == 0
+        assert not calls.busy("attempt:a1") and not calls.busy("attempt:a2")
+    finally:
+        calls.close()
+
+
 def test_a_batch_that_raises_frees_its_keys() -> None:
     calls = InFlight(1)
     answer: Future[str] = Future()
@@ -74,7 +94,7 @@ def test_a_batch_that_raises_frees_its_keys() -> None:
         raise RuntimeError("a bug in handling answers")
 
     try:
-        assert calls.start_calls([("attempt:a1", lambda: answer, "a1")], broken)  # type: ignore[list-item]
+        assert calls.start_calls([("attempt:a1", "a1")], lambda contexts: [answer], broken)
         assert calls.busy("attempt:a1")
         other = threading.Event()
         assert calls.start("poll:h1", other.set)  # the only worker is free: nothing waits
