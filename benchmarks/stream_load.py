@@ -10,6 +10,7 @@ Also run by benchmarks/controller_scale.py, into one table.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shutil
 import statistics
 import sys
@@ -125,9 +126,17 @@ def measure(args: Any, root: Path, controller: ControllerProcess | None = None) 
         cstub.CancelExperiment(controller_pb2.CancelExperimentRequest(ids=[waiting.id]), timeout=5)
         return rows
     finally:
+        stop_all_servers(agent)  # a server outlives its agent by design: end ours first
         agent.terminate()
         if own:
             controller.terminate()
+
+
+def stop_all_servers(agent: AgentProcess) -> None:
+    stub = agent.stub()
+    with contextlib.suppress(grpc.RpcError):
+        for server in stub.ListServers(agent_pb2.ListServersRequest(), timeout=10).servers:
+            stub.StopServer(agent_pb2.StopServerRequest(id=server.id, grace_seconds=2), timeout=30)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

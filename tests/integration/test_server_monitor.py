@@ -6,6 +6,7 @@ paths stay inside their folders. Real agent, real monitors, real children."""
 from __future__ import annotations
 
 import hashlib
+import shutil
 import subprocess
 import sys
 import time
@@ -123,6 +124,29 @@ def test_the_exit_code_of_a_server_that_dies_while_no_agent_runs_is_kept(tmp_pat
         assert "while the agent was not running (exit code 7)" in final.message
     finally:
         agent.terminate()
+
+
+def test_a_monitor_whose_folder_was_removed_still_exits_with_its_server(tmp_path: Path) -> None:
+    """rm -rf of a state dir under a live server: once the server exits, its monitor cannot
+    write the exit record anywhere; it must leave, not retry forever."""
+    agent = AgentProcess(tmp_path / "agent").start()
+    monitor: psutil.Process | None = None
+    try:
+        stub = agent.stub()
+        spec = fake_spec(
+            free_port(), "--load-seconds", "0.1", "--die-after-ready", "1.5", "--exit-code", "3"
+        )
+        server = start(stub, spec, "orphaned")
+        watch_until(stub, "orphaned", [S.SERVER_STATE_READY])
+        agent.kill9()
+        monitor = psutil.Process(server.pid).parent()
+        assert monitor is not None
+        shutil.rmtree(tmp_path / "agent" / "servers" / "orphaned")
+        monitor.wait(20)  # raises TimeoutExpired while it retries forever
+    finally:
+        agent.terminate()
+        if monitor is not None and monitor.is_running():
+            monitor.kill()  # the one this test started (the parent of its server)
 
 
 def _tree_digest(root: Path) -> dict[str, str]:

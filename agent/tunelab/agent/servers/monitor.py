@@ -262,9 +262,24 @@ class Monitor:
         try:
             write_json_atomic(Path(EXIT_FILE), document)
         except OSError as exc:  # ENOSPC, EIO: keep the code in memory, serve it, retry
+            if _folder_removed():
+                # nobody can ever read it (the state dir was deleted): retrying kept this
+                # process alive forever, with nothing left to watch
+                _say(f"cannot write {EXIT_FILE}: its folder was removed; exiting without it")
+                self.exit_written = True
+                return
             _say(f"cannot write {EXIT_FILE}: {exc}; retrying")
             return
         self.exit_written = True
+
+
+def _folder_removed() -> bool:
+    """The working directory (the server's folder) was deleted: a removed directory has no
+    links left, though this process still holds it."""
+    try:
+        return Path().stat().st_nlink == 0
+    except OSError:
+        return True
 
 
 def _say(message: str) -> None:
