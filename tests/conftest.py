@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.support import daemon_proc
 from tests.support.agent_proc import AgentProcess
-from tests.support.leftovers import kill_processes_under
+from tests.support.leftovers import kill_processes_under, outliving
 from tests.support.postgres import PostgresServer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -22,6 +25,27 @@ FIXTURES = REPO / "tests" / "fixtures"
 # tests/engines needs a real vLLM: only `make test-engines` (which sets this) collects it.
 collect_ignore = [] if os.environ.get("TUNELAB_ENGINES_VENV") else ["engines"]
 LOG_TAIL = 8000
+SESSION_START = time.time()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A process a test started and never stopped is a bug in that test: name it, then end it,
+    so a leak is seen in the report instead of in the next run's ports and CPU."""
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    if factory is None:
+        return
+    left = outliving(factory.getbasetemp(), SESSION_START)
+    if not left:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_sep("-", f"{len(left)} processes outlived the tests that started them")
+    for proc in left:
+        with contextlib.suppress(psutil.Error):
+            line = " ".join(proc.cmdline())[:200]
+            proc.kill()  # psutil checks pid + start time first
+            if reporter is not None:
+                reporter.write_line(f"tunelab: killed pid {proc.pid} left by a test: {line}")
 
 
 @pytest.hookimpl(wrapper=True)

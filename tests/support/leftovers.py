@@ -21,3 +21,21 @@ def kill_processes_under(root: Path) -> list[int]:
                 proc.kill()
                 killed.append(proc.pid)
     return killed
+
+
+def outliving(root: Path, since: float) -> list[psutil.Process]:
+    """Processes started since ``since`` that work under ``root`` or name it on their command
+    line (a daemon's --db, --state-dir): what a test started and never stopped."""
+    root = root.resolve()
+    found = []
+    me = psutil.Process()
+    mine = {me.pid, *(p.pid for p in me.parents())}
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError, ValueError):
+            # psutil's start times rest on the boot time in whole seconds: allow for it
+            if proc.pid <= 1 or proc.pid in mine or proc.create_time() < since - 2:
+                continue
+            cwd = Path(proc.cwd().removesuffix(" (deleted)"))
+            if cwd.is_relative_to(root) or any(str(root) in arg for arg in proc.cmdline()):
+                found.append(proc)
+    return found
