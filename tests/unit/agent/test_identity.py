@@ -79,6 +79,33 @@ def test_descendants_follow_the_tree_and_skip_zombies() -> None:
         parent.wait()
 
 
+def test_a_leader_that_exits_mid_walk_does_not_hide_its_worker(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The race a stop once lost: the walk lists the monitor's children (the leader), the
+    leader exits (its SIGTERM-proof worker moves up to the monitor), then the walk reads the
+    leader's children: none. That walk is not settled; the next one finds the worker."""
+    monitor, leader, worker = 10, 11, 12
+    exited = {"leader": False}
+
+    def children(pid: int) -> list[int]:
+        if pid == monitor:
+            return [worker] if exited["leader"] else [leader]
+        if pid == leader:
+            exited["leader"] = True  # it exits just as its children are read
+            return []
+        return []
+
+    def stat(pid: int) -> identity.ProcStat | None:
+        if pid == leader:
+            return identity.ProcStat(pid, "Z" if exited["leader"] else "S", monitor, 100.0)
+        return identity.ProcStat(pid, "S", monitor, 200.0)
+
+    monkeypatch.setattr(identity, "_children", children)
+    monkeypatch.setattr(identity, "read_stat", stat)
+    assert identity.descendants(monitor) == {worker: 200.0}
+
+
 @pytest.mark.parametrize(
     "name", ["/etc/passwd", "../x", "a/../../x", "..", "", ".", "a\0b", "link/escape"]
 )

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PROC = Path("/proc")
+WALK_TRIES = 5  # walks of a tree that keeps changing under the reader before taking the last
 CREATE_TIME_TOLERANCE = 0.05  # clock ticks are 10 ms; psutil rounds the same way
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 _boot_time: float | None = None
@@ -92,15 +93,33 @@ def descendants(root: int) -> dict[int, float]:
     """Every live (non-zombie) descendant of ``root``: pid → create time.
 
     Walks the children files from ``root`` (cost: the size of the tree, not of the host);
-    falls back to one pass over all of /proc where the kernel lacks them.
+    falls back to one pass over all of /proc where the kernel lacks them. A process that exits
+    while the walk reads its children hands them to the subreaper above it, after the walk has
+    passed there: such a walk is done again, so a stop never takes a tree for gone while a
+    worker that ignores SIGTERM lives on under it.
     """
     found: dict[int, float] = {}
+    for _ in range(WALK_TRIES):
+        found, settled = _walk(root)
+        if settled:
+            break
+    return found
+
+
+def _walk(root: int) -> tuple[dict[int, float], bool]:
+    """The tree as read, and whether no process in it exited during the read."""
+    found: dict[int, float] = {}
     todo = [root]
+    settled = True
     while todo:
         pid = todo.pop()
         children = _children(pid)
         if children is None:
-            return _descendants_by_scan(root)
+            return _descendants_by_scan(root), True
+        if pid in found:  # alive when listed: did it exit before its children were read?
+            after = read_stat(pid)
+            if after is None or after.state == "Z":
+                settled = False  # then its children moved up, past where the walk has been
         for child in children:
             stat = read_stat(child)
             if stat is None or child in found or child == root:
@@ -108,7 +127,7 @@ def descendants(root: int) -> dict[int, float]:
             if stat.state != "Z":
                 found[child] = stat.create_time
             todo.append(child)
-    return found
+    return found, settled
 
 
 def _descendants_by_scan(root: int) -> dict[int, float]:
