@@ -17,6 +17,8 @@ from tunelab.agent.engines.profiles import SGLANG
 from tunelab.agent.engines.watch import EngineWatch
 from tunelab.bench.simulator.process import SimulatorProcess
 
+LATE = 0.040  # the most a token may trail its deadline here
+
 
 def get(url: str) -> tuple[int, bytes]:
     try:
@@ -98,6 +100,12 @@ def test_loading_prints_parseable_progress_and_health_turns_200(tmp_path: Path) 
     assert proc.proc is not None and proc.proc.returncode == 0
 
 
+def on_time(at: float, deadline: float) -> bool:
+    """Never before its deadline (early is a bug of the schedule); late only by what a loaded
+    CI machine adds (its precision is a benchmark's figure: benchmarks/client_accuracy_overhead)."""
+    return deadline - 0.002 <= at < deadline + LATE
+
+
 def test_stream_follows_the_deadline_schedule(sim: SimulatorProcess) -> None:
     body = {
         "prompt": "one two three",
@@ -111,7 +119,7 @@ def test_stream_follows_the_deadline_schedule(sim: SimulatorProcess) -> None:
     assert len(chunks) == 10
     for j, (t, chunk) in enumerate(chunks):
         assert chunk["usage"]["completion_tokens"] == j + 1
-        assert abs(t - (0.080 + j * 0.020)) < 0.006, (j, t)
+        assert on_time(t, 0.080 + j * 0.020), (j, t)
     final = json.loads(events[-2][1])
     assert final["choices"] == [] and final["usage"]["completion_tokens"] == 10
     assert final["usage"]["prompt_tokens"] == 3
@@ -130,7 +138,7 @@ def test_chat_sends_role_only_chunk_first_and_multi_token_chunks(tmp_path: Path)
     assert first_time < 0.030
     contents = [json.loads(d)["choices"][0]["delta"]["content"] for _, d in events[1:-1]]
     assert [len(c.split()) for c in contents] == [4, 4, 2]
-    assert abs(events[1][0] - 0.060) < 0.006
+    assert on_time(events[1][0], 0.060)
 
 
 def test_early_eos_unless_ignore_eos(tmp_path: Path) -> None:
