@@ -28,6 +28,17 @@ def start_sim(tmp_path: Path) -> Iterator[Any]:
         proc.stop()
 
 
+LATE_MS = 25.0  # what a loaded CI machine may add to one time; the precision is a benchmark's
+
+
+def scheduled(measured_ms: float, schedule_ms: float) -> bool:
+    """A time the load generator measured against the one the simulator scheduled: never
+    shorter (it cannot see a token before it is sent), longer only by machine noise. Averaged
+    per-token figures (TPOT, ITL medians) keep their tight bounds; they do not carry one late
+    wake-up of the client."""
+    return schedule_ms - 1.0 <= measured_ms <= schedule_ms + LATE_MS
+
+
 def bench(url: str, **kw: Any) -> dict[str, Any]:
     kw.setdefault("model", "tunelab-sim")
     kw.setdefault("input_len", 16)
@@ -43,9 +54,9 @@ def test_single_stream_decode(start_sim: Any) -> None:
     p = bench(url, output_len=50, requests=1)
     assert p["completed"] == 1 and p["failed"] == 0
     assert p["total_output_tokens"] == 50
-    assert p["mean_ttft_ms"] == pytest.approx(300.0, abs=5.0)
+    assert scheduled(p["mean_ttft_ms"], 300.0)
     assert p["mean_tpot_ms"] == pytest.approx(97.0, abs=0.5)
-    assert p["mean_e2el_ms"] == pytest.approx(5053.0, abs=10.0)
+    assert scheduled(p["mean_e2el_ms"], 5053.0)
     assert p["median_itl_per_token_ms"] == pytest.approx(97.0, abs=1.0)
     assert p["itl_per_token_samples"] == 49
     assert p["token_count_source"] == {"usage_continuous": 1}
@@ -57,7 +68,7 @@ def test_four_tokens_per_chunk(start_sim: Any) -> None:
     url = start_sim("--ttft-ms", "100", "--itl-ms", "40", "--tokens-per-chunk", "4")
     p = bench(url, output_len=52, requests=2)
     assert p["total_output_tokens"] == 104
-    assert p["mean_ttft_ms"] == pytest.approx(100.0, abs=5.0)
+    assert scheduled(p["mean_ttft_ms"], 100.0)
     assert p["median_itl_ms"] == pytest.approx(40.0, abs=1.0)
     assert p["median_itl_per_token_ms"] == pytest.approx(10.0, abs=0.3)
     assert p["itl_per_token_samples"] == 2 * 48  # the first chunk's 4 tokens are in TTFT
@@ -68,7 +79,7 @@ def test_role_only_first_chat_chunk_does_not_set_ttft(start_sim: Any) -> None:
     url = start_sim("--ttft-ms", "120", "--itl-ms", "20", "--role-chunk-ms", "1")
     p = bench(url, api="chat", output_len=10, requests=2)
     assert p["completed"] == 2
-    assert p["mean_ttft_ms"] == pytest.approx(120.0, abs=10.0)  # not the role chunk's 1 ms
+    assert scheduled(p["mean_ttft_ms"], 120.0)  # not the role chunk's 1 ms
     assert p["itl_samples"] == 2 * 9  # no spurious interval from the role chunk
     assert p["min_itl_ms"] > 15.0
 
@@ -80,7 +91,7 @@ def test_early_eos_counts_the_tokens_generated(start_sim: Any) -> None:
     assert p["mean_output_tokens"] == 20
     assert p["mean_output_len_requested"] == 50
     assert p["mean_tpot_ms"] == pytest.approx(20.0, abs=0.5)
-    assert p["mean_e2el_ms"] == pytest.approx(50 + 19 * 20, abs=10.0)
+    assert scheduled(p["mean_e2el_ms"], 50 + 19 * 20)
 
 
 def test_closed_loop_throughput_matches_the_schedule(start_sim: Any) -> None:
