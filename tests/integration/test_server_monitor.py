@@ -126,6 +126,8 @@ def test_the_exit_code_of_a_server_that_dies_while_no_agent_runs_is_kept(tmp_pat
         agent.terminate()
 
 
+@pytest.mark.pidns  # it kills an agent and strands a monitor: only in its own namespace
+@pytest.mark.needs_root
 def test_a_monitor_whose_folder_was_removed_still_exits_with_its_server(tmp_path: Path) -> None:
     """rm -rf of a state dir under a live server: once the server exits, its monitor cannot
     write the exit record anywhere; it must leave, not retry forever."""

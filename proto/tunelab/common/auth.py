@@ -24,6 +24,11 @@ AUTH_HEADER = "authorization"
 UNAUTHENTICATED_PREFIXES = ("/grpc.health.v1.Health/",)
 
 
+def bearer(token: str) -> tuple[str, str]:
+    """The metadata entry that carries a token: what clients send and the server expects."""
+    return (AUTH_HEADER, f"Bearer {token}")
+
+
 class AuthConfigError(ValueError):
     """Auth settings that cannot be used (unreadable file, exposed listener without auth)."""
 
@@ -128,7 +133,7 @@ class TokenAuthInterceptor(grpc.ServerInterceptor):
     """Rejects every call without ``authorization: Bearer <token>`` (health checks excepted)."""
 
     def __init__(self, token: str) -> None:
-        self._expected = f"Bearer {token}".encode()
+        self._expected = bearer(token)[1].encode()
 
     def intercept_service(
         self,
@@ -173,7 +178,7 @@ class _BearerToken(
     """Adds the bearer token to every call (works on plaintext loopback channels too)."""
 
     def __init__(self, token: str) -> None:
-        self._header = (AUTH_HEADER, f"Bearer {token}")
+        self._header = bearer(token)
 
     def _details(self, details: Any) -> Any:
         metadata = list(details.metadata or ())
@@ -294,4 +299,4 @@ class ClientAuth:
         return grpc.aio.insecure_channel(address, options=options)
 
     def call_metadata(self) -> tuple[tuple[str, str], ...]:
-        return ((AUTH_HEADER, f"Bearer {self.token}"),) if self.token else ()
+        return (bearer(self.token),) if self.token else ()
