@@ -24,10 +24,11 @@ import pytest
 from tests.support.agent_proc import AgentProcess
 from tests.support.ports import free_port
 from tests.support.servers import (
+    ended,
     fake_spec,
     get,
     gone,
-    reported_pid,
+    reported_process,
     start,
     wait_state,
     watch_until,
@@ -78,7 +79,7 @@ def test_a_stop_never_signals_a_stranger_that_reused_the_leaders_pid(tmp_path: P
     try:
         stub = agent.stub()
         server = ready_server(stub, "reuse", "--worker", stop_grace_seconds=2.0)
-        worker = reported_pid(stub, "reuse", "worker")
+        worker = reported_process(stub, "reuse", "worker")
         stopping = stub.StopServer.future(agent_pb2.StopServerRequest(id="reuse"), timeout=60)
         wait_gone(server.pid)  # the leader exits on SIGTERM; its worker ignores it
         victim = spawn_with_pid(server.pid)  # the kernel hands the leader's pid to a stranger
@@ -86,7 +87,7 @@ def test_a_stop_never_signals_a_stranger_that_reused_the_leaders_pid(tmp_path: P
         stopped = stopping.result().server
 
         assert stopped.state == S.SERVER_STATE_STOPPED and "SIGKILL" in stopped.message
-        assert gone(worker)
+        assert ended(worker)
         time.sleep(0.3)
         assert victim.poll() is None, "the stop signalled the process that reused the pid"
     finally:
@@ -98,7 +99,7 @@ def test_a_stop_resumed_after_an_agent_kill_never_signals_the_reused_pid(tmp_pat
     try:
         stub = agent.stub()
         server = ready_server(stub, "resumed", "--worker", stop_grace_seconds=3.0)
-        worker = reported_pid(stub, "resumed", "worker")
+        worker = reported_process(stub, "resumed", "worker")
         stopping = stub.StopServer.future(agent_pb2.StopServerRequest(id="resumed"), timeout=60)
         wait_gone(server.pid)  # the monitor's ladder is under way: SIGTERM sent, grace running
         agent.kill9()  # mid-stop: the state file says STOPPING
@@ -110,10 +111,11 @@ def test_a_stop_resumed_after_an_agent_kill_never_signals_the_reused_pid(tmp_pat
         agent.restart()
         stopped = wait_state(agent.stub(), "resumed", S.SERVER_STATE_STOPPED)
 
-        assert gone(worker)
+        assert ended(worker)
         time.sleep(0.3)
         assert victim.poll() is None, "the resumed stop signalled the process that reused the pid"
         assert "stop requested" in stopped.message
+        assert "after SIGKILL" in stopped.message  # the worker had its whole grace, then SIGKILL
     finally:
         agent.terminate()
 

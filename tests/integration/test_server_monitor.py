@@ -22,7 +22,7 @@ from tests.support.servers import (
     fake_spec,
     get,
     gone,
-    reported_pid,
+    reported_process,
     start,
     wait_state,
     watch_until,
@@ -41,7 +41,7 @@ def test_an_escaped_grandchild_stays_in_the_monitors_tree_and_dies_with_the_stop
     spec = fake_spec(free_port(), "--load-seconds", "0.1", "--escape", escape, stop_grace_seconds=1)
     server = start(stub, spec)
     watch_until(stub, server.id, [S.SERVER_STATE_READY])
-    escaped = psutil.Process(reported_pid(stub, server.id, "escaped"))
+    escaped = reported_process(stub, server.id, "escaped")
     monitor = psutil.Process(server.pid).parent()
     assert monitor is not None and "tunelab.agent.servers.monitor" in monitor.cmdline()
     assert escaped.ppid() == monitor.pid  # reparented to the subreaper, not to init

@@ -83,6 +83,21 @@ def gone(pid: int) -> bool:
         return True
 
 
+def ended(process: psutil.Process) -> bool:
+    """This very process (pid and start time) is dead or a zombie. Use it instead of
+    :func:`gone` where a test forces pid reuse: the number may already name a stranger, or a
+    thread of the restarted agent."""
+    try:
+        return not process.is_running() or process.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def reported_process(stub: agent_pb2_grpc.AgentStub, server_id: str, word: str) -> psutil.Process:
+    """The process a fake server printed as ``<word> <pid>``, pinned to its start time."""
+    return psutil.Process(reported_pid(stub, server_id, word))
+
+
 def reported_pid(stub: agent_pb2_grpc.AgentStub, server_id: str, word: str) -> int:
     """The pid a fake server (or one of its children) printed as ``<word> <pid>`` in its log."""
     deadline = time.monotonic() + 10

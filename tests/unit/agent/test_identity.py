@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import signal
@@ -103,6 +104,74 @@ def test_a_leader_that_exits_mid_walk_does_not_hide_its_worker(
 
     monkeypatch.setattr(identity, "_children", children)
     monkeypatch.setattr(identity, "read_stat", stat)
+    assert identity.descendants(monitor) == {worker: 200.0}
+
+
+# The main thread ends alone (SYS_exit, not exit_group) and leaves a thread holding a child:
+# the leader then reads as a zombie while the child still hangs under its live thread.
+_THREAD_EXIT = {"x86_64": 60, "aarch64": 93}[os.uname().machine]
+_ZOMBIE_LEADER = f"""
+import ctypes, subprocess, threading, time
+child = subprocess.Popen(["sleep", "60"])
+print(child.pid, flush=True)
+threading.Thread(target=time.sleep, args=(60,)).start()
+ctypes.CDLL(None).syscall({_THREAD_EXIT}, 0)
+"""
+
+
+def test_a_leader_whose_main_thread_ended_is_walked_through_and_unsettles_the_walk() -> None:
+    leader = subprocess.Popen(
+        [sys.executable, "-c", _ZOMBIE_LEADER], stdout=subprocess.PIPE, start_new_session=True
+    )
+    plain = subprocess.Popen(["true"])
+    try:
+        assert leader.stdout is not None
+        child = int(leader.stdout.readline())
+        deadline = time.monotonic() + 10
+        while (identity.read_stat(leader.pid) or identity.ProcStat(0, "", 0, 0)).state != "Z":
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        while plain.poll() is None and psutil.Process(plain.pid).status() != "zombie":
+            time.sleep(0.01)  # a plain zombie: exited, not reaped (poll() would reap it)
+
+        found, settled = identity._walk(os.getpid())
+
+        assert child in found and leader.pid not in found
+        assert not settled  # its last thread may exit any moment and hand the child up
+        assert not identity._bare_zombie(leader.pid)
+        assert identity._bare_zombie(plain.pid)
+    finally:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            psutil.Process(child).kill()
+        leader.kill()
+        leader.wait()
+        plain.wait()
+
+
+def test_a_worker_handed_up_by_a_leaders_last_thread_is_not_missed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The race a resumed stop lost: the leader reads as a zombie (its main thread is gone),
+    its last thread exits as the walk reads it and hands the SIGTERM-proof worker up to the
+    monitor, which the walk has already read. The monitor then took the tree for empty, set its
+    ladder DONE and SIGKILLed the worker as soon as a later walk found it: no grace."""
+    monitor, leader, worker = 10, 11, 12
+    handed = {"up": False}
+
+    def children(pid: int) -> list[int]:
+        if pid == monitor:
+            return [worker] if handed["up"] else [leader]
+        handed["up"] = True
+        return []
+
+    def stat(pid: int) -> identity.ProcStat | None:
+        if pid == leader:
+            return identity.ProcStat(pid, "Z", monitor, 100.0)
+        return identity.ProcStat(pid, "S", monitor, 200.0)
+
+    monkeypatch.setattr(identity, "_children", children)
+    monkeypatch.setattr(identity, "read_stat", stat)
+    monkeypatch.setattr(identity, "_bare_zombie", lambda pid: handed["up"])
     assert identity.descendants(monitor) == {worker: 200.0}
 
 

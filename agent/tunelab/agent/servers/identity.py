@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import os
 import signal
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,21 +95,25 @@ def descendants(root: int) -> dict[int, float]:
 
     Walks the children files from ``root`` (cost: the size of the tree, not of the host);
     falls back to one pass over all of /proc where the kernel lacks them. A process that exits
-    while the walk reads its children hands them to the subreaper above it, after the walk has
-    passed there: such a walk is done again, so a stop never takes a tree for gone while a
-    worker that ignores SIGTERM lives on under it.
+    while the walk reads it hands its children to the subreaper above it, after the walk has
+    passed there. So does a multi-threaded process whose main thread has already exited (it
+    reads as a zombie while its other threads still hold children). A walk that met either is
+    done again, after a pause that doubles from 1 ms, so a stop never takes a tree for gone
+    while a worker that ignores SIGTERM is in transit under it.
     """
     found: dict[int, float] = {}
-    for _ in range(WALK_TRIES):
+    for attempt in range(WALK_TRIES):
         found, settled = _walk(root)
         if settled:
             break
+        time.sleep(0.001 * 2**attempt)
     return found
 
 
 def _walk(root: int) -> tuple[dict[int, float], bool]:
-    """The tree as read, and whether no process in it exited during the read."""
+    """The tree as read, and whether no process in it was exiting during the read."""
     found: dict[int, float] = {}
+    seen: set[int] = {root}
     todo = [root]
     settled = True
     while todo:
@@ -122,12 +127,24 @@ def _walk(root: int) -> tuple[dict[int, float], bool]:
                 settled = False  # then its children moved up, past where the walk has been
         for child in children:
             stat = read_stat(child)
-            if stat is None or child in found or child == root:
+            if stat is None or child in seen:
                 continue
+            seen.add(child)
             if stat.state != "Z":
                 found[child] = stat.create_time
-            todo.append(child)
+                todo.append(child)
+            elif not _bare_zombie(child):
+                settled = False  # its main thread is gone, others still hand on children
+                todo.append(child)
     return found, settled
+
+
+def _bare_zombie(pid: int) -> bool:
+    """A zombie none of whose threads live on: it holds no children and can get none."""
+    try:
+        return [t.name for t in os.scandir(PROC / str(pid) / "task")] in ([], [str(pid)])
+    except OSError:
+        return True
 
 
 def _descendants_by_scan(root: int) -> dict[int, float]:

@@ -59,6 +59,7 @@ class Ladder:
     last_kill: float = 0.0
     escalated: bool = False
     kill_failed: bool = False
+    termed: set[tuple[int, float]] = field(default_factory=set)  # had their SIGTERM
 
 
 class Monitor:
@@ -146,9 +147,13 @@ class Monitor:
         return self.spawn_error is not None or (self.pid != 0 and self.exited_at > 0)
 
     def finished(self) -> bool:
+        """Exit.json is final, so an empty tree must read empty twice, STOP_WAKE apart."""
         if self.spawn_error is not None:
             return True
-        return self.server_gone() and not self.scan()
+        if not self.server_gone() or self.scan():
+            return False
+        time.sleep(STOP_WAKE)
+        return not self.scan()
 
     def reap(self) -> None:
         while True:
@@ -174,10 +179,15 @@ class Monitor:
         if self.ladder is not None:
             return
         self.ladder = Ladder(max(0.0, grace), max(0.0, kill_timeout), reason)
-        self._signal_tree(signal.SIGTERM)
+        self._signal_tree(self.ladder, signal.SIGTERM, self.scan())
 
     def advance_stop(self) -> None:
-        """One step of the ladder; also kills what a server that exited on its own left behind."""
+        """One step of the ladder; also kills what a server that exited on its own left behind.
+
+        DONE is where an empty walk leaves the ladder, not a way past the grace: a later walk
+        that finds more (the first raced an exit, or a process appeared) resumes the ladder
+        where it stood, and a process seen for the first time during the grace gets its
+        SIGTERM then."""
         now = time.monotonic()
         tree = self.scan()
         ladder = self.ladder
@@ -187,16 +197,27 @@ class Monitor:
             ladder.phase = "DONE"
             ladder.kill_failed = False
             return
-        if ladder.phase == "TERM" and now - ladder.requested_at >= ladder.grace:
+        if ladder.phase == "DONE":
+            ladder.phase = "KILL" if ladder.escalated else "TERM"
+        if ladder.phase == "TERM":
+            if now - ladder.requested_at < ladder.grace:
+                self._signal_tree(ladder, signal.SIGTERM, tree)
+                return
             ladder.phase, ladder.killed_at, ladder.escalated = "KILL", now, True
-        if ladder.phase in ("KILL", "DONE") and now - ladder.last_kill >= KILL_REPEAT:
-            ladder.phase = "KILL"
+        if now - ladder.last_kill >= KILL_REPEAT:
             ladder.last_kill = now
-            self._signal_tree(signal.SIGKILL)
+            self._signal_tree(ladder, signal.SIGKILL, tree)
             ladder.kill_failed = now - ladder.killed_at > ladder.kill_timeout
 
-    def _signal_tree(self, sig: int) -> None:
-        for pid, create_time in sorted(self.scan().items()):
+    @staticmethod
+    def _signal_tree(ladder: Ladder, sig: int, tree: dict[int, float]) -> None:
+        """SIGKILL goes to all of ``tree``; SIGTERM once to each process, never twice (a
+        second SIGTERM makes some engines abandon the clean shutdown the first one began)."""
+        for pid, create_time in sorted(tree.items()):
+            if sig == signal.SIGTERM:
+                if (pid, create_time) in ladder.termed:
+                    continue
+                ladder.termed.add((pid, create_time))
             identity.signal_exact(pid, create_time, sig)
 
     # --- the socket --------------------------------------------------------------------------

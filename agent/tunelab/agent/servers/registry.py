@@ -388,10 +388,11 @@ class ServerRegistry:
             code = code if isinstance(code, int) else None
             how = "exit code unknown" if code is None else describe_exit(code)
             if record.state is ServerState.STOPPING:
+                after = "after SIGKILL" if exit_record.get("escalated") else "after SIGTERM"
                 self.transition(
                     record.id,
                     ServerState.STOPPED,
-                    f"{record.message}; stopped by its monitor while no agent ran ({how})",
+                    f"{record.message}; stopped {after} by its monitor while no agent ran ({how})",
                     exit_code=code,
                     **done,
                 )
