@@ -14,10 +14,14 @@ from tests.support.daemon_proc import REPO
 from tests.support.postgres import PostgresServer
 from tunelab.controller.config import ConfigError, load_config
 from tunelab.controller.store import SqliteStore
+from tunelab.controller.store.migrations import load_migrations
 from tunelab.controller.store.postgres import PostgresStore
 from tunelab.v1 import controller_pb2
 
 OLD_DB = REPO / "tests" / "fixtures" / "store" / "controller-f58540c.db"
+
+
+LATEST = load_migrations()[-1].version
 
 
 def tunelab(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
@@ -46,7 +50,7 @@ def test_history_moves_sqlite_to_postgresql_and_back(
     shutil.copyfile(OLD_DB, old)
     migrated = tunelab("migrate", "--db", str(old))
     assert migrated.returncode == 0, migrated.stderr
-    assert migrated.stdout.strip() == f"{old}: schema version 3 (upgraded from version 0)"
+    assert migrated.stdout.strip() == f"{old}: schema version {LATEST} (upgraded from version 0)"
     assert "already current" in tunelab("migrate", "--db", str(old)).stdout
     url = postgres.new_database()
     dump = tmp_path / "dump.jsonl"

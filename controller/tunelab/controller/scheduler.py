@@ -102,8 +102,9 @@ class Scheduler:
             )
         return buffer.popleft() if buffer else None
 
-    def _explain_wait(self, head: ExperimentRow, registered: list[HostRow]) -> None:
-        """Say why a selector's queue waits: no such host at all, or none free right now."""
+    @staticmethod
+    def _why_waiting(head: ExperimentRow, registered: list[HostRow]) -> str:
+        """Why a selector's queue waits: no such host at all, or none free right now."""
         matching = [h for h in registered if matches(head.selector, h)]
         usable = [h for h in matching if h.state is HostState.READY and not h.drain]
         if usable:
@@ -120,8 +121,7 @@ class Scheduler:
             wanted = selector.get("name") or selector.get("labels") or "any host"
             gpus = f" with {selector['gpus']} GPUs" if selector.get("gpus") else ""
             why = f"waiting: no registered host matches {wanted}{gpus} (tunelab hosts add)"
-        if head.message != why:
-            self._store.set_queue_message(head.selector_key, why)
+        return why
 
     def turn(self) -> AbstractContextManager[bool]:
         """This controller's turn to schedule and dispatch (always, with SQLite)."""
@@ -147,6 +147,7 @@ class Scheduler:
         self.last_specs = specs
         candidates: dict[str, list[HostRow]] = {}  # per selector: the hosts it may use at all
         buffers: dict[str, deque[ExperimentRow]] = {}  # per selector: the next queued, prefetched
+        waits: dict[str, str] = {}  # per selector whose queue waits: why
         while heap:
             _, _, experiment = heapq.heappop(heap)
             fitting = candidates.get(experiment.selector_key)
@@ -155,7 +156,7 @@ class Scheduler:
                 candidates[experiment.selector_key] = fitting
             spot = None if experiment.cancel_requested else place(experiment, fitting, busy)
             if spot is None and not experiment.cancel_requested:
-                self._explain_wait(experiment, registered)
+                waits[experiment.selector_key] = self._why_waiting(experiment, registered)
                 continue  # nothing fits this selector now; its later entries would not fit either
             if spot is not None:
                 host, gpus = spot
@@ -169,4 +170,6 @@ class Scheduler:
             if following is not None:
                 heapq.heappush(heap, (-following.priority, following.seq, following))
         # one transaction for the whole pass: committed before any agent is called
-        return self._store.create_attempts(plan, self._clock()) if plan else []
+        attempts = self._store.create_attempts(plan, self._clock()) if plan else []
+        self._store.set_queue_waits(waits)
+        return attempts

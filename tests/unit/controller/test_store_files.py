@@ -49,6 +49,29 @@ def row(experiment_id: str, name: str = "n") -> ExperimentRow:
     return ExperimentRow(experiment_id, "g", name, ExperimentState.QUEUED, {"host": {}}, 0)
 
 
+def test_version_4_moves_the_waits_copied_onto_queued_rows_into_one_row_per_selector(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "controller.db"
+    SqliteStore(path).insert_experiments([row("a", "a"), row("b", "b"), row("c", "c")])
+    with sqlite3.connect(path) as conn:  # back to version 3: the wait copied onto each row
+        conn.executescript(
+            "DROP VIEW experiments_shown; DROP TABLE queue_waits; PRAGMA user_version = 3;"
+            "UPDATE experiments SET message = 'waiting for a free host';"
+            "UPDATE experiments SET message = 'attempt 1 lost on h; queued again' WHERE id = 'c';"
+        )
+
+    store = SqliteStore(path)
+
+    assert store.schema_version == LATEST
+    assert [dict(r) for r in store._query("SELECT * FROM queue_waits")] == [
+        {"selector_key": row("a").selector_key, "message": "waiting for a free host"}
+    ]
+    own = {r["id"]: r["message"] for r in store._query("SELECT id, message FROM experiments")}
+    assert own == {"a": "", "b": "", "c": "attempt 1 lost on h; queued again"}
+    assert store.get_experiment("a").message == "waiting for a free host"  # type: ignore[union-attr]
+
+
 def test_the_database_of_the_release_before_versions_upgrades_in_place(tmp_path: Path) -> None:
     assert OLD_TOKEN in OLD_DB.read_bytes()  # the fixture is what that release wrote
     path = old_db(tmp_path)

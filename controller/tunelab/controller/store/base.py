@@ -13,7 +13,7 @@ Errors::
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
@@ -63,7 +63,7 @@ class Store(Protocol):
     def queued_after(
         self, selector_key: str, after: tuple[int, int] | None, limit: int
     ) -> list[ExperimentRow]: ...
-    def set_queue_message(self, selector_key: str, message: str) -> None: ...
+    def set_queue_waits(self, waits: Mapping[str, str]) -> None: ...
     def count_experiments_by_state(self) -> dict[str, int]: ...
     def request_cancel(self, experiment_id: str) -> ExperimentRow | None: ...
     def set_experiment_state(

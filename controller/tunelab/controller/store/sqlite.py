@@ -12,7 +12,7 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -96,6 +96,11 @@ def _host(row: sqlite3.Row, secrets: HostSecrets) -> HostRow:
 
 
 def _experiment(row: sqlite3.Row) -> ExperimentRow:
+    """From a row of experiments_shown (a raw experiments row has no wait)."""
+    try:
+        wait = row["queue_wait"] or ""
+    except (IndexError, KeyError):
+        wait = ""
     return ExperimentRow(
         seq=row["seq"],
         id=row["id"],
@@ -113,9 +118,14 @@ def _experiment(row: sqlite3.Row) -> ExperimentRow:
         submitted_at=row["submitted_at"],
         started_at=row["started_at"],
         finished_at=row["finished_at"],
-        message=row["message"],
+        message=_shown(row["message"], wait),
         cancel_requested=bool(row["cancel_requested"]),
     )
+
+
+def _shown(own: str, wait: str) -> str:
+    """A queued experiment's own message (a retry's), then why its selector's queue waits."""
+    return f"{own}; {wait}" if own and wait else own or wait
 
 
 def _attempt(row: sqlite3.Row) -> AttemptRow:
@@ -362,7 +372,7 @@ class SqliteStore:
                 self._event(conn, "experiment", row.id, None, row.state.value, "submitted")
 
     def get_experiment(self, experiment_id: str) -> ExperimentRow | None:
-        rows = self._query("SELECT * FROM experiments WHERE id = ?", (experiment_id,))
+        rows = self._query("SELECT * FROM experiments_shown WHERE id = ?", (experiment_id,))
         return _experiment(rows[0]) if rows else None
 
     def get_experiments(self, experiment_ids: Sequence[str]) -> dict[str, ExperimentRow]:
@@ -370,7 +380,7 @@ class SqliteStore:
         out: dict[str, ExperimentRow] = {}
         for chunk in _chunks(list(dict.fromkeys(experiment_ids))):
             rows = self._query(
-                f"SELECT * FROM experiments WHERE id IN ({','.join('?' * len(chunk))})", chunk
+                f"SELECT * FROM experiments_shown WHERE id IN ({','.join('?' * len(chunk))})", chunk
             )
             out.update((r["id"], _experiment(r)) for r in rows)
         return out
@@ -378,7 +388,7 @@ class SqliteStore:
     def find_experiment_by_name(self, name: str) -> ExperimentRow | None:
         """The latest experiment with this name (served by the experiments_by_name index)."""
         rows = self._query(
-            "SELECT * FROM experiments WHERE name = ? ORDER BY seq DESC LIMIT 1", (name,)
+            "SELECT * FROM experiments_shown WHERE name = ? ORDER BY seq DESC LIMIT 1", (name,)
         )
         return _experiment(rows[0]) if rows else None
 
@@ -395,7 +405,7 @@ class SqliteStore:
             params.append(group)
         clause = f"WHERE {' AND '.join(where)}" if where else ""
         rows = self._query(
-            f"SELECT * FROM experiments {clause} ORDER BY seq DESC LIMIT ?", (*params, limit)
+            f"SELECT * FROM experiments_shown {clause} ORDER BY seq DESC LIMIT ?", (*params, limit)
         )
         return [_experiment(r) for r in reversed(rows)]
 
@@ -416,25 +426,39 @@ class SqliteStore:
         the (priority, seq) position given; served by the experiments_queue index."""
         if after is None:
             rows = self._query(
-                "SELECT * FROM experiments WHERE state = 'QUEUED' AND selector_key = ? "
+                "SELECT * FROM experiments_shown WHERE state = 'QUEUED' AND selector_key = ? "
                 "ORDER BY priority DESC, seq LIMIT ?",
                 (selector_key, limit),
             )
         else:
             priority, seq = after
             rows = self._query(
-                "SELECT * FROM experiments WHERE state = 'QUEUED' AND selector_key = ? "
+                "SELECT * FROM experiments_shown WHERE state = 'QUEUED' AND selector_key = ? "
                 "AND (priority < ? OR (priority = ? AND seq > ?)) ORDER BY priority DESC, seq LIMIT ?",
                 (selector_key, priority, priority, seq, limit),
             )
         return [_experiment(r) for r in rows]
 
-    def set_queue_message(self, selector_key: str, message: str) -> None:
-        """Tell every queued experiment of one host selector why it waits."""
+    def set_queue_waits(self, waits: Mapping[str, str]) -> None:
+        """Why each waiting selector's queue waits, after a pass: one row per selector, written
+        only where it changed; a selector not in ``waits`` waits no longer."""
+        current = {
+            r["selector_key"]: r["message"] for r in self._query("SELECT * FROM queue_waits")
+        }
+        gone = [key for key in current if key not in waits]
+        changed = [(key, why) for key, why in waits.items() if current.get(key) != why]
+        if not gone and not changed:
+            return
         with self._tx() as conn:
-            conn.execute(
-                "UPDATE experiments SET message = ? WHERE state = 'QUEUED' AND selector_key = ? AND message != ?",
-                (message, selector_key, message),
+            for chunk in _chunks(gone):
+                conn.execute(
+                    f"DELETE FROM queue_waits WHERE selector_key IN ({','.join('?' * len(chunk))})",
+                    chunk,
+                )
+            conn.executemany(
+                "INSERT INTO queue_waits (selector_key, message) VALUES (?, ?) "
+                "ON CONFLICT (selector_key) DO UPDATE SET message = excluded.message",
+                changed,
             )
 
     def count_experiments_by_state(self) -> dict[str, int]:
