@@ -2,7 +2,8 @@
 -- copied onto every queued experiment: a host changing state rewrote each queued row, 10,000 of
 -- them in 230 ms under the write lock, with the state of every matching host in each. Readers go
 -- through experiments_shown, which adds the wait to QUEUED rows. Derived state: the next
--- scheduling pass rewrites it, so exports leave it out.
+-- scheduling pass rewrites it, so exports leave it out. PostgreSQL expands e.* when the view is
+-- made: a migration that adds a column to experiments recreates the view.
 CREATE TABLE IF NOT EXISTS queue_waits (
     selector_key TEXT PRIMARY KEY,
     message TEXT NOT NULL
