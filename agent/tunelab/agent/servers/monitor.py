@@ -211,8 +211,8 @@ class Monitor:
 
     @staticmethod
     def _signal_tree(ladder: Ladder, sig: int, tree: dict[int, float]) -> None:
-        """SIGKILL goes to all of ``tree``; SIGTERM once to each process, never twice (a
-        second SIGTERM makes some engines abandon the clean shutdown the first one began)."""
+        """SIGKILL goes to all of ``tree``; SIGTERM once to each process, so one first seen
+        during the grace gets its own, and one already shutting down is not signalled again."""
         for pid, create_time in sorted(tree.items()):
             if sig == signal.SIGTERM:
                 if (pid, create_time) in ladder.termed:
