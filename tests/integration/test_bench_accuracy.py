@@ -81,7 +81,7 @@ def test_role_only_first_chat_chunk_does_not_set_ttft(start_sim: Any) -> None:
     assert p["completed"] == 2
     assert scheduled(p["mean_ttft_ms"], 120.0)  # not the role chunk's 1 ms
     assert p["itl_samples"] == 2 * 9  # no spurious interval from the role chunk
-    assert p["min_itl_ms"] > 15.0
+    assert p["median_itl_ms"] == pytest.approx(20.0, abs=1.0)  # content to content only
 
 
 def test_early_eos_counts_the_tokens_generated(start_sim: Any) -> None:
@@ -164,7 +164,9 @@ def test_open_loop_rate_and_goodput(start_sim: Any) -> None:
     assert p["completed"] == 40 and p["request_rate"] == 40.0
     assert p["duration"] == pytest.approx(1.0 + 0.045, abs=0.15)  # last arrival at 40/40 s
     assert p["good_requests"] == 0
-    assert p["p99_dispatch_lag_ms"] < 20.0
+    # one late wake-up of a loaded machine, never a drift (requests sent one after another would
+    # lag by up to a second here); the precise figure is client_accuracy_overhead.py's
+    assert p["p99_dispatch_lag_ms"] < 100.0
     assert p["max_concurrency"] is None
 
 
