@@ -169,7 +169,7 @@ class Scheduler:
             following = self._following(experiment, buffers)
             if following is not None:
                 heapq.heappush(heap, (-following.priority, following.seq, following))
-        # one transaction for the whole pass: committed before any agent is called
-        attempts = self._store.create_attempts(plan, self._clock()) if plan else []
+        # the waits first: should that write fail, the pass has placed nothing and is done again
         self._store.set_queue_waits(waits)
-        return attempts
+        # one transaction for the whole pass: committed before any agent is called
+        return self._store.create_attempts(plan, self._clock()) if plan else []
