@@ -63,6 +63,13 @@ def spec_text(name: str, repeat: int, host: dict[str, Any] | None = None) -> str
     return yaml.safe_dump(doc)
 
 
+def copy_db(source: Path, target: Path) -> None:
+    """A SQLite store with its WAL, shared memory and secrets, to measure a pass on."""
+    for suffix in ("", "-wal", "-shm", ".secrets"):
+        if Path(f"{source}{suffix}").exists():
+            shutil.copy(f"{source}{suffix}", f"{target}{suffix}")
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -151,10 +158,7 @@ def main(argv: list[str] | None = None) -> int:
 
         # one scheduling pass over the full queue, on a copy of the database with every host free
         copy = root / "pass.db"
-        shutil.copy(controller.db, copy)
-        for suffix in ("-wal", "-shm"):
-            if Path(f"{controller.db}{suffix}").exists():
-                shutil.copy(f"{controller.db}{suffix}", f"{copy}{suffix}")
+        copy_db(controller.db, copy)
         store = SqliteStore(copy)
         for host in store.list_hosts():
             store.transition_host(host.name, host, HostState.READY, drain=False)

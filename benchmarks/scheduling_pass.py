@@ -6,7 +6,7 @@ waits, which changed from "no matching host can take runs now: h000 DRAINING, â€
 were drained while the queue filled). Prints the median and p90 of ``--passes`` passes, each on
 its own copy, so every pass does the same work.
 
-    python benchmarks/scheduling_pass.py [--experiments 10000] [--hosts 200] [--passes 15]
+    .venv/bin/python benchmarks/scheduling_pass.py [--experiments 10000] [--hosts 200] [--passes 15]
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.controller_scale import percentile, spec_text
+from benchmarks.controller_scale import copy_db, percentile, spec_text
 from tunelab.controller.hoststate import change_host, drain
 from tunelab.controller.scheduler import Scheduler
 from tunelab.controller.service import unique_ids
@@ -42,8 +42,8 @@ def build(path: Path, experiments: int, hosts: int) -> None:
             HostRow(name=name, address=f"127.0.0.1:{10_000 + i}", labels={"pool": "scale"})
         )
         change_host(store, name, drain(True, clear_quarantine=False))
-    for b in range(experiments // BATCH):
-        expanded = expand_text(spec_text(f"b{b}", BATCH))
+    for b, first in enumerate(range(0, experiments, BATCH)):
+        expanded = expand_text(spec_text(f"b{b}", min(BATCH, experiments - first)))
         ids = unique_ids("x-", len(expanded))
         store.insert_experiments(
             [
@@ -62,12 +62,6 @@ def build(path: Path, experiments: int, hosts: int) -> None:
     for host in store.list_hosts():
         store.transition_host(host.name, host, HostState.READY, drain=False)
     store.close()
-
-
-def copy_db(source: Path, target: Path) -> None:
-    for suffix in ("", "-wal", "-shm", ".secrets"):
-        if Path(f"{source}{suffix}").exists():
-            shutil.copy(f"{source}{suffix}", f"{target}{suffix}")
 
 
 def main(argv: list[str] | None = None) -> int:
