@@ -75,6 +75,7 @@ class Monitor:
         self.ladder: Ladder | None = None
         self.tree: dict[int, float] = {}
         self.exit_written = False
+        self.empty_since: float | None = None  # monotonic time of the first empty look
         self._popen: subprocess.Popen[bytes] | None = None
 
     # --- spawn -------------------------------------------------------------------------------
@@ -136,7 +137,8 @@ class Monitor:
                 self.write_exit()
                 if self.exit_written:
                     return
-            timeout = STOP_WAKE if self.ladder and self.ladder.phase != "DONE" else IDLE_WAKE
+            stopping = self.ladder is not None and self.ladder.phase != "DONE"
+            timeout = STOP_WAKE if stopping or self._confirming() else IDLE_WAKE
             for key, _ in selector.select(timeout):
                 if key.data == "signal":
                     _drain(wakeup)
@@ -147,13 +149,21 @@ class Monitor:
         return self.spawn_error is not None or (self.pid != 0 and self.exited_at > 0)
 
     def finished(self) -> bool:
-        """Exit.json is final, so an empty tree must read empty twice, STOP_WAKE apart."""
+        """Exit.json is final, so an empty tree must read empty on two turns of the loop,
+        STOP_WAKE apart (the loop keeps answering meanwhile)."""
         if self.spawn_error is not None:
             return True
         if not self.server_gone() or self.scan():
+            self.empty_since = None
             return False
-        time.sleep(STOP_WAKE)
-        return not self.scan()
+        now = time.monotonic()
+        if self.empty_since is None:
+            self.empty_since = now
+        return now - self.empty_since >= STOP_WAKE
+
+    def _confirming(self) -> bool:
+        """An empty tree is waiting for its second look."""
+        return self.empty_since is not None and time.monotonic() - self.empty_since < STOP_WAKE
 
     def reap(self) -> None:
         while True:
