@@ -96,11 +96,8 @@ def _host(row: sqlite3.Row, secrets: HostSecrets) -> HostRow:
 
 
 def _experiment(row: sqlite3.Row) -> ExperimentRow:
-    """From a row of experiments_shown (a raw experiments row has no wait)."""
-    try:
-        wait = row["queue_wait"] or ""
-    except (IndexError, KeyError):
-        wait = ""
+    """From a row of experiments_shown, the view every experiment read goes through."""
+    wait = row["queue_wait"] or ""
     return ExperimentRow(
         seq=row["seq"],
         id=row["id"],
