@@ -102,18 +102,28 @@ def test_an_agent_killed_at_any_step_of_start_server_loses_nothing_and_never_sta
             psutil.Process(pid).kill()
 
 
+def _stranded_dying_server(
+    agent: AgentProcess, server_id: str, die_after: float, exit_code: int
+) -> psutil.Process:
+    """A ready server that exits on its own ``die_after`` s later, and its agent kill -9'd
+    before that: returns the server's monitor, left to finish on its own."""
+    stub = agent.stub()
+    spec = fake_spec(
+        free_port(), "--load-seconds", "0.1",
+        "--die-after-ready", str(die_after), "--exit-code", str(exit_code),
+    )  # fmt: skip
+    server = start(stub, spec, server_id)
+    watch_until(stub, server_id, [S.SERVER_STATE_READY])
+    agent.kill9()
+    monitor = psutil.Process(server.pid).parent()
+    assert monitor is not None
+    return monitor
+
+
 def test_the_exit_code_of_a_server_that_dies_while_no_agent_runs_is_kept(tmp_path: Path) -> None:
     agent = AgentProcess(tmp_path / "agent").start()
     try:
-        stub = agent.stub()
-        spec = fake_spec(
-            free_port(), "--load-seconds", "0.1", "--die-after-ready", "1.0", "--exit-code", "7"
-        )
-        server = start(stub, spec, "dies")
-        watch_until(stub, "dies", [S.SERVER_STATE_READY])
-        agent.kill9()
-        monitor = psutil.Process(server.pid).parent()
-        assert monitor is not None
+        monitor = _stranded_dying_server(agent, "dies", die_after=1.0, exit_code=7)
         monitor.wait(20)  # the server exited, its monitor wrote the exit record and left
 
         agent.restart()
@@ -134,15 +144,7 @@ def test_a_monitor_whose_folder_was_removed_still_exits_with_its_server(tmp_path
     agent = AgentProcess(tmp_path / "agent").start()
     monitor: psutil.Process | None = None
     try:
-        stub = agent.stub()
-        spec = fake_spec(
-            free_port(), "--load-seconds", "0.1", "--die-after-ready", "1.5", "--exit-code", "3"
-        )
-        server = start(stub, spec, "orphaned")
-        watch_until(stub, "orphaned", [S.SERVER_STATE_READY])
-        agent.kill9()
-        monitor = psutil.Process(server.pid).parent()
-        assert monitor is not None
+        monitor = _stranded_dying_server(agent, "orphaned", die_after=1.5, exit_code=3)
         shutil.rmtree(tmp_path / "agent" / "servers" / "orphaned")
         monitor.wait(20)  # raises TimeoutExpired while it retries forever
     finally:
