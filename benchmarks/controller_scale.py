@@ -17,6 +17,7 @@ Usage: python benchmarks/controller_scale.py [--experiments 10000] [--agents 200
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -96,8 +97,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="the tests' polling (every run 4 times a second, hosts twice) instead of the defaults",
     )
+    parser.add_argument("--floor-of", help=argparse.SUPPRESS)  # the child of floor_in_child
     stream_load.add_arguments(parser)
     args = parser.parse_args(argv)
+    if args.floor_of:
+        print(json.dumps(bare_wave_floor([int(p) for p in args.floor_of.split(",")])))
+        return 0
     cpus = sorted(os.sched_getaffinity(0))
     if args.pin and len(cpus) < 2:
         parser.error("--pin needs two CPUs")
@@ -133,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         fleets.append(hung)
         assert hung.stdout is not None
         hung_port = int(hung.stdout.readline())
-        floor = bare_wave_floor(ports)
+        floor = floor_in_child(ports, str(cpus[0]) if args.pin else None)
         controller.start()
         stub = controller.stub()
         for i, port in enumerate(ports):
@@ -263,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         + (", the tests' polling intervals" if args.test_polls else ", default polling intervals")
     )
     print(f"{'figure':<50} {'value':>14} {'goal':>10}")
+    floor_p99 = statistics.median(w["p99"] for w in floor)
     rows_out = [
         ("submissions per second", f"{args.experiments / submit_seconds:,.0f}/s", ""),
         (
@@ -298,8 +304,18 @@ def main(argv: list[str] | None = None) -> int:
             "",
         ),
         (
-            "  floor: 200 bare StartRun futures, last answer",
-            f"{statistics.median(floor):.1f} ms",
+            f"  floor: {len(ports)} bare StartRun calls, p99 / last answer",
+            f"{floor_p99:.1f} / {statistics.median(w['last'] for w in floor):.1f} ms",
+            "",
+        ),
+        (
+            "  floor: the client's CPU for those calls",
+            f"{statistics.median(w['cpu'] for w in floor):.1f} ms",
+            "",
+        ),
+        (
+            "  the controller's share: wave p99 over the floor's p99",
+            f"{percentile(latencies, 0.99) - floor_p99:.1f} ms",
             "",
         ),
         (
@@ -333,30 +349,59 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def bare_wave_floor(ports: list[int], waves: int = 5) -> list[float]:
-    """When the last of 200 StartRun calls, issued at once through the controller's own agent
-    client with no controller around them, is answered (ms, per wave): the floor under the
-    wave figures."""
+def bare_wave_floor(ports: list[int], waves: int = 5) -> list[dict[str, float]]:
+    """200 StartRun calls issued at once through the controller's own agent client, with no
+    controller around them: per wave, the p99 and the last answer (ms, from the first send) and
+    the client's CPU. Run in a child with the controller's CPUs (``floor_in_child``), this is
+    the floor under the wave figures: the controller cannot answer faster than its client."""
     client = GrpcAgentClient()
     spec = run_pb2.RunSpec()
     try:
         for port in ports:  # connect every channel first
             client.start_run(f"127.0.0.1:{port}", None, f"warm-{port}", spec)
-        lasts = []
+        out = []
         for wave in range(waves):
-            started = time.perf_counter()
+            cpu, started = time.process_time(), time.perf_counter()
             futures = client.start_runs(
                 [
                     StartRunCall(f"127.0.0.1:{port}", None, f"floor-{wave}-{port}", spec)
                     for port in ports
                 ]
             )
+            answered: list[float] = []
+
+            def note(_future: object, into: list[float] = answered) -> None:
+                into.append(time.perf_counter())
+
+            for future in futures:
+                future.add_done_callback(note)
             for future in futures:
                 future.result()
-            lasts.append((time.perf_counter() - started) * 1000)
-        return lasts
+            while len(answered) < len(futures):  # the callbacks run on the loop thread
+                time.sleep(0.001)
+            ms = sorted((t - started) * 1000 for t in answered)
+            out.append(
+                {
+                    "p99": percentile(ms, 0.99),
+                    "last": ms[-1],
+                    "cpu": (time.process_time() - cpu) * 1000,
+                }
+            )
+        return out
     finally:
         client.close()
+
+
+def floor_in_child(ports: list[int], cpus: str | None) -> list[dict[str, float]]:
+    """``bare_wave_floor`` in a fresh process on ``cpus`` (the controller's), as the controller
+    would send: not on the agents' core, and with no gRPC threads of this script around."""
+    command = [sys.executable, __file__, "--floor-of", ",".join(map(str, ports))]
+    done = subprocess.run(
+        ["taskset", "-c", cpus, *command] if cpus else command,
+        capture_output=True, text=True, timeout=300, check=True,
+    )  # fmt: skip
+    waves: list[dict[str, float]] = json.loads(done.stdout.splitlines()[-1])
+    return waves
 
 
 def hung_phase(
