@@ -360,10 +360,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def bare_wave_floor(ports: list[int], waves: int = 5) -> list[dict[str, float]]:
-    """200 StartRun calls issued at once through the controller's own agent client, with no
+    """One StartRun per port, issued at once through the controller's own agent client, with no
     controller around them: per wave, the p99 and the last answer (ms, from the first send) and
-    the client's CPU. Run in a child with the controller's CPUs (``floor_in_child``), this is
-    the floor under the wave figures: the controller cannot answer faster than its client."""
+    the client's CPU (all its threads). Run in a child with the controller's CPUs
+    (``floor_in_child``), this is the floor under the wave figures: the controller cannot answer
+    faster than its client."""
     client = GrpcAgentClient()
     spec = run_pb2.RunSpec()
     try:
