@@ -24,6 +24,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -379,18 +380,12 @@ def bare_wave_floor(ports: list[int], waves: int = 5) -> list[dict[str, float]]:
                     for port in ports
                 ]
             )
-            answered: list[float] = []
-
-            def note(_future: object, into: list[float] = answered) -> None:
-                into.append(time.perf_counter())
-
+            answered = _Arrivals(len(futures))
             for future in futures:
-                future.add_done_callback(note)
+                future.add_done_callback(answered.note)
             for future in futures:
                 future.result()
-            while len(answered) < len(futures):  # the callbacks run on the loop thread
-                time.sleep(0.001)
-            ms = sorted((t - started) * 1000 for t in answered)
+            ms = sorted((t - started) * 1000 for t in answered.wait(60))
             out.append(
                 {
                     "p99": percentile(ms, 0.99),
@@ -401,6 +396,28 @@ def bare_wave_floor(ports: list[int], waves: int = 5) -> list[dict[str, float]]:
         return out
     finally:
         client.close()
+
+
+class _Arrivals:
+    """When each of ``count`` futures was answered (their callbacks run on the client's loop
+    thread, after ``result()`` has already woken its waiters)."""
+
+    def __init__(self, count: int) -> None:
+        self._count = count
+        self._times: list[float] = []
+        self._lock = threading.Lock()
+        self._all = threading.Event()
+
+    def note(self, _future: object) -> None:
+        with self._lock:
+            self._times.append(time.perf_counter())
+            if len(self._times) == self._count:
+                self._all.set()
+
+    def wait(self, timeout: float) -> list[float]:
+        if not self._all.wait(timeout):
+            raise TimeoutError(f"{self._count - len(self._times)} answers never noted")
+        return self._times
 
 
 def floor_in_child(ports: list[int], cpus: str | None) -> list[dict[str, float]]:
