@@ -44,7 +44,7 @@ class BenchJob(Protocol):
     def progress(self) -> dict[str, Any] | None: ...
     def finished(self) -> bool: ...
     def result(self) -> dict[str, Any]: ...
-    def stop(self, grace: float) -> None: ...
+    def stop(self, grace: float, closing: threading.Event) -> None: ...
 
 
 BuiltinJobFactory = Callable[[dict[str, Any], Path, str], BenchJob]
@@ -338,7 +338,7 @@ class RunExecutor:
                     last = progress
                 self._closing.wait(POLL)
         except _Interrupted:
-            job.stop(STOP_GRACE_BENCH)
+            job.stop(STOP_GRACE_BENCH, self._closing)
             raise
         progress = job.progress()
         if progress is not None:
@@ -373,7 +373,7 @@ class RunExecutor:
         with self._lock:
             job = self._jobs.get(run_id)
         if job is not None:
-            job.stop(STOP_GRACE_BENCH)
+            job.stop(STOP_GRACE_BENCH, self._closing)
         record = self.get(run_id)
         if record.server_id and record.spec.server is not None and not record.spec.keep_server:
             with contextlib.suppress(NotFound):  # removed by hand meanwhile: nothing to stop

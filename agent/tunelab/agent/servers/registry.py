@@ -30,7 +30,6 @@ from tunelab.agent.errors import (
 from tunelab.agent.gpu import GpuBackend
 from tunelab.agent.logfiles import last_lines
 from tunelab.agent.servers import process as proc_mod
-from tunelab.agent.servers.argv import with_python
 from tunelab.agent.servers.monitorclient import (
     MonitorClient,
     MonitorFailed,
@@ -45,6 +44,7 @@ from tunelab.agent.servers.supervisor import ServerSupervisor, SupervisorSetting
 from tunelab.agent.statefile import quarantine, read_json, write_json_atomic
 from tunelab.agent.statewriter import DurableWriter
 from tunelab.agent.watching import watch_versioned
+from tunelab.common.spawn import with_python
 
 log = structlog.get_logger(__name__)
 

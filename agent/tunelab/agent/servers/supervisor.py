@@ -23,7 +23,7 @@ import structlog
 from tunelab.agent.engines.supervision import EngineSupervision
 from tunelab.agent.gpu import GpuBackend, GpuError
 from tunelab.agent.logfiles import last_lines
-from tunelab.agent.servers.monitorclient import MonitorClient, MonitorStatus
+from tunelab.agent.servers.monitorclient import MonitorClient, MonitorStatus, kill_orphans
 from tunelab.agent.servers.probe import ProbeResult
 from tunelab.agent.servers.process import ProcessId
 from tunelab.agent.servers.record import ServerRecord
@@ -288,7 +288,7 @@ class ServerSupervisor:
             code = exit_record.get("exit_code")
             self._on_exit(code if isinstance(code, int) else self._exit_code)
             return
-        killed = [p.pid for p in sorted(self._seen) if p.signal(signal.SIGKILL)]
+        killed = kill_orphans(self._seen)
         self._keeper.transition(
             self._id,
             ServerState.FAILED,
