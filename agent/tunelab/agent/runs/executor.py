@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import secrets
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -20,6 +19,7 @@ from tunelab.agent.errors import AgentError, Conflict, InvalidSpec, NotFound, st
 from tunelab.agent.runs.commandjob import RESULT_FILE_FIELD, BenchFailed, CommandJob, confined
 from tunelab.agent.runs.record import MAX_EVENTS, RunEvent, RunRecord, RunSpec
 from tunelab.agent.runs.states import RunState, check_run_transition
+from tunelab.agent.servers.ports import PortPool
 from tunelab.agent.servers.quarantine import QuarantineList
 from tunelab.agent.servers.record import ServerRecord
 from tunelab.agent.servers.registry import ServerRegistry
@@ -51,12 +51,6 @@ BuiltinJobFactory = Callable[[dict[str, Any], Path, str], BenchJob]
 ProvenanceHook = Callable[[RunSpec, ServerSpec | None], dict[str, Any]]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("0.0.0.0", 0))
-        return int(sock.getsockname()[1])
-
-
 class _Interrupted(Exception):
     """The run was cancelled or ran past its max_duration."""
 
@@ -75,8 +69,10 @@ class RunExecutor:
         provenance: ProvenanceHook | None = None,
         writer: DurableWriter | None = None,
         quarantined: QuarantineList | None = None,
+        ports: PortPool | None = None,
     ) -> None:
         self._dir = state_dir / "runs"
+        self._ports = ports or PortPool()
         self._provenance = provenance
         self._dir.mkdir(parents=True, exist_ok=True)
         self._registry = registry
@@ -268,7 +264,9 @@ class RunExecutor:
                 provenance=self._record_provenance(spec, server.spec),
             )
             return
-        port = spec.server.port or free_port()
+        port = spec.server.port or self._ports.take(
+            record.run_id, exclude={s.spec.port for s in self._registry.servers()}
+        )
         server_spec = _with_port(spec.server, port)
         server_id = f"{record.run_id}-server"
         self._transition(
@@ -415,6 +413,7 @@ class RunExecutor:
         self._transition(run_id, target, message)
         with self._lock:
             self._jobs.pop(run_id, None)
+        self._ports.release(run_id)
 
     def _persist(self, record: RunRecord) -> None:
         """Write the record; on a disk error keep going and let the writer retry it."""
@@ -447,6 +446,8 @@ class RunExecutor:
             with self._lock:
                 self._runs[record.run_id] = record
                 if not record.state.is_terminal():
+                    if record.port and record.spec.server and not record.spec.server.port:
+                        self._ports.hold(record.run_id, record.port)  # its auto port
                     self._launch(record.run_id)
                     resumed.append(record.run_id)
         return resumed

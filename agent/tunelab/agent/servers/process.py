@@ -1,4 +1,4 @@
-"""A process as the agent names it (pid + create time), and whether a port is taken.
+"""A process as the agent names it: pid + create time.
 
 Everything the agent runs lives under a monitor (:mod:`monitor`), which walks and stops its
 tree; nothing here starts or stops a process tree.
@@ -10,9 +10,7 @@ checked, then the signal); never to a bare group number, never to pid <= 1.
 
 from __future__ import annotations
 
-import errno
 import math
-import socket
 from dataclasses import dataclass
 
 import psutil
@@ -56,26 +54,3 @@ class ProcessId:
     def signal(self, sig: int) -> bool:
         """Send ``sig`` if this exact process still lives; True if it was sent."""
         return identity.signal_exact(self.pid, self.create_time, sig)
-
-
-def port_in_use(port: int) -> bool:
-    """True when something listens on ``port`` (any IPv4 address) or accepts on loopback."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("0.0.0.0", port))
-        except OSError as exc:
-            if exc.errno in (errno.EADDRINUSE, errno.EACCES):
-                return True
-            raise
-    try:
-        sock6 = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
-    except OSError:  # no IPv6 on this host: the IPv4 answer stands
-        return False
-    with sock6:
-        sock6.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock6.bind(("::", port))
-        except OSError as exc:
-            return exc.errno == errno.EADDRINUSE
-    return False

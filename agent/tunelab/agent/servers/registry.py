@@ -29,13 +29,13 @@ from tunelab.agent.errors import (
 )
 from tunelab.agent.gpu import GpuBackend
 from tunelab.agent.logfiles import last_lines
-from tunelab.agent.servers import process as proc_mod
 from tunelab.agent.servers.monitorclient import (
     MonitorClient,
     MonitorFailed,
     MonitorStatus,
     launch_monitor,
 )
+from tunelab.agent.servers.ports import port_in_use
 from tunelab.agent.servers.quarantine import QuarantineList
 from tunelab.agent.servers.record import MAX_EVENTS, ServerEvent, ServerRecord
 from tunelab.agent.servers.spec import MARKER_ENV, SERVER_NAME, ServerSpec
@@ -146,7 +146,7 @@ class ServerRegistry:
                     raise Conflict(f"a live server is already named {name!r} ({other.id})")
                 if other.spec.port == spec.port:
                     raise PortInUse(f"port {spec.port} belongs to live server {other.id}")
-            if proc_mod.port_in_use(spec.port):
+            if port_in_use(spec.port):
                 raise PortInUse(f"port {spec.port} is already in use on this host; nothing started")
             cwd = Path(spec.cwd) if spec.cwd else self.server_dir(server_id)
             if spec.cwd and not cwd.is_dir():
