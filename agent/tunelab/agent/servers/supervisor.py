@@ -16,7 +16,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol, Unpack
 
 import structlog
 
@@ -26,7 +26,7 @@ from tunelab.agent.logfiles import last_lines
 from tunelab.agent.servers.monitorclient import MonitorClient, MonitorStatus, kill_orphans
 from tunelab.agent.servers.probe import ProbeResult
 from tunelab.agent.servers.process import ProcessId
-from tunelab.agent.servers.record import ServerRecord
+from tunelab.agent.servers.record import ServerChanges, ServerRecord
 from tunelab.agent.servers.states import ServerState
 
 log = structlog.get_logger(__name__)
@@ -53,10 +53,12 @@ class RecordKeeper(Protocol):
     """The registry side of a supervisor: the only way it changes a record."""
 
     def transition(
-        self, server_id: str, target: ServerState, message: str, **updates: Any
+        self, server_id: str, target: ServerState, message: str, **changes: Unpack[ServerChanges]
     ) -> None: ...
 
-    def update(self, server_id: str, *, persist: bool = False, **updates: Any) -> None: ...
+    def update(
+        self, server_id: str, *, persist: bool = False, **changes: Unpack[ServerChanges]
+    ) -> None: ...
 
     def view(self, server_id: str) -> ServerRecord: ...
 
@@ -247,13 +249,13 @@ class ServerSupervisor:
     def _on_ready(self, record: ServerRecord) -> None:
         now = time.time()
         self._read_progress()
-        self._keeper.transition(
-            self._id,
-            ServerState.READY,
-            f"GET {self._spec.ready_path} answered 2xx",
-            ready_at=now,
-            ready_seconds=round(now - record.started_at, 4),
+        changes: ServerChanges = {
             **self._engine.on_ready(now),
+            "ready_at": now,
+            "ready_seconds": round(now - record.started_at, 4),
+        }
+        self._keeper.transition(
+            self._id, ServerState.READY, f"GET {self._spec.ready_path} answered 2xx", **changes
         )
         self._log.info("server_ready", seconds=round(now - record.started_at, 3))
 
@@ -269,14 +271,17 @@ class ServerSupervisor:
         self._read_progress()
         failure, fields = self._engine.on_exit(code, tail, (p.pid for p in self._seen))
         # Its monitor kills what a crashed engine leaves behind (schedulers, TP workers).
+        changes: ServerChanges = {
+            **fields,
+            "exit_code": code,
+            "finished_at": time.time(),
+            "log_tail": tail,
+        }
         self._keeper.transition(
             self._id,
             ServerState.FAILED,
             f"exited {when} ({how}): {failure.reason.value}: {failure.line}",
-            exit_code=code,
-            finished_at=time.time(),
-            log_tail=tail,
-            **fields,
+            **changes,
         )
         self._keeper.update(self._id, persist=True, **self._engine.after_stop())
         self._log.warning("server_exited", exit_code=code, during=record.state.value)
@@ -384,7 +389,7 @@ class ServerSupervisor:
         done.update(self._engine.after_stop())
         self._finish(target, f"{self._stop_reason}; stopped {how}; {gpu_note}", done)
 
-    def _done_updates(self) -> dict[str, Any]:
+    def _done_updates(self) -> ServerChanges:
         exit_record = self._monitor.exit_record() or {}
         code = exit_record.get("exit_code", self._exit_code)
         return {
@@ -392,8 +397,9 @@ class ServerSupervisor:
             "log_tail": last_lines(self._log_path, LOG_TAIL_LINES),
         }
 
-    def _finish(self, target: ServerState, message: str, updates: dict[str, Any]) -> None:
-        self._keeper.transition(self._id, target, message, finished_at=time.time(), **updates)
+    def _finish(self, target: ServerState, message: str, changes: ServerChanges) -> None:
+        done: ServerChanges = {**changes, "finished_at": time.time()}
+        self._keeper.transition(self._id, target, message, **done)
         self._log.info("server_stopped", state=target.value, detail=message)
 
     def _wait_gpu_release(self, known: set[ProcessId]) -> tuple[str, list[int]]:
