@@ -113,6 +113,11 @@ class ServerRegistry:
     def view(self, server_id: str) -> ServerRecord:
         return self.get(server_id)
 
+    def state_of(self, server_id: str) -> ServerState:
+        """The state alone, without copying the record (the supervisor asks often)."""
+        with self._lock:
+            return self._records[server_id].state
+
     def servers(self, include_finished: bool = False) -> list[ServerRecord]:
         with self._lock:
             records = [
