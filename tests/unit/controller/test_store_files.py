@@ -57,6 +57,9 @@ def test_version_4_moves_the_waits_copied_onto_queued_rows_into_one_row_per_sele
     with sqlite3.connect(path) as conn:  # back to version 3: the wait copied onto each row
         conn.executescript(
             "DROP VIEW experiments_shown; DROP TABLE queue_waits; PRAGMA user_version = 3;"
+            # and without version 5's columns and table, which come after
+            "ALTER TABLE attempts DROP COLUMN failure_reason;"
+            "ALTER TABLE attempts DROP COLUMN failure_line; DROP TABLE submissions;"
             "UPDATE experiments SET message = 'waiting for a free host';"
             "UPDATE experiments SET message = 'attempt 1 lost on h; queued again' WHERE id = 'c';"
         )
@@ -124,7 +127,9 @@ def test_batched_reads_return_every_row(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "c.db")
     store.insert_experiments([row(f"x-{i}") for i in range(1200)])
     store.add_host(HostRow(name="h", address="h:1"))
-    created = store.create_attempts([(f"x-{i}", "h", []) for i in range(0, 1200, 2)], 1.0)
+    with store.scheduling_pass() as turn:
+        assert turn is not None
+        created = store.create_attempts([(f"x-{i}", "h", []) for i in range(0, 1200, 2)], 1.0, turn)
     assert len(created) == 600
     ids = [f"x-{i}" for i in range(1200)]
     attempts = store.attempts_for_many(ids)
