@@ -117,8 +117,10 @@ def test_a_malformed_request_id_is_refused_naming_the_field(
 ) -> None:
     daemon, _ = served
     request = controller_pb2.SubmitExperimentsRequest(spec_yaml=SPEC, request_id="x" * 129)
-    with grpc.insecure_channel(f"127.0.0.1:{daemon.port}") as channel:
-        with pytest.raises(grpc.RpcError) as refused:
-            controller_pb2_grpc.ControllerStub(channel).SubmitExperiments(request, timeout=30)
+    with (
+        grpc.insecure_channel(f"127.0.0.1:{daemon.port}") as channel,
+        pytest.raises(grpc.RpcError) as refused,
+    ):
+        controller_pb2_grpc.ControllerStub(channel).SubmitExperiments(request, timeout=30)
     assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT
     assert "request_id" in (refused.value.details() or "")
