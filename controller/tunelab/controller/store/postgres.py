@@ -55,7 +55,7 @@ from tunelab.controller.store.statements import Statements
 WRITE_LOCK = 0x7475_6E65_0001  # "tune" + 1: one writer at a time
 SCHEDULE_LOCK = 0x7475_6E65_0002  # one scheduling turn at a time
 MIGRATE_LOCK = 0x7475_6E65_0003
-LEASE = 5.0  # seconds a frozen controller keeps the turn (or a transaction) before it loses it
+LEASE = 3.0  # seconds a frozen controller keeps the turn (or a transaction) before it loses it
 
 _STATEMENTS = Statements(POSTGRESQL)
 _BUMP_EPOCH = (
