@@ -259,3 +259,42 @@ def test_a_frozen_controller_loses_the_turn_and_its_late_pass_is_fenced(
     live = healthy.live_attempts()
     assert [a.host for a in live] == ["h1"]  # nothing of the late pass was committed
     assert len(healthy.attempts_for(live[0].experiment_id)) == 1
+
+
+FROZEN_WRITER = """
+import sys
+from tunelab.controller.store.postgres import PostgresStore
+
+store = PostgresStore(sys.argv[1], lease=float(sys.argv[2]))
+with store._tx() as conn:  # the write lock, held
+    conn.execute("UPDATE meta SET value = value WHERE key = 'schema_version'")
+    print("in a write transaction", flush=True)
+    sys.stdin.readline()
+"""
+
+
+def test_a_controller_frozen_inside_a_write_transaction_lets_go_of_the_write_lock(
+    postgres: PostgresServer,
+) -> None:
+    url = postgres.new_database()
+    healthy = PostgresStore(url)
+    child = subprocess.Popen(
+        [sys.executable, "-c", FROZEN_WRITER, url, "2"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        close_fds=True,
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().startswith("in a write transaction")
+        os.kill(child.pid, signal.SIGSTOP)  # our own child, not reaped: the pid is its
+        frozen_at = time.monotonic()
+        healthy.add_host(HostRow(name="after", address="a:1"))  # waits for the write lock
+        print(f"write lock free {time.monotonic() - frozen_at:.1f} s after the freeze (lease 2 s)")
+        assert healthy.get_host("after") is not None
+    finally:
+        os.kill(child.pid, signal.SIGCONT)
+        child.kill()
+        child.wait(10)

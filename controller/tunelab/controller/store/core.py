@@ -35,7 +35,12 @@ from tunelab.controller.store.rows import (
     host_of,
 )
 from tunelab.controller.store.secrets import HostSecrets
-from tunelab.controller.store.statements import LIVE_STATES, Statements
+from tunelab.controller.store.statements import (
+    ATTEMPT_INSERT_COLUMNS,
+    EVENT_INSERT_COLUMNS,
+    LIVE_STATES,
+    Statements,
+)
 
 # A host's state and the two flags it follows from change only through transition_host (CAS).
 _HOST_STATE_COLUMNS = frozenset({"state", "drain", "quarantined"})
@@ -104,6 +109,17 @@ class SqlStore(ABC):
         self, conn: Any, kind: str, ref: str, src: str | None, dst: str | None, msg: str
     ) -> None:
         conn.execute(self.sql.insert_event, (kind, ref, src, dst, msg))
+
+    def _insert_rows(
+        self, conn: Any, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]
+    ) -> None:
+        """Many rows as multi-row INSERTs of up to 500 rows: a statement each, never a batch
+        of statements left open on the wire (a controller frozen mid-batch would keep its
+        transaction, and the write lock, beyond the server's idle-in-transaction timeout)."""
+        for start in range(0, len(rows), 500):
+            chunk = rows[start : start + 500]
+            flat = [value for row in chunk for value in row]
+            conn.execute(self.sql.insert_rows(table, columns, len(chunk)), flat)
 
     def _one(self, sql: str, params: Sequence[Any]) -> Any:
         rows = self._query(sql, params)
@@ -431,9 +447,8 @@ class SqlStore(ABC):
                 (a.id, a.experiment_id, a.number, a.host, json.dumps(a.gpus), a.state.value, now)
                 for a in created
             ]
-            if rows:
-                conn.executemany(self.sql.insert_attempt, rows)
-                conn.executemany(self.sql.insert_event_at, events)
+            self._insert_rows(conn, "attempts", ATTEMPT_INSERT_COLUMNS, rows)
+            self._insert_rows(conn, "events", EVENT_INSERT_COLUMNS, events)
         return created
 
     def get_attempt(self, attempt_id: str) -> AttemptRow | None:

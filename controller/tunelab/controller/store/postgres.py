@@ -79,10 +79,11 @@ class _PgConnection:
         return self._conn.execute(sql, tuple(params))
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
-        rows = list(rows)
-        if rows:
-            with self._conn.cursor() as cursor:
-                cursor.executemany(sql, rows)
+        """One statement after another, each synced, not psycopg's pipelined executemany: a
+        backend waiting in the middle of a pipeline is not "idle in transaction", so a
+        controller frozen there would keep the write lock for ever."""
+        for row in rows:
+            self._conn.execute(sql, tuple(row))
 
 
 class PostgresVersions:

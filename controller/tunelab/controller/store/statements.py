@@ -12,13 +12,14 @@ with ``p`` for a placeholder and ``now`` for the database's clock, and use it as
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from tunelab.controller.states import ATTEMPT_LIVE
 from tunelab.controller.store.dialect import Dialect
 
 LIVE_STATES = tuple(s.value for s in ATTEMPT_LIVE)
 EVENT_COLUMNS = "at, kind, ref, from_state, to_state, message"
+EVENT_INSERT_COLUMNS = ("at", "kind", "ref", "from_state", "to_state", "message")
 ATTEMPT_INSERT_COLUMNS = (
     "id",
     "experiment_id",
@@ -40,7 +41,6 @@ class Statements:
         self.insert_event = (
             f"INSERT INTO events ({EVENT_COLUMNS}) VALUES ({now}, {p}, {p}, {p}, {p}, {p})"
         )
-        self.insert_event_at = f"INSERT INTO events ({EVENT_COLUMNS}) VALUES ({dialect.marks(6)})"
         self.events_for = (
             f"SELECT {EVENT_COLUMNS} FROM events WHERE ref = {p} OR ref LIKE {p} ORDER BY id"
         )
@@ -92,7 +92,6 @@ class Statements:
         self.experiments_of_group = f"SELECT * FROM experiments_shown WHERE grp = {p} ORDER BY seq"
 
         # attempts
-        self.insert_attempt = self.insert("attempts", ATTEMPT_INSERT_COLUMNS)
         self.get_attempt = f"SELECT * FROM attempts WHERE id = {p}"
         self.attempt_state = f"SELECT state FROM attempts WHERE id = {p}"
         self.attempts_for = f"SELECT * FROM attempts WHERE experiment_id = {p} ORDER BY number"
@@ -121,6 +120,12 @@ class Statements:
     def insert(self, table: str, columns: Iterable[str]) -> str:
         names = list(columns)
         return f"INSERT INTO {table} ({', '.join(names)}) VALUES ({self.dialect.marks(len(names))})"
+
+    def insert_rows(self, table: str, columns: Sequence[str], n: int) -> str:
+        """One ``INSERT`` of ``n`` rows (``VALUES (...), (...)``): one statement, one round
+        trip, on both engines."""
+        row = f"({self.dialect.marks(len(columns))})"
+        return f"INSERT INTO {table} ({', '.join(columns)}) VALUES {', '.join([row] * n)}"
 
     def update(self, table: str, columns: Iterable[str], where: Iterable[str]) -> str:
         """``UPDATE table SET c = ?, ... WHERE w = ? AND ...`` (parameters in that order)."""

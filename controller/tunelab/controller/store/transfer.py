@@ -91,4 +91,6 @@ def _insert(
     for column in columns:
         if not column.replace("_", "").isalnum():
             raise ValueError(f"bad column name {column!r}")
-    conn.executemany(sql.insert(table, columns), rows)
+    for start in range(0, len(rows), BATCH):  # multi-row INSERTs: one statement per batch
+        chunk = rows[start : start + BATCH]
+        conn.execute(sql.insert_rows(table, columns, len(chunk)), [v for r in chunk for v in r])
