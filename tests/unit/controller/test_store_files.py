@@ -217,3 +217,33 @@ def test_one_set_of_migrations_serves_both_engines() -> None:
     sqlite, postgres = load_migrations("sqlite"), load_migrations("postgresql")
     assert [m.version for m in sqlite] == [m.version for m in postgres]
     assert "AUTOINCREMENT" not in "".join(m.sql for m in postgres)
+
+
+def test_version_5_copies_failure_reasons_out_of_results_into_columns(tmp_path: Path) -> None:
+    path = tmp_path / "controller.db"
+    store = SqliteStore(path)
+    store.insert_experiments([row("a"), row("b")])
+    store.add_host(HostRow(name="h", address="h:1"))
+    failed = store.create_attempt("a", "h", [], 1.0)
+    plain = store.create_attempt("b", "h", [], 1.0)
+    reason = {"failure_reason": "CUDA_OOM", "failure_line": "CUDA out of memory", "points": []}
+    store.update_attempt(failed.id, result=reason)
+    store.update_attempt(plain.id, result={"points": []})
+    store.close()
+    with sqlite3.connect(path) as conn:  # back to version 4: the reason only inside the result
+        conn.executescript(
+            "ALTER TABLE attempts DROP COLUMN failure_reason;"
+            "ALTER TABLE attempts DROP COLUMN failure_line; DROP TABLE submissions;"
+            "PRAGMA user_version = 4;"
+        )
+
+    store = SqliteStore(path)
+
+    assert store.migrated_from == 4 and store.schema_version == LATEST
+    moved = store.get_attempt(failed.id)
+    assert moved is not None and (moved.failure_reason, moved.failure_line) == (
+        "CUDA_OOM",
+        "CUDA out of memory",
+    )
+    assert moved.result == reason  # the result itself is kept as it was
+    assert store.get_attempt(plain.id).failure_reason == ""  # type: ignore[union-attr]
