@@ -61,8 +61,9 @@ class ControllerApp:
                 config.host_poll_interval,
                 config.unknown_after_failures,
                 on_active_runs=self.driver.fence,
+                clock=self.store.now,
             ),
-            Scheduler(self.store),
+            Scheduler(self.store, clock=self.store.now),
             self.driver,
             tick=config.tick,
             attempt_poll_interval=config.attempt_poll_interval,
@@ -103,6 +104,7 @@ class ControllerApp:
             default_agent_token=read_token(self.config.agent_token_file),
             default_metrics_port=self.config.default_metrics_port,
             spec_limits=SpecLimits(max_variants=self.config.max_variants),
+            clock=self.store.now,  # every timestamp of a row by the database's clock
         )
         self.daemon = start_daemon(
             listen=self.config.listen,

@@ -30,7 +30,6 @@ MAX_PAUSE = 300.0
 
 def attempt_dict(row: AttemptRow) -> dict[str, Any]:
     """An attempt in the shape of ``tunelab show --json`` (what the CLI's export reads)."""
-    result = row.result or {}
     return {
         "id": row.id,
         "number": row.number,
@@ -40,8 +39,8 @@ def attempt_dict(row: AttemptRow) -> dict[str, Any]:
         "message": row.message,
         "created_at": row.created_at or None,
         "finished_at": row.finished_at,
-        "failure_reason": result.get("failure_reason") or None,
-        "failure_line": result.get("failure_line") or None,
+        "failure_reason": row.failure_reason or None,
+        "failure_line": row.failure_line or None,
         "result": row.result,
         "gpu_summary": row.gpu_summary,
         "provenance": row.provenance,

@@ -28,6 +28,7 @@ from tunelab.controller.store import (
     Store,
     StoreConflict,
     StoreFull,
+    StoreNotFound,
     StoreUnavailable,
 )
 from tunelab.controller.store.models import selector_key
@@ -39,6 +40,7 @@ log = structlog.get_logger(__name__)
 SERVICE_NAME = "tunelab.v1.Controller"
 HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 WATCH_POLL = 0.5
+REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 T = TypeVar("T")
 
 
@@ -54,6 +56,7 @@ STATUS_BY_ERROR: StatusTable = (
     (SpecError, grpc.StatusCode.INVALID_ARGUMENT),
     (InvalidRequest, grpc.StatusCode.INVALID_ARGUMENT),
     (NotFoundError, grpc.StatusCode.NOT_FOUND),
+    (StoreNotFound, grpc.StatusCode.NOT_FOUND),
     (StoreConflict, grpc.StatusCode.FAILED_PRECONDITION),
     (StoreUnavailable, grpc.StatusCode.FAILED_PRECONDITION),  # a person must restore the file
     (StoreFull, grpc.StatusCode.RESOURCE_EXHAUSTED),
@@ -102,6 +105,11 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
     def SubmitExperiments(
         self, request: controller_pb2.SubmitExperimentsRequest, context: grpc.ServicerContext
     ) -> controller_pb2.SubmitExperimentsResponse:
+        if request.request_id and not REQUEST_ID.fullmatch(request.request_id):
+            raise InvalidRequest(
+                "request_id: at most 128 characters of letters, digits and . _ : - "
+                f"(got {len(request.request_id)} characters)"
+            )
         expanded = expand_text(request.spec_yaml, request.source, self._limits)
         group = f"g-{secrets.token_hex(8)}"
         now = self._clock()
@@ -124,7 +132,14 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             for i, e in enumerate(expanded)
         ]
         if not request.dry_run:
-            self._store.insert_experiments(rows)
+            stored = self._store.insert_experiments(rows, request.request_id)
+            if stored != group:  # a retry of a submission already queued: its group, again
+                log.info("experiments_resubmitted", group=stored, request_id=request.request_id)
+                earlier = self._store.group_experiments(stored)
+                attempts = self._store.attempts_for_many([e.id for e in earlier])
+                return controller_pb2.SubmitExperimentsResponse(
+                    experiments=[experiment_to_pb(e, attempts[e.id]) for e in earlier]
+                )
             log.info("experiments_submitted", group=group, count=len(rows), source=request.source)
             self._wake(False)
         return controller_pb2.SubmitExperimentsResponse(

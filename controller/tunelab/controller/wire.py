@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
 
 from tunelab.controller.states import AttemptState, ExperimentState, HostState
 from tunelab.controller.store import AttemptRow, ExperimentRow, HostRow
@@ -39,15 +38,15 @@ def attempt_to_pb(row: AttemptRow, mlflow_run_url: str = "") -> controller_pb2.A
         progress_json=_dumps(row.progress),
         number=row.number,
         provenance_json=_dumps(row.provenance),
-        failure_reason=failure_reason_pb(row.result),
-        failure_line=str((row.result or {}).get("failure_line", "")),
+        failure_reason=failure_reason_pb(row.failure_reason),
+        failure_line=row.failure_line,
         mlflow_run_url=mlflow_run_url,
     )
 
 
-def failure_reason_pb(result: dict[str, Any] | None) -> server_pb2.FailureReason.ValueType:
-    """The failure reason dispatch kept in an attempt's result, as the proto enum."""
-    reason = str((result or {}).get("failure_reason", "")) or "UNSPECIFIED"
+def failure_reason_pb(name: str) -> server_pb2.FailureReason.ValueType:
+    """An attempt's failure reason column ("CUDA_OOM"), as the proto enum."""
+    reason = name or "UNSPECIFIED"
     try:
         return server_pb2.FailureReason.Value(f"FAILURE_REASON_{reason}")
     except ValueError:  # a reason this controller does not know yet
@@ -87,7 +86,7 @@ def experiment_to_pb(
         group=row.group,
         repeat_index=row.repeat_index,
         host_selector=selector_text(row.selector),
-        failure_reason=failure_reason_pb(attempts[-1].result if attempts else None),
+        failure_reason=failure_reason_pb(attempts[-1].failure_reason if attempts else ""),
     )
 
 

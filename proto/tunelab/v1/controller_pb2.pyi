@@ -286,22 +286,29 @@ class SubmitExperimentsRequest(_message.Message):
     SPEC_YAML_FIELD_NUMBER: _builtins.int
     DRY_RUN_FIELD_NUMBER: _builtins.int
     SOURCE_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
     spec_yaml: _builtins.str
     """one experiment spec or a list of them"""
     dry_run: _builtins.bool
     """validate and expand only"""
     source: _builtins.str
     """file name, for messages"""
+    request_id: _builtins.str
+    """A client's id for this submission (the CLI sends a fresh UUID per command): a retry with
+    the same id returns the group the first one queued instead of queuing it again. Empty: no
+    idempotency. At most 128 characters of [A-Za-z0-9._:-].
+    """
     def __init__(
         self,
         *,
         spec_yaml: _builtins.str = ...,
         dry_run: _builtins.bool = ...,
         source: _builtins.str = ...,
+        request_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dry_run", b"dry_run", "source", b"source", "spec_yaml", b"spec_yaml"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dry_run", b"dry_run", "request_id", b"request_id", "source", b"source", "spec_yaml", b"spec_yaml"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
