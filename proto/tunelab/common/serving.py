@@ -148,7 +148,8 @@ def run_daemon_command(prog: str, load: Callable[[], Any], serve: Callable[[Any]
     except ConfigError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
-    configure_logging(config.log_level)
+    redaction = configure_logging(config.log_level)
+    redaction.learn_files(getattr(config, "secret_files", lambda: ())())
     try:
         return serve(config)
     except AuthConfigError as exc:
