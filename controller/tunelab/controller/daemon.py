@@ -5,10 +5,11 @@ from __future__ import annotations
 import sys
 
 import structlog
-from prometheus_client import disable_created_metrics, start_http_server
+from prometheus_client import disable_created_metrics
 
-from tunelab.common.auth import read_token, split_host_port
+from tunelab.common.auth import read_token
 from tunelab.common.capacity import Limits
+from tunelab.common.httpserve import HttpServer
 from tunelab.common.serving import Daemon, run_until_signalled, start_daemon
 from tunelab.controller.agent_client import GrpcAgentClient
 from tunelab.controller.config import ControllerConfig
@@ -16,6 +17,7 @@ from tunelab.controller.dispatch import AttemptDriver, DriverSettings
 from tunelab.controller.hosts import HostMonitor
 from tunelab.controller.loop import ControlLoop
 from tunelab.controller.metrics import ControllerMetrics
+from tunelab.controller.metrics_endpoint import serve_metrics
 from tunelab.controller.scheduler import Scheduler
 from tunelab.controller.scrape import MetricsScraper, ScrapeTarget
 from tunelab.controller.service import SERVICE_NAME, ControllerService
@@ -68,6 +70,7 @@ class ControllerApp:
             on_pass=self.metrics.scheduling_pass.observe,
         )
         self.daemon: Daemon | None = None
+        self.metrics_server: HttpServer | None = None
 
     def _scrape_targets(self) -> list[ScrapeTarget]:
         hosts = {h.name: h for h in self.store.list_hosts()}
@@ -105,8 +108,7 @@ class ControllerApp:
             "(TUNELAB_CONTROLLER_MAX_STREAMS)",
         )
         if self.config.metrics_listen:
-            host, port = split_host_port(self.config.metrics_listen)
-            start_http_server(port, addr=host, registry=self.metrics.registry)
+            self.metrics_server = serve_metrics(self.config.metrics_listen, self.metrics.registry)
         self.loop.start()
         self.loop.wake(poll_hosts=True)
         self.scraper.start()
@@ -121,6 +123,8 @@ class ControllerApp:
     def close(self) -> None:
         if self.daemon is not None:
             self.daemon.stop(2.0)
+        if self.metrics_server is not None:
+            self.metrics_server.close()
         self.loop.close()
         self.scraper.close()
         self.agents.close()
