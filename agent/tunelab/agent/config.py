@@ -61,6 +61,10 @@ class AgentConfig:
             raise ConfigError("max_streams: must be >= 1")
         return self
 
+    def secret_files(self) -> tuple[Path | None, ...]:
+        """Files whose contents are secrets: masked in the log wherever they appear."""
+        return (self.token_file,)
+
     def redacted(self) -> dict[str, Any]:
         """For the start-up log line: every key, with no secret values (tokens live in files)."""
         return {f.name: str(getattr(self, f.name)) for f in fields(self)}

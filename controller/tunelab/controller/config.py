@@ -85,6 +85,10 @@ class ControllerConfig:
             return Path(default_db()).parent / "postgresql.secrets"
         return Path(f"{Path(self.db).expanduser()}.secrets")
 
+    def secret_files(self) -> tuple[Path | None, ...]:
+        """Files whose contents are secrets: masked in the log wherever they appear."""
+        return (self.token_file, self.agent_token_file)
+
     def redacted(self) -> dict[str, str]:
         values = {f.name: str(getattr(self, f.name)) for f in fields(self)}
         values["db"] = redact(self.db)  # a URL may carry a password

@@ -5,10 +5,11 @@ from __future__ import annotations
 import sys
 
 import structlog
-from prometheus_client import disable_created_metrics, start_http_server
+from prometheus_client import disable_created_metrics
 
-from tunelab.common.auth import read_token, split_host_port
+from tunelab.common.auth import read_token
 from tunelab.common.capacity import Limits
+from tunelab.common.httpserve import HttpServer
 from tunelab.common.serving import Daemon, run_until_signalled, start_daemon
 from tunelab.controller.agent_client import GrpcAgentClient
 from tunelab.controller.config import ControllerConfig
@@ -16,6 +17,7 @@ from tunelab.controller.dispatch import AttemptDriver, DriverSettings
 from tunelab.controller.hosts import HostMonitor
 from tunelab.controller.loop import ControlLoop
 from tunelab.controller.metrics import ControllerMetrics
+from tunelab.controller.metrics_endpoint import serve_metrics
 from tunelab.controller.mlflowexport import MlflowExporter
 from tunelab.controller.mlflowsink import MlflowSink
 from tunelab.controller.scheduler import Scheduler
@@ -72,6 +74,7 @@ class ControllerApp:
         )
         self.exporter = self._exporter(config)
         self.daemon: Daemon | None = None
+        self.metrics_server: HttpServer | None = None
 
     def _exporter(self, config: ControllerConfig) -> MlflowExporter | None:
         if not config.mlflow_tracking_uri:
@@ -118,8 +121,7 @@ class ControllerApp:
             "(TUNELAB_CONTROLLER_MAX_STREAMS)",
         )
         if self.config.metrics_listen:
-            host, port = split_host_port(self.config.metrics_listen)
-            start_http_server(port, addr=host, registry=self.metrics.registry)
+            self.metrics_server = serve_metrics(self.config.metrics_listen, self.metrics.registry)
         self.loop.start()
         self.loop.wake(poll_hosts=True)
         self.scraper.start()
@@ -136,6 +138,8 @@ class ControllerApp:
     def close(self) -> None:
         if self.daemon is not None:
             self.daemon.stop(2.0)
+        if self.metrics_server is not None:
+            self.metrics_server.close()
         self.loop.close()
         self.scraper.close()
         if self.exporter is not None:

@@ -17,6 +17,7 @@ from typing import Any
 
 import structlog
 
+from tunelab.common.redaction import spec_redactor
 from tunelab.controller.compare import compare
 from tunelab.controller.mlflowplan import MLFLOW_EVENT, plans_for
 from tunelab.controller.mlflowsink import Exported, MlflowError, MlflowSink, MlflowUnavailable
@@ -53,7 +54,12 @@ def group_export(
 ) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]], dict[str, bytes]]:
     """The comparison document, attempts and report of one group, as the plans want them."""
     document = compare(list(pairs))
-    attempts = {e.id: [attempt_dict(a) for a in rows] for e, rows in pairs}
+    attempts = {}
+    for experiment, rows in pairs:  # as `show` would print them: no secret leaves by value
+        redact = spec_redactor(experiment.spec)
+        for row in rows:
+            redact.learn_document(row.provenance)
+        attempts[experiment.id] = [redact.document(attempt_dict(a)) for a in rows]
     reports = {}
     if report is not None and pairs:
         reports[pairs[0][0].group] = report(document)

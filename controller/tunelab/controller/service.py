@@ -99,7 +99,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             for e in self._store.events_for(row.id)
             if e["kind"] == MLFLOW_EVENT
         }
-        return experiment_to_pb(row, self._store.attempts_for(row.id), exports)
+        return experiment_to_pb(row, self._store.attempts_for(row.id), exports=exports)
 
     @_unary
     def SubmitExperiments(

@@ -20,7 +20,7 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$")
 
 TOP_KEYS = {"name", "priority", "host", "server", "benchmark", "max_duration", "repeat", "matrix",
-            "ablation", "max_attempts", "roofline"}  # fmt: skip
+            "ablation", "max_attempts", "roofline", "redact"}  # fmt: skip
 SERVER_KEYS = {"command", "flags", "env", "port", "ready", "stop_grace", "cwd", "engine"}
 ENGINES = ("vllm", "sglang", "generic")  # the agent's engine profiles
 READY_KEYS = {"path", "model", "timeout"}
@@ -390,6 +390,8 @@ def check_experiment(raw: Any, prefix: str = "") -> tuple[dict[str, Any], list[S
         "repeat": check.integer(doc.get("repeat", 1), "repeat", 1, REPEAT),
         "max_attempts": check.integer(doc.get("max_attempts", 3), "max_attempts", 1, MAX_ATTEMPTS),
     }
+    if "redact" in doc:  # more names whose values never leave the controller (wire.py)
+        spec["redact"] = check.string_list(doc["redact"], "redact")
     if "roofline" in doc:
         given = check.mapping(doc["roofline"], "roofline", ROOFLINE_KEYS)
         spec["roofline"] = {k: check.number(v, f"roofline.{k}", 0.0) for k, v in given.items()}
