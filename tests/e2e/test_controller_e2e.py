@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.e2e.conftest import Lab, sim_experiment
 from tests.support.ports import free_port
 from tests.support.tcp_proxy import TcpProxy
+from tests.unit.controller.test_compare_view import name_cells
 from tunelab.controller.spec import expand_text
 from tunelab.controller.states import ExperimentState
 from tunelab.controller.store import ExperimentRow, SqliteStore
@@ -104,7 +105,11 @@ def test_matrix_spreads_over_both_hosts_with_gpu_power_beside_throughput(lab: La
     assert bench_log.returncode == 0, bench_log.stderr
     table = controller.cli("compare", group)
     assert table.returncode == 0 and "622.2" in table.stdout
-    assert re.search(r"--itl-ms=4,--tokens\s+gpu-[ab]\s+c=1 ", table.stdout), table.stdout
+    # each variant's name whole, broken (if at all) only between its parts: never mid-word
+    assert re.search(r"--itl-ms=4,\S*\s+gpu-[ab]\s+c=1 ", table.stdout), table.stdout
+    assert sorted(name_cells(table.stdout)) == sorted(
+        f"--itl-ms={i},--tokens-per-chunk={t}" for i in (4, 8) for t in (1, 2)
+    ), table.stdout
     assert " c=4 " in table.stdout and max(map(len, table.stdout.splitlines())) <= 100
     csv_text = controller.cli("compare", group, "--csv").stdout
     assert csv_text.count("\n") == 1 + 4 * 2  # header + one row per experiment and point
