@@ -165,10 +165,20 @@ def test_4_a_long_failure_reason_is_printed_whole(lab: Lab) -> None:
 # --- 5, 6: missing GPU figures and setup mistakes are said at once ------------------------------
 
 
+def _hint(text: str) -> list[str]:
+    """The ``tunelab hosts set ...`` command a message prints, as argv for the console script."""
+    found = re.search(r"tunelab (hosts set \S+ --metrics-url URL)", " ".join(text.split()))
+    assert found, text
+    return found.group(1).split()
+
+
 def test_5_a_wrong_metrics_url_is_named_in_show(lab: Lab) -> None:
     added = lab.run("hosts", "add", "local", lab.agent.address, "--label", "pool=first",
                     "--replace", "--metrics-url", f"http://{DEAD}/metrics")  # fmt: skip
-    assert f"GPU figures from http://{DEAD}/metrics (--metrics-url to change it)" in added.stdout
+    assert (
+        f"GPU figures from http://{DEAD}/metrics "
+        "(to change it: tunelab hosts set local --metrics-url URL)" in added.stdout
+    )
     try:
         spec = lab.spec("nogpu", **{"benchmark.requests": 16, "benchmark.output_len": 32})
         assert lab.run("submit", str(spec), "--wait").returncode == 0
@@ -183,6 +193,39 @@ def test_5_a_wrong_metrics_url_is_named_in_show(lab: Lab) -> None:
     assert compared.returncode == 0
     warning = " ".join(compared.stdout.split())  # the table wraps long lines
     assert f"no GPU figures from http://{DEAD}/metrics" in warning and "--metrics-url" in warning
+    # every hint's command works as written (URL filled in) and keeps the host's labels
+    for n, text in enumerate((added.stdout, shown.stdout, compared.stdout)):
+        url = f"http://127.0.0.1:{2 + n}/metrics"
+        argv = [url if a == "URL" else a for a in _hint(text)]
+        fixed = lab.run(*argv)
+        assert fixed.returncode == 0, fixed.stderr
+        assert f"local: labels pool=first; GPU figures from {url}" in fixed.stdout
+        (host,) = json.loads(lab.run("hosts", "ls", "--json").stdout)
+        assert host["labels"] == {"pool": "first"} and host["metrics_url"] == url
+    # the labels kept, a run that selects on them still finds the host
+    spec = lab.spec("after-set")
+    assert lab.run("submit", str(spec), "--wait").returncode == 0
+
+
+def test_hosts_set_changes_one_field_and_keeps_the_rest(lab: Lab) -> None:
+    before = json.loads(lab.run("hosts", "ls", "--json").stdout)[0]
+    labelled = lab.run("hosts", "set", "local", "--label", "rack=b7", "--json")
+    assert labelled.returncode == 0, labelled.stderr
+    after = json.loads(labelled.stdout)
+    assert after["labels"] == {**before["labels"], "rack": "b7"}
+    assert after["metrics_url"] == before["metrics_url"] and after["address"] == before["address"]
+    unset = json.loads(lab.run("hosts", "set", "local", "--unset-label", "rack", "--json").stdout)
+    assert unset["labels"] == before["labels"]
+    default = json.loads(lab.run("hosts", "set", "local", "--metrics-url", "", "--json").stdout)
+    assert default["metrics_url"].endswith(":9473/metrics")
+    nothing = lab.run("hosts", "set", "local")
+    assert nothing.returncode == 2 and "give what to change" in nothing.stderr
+    missing = lab.run("hosts", "set", "no-such-host", "--label", "a=b")
+    assert missing.returncode == 4 and "no host 'no-such-host'" in missing.stderr
+    bad = lab.run("hosts", "set", "local", "--unset-label", "nope")
+    assert bad.returncode == 2 and "has no label 'nope'" in bad.stderr
+    bad_url = lab.run("hosts", "set", "local", "--metrics-url", "ftp://x/metrics")
+    assert bad_url.returncode == 2 and "metrics_url: must start with http://" in bad_url.stderr
 
 
 def test_6_port_auto_without_port_placeholder_fails_the_dry_run(lab: Lab) -> None:

@@ -237,7 +237,7 @@ def rpc_error(
         if agent_said is not None:
             message = (
                 f"the agent refused the controller's token ({agent_said}); give the host its "
-                "token: tunelab hosts add NAME ADDR --replace --agent-token-file F"
+                "token: tunelab hosts set NAME --agent-token-file F"
             )
         else:
             message = (
