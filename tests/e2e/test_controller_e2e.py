@@ -332,3 +332,17 @@ def test_audit_a_host_through_the_controller_matches_the_agent(lab: Lab) -> None
     assert "cpu.governor" in checks and "gpu.power_limit" in checks
     unknown = controller.cli("audit", "no-such-host")
     assert unknown.returncode == 4 and "no host 'no-such-host'" in unknown.stderr  # not found
+
+
+def test_an_attempt_shorter_than_the_scrape_interval_still_has_gpu_figures(lab: Lab) -> None:
+    """Issue 24: with the interval's scrape only, 3 of 9 short attempts had no GPU figures. The
+    controller also scrapes when the benchmark window starts and ends (or, when its polls
+    missed the window, as the attempt ends); here the interval alone would never come."""
+    lab.start_controller(TUNELAB_CONTROLLER_SCRAPE_INTERVAL="10m")
+    lab.add_agent("gpu-a")
+    (done,) = lab.submit(sim_experiment("short"), wait=True)
+    assert done["state"] == "SUCCEEDED"
+    gpu = done["attempts"][-1]["gpu_summary"]
+    assert gpu["samples"] >= 1 and gpu["scrape_errors"] == 0, gpu
+    assert abs(gpu["mean_power_watts_total"] - 622.248) < 1e-6
+    assert gpu["tokens_per_joule"] is not None

@@ -24,7 +24,12 @@ from tunelab.controller.agent_client import AgentClient
 from tunelab.controller.aiocalls import StartRunCall
 from tunelab.controller.hoststate import change_host, quarantine
 from tunelab.controller.inflight import Answer, InFlight, attempt_key
-from tunelab.controller.scrape import MetricsScraper, benchmark_energy, tokens_per_joule
+from tunelab.controller.scrape import (
+    MetricsScraper,
+    ScrapeTarget,
+    benchmark_energy,
+    tokens_per_joule,
+)
 from tunelab.controller.spec.render import to_run_spec
 from tunelab.controller.states import ATTEMPT_LIVE, AttemptState
 from tunelab.controller.store import AttemptChange, AttemptRow, HostRow, Store, StoreConflict
@@ -273,11 +278,28 @@ class AttemptDriver:
             if attempt.state is A.UNKNOWN and attempt.prev_state is not None:
                 self._move(attempt, attempt.prev_state, "the agent answers again")
             return
+        self._scrape_window_edge(attempt, host, target)
         if target.is_terminal():
             result = json.loads(run.result_json) if run.result_json else None
             self._finish(attempt, target, run.message, result=with_failure(result, run))
             return
         self._move(attempt, target, run.message)
+
+    def _scrape_window_edge(self, attempt: AttemptRow, host: HostRow, target: AttemptState) -> None:
+        """Scrape the host now when the benchmark window starts or ends (beside the scraper's
+        interval), and when an attempt ends that was never scraped (its window fell between two
+        polls): no attempt is left without GPU figures."""
+        if self._scraper is None or not host.metrics_url:
+            return
+        starts = target is A.BENCHMARKING and attempt.state is not A.BENCHMARKING
+        ends = attempt.state is A.BENCHMARKING and target is not A.BENCHMARKING
+        unscraped = target.is_terminal() and not (self._scraper.snapshot(attempt.id) or {}).get(
+            "samples"
+        )
+        if starts or ends or unscraped:
+            self._scraper.scrape_target(
+                ScrapeTarget(attempt.id, host.metrics_url, attempt.gpus, starts or ends)
+            )
 
     def _move(self, attempt: AttemptRow, target: AttemptState, message: str) -> None:
         with contextlib.suppress(StoreConflict):  # another pass moved it; the next look sees it
