@@ -455,3 +455,27 @@ def _verdicts(report: str) -> dict[str, str]:
         if len(parts) >= 2 and parts[0] in ("PASS", "WARN", "FAIL", "SKIP", "ERROR"):
             out[parts[1]] = parts[0]
     return out
+
+
+def test_controller_views_show_the_servers_phase_and_progress_while_it_loads(lab: Lab) -> None:
+    """Issue 24: through a model load `show`/`ls`/watch said `STARTING: accepted` while the agent
+    knew the phase and the shard count."""
+    flags = {"server.flags.--startup-seconds": 12, "server.flags.--shards": 20}
+    submitted = lab.run("submit", str(lab.spec("slowload", **flags)), "--json")
+    assert submitted.returncode == 0, submitted.stderr
+    loading = re.compile(
+        r"STARTING: server LOADING, loading weights: Loading safetensors checkpoint shards"
+        r" \d+/20"
+    )
+    seen: dict[str, str] = {}
+    deadline = time.monotonic() + 60
+    while len(seen) < 2 and time.monotonic() < deadline:
+        for view in ("ls", "show"):
+            out = lab.run(view, *(["slowload"] if view == "show" else [])).stdout
+            found = loading.search(out)
+            if found:
+                seen.setdefault(view, found.group(0))
+        time.sleep(0.5)
+    assert set(seen) == {"ls", "show"}, seen
+    done = lab.run("wait", "slowload", timeout=120)
+    assert done.returncode == 0 and "SUCCEEDED" in done.stdout, done.stdout + done.stderr

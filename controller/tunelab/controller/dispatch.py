@@ -50,6 +50,7 @@ RUN_TO_ATTEMPT = {
     run_pb2.RUN_STATE_TIMED_OUT: A.TIMED_OUT,
 }
 _Sent = tuple[AttemptRow, HostRow, dict[str, Any]]  # what a StartRun in flight was for
+DETAIL_EVERY = 2.0  # seconds between writes of a starting server's moving load bar
 TRANSPORT_ERRORS = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 
@@ -78,6 +79,7 @@ class AttemptDriver:
         self._clock = clock
         self._failures: dict[str, int] = {}
         self._fenced: set[str] = set()
+        self._detail_at: dict[str, float] = {}  # attempt id -> when its server detail was written
         self._lock = threading.Lock()
         self._on_latency = on_dispatch_latency
         self._on_finished = on_finished
@@ -270,6 +272,17 @@ class AttemptDriver:
         if run.provenance_json and attempt.provenance is None:
             attempt.provenance = _provenance(run.provenance_json)
             self._store.update_attempt(attempt.id, provenance=attempt.provenance)
+        detail = server_detail(run.server) if run.HasField("server") else ""
+        if (
+            detail
+            and attempt.state is A.STARTING
+            and target in (None, A.STARTING)
+            and self._detail_due(attempt, detail)
+        ):
+            # the server's phase and load progress, so show/ls/watch do not say "accepted"
+            # through a 10-minute model load; transitions overwrite it with their own message
+            self._store.update_attempt(attempt.id, message=detail)
+            attempt.message = detail
         if run.kill_failed:
             self._quarantine(
                 host, f"run {attempt.id}: a process survived the stop ladder ({run.message})"
@@ -284,6 +297,22 @@ class AttemptDriver:
             self._finish(attempt, target, run.message, result=with_failure(result, run))
             return
         self._move(attempt, target, run.message)
+
+    def _detail_due(self, attempt: AttemptRow, detail: str) -> bool:
+        """A new phase is written at once; a moving bar at most every DETAIL_EVERY seconds (one
+        store write per starting attempt per poll would be wasted on a count)."""
+        if detail == attempt.message:
+            return False
+        now = self._clock()
+        with self._lock:
+            last = self._detail_at.get(attempt.id)
+            new_phase = attempt.message.split(":", 1)[0] != detail.split(":", 1)[0]
+            if last is not None and not new_phase and now - last < DETAIL_EVERY:
+                return False
+            self._detail_at[attempt.id] = now
+            if len(self._detail_at) > 4096:  # bounded: finished attempts' entries are dropped
+                self._detail_at.pop(next(iter(self._detail_at)))
+        return True
 
     def _scrape_window_edge(self, attempt: AttemptRow, host: HostRow, target: AttemptState) -> None:
         """Scrape the host now when the benchmark window starts or ends (beside the scraper's
@@ -315,6 +344,8 @@ class AttemptDriver:
     def _finish(
         self, attempt: AttemptRow, target: AttemptState, message: str, **fields: Any
     ) -> None:
+        with self._lock:
+            self._detail_at.pop(attempt.id, None)
         summary = self._scraper.finish(attempt.id) if self._scraper else None
         if summary is not None:
             energy = benchmark_energy(fields.get("result"), summary)
@@ -427,6 +458,26 @@ def with_failure(result: dict[str, Any] | None, run: run_pb2.Run) -> dict[str, A
         return result
     reason = server_pb2.FailureReason.Name(run.failure_reason).removeprefix("FAILURE_REASON_")
     return {**(result or {}), "failure_reason": reason, "failure_line": run.failure_line}
+
+
+def server_detail(server: server_pb2.Server) -> str:
+    """One line for a server that is starting: ``server LOADING, loading weights: Loading
+    safetensors checkpoint shards 12/83 (ETA 4 s)``; ``""`` once it is past starting."""
+    if server.state not in (server_pb2.SERVER_STATE_STARTING, server_pb2.SERVER_STATE_LOADING):
+        return ""
+    state = server_pb2.ServerState.Name(server.state).removeprefix("SERVER_STATE_")
+    line = f"server {state}"
+    if server.phase:
+        phase = server_pb2.ServerPhase.Name(server.phase).removeprefix("SERVER_PHASE_")
+        line += f", {phase.lower().replace('_', ' ')}"
+    bar = server.progress if server.HasField("progress") else None
+    if bar is not None and bar.total and (bar.phase == server.phase or not server.phase):
+        line += (
+            f": {bar.label} {bar.done}/{bar.total}" if bar.label else f": {bar.done}/{bar.total}"
+        )
+        if bar.eta_seconds >= 0 and bar.done < bar.total:
+            line += f" (ETA {bar.eta_seconds:.0f} s)"
+    return line
 
 
 def _progress(run: run_pb2.Run) -> dict[str, Any] | None:
