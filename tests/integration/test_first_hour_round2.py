@@ -1,0 +1,34 @@
+"""Integration: issue 24's smaller first-hour findings, each through the real console scripts
+(``tunelab``, ``tunelab-agent``), asserting the message and the exit code."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+TUNELAB = str(Path(sys.executable).with_name("tunelab"))
+AGENT = str(Path(sys.executable).with_name("tunelab-agent"))
+
+
+def run(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout)
+
+
+def test_bare_tunelab_agent_prints_help_and_exits_0_without_rst_quotes() -> None:
+    done = run(AGENT)
+    assert done.returncode == 0, done.stderr
+    assert "serve" in done.stdout and "audit" in done.stdout
+    audit_help = run(AGENT, "audit", "--help")
+    assert audit_help.returncode == 0
+    for text in (done.stdout, audit_help.stdout):
+        assert "``" not in text, text
+
+
+def test_agent_audit_json_into_a_closed_pipe_is_silent() -> None:
+    proc = subprocess.Popen([AGENT, "audit", "--json"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # as `| head -0` does
+    assert proc.wait(60) == 141
+    assert b"Traceback" not in proc.stderr.read()
