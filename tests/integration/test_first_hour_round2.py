@@ -32,3 +32,18 @@ def test_agent_audit_json_into_a_closed_pipe_is_silent() -> None:
     proc.stdout.close()  # as `| head -0` does
     assert proc.wait(60) == 141
     assert b"Traceback" not in proc.stderr.read()
+
+
+def test_bench_says_a_missing_flag_is_missing_and_names_flags_not_fields() -> None:
+    base = [TUNELAB, "bench", "--url", "http://127.0.0.1:1", "--model", "m"]
+    cases = [
+        ([], "give --concurrency N[,N...] (closed loop) or --rate R (open loop, requests/s)"),
+        (["--concurrency", "1", "--output-len", "8"], "--input-len is required"),
+        (["--concurrency", "1", "--input-len", "8"], "--output-len is required"),
+        (["--rate", "-1", "--input-len", "8", "--output-len", "8"], "--rate: must be a finite"),
+    ]
+    for extra, message in cases:
+        done = run(*base, *extra)
+        assert done.returncode == 2, (extra, done.stderr)
+        assert message in done.stderr, (extra, done.stderr)
+        assert "request_rate" not in done.stderr and "must be >= 1" not in done.stderr
