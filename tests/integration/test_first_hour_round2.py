@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -47,3 +48,27 @@ def test_bench_says_a_missing_flag_is_missing_and_names_flags_not_fields() -> No
         assert done.returncode == 2, (extra, done.stderr)
         assert message in done.stderr, (extra, done.stderr)
         assert "request_rate" not in done.stderr and "must be >= 1" not in done.stderr
+
+
+def test_controller_db_in_an_uncreatable_folder_is_named_not_a_bug(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    done = run(TUNELAB, "controller", "serve", "--listen", "127.0.0.1:0",
+               "--db", str(blocker / "sub" / "tunelab.db"))  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert f"cannot create the database's folder {blocker}" in done.stderr, done.stderr
+    assert "this is a bug" not in done.stderr
+
+
+def test_db_postgresql_without_the_extra_names_the_install_command(tmp_path: Path) -> None:
+    # a psycopg that cannot be imported, as on an install without the [postgresql] extra
+    (tmp_path / "psycopg.py").write_text("raise ImportError(\"No module named 'psycopg'\")\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    done = subprocess.run(
+        [TUNELAB, "controller", "serve", "--listen", "127.0.0.1:0",
+         "--db", "postgresql://tunelab:secret@127.0.0.1:1/tunelab"],
+        capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "pip install 'tunelab[postgresql]'" in done.stderr, done.stderr
+    assert "this is a bug" not in done.stderr and "secret" not in done.stderr
