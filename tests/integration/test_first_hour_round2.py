@@ -72,3 +72,22 @@ def test_db_postgresql_without_the_extra_names_the_install_command(tmp_path: Pat
     assert done.returncode == 2, done.stderr
     assert "pip install 'tunelab[postgresql]'" in done.stderr, done.stderr
     assert "this is a bug" not in done.stderr and "secret" not in done.stderr
+
+
+def test_controller_at_a_metrics_port_is_named_as_plain_http(tmp_path: Path) -> None:
+    from tests.support.agent_proc import AgentProcess
+    from tests.support.ports import free_port
+
+    metrics = free_port()
+    agent = AgentProcess(tmp_path / "agent", ["--metrics-listen", f"127.0.0.1:{metrics}"])
+    agent.start()
+    try:
+        for flag, daemon in (("--controller", "controller"), ("--agent", "agent")):
+            argv = ["ls"] if daemon == "controller" else ["server", "ls"]
+            done = run(TUNELAB, *argv, flag, f"127.0.0.1:{metrics}")
+            assert done.returncode == 3, done.stderr
+            assert "answered, but not in gRPC (plain HTTP, such as a /metrics port)" in done.stderr
+            assert f"not a tunelab {daemon}'s gRPC address" in done.stderr
+            assert "Failed parsing HTTP/2" not in done.stderr
+    finally:
+        agent.terminate()
