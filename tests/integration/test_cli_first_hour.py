@@ -479,3 +479,31 @@ def test_controller_views_show_the_servers_phase_and_progress_while_it_loads(lab
     assert set(seen) == {"ls", "show"}, seen
     done = lab.run("wait", "slowload", timeout=120)
     assert done.returncode == 0 and "SUCCEEDED" in done.stdout, done.stdout + done.stderr
+
+
+def test_a_bad_flags_failure_reason_has_no_argparse_padding(lab: Lab) -> None:
+    spec = lab.spec("badflag", **{"server.flags.--itl-ms": "x"})
+    result = lab.run("submit", str(spec), "--wait")
+    assert result.returncode == 1
+    line = next(x for x in lab.run("ls").stdout.splitlines() if " badflag " in x)
+    message = line.split("server FAILED:", 1)[1]
+    assert "invalid _non_negative value: 'x'" in message and "| [--tag TAG] |" in message, line
+    assert "   " not in message.strip(), line  # argparse's usage lines are indented ~40 spaces
+
+
+def test_repeat_1_says_not_enough_repeats_once_per_change(lab: Lab) -> None:
+    spec = lab.spec("once")
+    doc = yaml.safe_load(spec.read_text())
+    doc["ablation"] = [{"server.flags.--itl-ms": 5}, {"server.flags.--tag": "no-op"}]
+    doc["repeat"] = 1
+    spec.write_text(yaml.safe_dump(doc, sort_keys=False))
+    assert lab.run("submit", str(spec), "--wait").returncode == 0
+    compared = lab.run("compare", "once")
+    assert compared.returncode == 0, compared.stderr
+    text = " ".join(compared.stdout.split())
+    for change in ("--itl-ms=5", "--tag=no-op"):
+        assert (
+            f"effect of {change} against the baseline: not enough repeats to estimate it: "
+            "1 baseline and 1 variant launch(es), 3 of each are needed (repeat: 3 in the spec)"
+        ) in text, compared.stdout
+    assert compared.stdout.count("not enough repeats") <= 3, compared.stdout  # legend + 2

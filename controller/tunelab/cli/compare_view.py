@@ -12,7 +12,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from tunelab.controller.effects import METRIC_LABELS
+from tunelab.controller.effects import METRIC_LABELS, MIN_REPEATS, NOT_ENOUGH
 
 WIDTH = 100
 # Names (variants, hosts) are broken only after one of NAME_BREAKS, or, for a part too long for
@@ -200,15 +200,31 @@ def _effects_table(title: str, effects: list[dict[str, Any]]) -> Table:
     return table
 
 
-def effects_tables(doc: dict[str, Any]) -> list[Table]:
+def _too_few(effects: list[dict[str, Any]]) -> str | None:
+    """One line instead of a table whose every row would say "not enough repeats" because the
+    launches are fewer than MIN_REPEATS (``repeat: 1``)."""
+    if not effects or any(e["verdict"] != NOT_ENOUGH for e in effects):
+        return None
+    n_base = max(e["n_baseline"] for e in effects)
+    n_variant = max(e["n_variant"] for e in effects)
+    if min(n_base, n_variant) >= MIN_REPEATS:
+        return None
+    return (
+        f"not enough repeats to estimate it: {n_base} baseline and {n_variant} variant "
+        f"launch(es), {MIN_REPEATS} of each are needed (repeat: {MIN_REPEATS} in the spec)"
+    )
+
+
+def effects_tables(doc: dict[str, Any]) -> list[Table | str]:
     by_change: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for effect in doc.get("effects", []):
         by_change[effect["change"]].append(effect)
     kind = "main effect" if doc.get("design") == "matrix" else "effect"
-    tables = [
-        _effects_table(f"{kind} of {change} against the baseline", effects)
-        for change, effects in by_change.items()
-    ]
+    tables: list[Table | str] = []
+    for change, effects in by_change.items():
+        title = f"{kind} of {change} against the baseline"
+        few = _too_few(effects)
+        tables.append(f"{title}: {few}" if few else _effects_table(title, effects))
     largest = doc.get("largest_interactions") or []
     if largest:
         table = Table(

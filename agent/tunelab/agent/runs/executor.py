@@ -293,7 +293,8 @@ class RunExecutor:
                 )
                 return
             if server.state.is_terminal():
-                tail = " | ".join(server.log_tail[-5:])
+                # one line for a person: argparse's usage continuation lines carry ~40 spaces
+                tail = " | ".join(" ".join(line.split()) for line in server.log_tail[-5:])
                 raise BenchFailed(
                     f"server {server.state.value}: {server.message}"
                     + (f" — {tail}" if tail else "")
