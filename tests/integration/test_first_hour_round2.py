@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+from tests.support.agent_proc import AgentProcess
 
 TUNELAB = str(Path(sys.executable).with_name("tunelab"))
 AGENT = str(Path(sys.executable).with_name("tunelab-agent"))
@@ -75,7 +78,6 @@ def test_db_postgresql_without_the_extra_names_the_install_command(tmp_path: Pat
 
 
 def test_controller_at_a_metrics_port_is_named_as_plain_http(tmp_path: Path) -> None:
-    from tests.support.agent_proc import AgentProcess
     from tests.support.ports import free_port
 
     metrics = free_port()
@@ -91,3 +93,36 @@ def test_controller_at_a_metrics_port_is_named_as_plain_http(tmp_path: Path) -> 
             assert "Failed parsing HTTP/2" not in done.stderr
     finally:
         agent.terminate()
+
+
+def test_server_logs_tail_counts_printed_lines_and_status_json_has_the_log_tail(
+    agent: AgentProcess,
+) -> None:
+    from tests.support.ports import free_port
+
+    env = {**os.environ, "TUNELAB_AGENT": agent.address}
+    port = str(free_port())
+
+    def cli(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([TUNELAB, *argv], capture_output=True, text=True, timeout=60,
+                              env=env)  # fmt: skip
+
+    started = cli(
+        "server", "start", "--port", port, "--wait", "--json", "--", sys.executable, "-m",
+        "tunelab.bench.simulator", "--port", port, "--model", "sim", "--startup-seconds", "1",
+        "--shards", "40",
+    )  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    server_id = json.loads(started.stdout)["id"]
+    try:
+        for n in (1, 3, 7):
+            tail = cli("server", "logs", server_id, "--tail", str(n))
+            assert tail.returncode == 0, tail.stderr
+            assert len(tail.stdout.splitlines()) == n, tail.stdout  # was 87 for --tail 3
+        last = cli("server", "logs", server_id, "--tail", "1").stdout.strip()
+        text = cli("server", "status", server_id)
+        shown = [line[4:] for line in text.stdout.splitlines() if line.startswith("  | ")]
+        status = json.loads(cli("server", "status", server_id, "--json").stdout)
+        assert status["log_tail"] == shown and shown and shown[-1] == last, (status, shown)
+    finally:
+        cli("server", "stop", server_id)

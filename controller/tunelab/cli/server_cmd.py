@@ -282,7 +282,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     stub = _stub(args)
     server = _get(stub, args)
     if args.json:
-        print_json(server_json(server))
+        data = server_json(server)
+        if not data["log_tail"]:  # a live server's reply has none: the same lines as the text
+            data["log_tail"] = _last_lines(stub, args, server.id)
+        print_json(data)
     else:
         _print_summary(server)
         phase = phase_name(server.phase)
@@ -332,11 +335,34 @@ def cmd_logs(args: argparse.Namespace) -> int:
         ) from None
 
 
+def _piped_tail(stub: agent_pb2_grpc.AgentStub, args: argparse.Namespace) -> int:
+    """``--tail N`` into a pipe: the agent counts newline-ended lines, but one of those may hold
+    dozens of ``\r`` progress redraws that the pipe gets as lines; print the last N of those.
+    Returns the offset after what was read (``-f`` goes on from there)."""
+    request = agent_pb2.StreamLogsRequest(server_id=args.id, tail_lines=args.tail)
+    chunks = call(
+        args.agent,
+        lambda: list(stub.StreamLogs(request, timeout=UNARY_TIMEOUT)),
+        daemon="agent",
+        timeout=UNARY_TIMEOUT,
+    )
+    data = PipedLog(terminal=False).convert(b"".join(c.data for c in chunks))
+    kept = data.splitlines(keepends=True)[-args.tail :] if args.tail > 0 else []
+    sys.stdout.buffer.write(b"".join(kept))
+    sys.stdout.buffer.flush()
+    return max((c.offset + len(c.data) for c in chunks), default=0)
+
+
 def _stream_logs(stub: agent_pb2_grpc.AgentStub, args: argparse.Namespace) -> int:
     out = sys.stdout.buffer
     lines = PipedLog(terminal=is_terminal())
     offset = 0
     tail = args.tail
+    if tail is not None and not is_terminal():
+        offset = _piped_tail(stub, args)
+        if not args.follow:
+            return EXIT_OK
+        tail = None
     while True:
         request = agent_pb2.StreamLogsRequest(server_id=args.id, follow=args.follow)
         if tail is not None:
