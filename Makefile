@@ -10,7 +10,9 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@# -qq: errors only; without it pip relays setuptools' notice that an editable install
+	@# uses a meta path finder (the package-dir layout needs one), 10 lines of no use here
+	$(BIN)/python -m pip install -qq -e '.[dev]'
 	touch $(STAMP)
 
 ## demo: the main job on the embedded default (local agent + simulator, no GPU needed)
