@@ -138,7 +138,10 @@ def repeat_groups(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 UNVARIED: dict[str, Callable[[dict[str, Any]], Any]] = {
     "driver": lambda p: (p.get("system") or {}).get("driver_version"),
     "CUDA": lambda p: (p.get("system") or {}).get("cuda_driver_version"),
-    "GPU model": lambda p: ", ".join(sorted(str(g.get("name")) for g in p.get("gpus") or [])),
+    # a host without GPUs is a value too: runs split between it and an H200 must be said
+    "GPU model": lambda p: (
+        ", ".join(sorted(str(g.get("name")) for g in p.get("gpus") or [])) or "no GPU"
+    ),
     "power limit": lambda p: ", ".join(
         f"{g.get('power_limit_watts'):g} W"
         for g in p.get("gpus") or []
