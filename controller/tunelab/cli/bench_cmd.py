@@ -150,6 +150,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         duration = parse_duration(args.duration) if args.duration else 0.0
     except ValueError as exc:
         raise CliError(f"--duration: {exc}", EXIT_USAGE) from None
+    _check_required(args)
     try:
         return BenchConfig(
             url=args.url,
@@ -179,7 +180,33 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
     except BenchConfigError as exc:
         name = exc.field.split("[", 1)[0]
         flag = _FLAGS.get(name, "--" + name.replace("_", "-"))
-        raise CliError(f"{flag}: {exc.problem}", EXIT_USAGE) from None
+        problem = exc.problem
+        for field, option in _FLAGS.items():  # the flags' names, not the config's fields
+            problem = problem.replace(field, option)
+        raise CliError(f"{flag}: {problem}", EXIT_USAGE) from None
+
+
+def _check_required(args: argparse.Namespace) -> None:
+    """What is missing is said as missing (not "must be >= 1" for a flag never given); a preset
+    fills in what it sets."""
+    if args.preset:
+        return
+    if not args.concurrency and not args.rate:
+        raise CliError(
+            "give --concurrency N[,N...] (closed loop) or --rate R (open loop, requests/s)",
+            EXIT_USAGE,
+        )
+    if args.concurrency and args.rate:
+        raise CliError("give --concurrency or --rate, not both", EXIT_USAGE)
+    for flag, value, what in (
+        ("--input-len", args.input_len, "prompt length in tokens"),
+        ("--output-len", args.output_len, "max_tokens per request"),
+    ):
+        if not value:
+            raise CliError(
+                f"{flag} is required ({what}, e.g. {flag} 128), unless --preset decode",
+                EXIT_USAGE,
+            )
 
 
 def preflight(config: BenchConfig) -> BenchConfig:

@@ -155,6 +155,11 @@ class ControllerClient(_Client):
             self._stub.RemoveHost, controller_pb2.RemoveHostRequest(name=name), HOSTS_TIMEOUT
         )
 
+    def update_host(
+        self, request: controller_pb2.UpdateHostRequest
+    ) -> controller_pb2.UpdateHostResponse:
+        return self._unary(self._stub.UpdateHost, request, HOSTS_TIMEOUT)
+
     def set_host_drain(
         self, request: controller_pb2.SetHostDrainRequest
     ) -> controller_pb2.SetHostDrainResponse:

@@ -226,7 +226,11 @@ def cmd_ls(args: argparse.Namespace) -> int:
     for r in rows:
         host = r["attempts"][-1]["host"] if r["attempts"] else "-"
         attempts = str(len(r["attempts"]))
-        table.append((r["id"], r["group"], r["name"], r["state"], host, attempts, r["message"]))
+        message = r["message"]
+        if r["state"] == "RUNNING" and r["attempts"]:
+            last = r["attempts"][-1]  # what runs now: e.g. the server's load progress
+            message = f"{last['state']}: {last['message']}" if last["message"] else last["state"]
+        table.append((r["id"], r["group"], r["name"], r["state"], host, attempts, message))
     print_table(table)
     return EXIT_OK
 

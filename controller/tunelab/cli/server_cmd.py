@@ -256,7 +256,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     client = AgentClient.for_args(args)
     server = _get(client, args)
     if args.json:
-        print_json(server_json(server))
+        data = server_json(server)
+        if not data["log_tail"]:  # a live server's reply has none: the same lines as the text
+            data["log_tail"] = _last_lines(client, server.id)
+        print_json(data)
     else:
         _print_summary(server)
         phase = phase_name(server.phase)
@@ -296,11 +299,29 @@ def cmd_logs(args: argparse.Namespace) -> int:
         ) from None
 
 
+def _piped_tail(client: AgentClient, args: argparse.Namespace) -> int:
+    """``--tail N`` into a pipe: the agent counts newline-ended lines, but one of those may hold
+    dozens of ``\r`` progress redraws that the pipe gets as lines; print the last N of those.
+    Returns the offset after what was read (``-f`` goes on from there)."""
+    request = agent_pb2.StreamLogsRequest(server_id=args.id, tail_lines=args.tail)
+    chunks = client.read_logs(request)
+    data = PipedLog(terminal=False).convert(b"".join(c.data for c in chunks))
+    kept = data.splitlines(keepends=True)[-args.tail :] if args.tail > 0 else []
+    sys.stdout.buffer.write(b"".join(kept))
+    sys.stdout.buffer.flush()
+    return max((c.offset + len(c.data) for c in chunks), default=0)
+
+
 def _stream_logs(client: AgentClient, args: argparse.Namespace) -> int:
     out = sys.stdout.buffer
     lines = PipedLog(terminal=is_terminal())
     offset = 0
     tail = args.tail
+    if tail is not None and not is_terminal():
+        offset = _piped_tail(client, args)
+        if not args.follow:
+            return EXIT_OK
+        tail = None
     while True:
         request = agent_pb2.StreamLogsRequest(server_id=args.id, follow=args.follow)
         if tail is not None:

@@ -7,8 +7,8 @@ import re
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator
-from typing import TypeVar
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar
 
 import grpc
 import structlog
@@ -279,14 +279,8 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             host, _ = split_host_port(request.address)
         except ValueError as exc:
             raise InvalidRequest(f"address: {exc}") from None
-        metrics_url = (
-            request.metrics_url or f"http://{_url_host(host)}:{self._metrics_port}/metrics"
-        )
-        if not metrics_url.startswith(("http://", "https://")):
-            raise InvalidRequest("metrics_url: must start with http:// or https://")
-        for key in request.labels:
-            if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$", key):
-                raise InvalidRequest(f"labels: bad label name {key!r}")
+        metrics_url = self._metrics_url(host, request.metrics_url)
+        _check_labels("labels", request.labels)
         row = HostRow(
             name=request.name,
             address=request.address,
@@ -300,6 +294,42 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         saved = self._store.add_host(row, replace=request.replace)
         self._wake(True)
         return controller_pb2.AddHostResponse(host=self._host_pb(saved))
+
+    def _metrics_url(self, agent_host: str, given: str) -> str:
+        url = given or f"http://{_url_host(agent_host)}:{self._metrics_port}/metrics"
+        if not url.startswith(("http://", "https://")):
+            raise InvalidRequest("metrics_url: must start with http:// or https://")
+        return url
+
+    @_unary
+    def UpdateHost(
+        self, request: controller_pb2.UpdateHostRequest, context: grpc.ServicerContext
+    ) -> controller_pb2.UpdateHostResponse:
+        """Change the fields given and keep every other one (labels one by one)."""
+        host = self._host(request.name)
+        _check_labels("set_labels", request.set_labels)
+        fields: dict[str, Any] = {}
+        if request.HasField("metrics_url"):
+            agent_host, _ = split_host_port(host.address)
+            fields["metrics_url"] = self._metrics_url(agent_host, request.metrics_url)
+        if request.set_labels or request.remove_labels:
+            unknown = sorted(set(request.remove_labels) - host.labels.keys())
+            if unknown:
+                raise InvalidRequest(f"remove_labels: {request.name} has no label {unknown[0]!r}")
+            labels = {k: v for k, v in host.labels.items() if k not in request.remove_labels}
+            fields["labels"] = {**labels, **request.set_labels}
+        if request.HasField("token"):
+            fields["token"] = request.token or None
+        if not fields:
+            raise InvalidRequest(
+                "give at least one of metrics_url, set_labels, remove_labels, token"
+            )
+        try:
+            self._store.update_host(request.name, **fields)
+        except KeyError:
+            raise NotFoundError(f"no host {request.name!r} (tunelab hosts ls lists them)") from None
+        self._wake(True)
+        return controller_pb2.UpdateHostResponse(host=self._host_pb(self._host(request.name)))
 
     @_unary
     def RemoveHost(
@@ -361,6 +391,12 @@ def unique_ids(prefix: str, count: int) -> list[str]:
     while len(ids) < count:
         ids[f"{prefix}{secrets.token_hex(8)}"] = None
     return list(ids)
+
+
+def _check_labels(field: str, labels: Mapping[str, str]) -> None:
+    for key in labels:
+        if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$", key):
+            raise InvalidRequest(f"{field}: bad label name {key!r}")
 
 
 def _url_host(host: str) -> str:

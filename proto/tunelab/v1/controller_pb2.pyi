@@ -725,6 +725,94 @@ class AddHostResponse(_message.Message):
 Global___AddHostResponse: _TypeAlias = AddHostResponse  # noqa: Y015
 
 @_typing.final
+class UpdateHostRequest(_message.Message):
+    """Change some fields of a registered host and keep the rest (AddHost with replace writes a
+    whole new row: labels, token and metrics URL not given are gone).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class SetLabelsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    NAME_FIELD_NUMBER: _builtins.int
+    METRICS_URL_FIELD_NUMBER: _builtins.int
+    SET_LABELS_FIELD_NUMBER: _builtins.int
+    REMOVE_LABELS_FIELD_NUMBER: _builtins.int
+    TOKEN_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    metrics_url: _builtins.str
+    """unset: keep; "" : back to the default from the address"""
+    token: _builtins.str
+    """unset: keep; "": the agent client's default"""
+    @_builtins.property
+    def set_labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """added or changed"""
+
+    @_builtins.property
+    def remove_labels(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        metrics_url: _builtins.str | None = ...,
+        set_labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        remove_labels: _abc.Iterable[_builtins.str] | None = ...,
+        token: _builtins.str | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_metrics_url", b"_metrics_url", "_token", b"_token", "metrics_url", b"metrics_url", "token", b"token"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_metrics_url", b"_metrics_url", "_token", b"_token", "metrics_url", b"metrics_url", "name", b"name", "remove_labels", b"remove_labels", "set_labels", b"set_labels", "token", b"token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__metrics_url: _TypeAlias = _typing.Literal["metrics_url"]  # noqa: Y015
+    _WhichOneofArgType__metrics_url: _TypeAlias = _typing.Literal["_metrics_url", b"_metrics_url"]  # noqa: Y015
+    _WhichOneofReturnType__token: _TypeAlias = _typing.Literal["token"]  # noqa: Y015
+    _WhichOneofArgType__token: _TypeAlias = _typing.Literal["_token", b"_token"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__metrics_url) -> _WhichOneofReturnType__metrics_url | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__token) -> _WhichOneofReturnType__token | None: ...
+
+Global___UpdateHostRequest: _TypeAlias = UpdateHostRequest  # noqa: Y015
+
+@_typing.final
+class UpdateHostResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HOST_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def host(self) -> Global___Host: ...
+    def __init__(
+        self,
+        *,
+        host: Global___Host | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["host", b"host"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["host", b"host"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateHostResponse: _TypeAlias = UpdateHostResponse  # noqa: Y015
+
+@_typing.final
 class RemoveHostRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -18,6 +18,7 @@ import structlog
 from tunelab.agent.errors import AgentError, Conflict, InvalidSpec, NotFound, storage_error
 from tunelab.agent.recordbook import RecordBook
 from tunelab.agent.runs.commandjob import RESULT_FILE_FIELD, BenchFailed, CommandJob, confined
+from tunelab.agent.runs.metrics import exported_progress
 from tunelab.agent.runs.record import MAX_EVENTS, RunChanges, RunEvent, RunRecord, RunSpec
 from tunelab.agent.runs.states import RunState, check_run_transition
 from tunelab.agent.servers.ports import PortPool
@@ -135,13 +136,10 @@ class RunExecutor:
         return [r.run_id for r in self.runs(include_finished=False)]
 
     def live_progress(self) -> dict[str, dict[str, Any]]:
-        """Latest benchmark progress of each run that has one, oldest first, by experiment label
-        (or run id). Finished runs keep their last figures so counters do not drop mid-scrape."""
+        """Latest benchmark progress of each running run (and of runs finished in the last
+        FINISHED_LINGER seconds), oldest first, by experiment label or run id."""
         with self._lock:
-            ordered = sorted(self._runs.values(), key=lambda r: r.started_at)
-            return {
-                (r.spec.experiment or r.run_id): dict(r.progress) for r in ordered if r.progress
-            }
+            return exported_progress(list(self._runs.values()), self._clock())
 
     def watch(self, run_id: str, cancelled: Callable[[], bool]) -> Iterator[RunRecord]:
         self.get(run_id)
@@ -300,7 +298,8 @@ class RunExecutor:
                 )
                 return
             if server.state.is_terminal():
-                tail = " | ".join(server.log_tail[-5:])
+                # one line for a person: argparse's usage continuation lines carry ~40 spaces
+                tail = " | ".join(" ".join(line.split()) for line in server.log_tail[-5:])
                 raise BenchFailed(
                     f"server {server.state.value}: {server.message}"
                     + (f" — {tail}" if tail else "")
