@@ -81,6 +81,24 @@ def _pair(point: dict[str, Any], metric: str, first: str = "mean", second: str =
     return f"{point[f'{first}_{metric}_ms']:.1f} / {point[f'{second}_{metric}_ms']:.1f}"
 
 
+CAUSES = {
+    "cpu_saturated": "SATURATED",
+    "cpu_wait": "STARVED: cpu wait",
+    "connection_setup": "LATE: conn set-up",
+    "event_loop_lag": "LATE: loop lag",
+}
+
+
+def client_column(point: dict[str, Any]) -> str:
+    """The self-check in a word or two: ``ok``, or the cause the evidence shows."""
+    cause = point.get("client_check", {}).get("client_cause")
+    if cause:
+        return CAUSES.get(str(cause), str(cause))
+    if point.get("client_saturated"):
+        return "SATURATED"
+    return "STARVED" if point.get("client_starved") else "ok"
+
+
 def render_summary(document: dict[str, Any], decode: bool, console: Console | None = None) -> None:
     """The summary table (one row per point), errors, warnings, and the decode line."""
     out = console or Console(width=None if sys.stdout.isatty() else 140)
@@ -101,7 +119,7 @@ def render_summary(document: dict[str, Any], decode: bool, console: Console | No
             _pair(p, "tpot"),
             _pair(p, "itl_per_token", "median"),
             _pair(p, "e2el"),
-            "SATURATED" if p["client_saturated"] else "ok",
+            client_column(p),
         )
     out.print(table)
     out.print("times in ms; TPOT = (E2E - TTFT)/(tokens - 1); ITL/token = chunk gap / its tokens")
@@ -117,5 +135,8 @@ def render_summary(document: dict[str, Any], decode: bool, console: Console | No
                 f"max {p['max_itl_per_token_ms']:.2f} ms over {p['itl_per_token_samples']} "
                 f"tokens ({p['completed']} requests, {p['mean_output_tokens']:.0f} tokens each)"
             )
+    dataset = document.get("dataset")
+    if dataset:
+        out.print(f"dataset {dataset['name']}: lengths {dataset['lengths']}")
     for warning in document.get("warnings", []):
         out.print(f"[yellow]warning:[/yellow] {warning}")

@@ -29,6 +29,10 @@ def request_line(point_index: int, rec: RequestRecord, origin: float) -> dict[st
         "start_s": round(rec.start - origin, 6),  # from the point's first measured dispatch
         "dispatch_lag_ms": round((rec.start - rec.scheduled) * 1000.0, 4),
         "send_delay_ms": round((rec.dispatched - rec.start) * 1000.0, 4),
+        "queue_ms": round(rec.queue_time * 1000.0, 4),
+        "prefix_group": rec.group,
+        "turn": rec.turn,
+        "conversation": rec.conversation,
         "ttft_ms": None,
         "e2e_ms": None,
         "tpot_ms": None,
