@@ -6,9 +6,10 @@ collapses long outputs). The warm-up goes first, on the same pool, and is left o
 
 The clock: a closed loop (and an open loop with ``max_concurrency``) first opens and warms as
 many connections as it will use, then starts its clock, so connection set-up is not part of
-its duration (``clock_start: after_connections_warmed``); if fewer than that could be warmed,
-the clock starts at the first request's write instead (``first_request``). An open loop
-without a cap starts at its first arrival, connecting as requests need (``first_request``).
+its duration (``clock_start: after_connections_warmed``); if a closed loop could warm fewer,
+its clock starts at the first request's write instead (``first_request``). An open loop's
+clock starts at its first arrival, the origin of its schedule (``first_arrival``); without a
+cap it connects as requests need, and each request's ``send_delay`` shows what that cost.
 
 Multi-turn: a conversation sends turn ``t + 1`` only after turn ``t``'s answer has ended (and
 ``think_time_s`` has passed); its prompt is the history so far plus a new user message. The
@@ -120,6 +121,8 @@ class Sweep:
     async def run_point(self, point: Point) -> dict[str, Any]:
         state = PointState(point)
         state.requests = point.requests
+        if not point.concurrency:
+            state.clock_start = "first_arrival"
         if self.config.timed_trace and not point.requests and not point.duration_seconds:
             state.requests = self.dataset.size
         workload = Workload(self.config, point.index, self.tokens, self.dataset)
