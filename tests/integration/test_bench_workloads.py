@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,7 +43,7 @@ def test_multi_turn_sends_a_turn_only_after_the_previous_answer(sim: SimulatorPr
     for conv in range(3):
         turns = sorted((x for x in lines if x["conversation"] == conv), key=lambda x: x["turn"])
         assert [x["turn"] for x in turns] == [0, 1, 2]
-        for before, after in zip(turns, turns[1:], strict=False):
+        for before, after in itertools.pairwise(turns):
             assert after["start_s"] >= before["end_s"] + 0.05  # answer ended, then think time
             assert after["prompt_tokens"] > before["prompt_tokens"]  # the history grows
     # two conversations at a time: the third waited for a free one from the point's start
@@ -76,7 +77,7 @@ def test_trace_is_sent_no_earlier_than_its_timestamps(
 
 
 def test_closed_loop_warms_its_connections_and_queues_like_vllm(sim: SimulatorProcess) -> None:
-    doc, lines = sweep(sim, concurrency=(4,), requests=12, output_len=3)
+    doc, _lines = sweep(sim, concurrency=(4,), requests=12, output_len=3)
     point = doc["points"][0]
     assert point["clock_start"] == "after_connections_warmed"
     assert point["connections_warmed"] == 4
