@@ -167,7 +167,9 @@ def add_dataset_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--prefix-groups", type=int, help="shared-prefix: distinct prefixes (10)")
     g.add_argument("--turns", type=int, help="multi-turn: turns per conversation (4)")
     g.add_argument("--think-time", help="multi-turn: pause after each answer, e.g. 2s")
-    g.add_argument("--file-format", choices=("auto", "sharegpt", "chat", "jsonl"))
+    g.add_argument(
+        "--file-format", choices=("auto", "sharegpt", "chat", "jsonl"), help="default: by content"
+    )
     g.add_argument("--file-output-len", type=int, help="file: max_tokens for every prompt")
     g.add_argument("--trace-block-size", type=int, help="trace: tokens per hash id (512)")
     g.add_argument("--trace-sec-multiplier", type=float, help="trace: seconds per unit")

@@ -105,18 +105,25 @@ def add_vllm_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--custom-output-len", type=int, help="custom: max_tokens (default 256)")
     g.add_argument("--timed-trace-chunk-hash-size", type=int, help="tokens per hash id (16)")
     g.add_argument("--timed-trace-sec-multiplier", type=float, help="seconds per unit (1)")
-    g.add_argument("--self-timed", action=argparse.BooleanOptionalAction, default=None)
-    g.add_argument("--ignore-eos", action="store_true", default=None)
-    g.add_argument("--save-result", action="store_true", default=None)
+    g.add_argument(
+        "--self-timed",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="timed_trace: send at the trace's times (its default)",
+    )
+    g.add_argument("--ignore-eos", action="store_true", default=None, help="set ignore_eos")
+    g.add_argument(
+        "--save-result", action="store_true", default=None, help="write vLLM's result JSON"
+    )
     g.add_argument("--result-dir", help="where --save-result writes (default .)")
     g.add_argument("--result-filename", help="default {label}-{rate}qps-{model}-{date}.json")
     g.add_argument("--percentile-metrics", help="default ttft,tpot,itl")
     g.add_argument("--metric-percentiles", help='default "99"')
     g.add_argument("--goodput", nargs="+", metavar="KEY:MS", help="ttft:X tpot:Y e2el:Z")
     g.add_argument("--num-warmups", type=int, help="warm-up requests (excluded)")
-    g.add_argument("--ramp-up-strategy", choices=("linear", "exponential"))
-    g.add_argument("--ramp-up-start-rps", type=int)
-    g.add_argument("--ramp-up-end-rps", type=int)
+    g.add_argument("--ramp-up-strategy", choices=("linear", "exponential"), help="rate rises")
+    g.add_argument("--ramp-up-start-rps", type=int, help="ramp: first rate")
+    g.add_argument("--ramp-up-end-rps", type=int, help="ramp: last rate")
     g.add_argument("--disable-tqdm", action="store_true", default=None, help="no progress bar")
     for flag in UNSUPPORTED:
         p.add_argument(flag, action=_Refuse, help=argparse.SUPPRESS)
