@@ -86,6 +86,7 @@ class BenchConfig:
     trace_sec_multiplier: float = 0.0  # trace: seconds per timestamp unit (0: ms or s by field)
     trace_timed: bool = True  # trace: send at the recorded times (vLLM --self-timed)
     dataset_sha256: str = ""  # file / trace: refuse a file whose content hash differs
+    dataset_file: str = ""  # the name a spec gave the file (the agent resolves dataset_path)
     percentiles: tuple[float, ...] = ()  # extra p<X>_<metric>_ms (vLLM --metric-percentiles)
     percentile_metrics: tuple[str, ...] = ()  # which metrics get them (default ttft,tpot,itl)
     slo_e2el_ms: float = 0.0
@@ -175,6 +176,12 @@ class BenchConfig:
             slo_tpot_ms=pb.slo_tpot_ms,
             seed=pb.seed,
             preset=pb.preset,
+            rates=tuple(pb.rates),
+            max_concurrency=pb.max_concurrency,
+            ramp=pb.ramp,
+            ramp_start_rate=pb.ramp_start_rate,
+            ramp_end_rate=pb.ramp_end_rate,
+            **_dataset_from_pb(pb.dataset) if pb.HasField("dataset") else {},
         ).with_preset()
 
     # checks -----------------------------------------------------------------------------------
@@ -338,6 +345,29 @@ class BenchConfig:
     def endpoint(self) -> str:
         base = self.url.rstrip("/").removesuffix("/v1")
         return base + ("/v1/chat/completions" if self.api == "chat" else "/v1/completions")
+
+
+def _dataset_from_pb(d: run_pb2.DatasetSpec) -> dict[str, Any]:
+    """A DatasetSpec's settings (the path as given: the agent confines and resolves it)."""
+    return {
+        "dataset": d.name or "random",
+        "input_dist": d.input_dist or "uniform",
+        "output_dist": d.output_dist or "uniform",
+        "input_sigma": d.input_sigma,
+        "output_sigma": d.output_sigma,
+        "output_range_ratio": d.output_range_ratio if d.HasField("output_range_ratio") else -1.0,
+        "prefix_len": d.prefix_len,
+        "prefix_groups": d.prefix_groups,
+        "turns": d.turns,
+        "think_time_s": d.think_time_seconds,
+        "dataset_path": d.path,
+        "file_format": d.file_format or "auto",
+        "file_output_len": d.file_output_len,
+        "trace_block_size": d.trace_block_size or 512,
+        "trace_sec_multiplier": d.trace_sec_multiplier,
+        "trace_timed": d.trace_timed if d.HasField("trace_timed") else True,
+        "dataset_sha256": d.sha256,
+    }
 
 
 def _is_hex(text: str) -> bool:

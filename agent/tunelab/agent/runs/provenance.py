@@ -62,7 +62,26 @@ BENCH_DATA_KEYS = (
     "preset",
     "ignore_eos",
     "temperature",
+    # the dataset (issue 26): its name, parameters and, for a file, its content hash
+    "dataset",
+    "input_dist",
+    "output_dist",
+    "input_sigma",
+    "output_sigma",
+    "output_range_ratio",
+    "prefix_len",
+    "prefix_groups",
+    "turns",
+    "think_time_s",
+    "file_format",
+    "file_output_len",
+    "trace_block_size",
+    "trace_sec_multiplier",
+    "trace_timed",
+    "dataset_sha256",
+    "dataset_file",
 )
+DATASET_KEYS = BENCH_DATA_KEYS[BENCH_DATA_KEYS.index("dataset") :]
 SHEBANG_BYTES = 512
 
 
@@ -180,10 +199,17 @@ def benchmark_provenance(spec: RunSpec) -> dict[str, Any]:
     if spec.builtin is not None:
         shaping = {k: spec.builtin.get(k) for k in BENCH_DATA_KEYS}
         text = json.dumps(shaping, sort_keys=True, default=str)
+        dataset = {k: spec.builtin[k] for k in DATASET_KEYS if k in spec.builtin}
         return {
             "kind": "builtin",
             "seed": spec.builtin.get("seed"),
             "dataset_sha256": hashlib.sha256(text.encode()).hexdigest(),
+            "dataset": {
+                "name": dataset.pop("dataset", "random"),
+                "file": dataset.pop("dataset_file", None),
+                "content_sha256": dataset.pop("dataset_sha256", "") or None,
+                "parameters": dataset,
+            },
         }
     argv = list(spec.command.argv) if spec.command else []
     text = json.dumps(argv)

@@ -1,0 +1,67 @@
+"""Unit: a run's dataset file is read from the agent's datasets folder only, confined like
+``result_file``, and its content hash checked and recorded (issue 26)."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from tunelab.agent.errors import InvalidSpec
+from tunelab.agent.runs.datasetfile import resolve_dataset
+from tunelab.agent.runs.provenance import benchmark_provenance
+from tunelab.agent.runs.record import RunSpec
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    root = tmp_path / "datasets"
+    (root / "traces").mkdir(parents=True)
+    (root / "traces" / "t.jsonl").write_text(
+        '{"timestamp": 0, "input_length": 3, "output_length": 2}\n'
+    )
+    (tmp_path / "secret.jsonl").write_text('{"prompt": "not yours"}\n')
+    (root / "out").symlink_to(tmp_path / "secret.jsonl")
+    return root
+
+
+def test_a_file_in_the_folder_is_resolved_and_hashed(folder: Path) -> None:
+    content = (folder / "traces" / "t.jsonl").read_bytes()
+    sha = hashlib.sha256(content).hexdigest()
+    got = resolve_dataset({"dataset": "trace", "dataset_path": "traces/t.jsonl"}, folder)
+    assert got["dataset_path"] == str((folder / "traces" / "t.jsonl").resolve())
+    assert got["dataset_sha256"] == sha and got["dataset_file"] == "traces/t.jsonl"
+    checked = {"dataset_path": "traces/t.jsonl", "dataset_sha256": sha.upper()}
+    assert resolve_dataset(checked, folder)["dataset_sha256"] == sha
+    spec = RunSpec(server=None, server_id="s", builtin=got, command=None, max_duration=0)
+    dataset = benchmark_provenance(spec)["dataset"]
+    assert dataset["content_sha256"] == sha and dataset["name"] == "trace"
+    assert dataset["file"] == "traces/t.jsonl"
+    assert resolve_dataset({"dataset": "random"}, folder) == {"dataset": "random"}
+
+
+@pytest.mark.parametrize(
+    ("name", "problem"),
+    [
+        ("/etc/passwd", "must be a relative path"),
+        ("../secret.jsonl", "must be a relative path"),
+        ("out", "leads out of"),
+        ("traces/missing.jsonl", "is not a file"),
+        ("traces", "is not a file"),
+    ],
+)
+def test_paths_outside_the_folder_or_missing_are_refused(
+    folder: Path, name: str, problem: str
+) -> None:
+    with pytest.raises(InvalidSpec, match=problem) as info:
+        resolve_dataset({"dataset_path": name}, folder)
+    assert info.value.field == "spec.benchmark.builtin.dataset.path"
+
+
+def test_a_hash_mismatch_and_a_missing_folder_are_refused(folder: Path, tmp_path: Path) -> None:
+    with pytest.raises(InvalidSpec, match="has sha256") as info:
+        resolve_dataset({"dataset_path": "traces/t.jsonl", "dataset_sha256": "0" * 64}, folder)
+    assert info.value.field == "spec.benchmark.builtin.dataset.sha256"
+    with pytest.raises(InvalidSpec, match="no datasets folder"):
+        resolve_dataset({"dataset_path": "t.jsonl"}, tmp_path / "nowhere")
