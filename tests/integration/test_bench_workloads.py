@@ -79,7 +79,7 @@ def test_trace_is_sent_no_earlier_than_its_timestamps(
 def test_closed_loop_warms_its_connections_and_queues_like_vllm(sim: SimulatorProcess) -> None:
     doc, _lines = sweep(sim, concurrency=(4,), requests=12, output_len=3)
     point = doc["points"][0]
-    assert point["clock_start"] == "after_connections_warmed"
+    assert point["clock_start"] == "first_request"
     assert point["connections_warmed"] == 4
     assert point["client_check"]["connections_opened"] == 0  # none opened on the clock
     queued = sorted(point["queue_times"])
@@ -100,3 +100,19 @@ def test_rate_list_with_a_cap_and_shared_prefix_groups(sim: SimulatorProcess) ->
         assert point["by_prefix_group"]["0"]["completed"] == 3
         assert "p90_ttft_ms" in point and "p50_itl_ms" in point
     assert {x["prefix_group"] for x in lines} == {0, 1}
+
+
+def test_a_timed_trace_sends_its_first_n_rows_and_never_more(
+    sim: SimulatorProcess, tmp_path: Path
+) -> None:
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(
+        "".join(
+            json.dumps({"timestamp": i * 0.01, "input_length": 4, "output_length": 2}) + "\n"
+            for i in range(5)
+        )
+    )
+    first, _ = sweep(sim, dataset="trace", dataset_path=str(trace), requests=3)
+    assert first["points"][0]["completed"] == 3
+    every, _ = sweep(sim, dataset="trace", dataset_path=str(trace), requests=50)
+    assert every["points"][0]["completed"] == 5

@@ -16,8 +16,16 @@ from rich.table import Table
 from tunelab.bench.progress import ProgressState
 
 
-def point_label(concurrency: int, rate: float | str) -> str:
-    return f"c={concurrency}" if concurrency else f"rate={rate}/s"
+def point_label(concurrency: int, rate: float | str, point: dict[str, Any] | None = None) -> str:
+    """``c=16``, ``rate=2.0/s``; a ramp or a timed trace (no rate of its own) by what it is."""
+    if concurrency:
+        return f"c={concurrency}"
+    if point is not None and point.get("ramp"):
+        ramp = point["ramp"]
+        return f"ramp {ramp['start_rate']:g}->{ramp['end_rate']:g}/s"
+    if point is not None and point.get("dataset") == "trace" and rate == "inf":
+        return "trace"
+    return f"rate={rate}/s"
 
 
 class BenchProgressView:
@@ -110,7 +118,7 @@ def render_summary(document: dict[str, Any], decode: bool, console: Console | No
         table.add_column(header, justify="right")
     for p in document["points"]:
         table.add_row(
-            point_label(p["concurrency"], p["request_rate"]),
+            point_label(p["concurrency"], p["request_rate"], p),
             str(p["completed"]),
             str(p["failed"]),
             f"{p['request_throughput']:.2f}",
@@ -124,7 +132,7 @@ def render_summary(document: dict[str, Any], decode: bool, console: Console | No
     out.print(table)
     out.print("times in ms; TPOT = (E2E - TTFT)/(tokens - 1); ITL/token = chunk gap / its tokens")
     for p in document["points"]:
-        label = point_label(p["concurrency"], p["request_rate"])
+        label = point_label(p["concurrency"], p["request_rate"], p)
         if p["errors_by_kind"]:
             kinds = ", ".join(f"{k} {n}" for k, n in sorted(p["errors_by_kind"].items()))
             out.print(f"{label} errors: {kinds}")

@@ -279,3 +279,12 @@ def test_rate_lists_are_points() -> None:
     assert [p.request_rate for p in points] == [1.0, 2.5]
     assert all(p.max_concurrency == 3 and p.requests == 5 for p in points)
     assert BenchConfig.from_dict(config.to_dict()) == config
+
+
+def test_points_are_labelled_by_what_they_are() -> None:
+    from tunelab.bench.console import point_label
+
+    assert point_label(16, "inf") == "c=16" and point_label(0, 2.0) == "rate=2.0/s"
+    ramp = {"ramp": {"strategy": "linear", "start_rate": 1.0, "end_rate": 8.0}}
+    assert point_label(0, "inf", ramp) == "ramp 1->8/s"
+    assert point_label(0, "inf", {"dataset": "trace", "ramp": None}) == "trace"
