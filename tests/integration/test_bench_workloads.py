@@ -116,3 +116,41 @@ def test_a_timed_trace_sends_its_first_n_rows_and_never_more(
     assert first["points"][0]["completed"] == 3
     every, _ = sweep(sim, dataset="trace", dataset_path=str(trace), requests=50)
     assert every["points"][0]["completed"] == 5
+
+
+def test_stopped_while_warming_connections_still_yields_the_point() -> None:
+    """A stop (SIGTERM/Ctrl-C cancel the sweep) while the pool's connections are being warmed,
+    before the clock: the point is still summarised, as interrupted, so the result has it."""
+    import asyncio
+
+    from tunelab.bench.sweep import Sweep
+
+    async def scenario() -> list[dict[str, Any]]:
+        accepted = asyncio.Event()
+        held: list[asyncio.StreamWriter] = []
+
+        async def never_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            held.append(writer)
+            if len(held) >= 3:
+                accepted.set()
+
+        server = await asyncio.start_server(never_answer, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        config = BenchConfig(
+            url=f"http://127.0.0.1:{port}", model="m", concurrency=(3,), requests=3,
+            input_len=4, output_len=2,
+        ).with_preset()  # fmt: skip
+        points: list[dict[str, Any]] = []
+        task = asyncio.get_running_loop().create_task(Sweep(config, None, None).run(points))
+        await asyncio.wait_for(accepted.wait(), 30)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        for w in held:
+            w.close()
+        server.close()
+        return points
+
+    points = asyncio.run(scenario())
+    assert len(points) == 1 and points[0]["interrupted"] is True
+    assert points[0]["completed"] == 0 and points[0]["connections_warmed"] == 0

@@ -135,17 +135,11 @@ class Sweep:
         slots = point.concurrency or point.max_concurrency
         try:
             async with open_session(slots, pool) as session:
-                if self.config.warmup:
-                    await self._warmup(session, workload, point)
-                if slots:
-                    state.connections_warmed = await warm_connections(
-                        session, self.config.models_url, slots, WARM_TIMEOUT_S
-                    )
-                if point.concurrency and not self.multi_turn:
-                    # the first wave's bodies are built before the clock, so that building
-                    # them does not stagger the first writes (256 bodies: tens of ms)
-                    first = min(point.concurrency, state.requests or point.concurrency)
-                    state.first_wave = {i: workload.request(i) for i in range(first)}
+                interrupted = False
+                try:
+                    await self._prepare(session, workload, state, slots)
+                except asyncio.CancelledError:
+                    interrupted = True  # stopped before the clock: an empty point, then stop
                 state.phase = "measure"
                 state.tokens_at_start = self.live.output_tokens
                 monitor = Monitor(
@@ -158,15 +152,15 @@ class Sweep:
                 monitor.start()
                 state.started = time.perf_counter()
                 try:
-                    if point.concurrency:
+                    if interrupted:
+                        pass
+                    elif point.concurrency:
                         await self._closed_loop(session, workload, state)
                     else:
                         await self._open_loop(session, workload, state)
                 except asyncio.CancelledError:
                     # stopped mid-point: summarise the requests that finished, then stop
                     interrupted = True
-                else:
-                    interrupted = False
                 check = monitor.stop(pool.opened - opened_before)
         finally:
             reporter.cancel()
@@ -211,6 +205,22 @@ class Sweep:
                 client_starved=summary["client_starved"],
             )
         return summary
+
+    async def _prepare(
+        self, session: aiohttp.ClientSession, workload: Workload, state: PointState, slots: int
+    ) -> None:
+        """Off the clock: warm-up requests, the pool's connections, the first wave's bodies."""
+        point = state.point
+        if self.config.warmup:
+            await self._warmup(session, workload, point)
+        if slots:
+            state.connections_warmed = await warm_connections(
+                session, self.config.models_url, slots, WARM_TIMEOUT_S
+            )
+        if point.concurrency and not self.multi_turn:
+            # built before the clock, so that building them does not stagger the first writes
+            first = min(point.concurrency, state.requests or point.concurrency)
+            state.first_wave = {i: workload.request(i) for i in range(first)}
 
     def _slos(self) -> tuple[float, float]:  # ttft, tpot
         return self.config.slo_ttft_ms, self.config.slo_tpot_ms
