@@ -136,6 +136,15 @@ def render_summary(document: dict[str, Any], decode: bool, console: Console | No
         if p["errors_by_kind"]:
             kinds = ", ".join(f"{k} {n}" for k, n in sorted(p["errors_by_kind"].items()))
             out.print(f"{label} errors: {kinds}")
+        for key, name in (("by_turn", "turn"), ("by_prefix_group", "prefix group")):
+            slices = p.get(key) or {}
+            if 1 < len(slices) <= 16:
+                parts = [
+                    f"{k}: {v['median_ttft_ms']:.1f}/{v['median_tpot_ms']:.1f}"
+                    for k, v in slices.items()
+                    if v["median_ttft_ms"] is not None and v["median_tpot_ms"] is not None
+                ]
+                out.print(f"{label} TTFT/TPOT p50 ms by {name}: " + ", ".join(parts))
         if decode and p["completed"]:
             out.print(
                 f"{label} decode: TPOT {p['mean_tpot_ms']:.2f} ms; per-token ITL min "
