@@ -65,3 +65,23 @@ def test_a_hash_mismatch_and_a_missing_folder_are_refused(folder: Path, tmp_path
     assert info.value.field == "spec.benchmark.builtin.dataset.sha256"
     with pytest.raises(InvalidSpec, match="no datasets folder"):
         resolve_dataset({"dataset_path": "t.jsonl"}, tmp_path / "nowhere")
+
+
+def test_a_random_run_hashes_as_before_datasets_existed() -> None:
+    """Dataset settings at their defaults are left out of the provenance hash, so a random run
+    recorded before this change and one after it compare as the same dataset."""
+    from tunelab.bench.config import BenchConfig
+
+    old = {"api": "completions", "input_len": 64, "output_len": 8, "seed": 1, "requests": 4}
+    new = BenchConfig(
+        url="http://h:1", concurrency=(1,), input_len=64, output_len=8, seed=1, requests=4
+    ).to_dict()
+
+    def sha(builtin: dict[str, object]) -> str:
+        spec = RunSpec(server=None, server_id="s", builtin=builtin, command=None, max_duration=0)
+        return str(benchmark_provenance(spec)["dataset_sha256"])
+
+    keys = ("api", "input_len", "output_len", "range_ratio", "seed", "requests",
+            "duration_seconds", "warmup", "preset", "ignore_eos", "temperature")  # fmt: skip
+    assert sha({k: new[k] for k in keys}) == sha(new)
+    assert sha(old) != sha({**new, "dataset": "shared-prefix", "prefix_len": 5})

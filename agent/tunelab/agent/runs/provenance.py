@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import fields
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from tunelab.agent.gpu import GpuBackend, GpuError
 from tunelab.agent.runs.modelfiles import describe_model
 from tunelab.agent.runs.record import RunSpec
 from tunelab.agent.servers.spec import ServerSpec
+from tunelab.bench.config import BenchConfig
 from tunelab.common import __version__
 
 REDACTED = "<redacted>"
@@ -82,6 +84,7 @@ BENCH_DATA_KEYS = (
     "dataset_file",
 )
 DATASET_KEYS = BENCH_DATA_KEYS[BENCH_DATA_KEYS.index("dataset") :]
+_DEFAULTS = {f.name: f.default for f in fields(BenchConfig)}
 SHEBANG_BYTES = 512
 
 
@@ -197,7 +200,13 @@ def benchmark_provenance(spec: RunSpec) -> dict[str, Any]:
     """Seed and dataset hash: the built-in generator synthesises its prompts from the settings
     hashed here, so equal hashes mean equal requests; a command benchmark hashes its argv."""
     if spec.builtin is not None:
-        shaping = {k: spec.builtin.get(k) for k in BENCH_DATA_KEYS}
+        # a dataset setting at its default is left out, so a random run hashes as it did
+        # before datasets existed (runs recorded then stay comparable)
+        shaping = {
+            k: spec.builtin.get(k)
+            for k in BENCH_DATA_KEYS
+            if k not in DATASET_KEYS or spec.builtin.get(k, _DEFAULTS.get(k)) != _DEFAULTS.get(k)
+        }
         text = json.dumps(shaping, sort_keys=True, default=str)
         dataset = {k: spec.builtin[k] for k in DATASET_KEYS if k in spec.builtin}
         return {
