@@ -143,6 +143,41 @@ def test_bench_beside_vllm_bench_serve(
     assert point["mean_ttft_ms"] > 0 and vllm_result["mean_ttft_ms"] > 0
 
 
+def test_the_same_vllm_bench_serve_line_runs_on_both_tools(
+    venv: Path, tiny_model: Path, vllm_server: Started, tmp_path: Path
+) -> None:
+    """Issue 26: one `vllm bench serve` argument line, unchanged, run by vLLM and by
+    `tunelab bench`; both saved results side by side."""
+    port = vllm_server.spec.port
+    pin = ["taskset", "-c", CLIENT_CPU]
+    line = ["--backend", "openai", "--base-url", f"http://127.0.0.1:{port}", "--model", "tiny"]
+    line += ["--tokenizer", str(tiny_model), "--dataset-name", "random"]
+    line += ["--random-input-len", "32", "--random-output-len", "16", "--num-prompts", "16"]
+    line += ["--max-concurrency", "4", "--ignore-eos", "--temperature", "0", "--seed", "3"]
+    line += ["--percentile-metrics", "ttft,tpot,e2el", "--metric-percentiles", "50,99"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    results = {}
+    for tool, head in (
+        ("vllm", [str(venv / "bin" / "vllm"), "bench", "serve"]),
+        ("tunelab", [sys.executable, "-P", "-m", "tunelab.cli.main", "bench"]),
+    ):
+        save = ["--save-result", "--result-dir", str(tmp_path), "--result-filename", f"{tool}.json"]
+        argv = [*pin, *head, *line, *save]
+        subprocess.run(argv, check=True, timeout=300, env=env, stdout=subprocess.DEVNULL)
+        results[tool] = json.loads((tmp_path / f"{tool}.json").read_text())
+    theirs, ours = results["vllm"], results["tunelab"]
+    keys = ("completed", "total_output_tokens", "max_concurrency", "output_throughput",
+            "mean_ttft_ms", "p50_ttft_ms", "p99_ttft_ms", "mean_tpot_ms",
+            "p99_e2el_ms")  # fmt: skip
+    print("\n| field | vllm bench serve | tunelab bench |\n|---|---:|---:|")
+    for key in keys:
+        print(f"| {key} | {theirs.get(key)} | {ours.get(key)} |")
+    assert ours["completed"] == theirs["completed"] == 16
+    assert ours["total_output_tokens"] == theirs["total_output_tokens"] == 16 * 16
+    assert ours["max_concurrency"] == theirs["max_concurrency"] == 4
+    assert "p50_ttft_ms" in ours and "p99_e2el_ms" in ours
+
+
 def _prefix_cache(port: int) -> tuple[float, float]:
     """(hits, queries) of vLLM's prefix cache counters, in tokens."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
