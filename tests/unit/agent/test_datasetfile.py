@@ -85,3 +85,11 @@ def test_a_random_run_hashes_as_before_datasets_existed() -> None:
             "duration_seconds", "warmup", "preset", "ignore_eos", "temperature")  # fmt: skip
     assert sha({k: new[k] for k in keys}) == sha(new)
     assert sha(old) != sha({**new, "dataset": "shared-prefix", "prefix_len": 5})
+
+
+def test_a_file_with_no_usable_line_is_refused_at_start(folder: Path) -> None:
+    (folder / "bad.jsonl").write_text("nope\n")
+    with pytest.raises(InvalidSpec, match="line 1: not JSON") as info:
+        resolve_dataset({"dataset": "file", "dataset_path": "bad.jsonl"}, folder)
+    assert info.value.field == "spec.benchmark.builtin.dataset.path"
+    assert str(folder) not in info.value.problem  # named as the spec named it

@@ -1,31 +1,23 @@
 """A run's dataset file, read on the agent from its datasets folder (``datasets_dir``).
 
 The spec names the file relative to that folder; like a command benchmark's ``result_file``
-it is confined there (no absolute path, no ``..``, no symlink out), it must be a regular file,
-and when the spec gives a sha256 the content must have it. The accepted spec then carries the
-resolved path and the content's hash, which goes into the run's provenance.
+it is confined there (no absolute path, no ``..``, no symlink out), it must be a regular file
+with at least one usable line, and when the spec gives a sha256 the content must have it. The
+accepted spec then carries the resolved path and the content's hash, which goes into the run's
+provenance.
 """
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
 from tunelab.agent.errors import InvalidSpec
 from tunelab.agent.runs.commandjob import confined
+from tunelab.bench import promptfiles
 
 PATH_FIELD = "spec.benchmark.builtin.dataset.path"
 SHA_FIELD = "spec.benchmark.builtin.dataset.sha256"
-CHUNK = 1 << 20
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def resolve_dataset(builtin: dict[str, Any], datasets_dir: Path) -> dict[str, Any]:
@@ -38,10 +30,11 @@ def resolve_dataset(builtin: dict[str, Any], datasets_dir: Path) -> dict[str, An
     path = confined(datasets_dir, name, PATH_FIELD)
     if not path.is_file():
         raise InvalidSpec(PATH_FIELD, f"{name!r} is not a file in {datasets_dir}")
-    try:
-        actual = file_sha256(path)
-    except OSError as exc:
-        raise InvalidSpec(PATH_FIELD, f"{name!r} cannot be read: {exc.strerror}") from None
+    fmt = "trace" if builtin.get("dataset") == "trace" else str(builtin.get("file_format", "auto"))
+    try:  # parsed here too, so that a file with no usable line is refused at StartRun
+        actual = promptfiles.load(str(path), fmt).sha256
+    except promptfiles.DatasetFileError as exc:
+        raise InvalidSpec(PATH_FIELD, str(exc).replace(str(path), repr(name), 1)) from None
     expected = str(builtin.get("dataset_sha256", "")).lower()
     if expected and expected != actual:
         raise InvalidSpec(SHA_FIELD, f"{name!r} has sha256 {actual}, not {expected}")
