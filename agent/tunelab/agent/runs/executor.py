@@ -18,6 +18,7 @@ import structlog
 from tunelab.agent.errors import AgentError, Conflict, InvalidSpec, NotFound, storage_error
 from tunelab.agent.recordbook import RecordBook
 from tunelab.agent.runs.commandjob import RESULT_FILE_FIELD, BenchFailed, CommandJob, confined
+from tunelab.agent.runs.datasetfile import resolve_dataset
 from tunelab.agent.runs.metrics import exported_progress
 from tunelab.agent.runs.record import MAX_EVENTS, RunChanges, RunEvent, RunRecord, RunSpec
 from tunelab.agent.runs.states import RunState, check_run_transition
@@ -72,9 +73,11 @@ class RunExecutor:
         writer: DurableWriter | None = None,
         quarantined: QuarantineList | None = None,
         ports: PortPool | None = None,
+        datasets_dir: Path | None = None,
     ) -> None:
         self._dir = state_dir / "runs"
         self._ports = ports or PortPool()
+        self._datasets_dir = datasets_dir or state_dir / "datasets"
         self._provenance = provenance
         self._dir.mkdir(parents=True, exist_ok=True)
         self._registry = registry
@@ -165,6 +168,8 @@ class RunExecutor:
             raise InvalidSpec("spec.max_duration_seconds", "must be >= 0")
         if spec.command is not None:
             confined(self.run_dir(run_id), spec.command.result_file, RESULT_FILE_FIELD)
+        if spec.builtin is not None and spec.builtin.get("dataset_path"):
+            spec = replace(spec, builtin=resolve_dataset(spec.builtin, self._datasets_dir))
         with self._lock:
             if self._closing.is_set():
                 raise Conflict("the agent is shutting down")
