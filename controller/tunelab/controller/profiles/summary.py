@@ -45,16 +45,21 @@ CPU = "cpu"
 
 def to_ns(value: object) -> int | None:
     """Microseconds (an int, or a number's text as ``exact_numbers`` leaves it) to nanoseconds."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
+    if type(value) is str:
+        whole, dot, frac = value.partition(".")
+        if dot and len(frac) <= 3 and whole.isdigit() and frac.isdigit():  # PyTorch's form
+            return int(whole) * 1000 + int(frac.ljust(3, "0"))
+        return _slow_ns(value)
+    if type(value) is int:
         return value * 1000
-    if isinstance(value, float):
+    if type(value) is float:
         return round(value * 1000)
-    if not isinstance(value, str):
-        return None
-    text = value.strip()
-    whole, dot, frac = text.partition(".")
+    return None
+
+
+def _slow_ns(text: str) -> int | None:
+    """Signs, more than three decimals (rounded half up), exponents."""
+    whole, dot, frac = text.strip().partition(".")
     if dot and frac.isdigit() and (whole.lstrip("-").isdigit() or whole in ("", "-")):
         sign = -1 if whole.startswith("-") else 1
         digits = (frac + "000")[:3]
