@@ -7,6 +7,7 @@ that is wrong, in the proto's spelling (``concurrency[2]``); the agent's wire la
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import asdict, dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
@@ -74,6 +75,17 @@ class BenchConfig:
     max_client_cpu: float = 0.85
     # ...and starved when it waited for a CPU (run queue) more than this share of the time
     max_client_runqueue: float = 0.05
+    warmup_seconds: float = 0.0  # warm-up per point by time; set, it replaces the `warmup` count
+    # The engine's profiler around one point's measured window (tunelab.bench.profiling):
+    # -1 = none; the window is profile_seconds, or profile_requests requests, or the point.
+    profile_point: int = -1
+    profile_seconds: float = 0.0
+    profile_requests: int = 0
+    profile_start_url: str = ""
+    profile_stop_url: str = ""
+    profile_start_body: str = ""  # JSON text, sent as is
+    profile_stop_timeout_s: float = 120.0  # writing a trace can take a while
+    reset_cache_url: str = ""  # POSTed before each point and its warm-up
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "concurrency", tuple(self.concurrency))
@@ -173,6 +185,42 @@ class BenchConfig:
         check(self.slo_ttft_ms >= 0, "slo_ttft_ms", "must be >= 0")
         check(self.slo_tpot_ms >= 0, "slo_tpot_ms", "must be >= 0")
         check(self.request_timeout_s > 0, "request_timeout_s", "must be > 0")
+        check(
+            math.isfinite(self.warmup_seconds) and self.warmup_seconds >= 0,
+            "warmup_seconds",
+            "must be >= 0",
+        )
+        self._validate_profile(check)
+
+    def _validate_profile(self, check: Any) -> None:
+        if self.reset_cache_url:
+            check(
+                self.reset_cache_url.startswith(("http://", "https://")),
+                "reset_cache_url",
+                "must be an http(s) URL",
+            )
+        if self.profile_point < 0:
+            return
+        check(
+            self.profile_point < len(self.points()),
+            "profile_point",
+            f"there are {len(self.points())} points; profile_point counts from 0",
+        )
+        for name in ("profile_start_url", "profile_stop_url"):
+            url = getattr(self, name)
+            check(url.startswith(("http://", "https://")), name, "must be an http(s) URL")
+        check(
+            math.isfinite(self.profile_seconds) and self.profile_seconds >= 0,
+            "profile_seconds",
+            "must be >= 0",
+        )
+        check(self.profile_requests >= 0, "profile_requests", "must be >= 0")
+        check(self.profile_stop_timeout_s > 0, "profile_stop_timeout_s", "must be > 0")
+        if self.profile_start_body:
+            try:
+                json.loads(self.profile_start_body)
+            except ValueError:
+                check(False, "profile_start_body", "must be JSON")
 
     # the sweep --------------------------------------------------------------------------------
     def points(self) -> list[Point]:

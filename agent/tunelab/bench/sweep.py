@@ -8,6 +8,8 @@ collapses long outputs). The warm-up goes first, on the same pool, and is left o
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 import json
 import math
 import time
@@ -19,6 +21,15 @@ from typing import IO, Any
 import aiohttp
 
 from tunelab.bench.config import BenchConfig, Point
+from tunelab.bench.profiling import (
+    RESET_TIMEOUT_S,
+    START_TIMEOUT_S,
+    HttpOutcome,
+    ProfileWindow,
+    post,
+    stop_profile,
+    wait_window,
+)
 from tunelab.bench.progress import PROGRESS_INTERVAL, PointProgress, ProgressWriter
 from tunelab.bench.records import request_line
 from tunelab.bench.selfcheck import Monitor
@@ -94,12 +105,23 @@ class Sweep:
         state = PointState(point)
         workload = Workload(self.config, point.index, self.tokens)
         reporter = asyncio.get_running_loop().create_task(self._report(state))
+        reset: HttpOutcome | None = None
+        window: ProfileWindow | None = None
+        profiler: asyncio.Task[None] | None = None
+        measured = asyncio.Event()
         try:
+            if self.config.reset_cache_url:
+                reset = await post(self.config.reset_cache_url, None, RESET_TIMEOUT_S)
             async with open_session(point.concurrency) as session:
-                if self.config.warmup:
+                if self.config.warmup or self.config.warmup_seconds:
                     await self._warmup(session, workload, point)
                 state.phase = "measure"
                 state.tokens_at_start = self.live.output_tokens
+                if point.index == self.config.profile_point:
+                    window = ProfileWindow()
+                    profiler = asyncio.get_running_loop().create_task(
+                        self._profile(state, window, measured)
+                    )
                 monitor = Monitor(
                     self.config.max_mean_loop_lag_ms,
                     self.config.max_loop_lag_ms,
@@ -121,6 +143,10 @@ class Sweep:
                 check = monitor.stop()
         finally:
             reporter.cancel()
+            measured.set()
+            if profiler is not None:  # the stop is sent even when the point was interrupted
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(profiler)
         state.phase = "done"
         self._emit_progress(state)
         ended = max((r.end for r in state.records), default=state.started)
@@ -132,6 +158,14 @@ class Sweep:
         if self.config.save_detailed:
             summary.update(detailed(state.records, state.started))
         summary["warnings"] = self._warnings(summary)
+        if reset is not None:
+            summary["cache_reset"] = reset.to_dict()
+            if not reset.ok:
+                summary["warnings"].append(f"cache reset failed: {reset.error}")
+        if window is not None:
+            summary["profile"] = window.to_dict()
+            if not window.ok:
+                summary["warnings"].append(str(window.warning()))
         if interrupted:
             summary["interrupted"] = True
             summary["warnings"].append(
@@ -149,6 +183,26 @@ class Sweep:
                 client_starved=summary["client_starved"],
             )
         return summary
+
+    async def _profile(
+        self, state: PointState, window: ProfileWindow, ended: asyncio.Event
+    ) -> None:
+        """Start the engine's profiler, wait for the window, stop it (always, once started)."""
+        cfg = self.config
+        body = cfg.profile_start_body.encode() or None
+        window.start = await post(cfg.profile_start_url, body, START_TIMEOUT_S)
+        began, tokens, requests = time.perf_counter(), self.live.output_tokens, len(state.records)
+        if window.start.ok:
+            await wait_window(
+                cfg.profile_seconds,
+                cfg.profile_requests,
+                lambda: len(state.records) - requests,
+                ended,
+            )
+        window.window_seconds = time.perf_counter() - began
+        window.output_tokens = self.live.output_tokens - tokens
+        window.requests = len(state.records) - requests
+        window.stop = await stop_profile(cfg.profile_stop_url, None, cfg.profile_stop_timeout_s)
 
     def _slos(self) -> tuple[float, float]:
         return self.config.slo_ttft_ms, self.config.slo_tpot_ms
@@ -172,12 +226,21 @@ class Sweep:
     async def _warmup(
         self, session: aiohttp.ClientSession, workload: Workload, point: Point
     ) -> None:
-        width = min(self.config.warmup, point.concurrency or self.config.warmup)
-        queue = iter(range(self.config.warmup))
+        cfg = self.config
+        if cfg.warmup_seconds:  # by time (the count is then ignored): the point's width, a deadline
+            width = point.concurrency or max(1, math.ceil(point.request_rate))
+            queue: Any = itertools.count()
+            deadline = time.perf_counter() + cfg.warmup_seconds
+        else:
+            width = min(cfg.warmup, point.concurrency or cfg.warmup)
+            queue = iter(range(cfg.warmup))
+            deadline = math.inf
         done: list[RequestRecord] = []
 
         async def worker() -> None:
             for i in queue:
+                if time.perf_counter() >= deadline:
+                    return
                 done.append(await self._one(session, workload, -1 - i, warmup=True))
 
         await asyncio.gather(*(worker() for _ in range(width)))
