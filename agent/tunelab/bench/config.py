@@ -20,6 +20,8 @@ PRESETS = ("", "decode")
 DECODE_OUTPUT_LEN = 512
 DECODE_INPUT_LEN = 32
 DECODE_REQUESTS = 3
+DEFAULT_PROFILE_MAX_BYTES = 500 * 1000 * 1000
+DEFAULT_STOP_TIMEOUT_S = 120.0
 
 
 class BenchConfigError(ValueError):
@@ -85,10 +87,15 @@ class BenchConfig:
     profile_stop_url: str = ""
     profile_start_body: str = ""  # JSON text, sent as is
     profile_stop_timeout_s: float = 120.0  # writing a trace can take a while
+    # read by the agent, not the load generator: what to record and how much to keep
+    profile_activities: tuple[str, ...] = ("cpu", "gpu")
+    profile_max_bytes: int = DEFAULT_PROFILE_MAX_BYTES
     reset_cache_url: str = ""  # POSTed before each point and its warm-up
+    reset_cache: bool = False  # asked for: the agent fills reset_cache_url from the engine
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "concurrency", tuple(self.concurrency))
+        object.__setattr__(self, "profile_activities", tuple(self.profile_activities))
 
     # construction -----------------------------------------------------------------------------
     def with_preset(self) -> BenchConfig:
@@ -110,6 +117,7 @@ class BenchConfig:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["concurrency"] = list(self.concurrency)
+        data["profile_activities"] = list(self.profile_activities)
         return data
 
     @classmethod
@@ -120,11 +128,26 @@ class BenchConfig:
             raise BenchConfigError(unknown[0], "unknown setting")
         values = dict(data)
         values["concurrency"] = tuple(values.get("concurrency", ()))
+        if "profile_activities" in values:
+            values["profile_activities"] = tuple(values["profile_activities"])
         return cls(**values).with_preset()
 
     @classmethod
     def from_builtin_pb(cls, pb: run_pb2.BuiltinBenchmark, default_url: str) -> BenchConfig:
         """The proto's settings with defaults filled; raises :class:`BenchConfigError`."""
+        profile = pb.profile if pb.HasField("profile") else None
+        profiling: dict[str, Any] = {}
+        if profile is not None:
+            profiling = {
+                "profile_point": profile.point,
+                "profile_seconds": profile.window_seconds,
+                "profile_requests": profile.window_requests,
+                "profile_start_url": profile.start_url,
+                "profile_stop_url": profile.stop_url,
+                "profile_stop_timeout_s": profile.stop_timeout_seconds or DEFAULT_STOP_TIMEOUT_S,
+                "profile_activities": tuple(profile.activities) or ("cpu", "gpu"),
+                "profile_max_bytes": profile.max_bytes or DEFAULT_PROFILE_MAX_BYTES,
+            }
         return cls(
             url=pb.url or default_url,
             model=pb.model,
@@ -144,6 +167,10 @@ class BenchConfig:
             slo_tpot_ms=pb.slo_tpot_ms,
             seed=pb.seed,
             preset=pb.preset,
+            reset_cache=pb.reset_cache,
+            reset_cache_url=pb.reset_cache_url,
+            warmup_seconds=pb.warmup_seconds,
+            **profiling,
         ).with_preset()
 
     # checks -----------------------------------------------------------------------------------
@@ -195,9 +222,9 @@ class BenchConfig:
     def _validate_profile(self, check: Any) -> None:
         if self.reset_cache_url:
             check(
-                self.reset_cache_url.startswith(("http://", "https://")),
+                self.reset_cache_url.startswith(("http://", "https://", "/")),
                 "reset_cache_url",
-                "must be an http(s) URL",
+                "must be an http(s) URL or a path on the server (/reset_prefix_cache)",
             )
         if self.profile_point < 0:
             return
@@ -208,7 +235,11 @@ class BenchConfig:
         )
         for name in ("profile_start_url", "profile_stop_url"):
             url = getattr(self, name)
-            check(url.startswith(("http://", "https://")), name, "must be an http(s) URL")
+            check(
+                not url or url.startswith(("http://", "https://", "/")),
+                name,
+                "must be an http(s) URL or a path on the server (/start_profile)",
+            )
         check(
             math.isfinite(self.profile_seconds) and self.profile_seconds >= 0,
             "profile_seconds",
@@ -216,6 +247,9 @@ class BenchConfig:
         )
         check(self.profile_requests >= 0, "profile_requests", "must be >= 0")
         check(self.profile_stop_timeout_s > 0, "profile_stop_timeout_s", "must be > 0")
+        check(self.profile_max_bytes > 0, "profile_max_bytes", "must be > 0")
+        for i, activity in enumerate(self.profile_activities):
+            check(activity in ("cpu", "gpu"), f"profile_activities[{i}]", "must be cpu or gpu")
         if self.profile_start_body:
             try:
                 json.loads(self.profile_start_body)
@@ -235,6 +269,12 @@ class BenchConfig:
             n = self.requests or (0 if self.duration_seconds else max(10, 5 * c))
             out.append(Point(i, c, 0.0, n, self.duration_seconds))
         return out
+
+    def server_url(self, path_or_url: str) -> str:
+        """A path (``/start_profile``) on the server under test, or a full URL as it is."""
+        if not path_or_url or path_or_url.startswith(("http://", "https://")):
+            return path_or_url
+        return self.url.rstrip("/").removesuffix("/v1") + path_or_url
 
     @property
     def endpoint(self) -> str:

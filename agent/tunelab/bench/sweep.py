@@ -111,7 +111,8 @@ class Sweep:
         measured = asyncio.Event()
         try:
             if self.config.reset_cache_url:
-                reset = await post(self.config.reset_cache_url, None, RESET_TIMEOUT_S)
+                url = self.config.server_url(self.config.reset_cache_url)
+                reset = await post(url, None, RESET_TIMEOUT_S)
             async with open_session(point.concurrency) as session:
                 if self.config.warmup or self.config.warmup_seconds:
                     await self._warmup(session, workload, point)
@@ -190,7 +191,16 @@ class Sweep:
         """Start the engine's profiler, wait for the window, stop it (always, once started)."""
         cfg = self.config
         body = cfg.profile_start_body.encode() or None
-        window.start = await post(cfg.profile_start_url, body, START_TIMEOUT_S)
+        start_url, stop_url = (
+            cfg.server_url(cfg.profile_start_url),
+            cfg.server_url(cfg.profile_stop_url),
+        )
+        if not start_url or not stop_url:
+            window.start = HttpOutcome(
+                False, None, "no profiler URL: name start_url and stop_url", 0
+            )
+            return
+        window.start = await post(start_url, body, START_TIMEOUT_S)
         began, tokens, requests = time.perf_counter(), self.live.output_tokens, len(state.records)
         if window.start.ok:
             await wait_window(
@@ -202,7 +212,7 @@ class Sweep:
         window.window_seconds = time.perf_counter() - began
         window.output_tokens = self.live.output_tokens - tokens
         window.requests = len(state.records) - requests
-        window.stop = await stop_profile(cfg.profile_stop_url, None, cfg.profile_stop_timeout_s)
+        window.stop = await stop_profile(stop_url, None, cfg.profile_stop_timeout_s)
 
     def _slos(self) -> tuple[float, float]:
         return self.config.slo_ttft_ms, self.config.slo_tpot_ms
