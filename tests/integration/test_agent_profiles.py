@@ -57,7 +57,9 @@ def test_a_profiled_run_keeps_its_trace_and_it_is_fetched_whole(
 ) -> None:
     stub = agent.stub()
     stub.StartRun(
-        agent_pb2.StartRunRequest(run_id="p1", spec=spec(profile=R.ProfileSpec(point=1))),
+        agent_pb2.StartRunRequest(
+            run_id="p1", spec=spec(profile=R.ProfileSpec(point=1), reset_cache=False)
+        ),
         timeout=10,
     )
     final = wait_run(stub, "p1")
@@ -66,7 +68,7 @@ def test_a_profiled_run_keeps_its_trace_and_it_is_fetched_whole(
     config = json.loads(argv[argv.index("--profiler-config") + 1])
     trace_dir = agent.state_dir / "runs" / "p1" / "traces"
     assert config["torch_profiler_dir"] == str(trace_dir) and config["profiler"] == "torch"
-    assert "VLLM_SERVER_DEV_MODE" not in final.server.spec.env  # no reset asked: no dev mode
+    assert "VLLM_SERVER_DEV_MODE" not in final.server.spec.env  # no reset: no dev mode
     result = json.loads(final.result_json)
     profile = result["profile"]
     assert profile["point"] == 1 and profile["window"]["ok"] is True
@@ -128,9 +130,10 @@ def test_a_stop_that_times_out_is_a_warning_on_the_run(agent: AgentProcess) -> N
     assert any("profile: stop failed: no answer" in w for w in result["warnings"])
 
 
-def test_reset_cache_sets_dev_mode_and_resets_before_each_point(agent: AgentProcess) -> None:
+def test_reset_cache_is_on_by_default_for_a_vllm_sweep(agent: AgentProcess) -> None:
+    """Two points on one vLLM: the agent sets dev mode and resets before each point."""
     stub = agent.stub()
-    stub.StartRun(agent_pb2.StartRunRequest(run_id="c1", spec=spec(reset_cache=True)), timeout=10)
+    stub.StartRun(agent_pb2.StartRunRequest(run_id="c1", spec=spec()), timeout=10)
     final = wait_run(stub, "c1")
     assert final.state == R.RUN_STATE_SUCCEEDED, final.message
     assert final.server.spec.env["VLLM_SERVER_DEV_MODE"] == "1"

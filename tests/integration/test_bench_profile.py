@@ -121,6 +121,6 @@ def test_profile_settings_are_validated() -> None:
         _config("http://127.0.0.1:1", profile_point=2, profile_start_url="http://x/a",
                 profile_stop_url="http://x/b")  # fmt: skip
     with pytest.raises(BenchConfigError, match="profile_stop_url"):
-        _config("http://127.0.0.1:1", profile_point=0, profile_start_url="http://x/a")
+        _config("http://127.0.0.1:1", profile_point=0, profile_stop_url="stop")
     with pytest.raises(BenchConfigError, match="profile_start_body"):
         _profiled("http://127.0.0.1:1", profile_start_body="{")

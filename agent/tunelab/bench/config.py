@@ -91,7 +91,8 @@ class BenchConfig:
     profile_activities: tuple[str, ...] = ("cpu", "gpu")
     profile_max_bytes: int = DEFAULT_PROFILE_MAX_BYTES
     reset_cache_url: str = ""  # POSTed before each point and its warm-up
-    reset_cache: bool = False  # asked for: the agent fills reset_cache_url from the engine
+    # asked for (None: the default, on for several points): the agent fills reset_cache_url
+    reset_cache: bool | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "concurrency", tuple(self.concurrency))
@@ -167,7 +168,7 @@ class BenchConfig:
             slo_tpot_ms=pb.slo_tpot_ms,
             seed=pb.seed,
             preset=pb.preset,
-            reset_cache=pb.reset_cache,
+            reset_cache=pb.reset_cache if pb.HasField("reset_cache") else None,
             reset_cache_url=pb.reset_cache_url,
             warmup_seconds=pb.warmup_seconds,
             **profiling,

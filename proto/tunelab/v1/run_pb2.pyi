@@ -116,9 +116,11 @@ class BuiltinBenchmark(_message.Message):
     preset: _builtins.str
     """"" or "decode" """
     reset_cache: _builtins.bool
-    """reset the engine's prefix cache before each point"""
+    """reset the engine's cache before each point; unset: on"""
     warmup_seconds: _builtins.float
-    """warm-up per point by time (replaces the warmup count)"""
+    """for a sweep of several points on vllm/sglang
+    warm-up per point by time (replaces the warmup count)
+    """
     reset_cache_url: _builtins.str
     """generic engines: the reset's path (/reset) or URL"""
     @_builtins.property
@@ -151,20 +153,24 @@ class BuiltinBenchmark(_message.Message):
         url: _builtins.str = ...,
         preset: _builtins.str = ...,
         profile: Global___ProfileSpec | None = ...,
-        reset_cache: _builtins.bool = ...,
+        reset_cache: _builtins.bool | None = ...,
         warmup_seconds: _builtins.float = ...,
         reset_cache_url: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_ignore_eos", b"_ignore_eos", "_temperature", b"_temperature", "ignore_eos", b"ignore_eos", "profile", b"profile", "temperature", b"temperature"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_ignore_eos", b"_ignore_eos", "_reset_cache", b"_reset_cache", "_temperature", b"_temperature", "ignore_eos", b"ignore_eos", "profile", b"profile", "reset_cache", b"reset_cache", "temperature", b"temperature"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_ignore_eos", b"_ignore_eos", "_temperature", b"_temperature", "api", b"api", "burstiness", b"burstiness", "concurrency", b"concurrency", "duration_seconds", b"duration_seconds", "ignore_eos", b"ignore_eos", "input_len", b"input_len", "model", b"model", "output_len", b"output_len", "preset", b"preset", "profile", b"profile", "range_ratio", b"range_ratio", "request_rate", b"request_rate", "requests", b"requests", "reset_cache", b"reset_cache", "reset_cache_url", b"reset_cache_url", "seed", b"seed", "slo_tpot_ms", b"slo_tpot_ms", "slo_ttft_ms", b"slo_ttft_ms", "temperature", b"temperature", "url", b"url", "warmup", b"warmup", "warmup_seconds", b"warmup_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_ignore_eos", b"_ignore_eos", "_reset_cache", b"_reset_cache", "_temperature", b"_temperature", "api", b"api", "burstiness", b"burstiness", "concurrency", b"concurrency", "duration_seconds", b"duration_seconds", "ignore_eos", b"ignore_eos", "input_len", b"input_len", "model", b"model", "output_len", b"output_len", "preset", b"preset", "profile", b"profile", "range_ratio", b"range_ratio", "request_rate", b"request_rate", "requests", b"requests", "reset_cache", b"reset_cache", "reset_cache_url", b"reset_cache_url", "seed", b"seed", "slo_tpot_ms", b"slo_tpot_ms", "slo_ttft_ms", b"slo_ttft_ms", "temperature", b"temperature", "url", b"url", "warmup", b"warmup", "warmup_seconds", b"warmup_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__ignore_eos: _TypeAlias = _typing.Literal["ignore_eos"]  # noqa: Y015
     _WhichOneofArgType__ignore_eos: _TypeAlias = _typing.Literal["_ignore_eos", b"_ignore_eos"]  # noqa: Y015
+    _WhichOneofReturnType__reset_cache: _TypeAlias = _typing.Literal["reset_cache"]  # noqa: Y015
+    _WhichOneofArgType__reset_cache: _TypeAlias = _typing.Literal["_reset_cache", b"_reset_cache"]  # noqa: Y015
     _WhichOneofReturnType__temperature: _TypeAlias = _typing.Literal["temperature"]  # noqa: Y015
     _WhichOneofArgType__temperature: _TypeAlias = _typing.Literal["_temperature", b"_temperature"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__ignore_eos) -> _WhichOneofReturnType__ignore_eos | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__reset_cache) -> _WhichOneofReturnType__reset_cache | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__temperature) -> _WhichOneofReturnType__temperature | None: ...
 

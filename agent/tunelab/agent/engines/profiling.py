@@ -13,6 +13,9 @@
   ``TUNELAB_PROFILE_DIR`` to the trace folder so the server can write its traces there. No
   cache reset unless the spec names ``reset_cache_url``.
 
+``reset_cache`` unset means on for a sweep of several points on vLLM or SGLang (issue 27), off
+otherwise; set, it is what the spec says (a generic server without a URL then gets a warning).
+
 ``plan`` is pure: the same spec gives the same plan, so a restarted agent computes it again.
 """
 
@@ -82,7 +85,10 @@ def plan(
                 warnings.append(
                     "profile: a generic server needs profile.start_url and profile.stop_url"
                 )
-    if bench.get("reset_cache") and not bench.get("reset_cache_url"):
+    asked = bench.get("reset_cache")
+    if asked is None:  # the default: on for a sweep of several points, where the engine can
+        asked = len(bench.get("concurrency") or ()) > 1 and engine.name in ("vllm", "sglang")
+    if asked and not bench.get("reset_cache_url"):
         if engine.name == "vllm":
             env[VLLM_DEV_MODE] = "1"
             settings["reset_cache_url"] = "/reset_prefix_cache"

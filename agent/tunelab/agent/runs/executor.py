@@ -360,7 +360,7 @@ class RunExecutor:
         """What the engine needs for the profile / cache reset the builtin benchmark asks for."""
         bench = record.spec.builtin
         if bench is None or (
-            int(bench.get("profile_point", -1)) < 0 and not bench.get("reset_cache")
+            int(bench.get("profile_point", -1)) < 0 and bench.get("reset_cache") is False
         ):
             return None
         server = record.spec.server
