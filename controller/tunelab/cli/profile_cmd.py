@@ -1,7 +1,13 @@
 """``tunelab profile``: summarise PyTorch profiler traces, or diff two sets of them.
 
-    tunelab profile --trace FILE_OR_DIR [--json]                 one summary
-    tunelab profile --trace A [--trace A2 ...] --vs B [--vs B2]  B against A, per category
+    tunelab profile EXPERIMENT [--json] [--out DIR]              its last attempt's profile
+    tunelab profile --trace FILE_OR_DIR [--json]                 a trace taken by hand
+    tunelab profile A [A2 ...] --vs B [--vs B2]                  B against A, per category
+    tunelab profile --trace A [--trace A2 ...] --vs B [--vs B2]
+
+An experiment's traces come from the controller (FetchExperimentProfile, which proxies the
+agent's chunked stream); ``--out`` keeps them (they open in Perfetto as written), else they go
+to a temporary folder that is removed. ``--vs`` takes a trace path or an experiment.
 
 Each ``--trace``/``--vs`` is one profiled run (a file, or a folder whose trace files are that
 run's ranks or processes); several of them on one side are repeats, which give the diff an
@@ -12,16 +18,29 @@ hundreds of MB needs tens of MB of memory, not its size.
 from __future__ import annotations
 
 import argparse
+import json
+import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from tunelab.cli.common import EXIT_OK, EXIT_USAGE, CliError, print_json
+from tunelab.cli.common import (
+    EXIT_FAILED,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_USAGE,
+    CliError,
+    add_controller_args,
+    call,
+    print_json,
+)
 
 if TYPE_CHECKING:
     from tunelab.controller.profiles.diff import DiffRow, ProfileDiff
     from tunelab.controller.profiles.summary import ProfileSummary
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz")
+DEFAULT_MAX_SIZE = 2 * 1000 * 1000 * 1000  # bytes fetched per trace at most
+FETCH_TIMEOUT = 600.0
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -31,6 +50,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Summarise PyTorch Chrome-trace JSON (gzipped or not): wall time, the top "
         "kernels and ops by self time, time by category, GPU busy vs idle, engine steps. "
         "With --vs, the difference per category and for the kernels that changed most.",
+    )
+    p.add_argument(
+        "experiments",
+        nargs="*",
+        metavar="EXPERIMENT",
+        help="an experiment id or name: its last attempt's profile (several: repeats)",
     )
     p.add_argument(
         "--trace",
@@ -43,10 +68,21 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--vs",
         action="append",
-        type=Path,
         default=[],
         metavar="PATH",
-        help="the other side of a diff, like --trace (repeat for repeats)",
+        help="the other side of a diff: a trace path or an experiment (repeat for repeats)",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="save the fetched traces in this folder (one subfolder per experiment)",
+    )
+    p.add_argument(
+        "--max-size",
+        type=int,
+        default=DEFAULT_MAX_SIZE,
+        help=f"refuse to fetch a trace larger than this many bytes ({DEFAULT_MAX_SIZE})",
     )
     p.add_argument("--top", type=int, default=20, help="how many kernels/ops to list (20)")
     p.add_argument(
@@ -57,6 +93,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--vs-tokens", type=int, default=None, help="the same for --vs")
     p.add_argument("--json", action="store_true", help="print JSON")
+    add_controller_args(p)
     p.set_defaults(handler=_profile)
 
 
@@ -72,36 +109,126 @@ def trace_files(path: Path) -> list[Path]:
     return [path]
 
 
-def _summaries(paths: list[Path], top: int, tokens: int | None) -> list[ProfileSummary]:
+def _summarize(files: list[Path], label: str, top: int, tokens: int | None) -> ProfileSummary:
     from tunelab.controller.profiles import TraceError
     from tunelab.controller.profiles.summary import summarize
 
-    out = []
-    for path in paths:
+    try:
+        return summarize(files, top=top, output_tokens=tokens)
+    except TraceError as exc:
+        raise CliError(f"{label}: {exc}", EXIT_USAGE) from exc
+
+
+class _Fetcher:
+    """Fetches experiments' traces through the controller into one folder."""
+
+    def __init__(self, args: argparse.Namespace, folder: Path) -> None:
+        self.args = args
+        self.folder = folder
+        self._stub: Any = None
+        self._target = ""
+
+    def stub(self) -> Any:
+        if self._stub is None:
+            from tunelab.cli.experiments_cmd import stub_for
+
+            self._target, self._stub = stub_for(self.args)
+        return self._stub
+
+    def fetch(self, key: str) -> tuple[list[Path], int | None]:
+        """The traces of ``key``'s last attempt, and the output tokens of its window."""
+        from tunelab.v1 import controller_pb2
+
+        stub = self.stub()
+        experiment = call(
+            self._target,
+            lambda: stub.GetExperiment(controller_pb2.GetExperimentRequest(id=key), timeout=30),
+        ).experiment
+        if not experiment.attempts:
+            raise CliError(f"experiment {key} has no attempt yet", EXIT_NOT_FOUND)
+        attempt = experiment.attempts[-1]
+        result = json.loads(attempt.result_json) if attempt.result_json else {}
+        profile = result.get("profile") or {}
+        traces = [t for t in profile.get("traces", []) if isinstance(t, dict)]
+        if not traces:
+            why = "; ".join(profile.get("warnings", [])) or "the spec has no profile:"
+            raise CliError(f"attempt {attempt.id} kept no trace ({why})", EXIT_NOT_FOUND)
+        folder = self.folder / attempt.id
+        folder.mkdir(parents=True, exist_ok=True)
+        files = [self._fetch_one(attempt.id, str(t["name"]), folder) for t in traces]
+        window = profile.get("window") or {}
+        tokens = window.get("output_tokens")
+        return files, int(tokens) if tokens else None
+
+    def _fetch_one(self, attempt_id: str, name: str, folder: Path) -> Path:
+        from tunelab.v1 import controller_pb2
+
+        if Path(name).name != name or name.startswith("."):
+            raise CliError(f"the controller listed an odd trace name {name!r}", EXIT_FAILED)
+        limit = self.args.max_size
+        request = controller_pb2.FetchExperimentProfileRequest(
+            id=attempt_id, name=name, max_bytes=limit + 1
+        )
+        target = folder / name
+        partial = folder / f".{name}.partial"
+
+        def run() -> None:
+            received = 0
+            with partial.open("wb") as out:
+                for chunk in self.stub().FetchExperimentProfile(request, timeout=FETCH_TIMEOUT):
+                    if chunk.size > limit:
+                        raise CliError(
+                            f"{name} is {chunk.size} bytes, over --max-size {limit}", EXIT_FAILED
+                        )
+                    if chunk.offset != received:
+                        raise CliError(f"{name}: the stream skipped bytes", EXIT_FAILED)
+                    out.write(chunk.data)
+                    received += len(chunk.data)
+
         try:
-            out.append(summarize(trace_files(path), top=top, output_tokens=tokens))
-        except TraceError as exc:
-            raise CliError(f"{path}: {exc}", EXIT_USAGE) from exc
+            call(self._target, run, timeout=FETCH_TIMEOUT)
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
+        partial.replace(target)
+        return target
+
+
+def _side(
+    traces: list[Path],
+    keys: list[str],
+    fetcher: _Fetcher,
+    args: argparse.Namespace,
+    tokens: int | None,
+) -> list[ProfileSummary]:
+    out = [_summarize(trace_files(t), str(t), args.top, tokens) for t in traces]
+    for key in keys:
+        files, window_tokens = fetcher.fetch(key)
+        out.append(_summarize(files, key, args.top, window_tokens))
     return out
 
 
 def _profile(args: argparse.Namespace) -> int:
-    if not args.trace:
-        raise CliError("give --trace FILE (an attempt's profile is not fetched yet)", EXIT_USAGE)
+    if not args.trace and not args.experiments:
+        raise CliError("give an EXPERIMENT or --trace FILE", EXIT_USAGE)
     if args.top < 1:
         raise CliError("--top must be at least 1", EXIT_USAGE)
-    side_a = _summaries(args.trace, args.top, args.tokens)
-    if not args.vs:
-        if len(side_a) > 1:
-            raise CliError("several --trace without --vs: give one run to summarise", EXIT_USAGE)
-        if args.json:
-            print_json(side_a[0].to_json())
-        else:
-            print(render_summary(side_a[0]))
-        return EXIT_OK
-    from tunelab.controller.profiles.diff import diff
+    vs_traces = [Path(v) for v in args.vs if Path(v).exists()]
+    vs_keys = [str(v) for v in args.vs if not Path(v).exists()]
+    with tempfile.TemporaryDirectory(prefix="tunelab-profile-") as tmp:
+        fetcher = _Fetcher(args, args.out or Path(tmp))
+        side_a = _side(args.trace, args.experiments, fetcher, args, args.tokens)
+        if not args.vs:
+            if len(side_a) > 1:
+                raise CliError("several runs without --vs: give one to summarise", EXIT_USAGE)
+            if args.json:
+                print_json(side_a[0].to_json())
+            else:
+                print(render_summary(side_a[0]))
+            return EXIT_OK
+        from tunelab.controller.profiles.diff import diff
 
-    side_b = _summaries(args.vs, args.top, args.vs_tokens)
+        side_b = _side(vs_traces, vs_keys, fetcher, args, args.vs_tokens)
     result = diff(side_a, side_b, top=args.top)
     if args.json:
         print_json(result.to_json())
