@@ -40,5 +40,12 @@ def test_profile_fetch_summary_and_diff_of_an_ablation(lab: Lab, tmp_path: Path)
     assert diff["unit"] == "ms/token" and diff["repeats"] == [1, 1]
     assert {r["name"] for r in diff["categories"]} >= {"gemm", "attention"}
 
+    report = tmp_path / "report.html"
+    made = controller.cli("report", baseline["group"], "--out", str(report))
+    assert made.returncode == 0, made.stderr
+    page = report.read_text()
+    assert "<h2>Profiles</h2>" in page and "--itl-ms=10 against baseline" in page
+    assert "ms/token" in page and "nvjet_sim_gemm (gemm)" in page
+
     missing = controller.cli("profile", "no-such-experiment")
     assert missing.returncode == 4, missing.stderr

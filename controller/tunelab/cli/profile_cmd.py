@@ -208,6 +208,42 @@ def _side(
     return out
 
 
+def ablation_profiles(args: argparse.Namespace, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """For the report: each variant's profile against the baseline's (repeats pooled), for the
+    experiments of a comparison whose attempts kept traces; what could not be had is a note."""
+    import re
+
+    from tunelab.controller.profiles.diff import diff
+
+    notes: list[str] = []
+    sides: dict[str, list[ProfileSummary]] = {}
+    baseline_name = ""
+    with tempfile.TemporaryDirectory(prefix="tunelab-report-") as tmp:
+        fetcher = _Fetcher(args, Path(tmp))
+        for row in rows:
+            if row.get("state") != "SUCCEEDED":
+                continue
+            name = re.sub(r"#\d+$", "", str(row["name"]))
+            try:
+                files, tokens = fetcher.fetch(str(row["id"]))
+                summary = _summarize(files, str(row["name"]), args.top, tokens)
+            except CliError as exc:
+                notes.append(f"{row['name']}: {exc}")
+                continue
+            sides.setdefault(name, []).append(summary)
+            if not row.get("varied"):
+                baseline_name = name
+    diffs = []
+    if baseline_name:
+        for name, summaries in sides.items():
+            if name != baseline_name:
+                result = diff(sides[baseline_name], summaries, top=8)
+                diffs.append({"baseline": baseline_name, "variant": name, **result.to_json()})
+    elif sides:
+        notes.append("no baseline launch kept a profile: nothing to diff against")
+    return {"diffs": diffs, "notes": notes}
+
+
 def _profile(args: argparse.Namespace) -> int:
     if not args.trace and not args.experiments:
         raise CliError("give an EXPERIMENT or --trace FILE", EXIT_USAGE)
