@@ -124,3 +124,23 @@ def test_profile_settings_are_validated() -> None:
         _config("http://127.0.0.1:1", profile_point=0, profile_stop_url="stop")
     with pytest.raises(BenchConfigError, match="profile_start_body"):
         _profiled("http://127.0.0.1:1", profile_start_body="{")
+
+
+def test_tunelab_bench_profile_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tunelab.cli.main import main
+
+    traces = tmp_path / "traces"
+    flag = json.dumps({"profiler": "torch", "torch_profiler_dir": str(traces)})
+    with SimulatorProcess(["--itl-ms", "2", "--profiler-config", flag], tmp_path / "s.log") as sim:
+        _ready(sim)
+        argv = ["bench", "--url", sim.url, "--model", "tunelab-sim", "--concurrency", "1,2"]
+        argv += ["--requests", "4", "--input-len", "4", "--output-len", "4", "--json"]
+        argv += ["--profile", "--profile-point", "1", "--warmup-time", "0.1s"]
+        argv += ["--reset-cache-url", "/flush_cache"]
+        assert main(argv) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["points"][1]["profile"]["ok"] is True and "profile" not in doc["points"][0]
+    assert [p["cache_reset"]["ok"] for p in doc["points"]] == [True, True]
+    assert len(list(traces.iterdir())) == 1
+    bad = ["bench", "--url", "http://127.0.0.1:1", "--concurrency", "1", "--requests", "1"]
+    assert main([*bad, "--input-len", "1", "--output-len", "1", "--profile", "soon"]) == 2

@@ -39,6 +39,8 @@ _FLAGS = {
     "duration_seconds": "--duration",
     "request_timeout_s": "--timeout",
     "concurrency": "--concurrency",
+    "profile_seconds": "--profile",
+    "warmup_seconds": "--warmup-time",
 }
 
 
@@ -87,6 +89,24 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--range-ratio", type=float, default=0.0, help="lengths in [L(1-r), L(1+r)]")
     p.add_argument("--warmup", type=int, default=0, help="warm-up requests per point (excluded)")
+    p.add_argument("--warmup-time", help="warm-up per point by time, e.g. 10s (replaces --warmup)")
+    p.add_argument(
+        "--profile",
+        nargs="?",
+        const="0s",
+        metavar="WINDOW",
+        help="call the server's profiler around a window of --profile-point (e.g. 5s; alone: "
+        "the whole point); a failure is a warning (docs/profiles.md)",
+    )
+    p.add_argument("--profile-point", type=int, default=0, help="0-based point to profile (0)")
+    p.add_argument("--profile-requests", type=int, default=0, help="window of N requests instead")
+    p.add_argument("--profile-start-url", default="/start_profile", help="path or URL (vLLM's)")
+    p.add_argument("--profile-stop-url", default="/stop_profile", help="path or URL (vLLM's)")
+    p.add_argument(
+        "--reset-cache-url",
+        default="",
+        help="POSTed before each point, e.g. /reset_prefix_cache (vLLM, dev mode) or /flush_cache",
+    )
     p.add_argument(
         "--no-ignore-eos",
         action="store_true",
@@ -146,10 +166,23 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
             f"--concurrency: expected integers like 1,256,1024, got {args.concurrency!r}",
             EXIT_USAGE,
         ) from None
-    try:
-        duration = parse_duration(args.duration) if args.duration else 0.0
-    except ValueError as exc:
-        raise CliError(f"--duration: {exc}", EXIT_USAGE) from None
+    seconds: dict[str, float] = {}
+    for flag, value in (("--duration", args.duration), ("--warmup-time", args.warmup_time),
+                        ("--profile", args.profile)):  # fmt: skip
+        try:
+            seconds[flag] = parse_duration(value) if value else 0.0
+        except ValueError as exc:
+            raise CliError(f"{flag}: {exc}", EXIT_USAGE) from None
+    duration = seconds["--duration"]
+    profiling: dict[str, Any] = {}
+    if args.profile is not None:
+        profiling = {
+            "profile_point": args.profile_point,
+            "profile_seconds": seconds["--profile"],
+            "profile_requests": args.profile_requests,
+            "profile_start_url": args.profile_start_url,
+            "profile_stop_url": args.profile_stop_url,
+        }
     try:
         return BenchConfig(
             url=args.url,
@@ -175,6 +208,9 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
             preset=args.preset or "",
             label=args.label,
             request_timeout_s=args.timeout,
+            warmup_seconds=seconds["--warmup-time"],
+            reset_cache_url=args.reset_cache_url,
+            **profiling,
         ).with_preset()
     except BenchConfigError as exc:
         name = exc.field.split("[", 1)[0]
