@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 
-def workload(device: str, steps: int) -> tuple[Any, Any]:
+def workload(device: str, steps: int, attention: str = "default") -> tuple[Any, Any]:
     import torch
 
     functional = torch.nn.functional
@@ -43,7 +43,11 @@ def workload(device: str, steps: int) -> tuple[Any, Any]:
         q, k, v = (h @ w_qkv).split(hidden, dim=-1)
         shape = (batch, seq, heads, hidden // heads)
         q, k, v = (t.reshape(shape).transpose(1, 2) for t in (q, k, v))
-        a = functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if attention == "math":  # the variant of a diff: attention changes, the GEMMs do not
+            with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+                a = functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            a = functional.scaled_dot_product_attention(q, k, v, is_causal=True)
         h = h + a.transpose(1, 2).reshape(batch, seq, hidden) @ w_out
         h = functional.rms_norm(h, (hidden,))
         return h + functional.silu(h @ w_up) @ w_down
@@ -86,8 +90,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument(
+        "--attention", choices=["default", "math"], default="default", help="SDPA backend"
+    )
     args = parser.parse_args(argv)
-    prof, torch = workload(args.device, args.steps)
+    prof, torch = workload(args.device, args.steps, args.attention)
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp) / "trace.json"
@@ -95,7 +102,12 @@ def main(argv: list[str] | None = None) -> int:
         with raw.open("rb") as src, gzip.open(args.out / "trace.json.gz", "wb", 9) as dst:
             shutil.copyfileobj(src, dst)
     averages = key_averages(prof)
-    meta = {"torch": torch.__version__, "device": args.device, "steps": args.steps}
+    meta = {
+        "torch": torch.__version__,
+        "device": args.device,
+        "steps": args.steps,
+        "attention": args.attention,
+    }
     if args.device == "cuda":
         meta["gpu"] = torch.cuda.get_device_name(0)
     (args.out / "key_averages.json").write_text(
