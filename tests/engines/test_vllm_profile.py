@@ -12,7 +12,9 @@ unprofiled one.
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import urllib.request
 from pathlib import Path
 
@@ -72,6 +74,7 @@ def test_profiled_point_and_cache_reset_on_real_vllm(
         profile = result["profile"]
         assert profile["window"]["ok"] is True, profile
         assert profile["traces"], profile["warnings"]
+        assert all(".json" in t["name"] for t in profile["traces"])  # tables are other_files
         files = []
         for trace in profile["traces"]:
             chunks = agent.stub.FetchProfile(
@@ -81,6 +84,12 @@ def test_profiled_point_and_cache_reset_on_real_vllm(
             path.write_bytes(b"".join(c.data for c in chunks))
             assert path.stat().st_size == trace["size_bytes"]
             files.append(path)
+        save = os.environ.get("TUNELAB_PROFILE_SAVE")  # keep the real traces (fixtures, figures)
+        if save:
+            Path(save).mkdir(parents=True, exist_ok=True)
+            for kept in (agent.proc.state_dir / "runs" / "vp1" / "traces").iterdir():
+                shutil.copy(kept, save)
+            (Path(save) / "result.json").write_text(final.result_json)
         summary = summarize(files, top=8, output_tokens=profile["window"]["output_tokens"])
         assert summary.cpu_ms > 0 and summary.top
         print(f"\ntraces: {[(t['name'], t['size_bytes']) for t in profile['traces']]}")

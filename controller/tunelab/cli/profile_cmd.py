@@ -122,9 +122,10 @@ def _summarize(files: list[Path], label: str, top: int, tokens: int | None) -> P
 class _Fetcher:
     """Fetches experiments' traces through the controller into one folder."""
 
-    def __init__(self, args: argparse.Namespace, folder: Path) -> None:
+    def __init__(self, args: argparse.Namespace, folder: Path, keep_others: bool = False) -> None:
         self.args = args
         self.folder = folder
+        self.keep_others = keep_others
         self._stub: Any = None
         self._target = ""
 
@@ -156,6 +157,10 @@ class _Fetcher:
         folder = self.folder / attempt.id
         folder.mkdir(parents=True, exist_ok=True)
         files = [self._fetch_one(attempt.id, str(t["name"]), folder) for t in traces]
+        if self.keep_others:  # --out: the engine's own tables too (vLLM's key_averages)
+            for other in profile.get("other_files", []):
+                if isinstance(other, dict):
+                    self._fetch_one(attempt.id, str(other["name"]), folder)
         window = profile.get("window") or {}
         tokens = window.get("output_tokens")
         return files, int(tokens) if tokens else None
@@ -252,7 +257,7 @@ def _profile(args: argparse.Namespace) -> int:
     vs_traces = [Path(v) for v in args.vs if Path(v).exists()]
     vs_keys = [str(v) for v in args.vs if not Path(v).exists()]
     with tempfile.TemporaryDirectory(prefix="tunelab-profile-") as tmp:
-        fetcher = _Fetcher(args, args.out or Path(tmp))
+        fetcher = _Fetcher(args, args.out or Path(tmp), keep_others=args.out is not None)
         side_a = _side(args.trace, args.experiments, fetcher, args, args.tokens)
         if not args.vs:
             if len(side_a) > 1:

@@ -237,9 +237,9 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             if not attempts:
                 raise NotFoundError(f"experiment {request.id!r} has no attempt yet")
             attempt = attempts[-1]
-        names = [t.get("name") for t in ((attempt.result or {}).get("profile") or {}).get(
-            "traces", []
-        ) if isinstance(t, dict)]  # fmt: skip
+        kept = (attempt.result or {}).get("profile") or {}
+        files = [*kept.get("traces", []), *kept.get("other_files", [])]
+        names = [t.get("name") for t in files if isinstance(t, dict)]
         if request.name not in names:
             listed = ", ".join(str(n) for n in names) or "none"
             raise NotFoundError(

@@ -67,7 +67,7 @@ def plan(
                     "torch_profiler_dir": str(trace_dir),
                     "torch_profiler_use_gzip": True,
                     "torch_profiler_with_stack": False,
-                }
+                }  # vLLM also writes its key_averages table (*.profiler_out.txt) beside it
                 argv += ["--profiler-config", json.dumps(config, separators=(",", ":"))]
             if sorted(activities) != ["CPU", "GPU"]:
                 warnings.append("profile: vLLM's torch profiler records CPU and GPU always")

@@ -6,8 +6,10 @@ after the benchmark the agent keeps what is there:
 - only regular files directly in that folder, reached without following a symlink (the folder
   is opened ``O_DIRECTORY | O_NOFOLLOW`` and every file relative to it, ``O_NOFOLLOW``); links,
   folders and odd names are skipped with a warning;
-- a file not yet gzipped (``*.json``) is gzipped (Perfetto and ``tunelab profile`` read both)
-  and the original removed;
+- a file not yet gzipped is gzipped (Perfetto and ``tunelab profile`` read both) and the
+  original removed;
+- ``*.json[.gz]`` files are ``traces``; anything else (vLLM writes ``*.profiler_out.txt``, its
+  own key_averages table, beside each trace) is listed under ``other_files``;
 - files are kept in name order while their total stays within the cap; a file over it is
   deleted (relative to the folder) and named in a warning, never half kept.
 
@@ -68,12 +70,13 @@ def keep_traces(run_dir: Path, max_bytes: int) -> dict[str, Any]:
     folder = run_dir / TRACE_DIR
     warnings: list[str] = []
     kept: list[dict[str, Any]] = []
+    others: list[dict[str, Any]] = []
     try:
         dir_fd = _open_dir(folder)
     except FileNotFoundError:
-        return {"traces": [], "total_bytes": 0, "warnings": ["profile: no trace was written"]}
+        return _nothing("profile: no trace was written")
     except OSError as exc:
-        return {"traces": [], "total_bytes": 0, "warnings": [f"profile: {folder}: {exc}"]}
+        return _nothing(f"profile: {folder}: {exc}")
     total = 0
     try:
         for name in sorted(os.listdir(dir_fd)):  # noqa: PTH208 (a listing by folder fd)
@@ -100,12 +103,17 @@ def keep_traces(run_dir: Path, max_bytes: int) -> dict[str, Any]:
                 )
                 continue
             total += size
-            kept.append({"name": name, "size_bytes": size})
+            is_trace = name.endswith((".json.gz", ".json"))
+            (kept if is_trace else others).append({"name": name, "size_bytes": size})
     finally:
         os.close(dir_fd)
-    if not kept and not warnings:
+    if not kept and not any("over the cap" in w for w in warnings):
         warnings.append("profile: no trace was written")
-    return {"traces": kept, "total_bytes": total, "warnings": warnings}
+    return {"traces": kept, "other_files": others, "total_bytes": total, "warnings": warnings}
+
+
+def _nothing(warning: str) -> dict[str, Any]:
+    return {"traces": [], "other_files": [], "total_bytes": 0, "warnings": [warning]}
 
 
 def listed(result: dict[str, Any] | None) -> set[str]:
@@ -113,9 +121,10 @@ def listed(result: dict[str, Any] | None) -> set[str]:
     profile = (result or {}).get("profile")
     if not isinstance(profile, dict):
         return set()
+    files = [*profile.get("traces", []), *profile.get("other_files", [])]
     return {
         str(t.get("name"))
-        for t in profile.get("traces", [])
+        for t in files
         if isinstance(t, dict) and TRACE_NAME.match(str(t.get("name", "")))
     }
 
