@@ -299,6 +299,11 @@ def render_summary(s: ProfileSummary) -> str:
         lines.append(
             f"steps ({st.marker}): {st.count}, mean {st.mean_ms:.3f} ms, "
             f"median {st.p50_ms:.3f} ms, max {st.max_ms:.3f} ms"
+            + (
+                f"; {st.decode_count} decode-only, mean {st.decode_mean_ms:.3f} ms"
+                if st.decode_count and st.decode_mean_ms is not None
+                else ""
+            )
         )
     shares = s.category_shares()
     lines.append(f"by category ({s.categories_basis} time):")

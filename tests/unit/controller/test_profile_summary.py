@@ -77,6 +77,7 @@ def test_exact_summary_of_a_small_trace(tmp_path: Path) -> None:
     assert streams[13]["idle_share"] == 0.0
     assert s["steps"] == {
         "marker": "execute_model", "count": 2, "mean_ms": 0.45, "p50_ms": 0.45, "max_ms": 0.5,
+        "decode_count": None, "decode_mean_ms": None,
     }  # fmt: skip
 
 
@@ -199,3 +200,38 @@ def test_the_committed_cpu_trace_has_its_exact_summary() -> None:
     for entry in s["top"]:
         assert entry["self_ms"] == round(rows[entry["name"]]["self_cpu_us"] / 1000, 3)
         assert entry["calls"] == rows[entry["name"]]["calls"]
+
+
+def _table_rows(text: str) -> dict[str, tuple[float, int]]:
+    """vLLM's own key_averages table (profiler_out.txt): name -> (self CPU ms, calls)."""
+    rows = {}
+    units = {"s": 1000.0, "ms": 1.0, "us": 0.001}
+    for line in text.splitlines():
+        cells = line.split()
+        if len(cells) < 7 or not cells[-1].isdigit():
+            continue
+        value = cells[-5]
+        unit = next(u for u in ("ms", "us", "s") if value.endswith(u))
+        rows[" ".join(cells[:-6])] = (float(value.removesuffix(unit)) * units[unit], int(cells[-1]))
+    return rows
+
+
+def test_the_committed_vllm_trace_has_its_exact_summary() -> None:
+    """vLLM 0.32 (CPU) under the agent, tests/engines/test_vllm_profile.py: 8 requests at
+    concurrency 2, the whole point profiled; self times equal vLLM's own key_averages table."""
+    folder = FIXTURES / "vllm_cpu"
+    s = summarize([folder / "rank0.pt.trace.json.gz"], top=6, output_tokens=256)
+    assert (s.events, s.wall_ms, s.cpu_ms, s.gpu_idle_share) == (67418, 4639.198, 1107.983, None)
+    assert [(t.name, t.self_ms, t.calls, t.category) for t in s.top] == [
+        ("_C::onednn_mm", 353.942, 1188, "gemm"),
+        ("aten::sum", 66.6, 660, "elementwise_norm"),
+        ("aten::slice", 61.84, 8487, "other"),
+        ("aten::to", 55.578, 6204, "memcpy"),
+        ("vllm::unified_kv_cache_update", 55.286, 264, "attention"),
+        ("_C::cpu_attention_with_kv_cache", 42.255, 264, "attention"),
+    ]
+    assert s.steps is not None and (s.steps.marker, s.steps.count) == ("execute_context_", 133)
+    assert s.steps.decode_count is not None and s.steps.decode_count > 100
+    table = _table_rows((folder / "rank0.profiler_out.txt").read_text())
+    for t in s.top:
+        assert table[t.name] == (pytest.approx(t.self_ms, abs=0.001), t.calls), t.name

@@ -43,12 +43,13 @@ RULES: Final[tuple[tuple[str, str], ...]] = (
     # FlashAttention 2/3 (flash_fwd_kernel, flash_fwd_splitkv_kernel, FlashAttnFwdSm90), cuDNN's
     # SDPA (cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_...), PyTorch's
     # mem-efficient fmha_cutlassF, FlashInfer (BatchPrefillWithPagedKVCacheKernel, BatchDecode...),
-    # vLLM's paged_attention and reshape_and_cache, MLA kernels, scaled_dot_product ops.
+    # vLLM's paged_attention, reshape_and_cache and (CPU) unified_kv_cache_update /
+    # cpu_attention_with_kv_cache, MLA kernels, scaled_dot_product ops.
     (
         ATTENTION,
         (
             r"flash|fmha|sdpa|scaled_dot_product|attention|attn|paged_?kv|batchdecode"
-            r"|batchprefill|reshape_and_cache|mla_|_mla|mha_|xformers"
+            r"|batchprefill|reshape_and_cache|kv_cache|mla_|_mla|mha_|xformers"
         ),
     ),
     # cuBLASLt's nvjet_* on Hopper (nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NNT), sm90_xmma_gemm_*,

@@ -13,9 +13,10 @@ Definitions (docs/profiles.md says the same):
   over several devices and files, idle time over wall time, both summed. Per stream, the gaps
   between its own first and last event are given too: a launch-bound or CPU-bound server shows
   them as a high idle share with the GPU events short and dense.
-- **Steps**: ``user_annotation`` events whose name starts with a step marker (vLLM's
-  ``execute_model`` / ``gpu_model_runner: forward``, the profiler's ``ProfilerStep#``); the first
-  marker with events is used.
+- **Steps**: ``user_annotation`` events whose name starts with a step marker (vLLM 0.32's
+  ``execute_context_<n>(..)_generation_<m>(..)``, older ``execute_model`` /
+  ``gpu_model_runner: forward``, the profiler's ``ProfilerStep#``); the first marker with events
+  is used; vLLM's steps with no prefill (``execute_context_0(0)_``) are the decode steps.
 - **Categories** are over GPU time when the trace has GPU events, else over CPU self time.
 
 Memory: per event kept, 20 bytes in typed arrays (start, end, name id); names are interned once.
@@ -38,7 +39,10 @@ from tunelab.controller.profiles.traceread import iter_events
 
 GPU_EVENT_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 CPU_OP_CATEGORIES = frozenset({"cpu_op", "operator"})
-STEP_MARKERS = ("execute_model", "gpu_model_runner: forward", "ProfilerStep#")
+# vLLM 0.32 names each engine step execute_context_<n>(<tokens>)_generation_<m>(<tokens>): n
+# prefill and m decode requests in the batch; a step with n = 0 is a pure decode step.
+STEP_MARKERS = ("execute_context_", "execute_model", "gpu_model_runner: forward", "ProfilerStep#")
+DECODE_STEP = "execute_context_0(0)_"
 GPU = "gpu"
 CPU = "cpu"
 
@@ -135,6 +139,8 @@ class Steps:
     mean_ms: float
     p50_ms: float
     max_ms: float
+    decode_count: int | None = None  # steps with no prefill in them, where the engine says so
+    decode_mean_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -218,6 +224,7 @@ class _FileReader:
         self.gpu: dict[tuple[int, int], _Spans] = {}
         self.cpu: dict[tuple[object, object], _Spans] = {}
         self.steps: dict[str, list[int]] = {m: [] for m in STEP_MARKERS}
+        self.decode_steps: list[int] = []
         self.first: int | None = None
         self.last: int | None = None
         self.events = 0
@@ -255,6 +262,8 @@ class _FileReader:
             for marker in STEP_MARKERS:
                 if name.startswith(marker):
                     self.steps[marker].append(dur)
+                    if name.startswith(DECODE_STEP):
+                        self.decode_steps.append(dur)
                     break
 
 
@@ -279,6 +288,7 @@ def summarize(
     devices: list[DeviceUse] = []
     streams: list[StreamUse] = []
     step_durations: dict[str, list[int]] = {m: [] for m in STEP_MARKERS}
+    decode_steps: list[int] = []
     wall_ns = events = idle_total = device_wall_total = 0
     for index, path in enumerate(paths):
         reader = _FileReader(names)
@@ -289,6 +299,7 @@ def summarize(
         wall_ns = max(wall_ns, file_wall)
         for marker, durations in reader.steps.items():
             step_durations[marker].extend(durations)
+        decode_steps.extend(reader.decode_steps)
         for spans in reader.cpu.values():
             _cpu_self_times(spans, self_ns, calls)
         by_device: dict[int, list[_Spans]] = {}
@@ -314,7 +325,7 @@ def summarize(
             devices.append(DeviceUse(index, device, _ms(busy), share))
     return _assemble(
         [p.name for p in paths], events, wall_ns, names, self_ns, calls, devices, streams,
-        step_durations, top, output_tokens,
+        step_durations, decode_steps, top, output_tokens,
         round(idle_total / device_wall_total, 6) if device_wall_total else None,
     )  # fmt: skip
 
@@ -349,6 +360,7 @@ def _assemble(
     devices: list[DeviceUse],
     streams: list[StreamUse],
     step_durations: dict[str, list[int]],
+    decode_steps: list[int],
     top: int,
     output_tokens: int | None,
     gpu_idle_share: float | None,
@@ -392,6 +404,12 @@ def _assemble(
                 mean_ms=_ms(round(statistics.fmean(durations))),
                 p50_ms=_ms(round(statistics.median(durations))),
                 max_ms=_ms(max(durations)),
+                decode_count=len(decode_steps) if marker == STEP_MARKERS[0] else None,
+                decode_mean_ms=(
+                    _ms(round(statistics.fmean(decode_steps)))
+                    if marker == STEP_MARKERS[0] and decode_steps
+                    else None
+                ),
             )
             break
     return ProfileSummary(
