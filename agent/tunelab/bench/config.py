@@ -7,6 +7,7 @@ that is wrong, in the proto's spelling (``concurrency[2]``); the agent's wire la
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import asdict, dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
@@ -26,6 +27,8 @@ PRESETS = ("", "decode")
 DECODE_OUTPUT_LEN = 512
 DECODE_INPUT_LEN = 32
 DECODE_REQUESTS = 3
+DEFAULT_PROFILE_MAX_BYTES = 500 * 1000 * 1000
+DEFAULT_STOP_TIMEOUT_S = 120.0
 
 
 class BenchConfigError(ValueError):
@@ -110,10 +113,27 @@ class BenchConfig:
     max_client_cpu: float = 0.85
     # ...and starved when it waited for a CPU (run queue) more than this share of the time
     max_client_runqueue: float = 0.05
+    warmup_seconds: float = 0.0  # warm-up per point by time; set, it replaces the `warmup` count
+    # The engine's profiler around one point's measured window (tunelab.bench.profiling):
+    # -1 = none; the window is profile_seconds, or profile_requests requests, or the point.
+    profile_point: int = -1
+    profile_seconds: float = 0.0
+    profile_requests: int = 0
+    profile_start_url: str = ""
+    profile_stop_url: str = ""
+    profile_start_body: str = ""  # JSON text, sent as is
+    profile_stop_timeout_s: float = 120.0  # writing a trace can take a while
+    # read by the agent, not the load generator: what to record and how much to keep
+    profile_activities: tuple[str, ...] = ("cpu", "gpu")
+    profile_max_bytes: int = DEFAULT_PROFILE_MAX_BYTES
+    reset_cache_url: str = ""  # POSTed before each point and its warm-up
+    # asked for (None: the default, on for several points): the agent fills reset_cache_url
+    reset_cache: bool | None = None
 
     def __post_init__(self) -> None:
         for name in ("concurrency", "rates", "percentiles", "percentile_metrics"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
+        object.__setattr__(self, "profile_activities", tuple(self.profile_activities))
 
     # construction -----------------------------------------------------------------------------
     def with_preset(self) -> BenchConfig:
@@ -144,6 +164,7 @@ class BenchConfig:
         data = asdict(self)
         for name in ("concurrency", "rates", "percentiles", "percentile_metrics"):
             data[name] = list(getattr(self, name))
+        data["profile_activities"] = list(self.profile_activities)
         return data
 
     @classmethod
@@ -157,6 +178,19 @@ class BenchConfig:
     @classmethod
     def from_builtin_pb(cls, pb: run_pb2.BuiltinBenchmark, default_url: str) -> BenchConfig:
         """The proto's settings with defaults filled; raises :class:`BenchConfigError`."""
+        profile = pb.profile if pb.HasField("profile") else None
+        profiling: dict[str, Any] = {}
+        if profile is not None:
+            profiling = {
+                "profile_point": profile.point,
+                "profile_seconds": profile.window_seconds,
+                "profile_requests": profile.window_requests,
+                "profile_start_url": profile.start_url,
+                "profile_stop_url": profile.stop_url,
+                "profile_stop_timeout_s": profile.stop_timeout_seconds or DEFAULT_STOP_TIMEOUT_S,
+                "profile_activities": tuple(profile.activities) or ("cpu", "gpu"),
+                "profile_max_bytes": profile.max_bytes or DEFAULT_PROFILE_MAX_BYTES,
+            }
         return cls(
             url=pb.url or default_url,
             model=pb.model,
@@ -181,7 +215,11 @@ class BenchConfig:
             ramp=pb.ramp,
             ramp_start_rate=pb.ramp_start_rate,
             ramp_end_rate=pb.ramp_end_rate,
+            reset_cache=pb.reset_cache if pb.HasField("reset_cache") else None,
+            reset_cache_url=pb.reset_cache_url,
+            warmup_seconds=pb.warmup_seconds,
             **_dataset_from_pb(pb.dataset) if pb.HasField("dataset") else {},
+            **profiling,
         ).with_preset()
 
     # checks -----------------------------------------------------------------------------------
@@ -239,6 +277,49 @@ class BenchConfig:
         check(self.slo_ttft_ms >= 0, "slo_ttft_ms", "must be >= 0")
         check(self.slo_tpot_ms >= 0, "slo_tpot_ms", "must be >= 0")
         check(self.request_timeout_s > 0, "request_timeout_s", "must be > 0")
+        check(
+            math.isfinite(self.warmup_seconds) and self.warmup_seconds >= 0,
+            "warmup_seconds",
+            "must be >= 0",
+        )
+        self._validate_profile(check)
+
+    def _validate_profile(self, check: Any) -> None:
+        if self.reset_cache_url:
+            check(
+                self.reset_cache_url.startswith(("http://", "https://", "/")),
+                "reset_cache_url",
+                "must be an http(s) URL or a path on the server (/reset_prefix_cache)",
+            )
+        if self.profile_point < 0:
+            return
+        check(
+            self.profile_point < len(self.points()),
+            "profile_point",
+            f"there are {len(self.points())} points; profile_point counts from 0",
+        )
+        for name in ("profile_start_url", "profile_stop_url"):
+            url = getattr(self, name)
+            check(
+                not url or url.startswith(("http://", "https://", "/")),
+                name,
+                "must be an http(s) URL or a path on the server (/start_profile)",
+            )
+        check(
+            math.isfinite(self.profile_seconds) and self.profile_seconds >= 0,
+            "profile_seconds",
+            "must be >= 0",
+        )
+        check(self.profile_requests >= 0, "profile_requests", "must be >= 0")
+        check(self.profile_stop_timeout_s > 0, "profile_stop_timeout_s", "must be > 0")
+        check(self.profile_max_bytes > 0, "profile_max_bytes", "must be > 0")
+        for i, activity in enumerate(self.profile_activities):
+            check(activity in ("cpu", "gpu"), f"profile_activities[{i}]", "must be cpu or gpu")
+        if self.profile_start_body:
+            try:
+                json.loads(self.profile_start_body)
+            except ValueError:
+                check(False, "profile_start_body", "must be JSON")
 
     def _validate_dataset(self, check: Any) -> None:
         check(self.dataset in DATASETS, "dataset", f"must be one of {', '.join(DATASETS)}")
@@ -332,6 +413,12 @@ class BenchConfig:
             n = self.requests or (0 if self.duration_seconds else max(10, 5 * c))
             out.append(Point(i, c, 0.0, n, self.duration_seconds))
         return out
+
+    def server_url(self, path_or_url: str) -> str:
+        """A path (``/start_profile``) on the server under test, or a full URL as it is."""
+        if not path_or_url or path_or_url.startswith(("http://", "https://")):
+            return path_or_url
+        return self.url.rstrip("/").removesuffix("/v1") + path_or_url
 
     @property
     def slo_set(self) -> bool:

@@ -21,6 +21,8 @@ closed loop's concurrency and the open loop's rate count conversations, not requ
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 import json
 import math
 import time
@@ -34,6 +36,15 @@ import aiohttp
 
 from tunelab.bench.config import BenchConfig, Point
 from tunelab.bench.datasets import Dataset
+from tunelab.bench.profiling import (
+    RESET_TIMEOUT_S,
+    START_TIMEOUT_S,
+    HttpOutcome,
+    ProfileWindow,
+    post,
+    stop_profile,
+    wait_window,
+)
 from tunelab.bench.progress import PROGRESS_INTERVAL, PointProgress, ProgressWriter
 from tunelab.bench.promptfiles import DatasetFileError
 from tunelab.bench.records import request_line
@@ -131,9 +142,16 @@ class Sweep:
             state.requests = min(point.requests or self.dataset.size, self.dataset.size)
         workload = Workload(self.config, point.index, self.tokens, self.dataset)
         reporter = asyncio.get_running_loop().create_task(self._report(state))
+        reset: HttpOutcome | None = None
+        window: ProfileWindow | None = None
+        profiler: asyncio.Task[None] | None = None
+        measured = asyncio.Event()
         pool = PoolStats()
         slots = point.concurrency or point.max_concurrency
         try:
+            if self.config.reset_cache_url:
+                url = self.config.server_url(self.config.reset_cache_url)
+                reset = await post(url, None, RESET_TIMEOUT_S)
             async with open_session(slots, pool) as session:
                 interrupted = False
                 try:
@@ -142,6 +160,11 @@ class Sweep:
                     interrupted = True  # stopped before the clock: an empty point, then stop
                 state.phase = "measure"
                 state.tokens_at_start = self.live.output_tokens
+                if point.index == self.config.profile_point:
+                    window = ProfileWindow()
+                    profiler = asyncio.get_running_loop().create_task(
+                        self._profile(state, window, measured)
+                    )
                 monitor = Monitor(
                     self.config.max_mean_loop_lag_ms,
                     self.config.max_loop_lag_ms,
@@ -164,6 +187,10 @@ class Sweep:
                 check = monitor.stop(pool.opened - opened_before)
         finally:
             reporter.cancel()
+            measured.set()
+            if profiler is not None:  # the stop is sent even when the point was interrupted
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(profiler)
         state.phase = "done"
         self._emit_progress(state)
         if state.clock_start == "first_request" and state.records:
@@ -188,6 +215,14 @@ class Sweep:
         if self.config.save_detailed:
             summary.update(detailed(state.records, state.started))
         summary["warnings"] = self._warnings(summary)
+        if reset is not None:
+            summary["cache_reset"] = reset.to_dict()
+            if not reset.ok:
+                summary["warnings"].append(f"cache reset failed: {reset.error}")
+        if window is not None:
+            summary["profile"] = window.to_dict()
+            if not window.ok:
+                summary["warnings"].append(str(window.warning()))
         if interrupted:
             summary["interrupted"] = True
             summary["warnings"].append(
@@ -211,7 +246,7 @@ class Sweep:
     ) -> None:
         """Off the clock: warm-up requests, the pool's connections, the first wave's bodies."""
         point = state.point
-        if self.config.warmup:
+        if self.config.warmup or self.config.warmup_seconds:
             await self._warmup(session, workload, point)
         if slots:
             state.connections_warmed = await warm_connections(
@@ -221,6 +256,35 @@ class Sweep:
             # built before the clock, so that building them does not stagger the first writes
             first = min(point.concurrency, state.requests or point.concurrency)
             state.first_wave = {i: workload.request(i) for i in range(first)}
+
+    async def _profile(
+        self, state: PointState, window: ProfileWindow, ended: asyncio.Event
+    ) -> None:
+        """Start the engine's profiler, wait for the window, stop it (always, once started)."""
+        cfg = self.config
+        body = cfg.profile_start_body.encode() or None
+        start_url, stop_url = (
+            cfg.server_url(cfg.profile_start_url),
+            cfg.server_url(cfg.profile_stop_url),
+        )
+        if not start_url or not stop_url:
+            window.start = HttpOutcome(
+                False, None, "no profiler URL: name start_url and stop_url", 0
+            )
+            return
+        window.start = await post(start_url, body, START_TIMEOUT_S)
+        began, tokens, requests = time.perf_counter(), self.live.output_tokens, len(state.records)
+        if window.start.ok:
+            await wait_window(
+                cfg.profile_seconds,
+                cfg.profile_requests,
+                lambda: len(state.records) - requests,
+                ended,
+            )
+        window.window_seconds = time.perf_counter() - began
+        window.output_tokens = self.live.output_tokens - tokens
+        window.requests = len(state.records) - requests
+        window.stop = await stop_profile(stop_url, None, cfg.profile_stop_timeout_s)
 
     def _slos(self) -> tuple[float, float]:  # ttft, tpot
         return self.config.slo_ttft_ms, self.config.slo_tpot_ms
@@ -255,12 +319,21 @@ class Sweep:
     async def _warmup(
         self, session: aiohttp.ClientSession, workload: Workload, point: Point
     ) -> None:
-        width = min(self.config.warmup, point.concurrency or self.config.warmup)
-        queue = iter(range(self.config.warmup))
+        cfg = self.config
+        if cfg.warmup_seconds:  # by time (the count is then ignored): the point's width, a deadline
+            width = point.concurrency or max(1, math.ceil(point.request_rate))
+            queue: Any = itertools.count()
+            deadline = time.perf_counter() + cfg.warmup_seconds
+        else:
+            width = min(cfg.warmup, point.concurrency or cfg.warmup)
+            queue = iter(range(cfg.warmup))
+            deadline = math.inf
         done: list[RequestRecord] = []
 
         async def worker() -> None:
             for i in queue:
+                if time.perf_counter() >= deadline:
+                    return
                 done.append(await self._one(session, workload, -1 - i, warmup=True))
 
         await asyncio.gather(*(worker() for _ in range(width)))

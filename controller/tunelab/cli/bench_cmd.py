@@ -54,6 +54,8 @@ _FLAGS = {
     "duration_seconds": "--duration",
     "request_timeout_s": "--timeout",
     "concurrency": "--concurrency",
+    "profile_seconds": "--profile",
+    "warmup_seconds": "--warmup-time",
 }
 
 
@@ -106,6 +108,24 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--range-ratio", type=float, default=0.0, help="lengths in [L(1-r), L(1+r)]")
     p.add_argument("--warmup", type=int, default=0, help="warm-up requests per point (excluded)")
+    p.add_argument("--warmup-time", help="warm-up per point by time, e.g. 10s (replaces --warmup)")
+    p.add_argument(
+        "--profile",
+        nargs="?",
+        const="0s",
+        metavar="WINDOW",
+        help="call the server's profiler around a window of --profile-point (e.g. 5s; alone: "
+        "the whole point); a failure is a warning (docs/profiles.md)",
+    )
+    p.add_argument("--profile-point", type=int, default=0, help="0-based point to profile (0)")
+    p.add_argument("--profile-requests", type=int, default=0, help="window of N requests instead")
+    p.add_argument("--profile-start-url", default="/start_profile", help="path or URL (vLLM's)")
+    p.add_argument("--profile-stop-url", default="/stop_profile", help="path or URL (vLLM's)")
+    p.add_argument(
+        "--reset-cache-url",
+        default="",
+        help="POSTed before each point, e.g. /reset_prefix_cache (vLLM, dev mode) or /flush_cache",
+    )
     p.add_argument(
         "--no-ignore-eos",
         action="store_true",
@@ -240,7 +260,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
                     "--request-rate, --num-prompts, --dataset-name)",
                     EXIT_USAGE,
                 )
-        settings = {**common, **vllm_settings(args)}
+        settings = {**common, **vllm_settings(args), **_profiling(args)}
     else:
         if not args.url:
             raise CliError("--url (or vLLM's --base-url / --host / --port) is required", EXIT_USAGE)
@@ -268,8 +288,7 @@ def _check_required(args: argparse.Namespace) -> None:
     trace = getattr(args, "dataset", None) == "trace"
     if not (args.concurrency or args.rate or args.ramp or trace):
         raise CliError(
-            "give --concurrency N[,N...] (closed loop) or --rate R[,R...] (open loop, "
-            "requests/s)",
+            "give --concurrency N[,N...] (closed loop) or --rate R[,R...] (open loop, requests/s)",
             EXIT_USAGE,
         )
     if getattr(args, "dataset", None) not in (None, "random"):
@@ -299,17 +318,17 @@ def _native_settings(args: argparse.Namespace) -> dict[str, Any]:
         raise CliError(
             f"--rate: expected numbers like 1,2.5,10, got {args.rate!r}", EXIT_USAGE
         ) from None
-    try:
-        duration = parse_duration(args.duration) if args.duration else 0.0
-    except ValueError as exc:
-        raise CliError(f"--duration: {exc}", EXIT_USAGE) from None
+    seconds = {
+        "--duration": _seconds("--duration", args.duration),
+        "--warmup-time": _seconds("--warmup-time", args.warmup_time),
+    }
     return {
         "url": args.url,
         "api": args.api,
         "concurrency": concurrency,
         "rates": rates,
         "requests": args.requests,
-        "duration_seconds": duration,
+        "duration_seconds": seconds["--duration"],
         "input_len": args.input_len,
         "output_len": args.output_len,
         "range_ratio": args.range_ratio,
@@ -319,6 +338,30 @@ def _native_settings(args: argparse.Namespace) -> dict[str, Any]:
         "slo_ttft_ms": args.slo_ttft_ms,
         "slo_tpot_ms": args.slo_tpot_ms,
         "preset": args.preset or "",
+        "warmup_seconds": seconds["--warmup-time"],
+        "reset_cache_url": args.reset_cache_url,
+        **_profiling(args),
+    }
+
+
+def _seconds(flag: str, value: str | None) -> float:
+    try:
+        return parse_duration(value) if value else 0.0
+    except ValueError as exc:
+        raise CliError(f"{flag}: {exc}", EXIT_USAGE) from None
+
+
+def _profiling(args: argparse.Namespace) -> dict[str, Any]:
+    """``--profile [WINDOW]`` (also vllm bench serve's bare ``--profile``): the server's
+    profiler around a window of one point."""
+    if args.profile is None:
+        return {}
+    return {
+        "profile_point": args.profile_point,
+        "profile_seconds": _seconds("--profile", args.profile),
+        "profile_requests": args.profile_requests,
+        "profile_start_url": args.profile_start_url,
+        "profile_stop_url": args.profile_stop_url,
     }
 
 

@@ -36,7 +36,7 @@ ENDPOINTS = {"/v1/completions": "completions", "/v1/chat/completions": "chat"}
 # vllm bench serve flags that tunelab bench refuses by name
 UNSUPPORTED = (
     "--header", "--tokenizer-mode", "--use-beam-search", "--logprobs", "--probe-request-rate",
-    "--profile", "--append-result", "--metadata", "--request-id-prefix", "--top-p", "--top-k",
+    "--append-result", "--metadata", "--request-id-prefix", "--top-p", "--top-k",
     "--min-p", "--frequency-penalty", "--presence-penalty", "--repetition-penalty",
     "--served-model-name", "--lora-modules", "--lora-assignment", "--ready-check-timeout-sec",
     "--chat-template-kwargs", "--extra-body", "--skip-tokenizer-init", "--insecure",

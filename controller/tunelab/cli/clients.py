@@ -143,6 +143,12 @@ class ControllerClient(_Client):
     ) -> Stream[agent_pb2.StreamLogsResponse]:
         return cast(Stream[Any], self._stub.StreamExperimentLogs(request))
 
+    def fetch_experiment_profile(
+        self, request: controller_pb2.FetchExperimentProfileRequest, timeout: float
+    ) -> Stream[agent_pb2.FetchProfileResponse]:
+        """An attempt's kept trace, in chunks, within ``timeout`` for the whole transfer."""
+        return cast(Stream[Any], self._stub.FetchExperimentProfile(request, timeout=timeout))
+
     # hosts
     def list_hosts(self) -> controller_pb2.ListHostsResponse:
         return self._unary(self._stub.ListHosts, controller_pb2.ListHostsRequest(), HOSTS_TIMEOUT)

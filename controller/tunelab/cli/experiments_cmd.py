@@ -361,6 +361,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     from tunelab.controller.report import write_report
 
     document = comparison(args)
+    if not args.no_profiles:
+        from tunelab.cli.profile_cmd import ablation_profiles
+
+        args.top, args.max_size = 20, 2 * 1000 * 1000 * 1000
+        profiles = ablation_profiles(args, document["experiments"])
+        if profiles["diffs"]:
+            document["profiles"] = profiles
     default = re.sub(r"[^A-Za-z0-9._-]+", "_", "-".join(args.ids))[:80]
     out = Path(args.out or f"report-{default}.html")
     try:
@@ -467,6 +474,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="experiment ids or names, submission groups (g-...), or a spec's name",
     )
     report.add_argument("--out", help="file to write (default report-<ids>.html)")
+    report.add_argument(
+        "--no-profiles",
+        action="store_true",
+        help="leave out the profile diff (fetching the kept traces can take a while)",
+    )
     _add_effect_args(report)
     add_controller_args(report)
     report.set_defaults(handler=cmd_report)

@@ -26,6 +26,7 @@ from tunelab.cli import (
     experiments_cmd,
     export_cmd,
     hosts_cmd,
+    profile_cmd,
     server_cmd,
 )
 from tunelab.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, CliError
@@ -44,6 +45,7 @@ COMMAND_MODULES = [
     experiments_cmd,
     export_cmd,
     bench_cmd,
+    profile_cmd,
 ]
 EXIT_PIPE = 141  # 128 + SIGPIPE, what a shell reports for `yes | head`
 LOG_LIMIT = 1 << 20  # the trace file is rotated past 1 MiB

@@ -247,6 +247,39 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             context.add_callback(cancel_upstream)
         yield from upstream
 
+    @_stream
+    def FetchExperimentProfile(
+        self, request: controller_pb2.FetchExperimentProfileRequest, context: grpc.ServicerContext
+    ) -> Iterator[agent_pb2.FetchProfileResponse]:
+        """A trace the attempt's result lists, from its agent; names are checked here and there."""
+        attempt = self._store.get_attempt(request.id)
+        if attempt is None:
+            attempts = self._store.attempts_for(self._experiment(request.id).id)
+            if not attempts:
+                raise NotFoundError(f"experiment {request.id!r} has no attempt yet")
+            attempt = attempts[-1]
+        kept = (attempt.result or {}).get("profile") or {}
+        files = [*kept.get("traces", []), *kept.get("other_files", [])]
+        names = [t.get("name") for t in files if isinstance(t, dict)]
+        if request.name not in names:
+            listed = ", ".join(str(n) for n in names) or "none"
+            raise NotFoundError(
+                f"attempt {attempt.id} keeps no trace {request.name!r} (it keeps: {listed})"
+            )
+        host = self._host(attempt.host)
+        proxied = agent_pb2.FetchProfileRequest(
+            run_id=attempt.id, name=request.name, offset=request.offset, max_bytes=request.max_bytes
+        )
+        upstream = self._agents.fetch_profile(host.address, host.token, proxied)
+        if isinstance(upstream, grpc.Call):  # the client left: end the agent's stream too
+            call = upstream
+
+            def cancel_upstream() -> None:
+                call.cancel()
+
+            context.add_callback(cancel_upstream)
+        yield from upstream
+
     # --- hosts -------------------------------------------------------------------------------
 
     def _host(self, name: str) -> HostRow:

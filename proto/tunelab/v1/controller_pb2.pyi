@@ -534,6 +534,39 @@ class StreamExperimentLogsRequest(_message.Message):
 Global___StreamExperimentLogsRequest: _TypeAlias = StreamExperimentLogsRequest  # noqa: Y015
 
 @_typing.final
+class FetchExperimentProfileRequest(_message.Message):
+    """A profiler trace kept by the agent with an attempt, proxied in chunks (FetchProfile)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    MAX_BYTES_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    """an attempt id, or an experiment id or name (its last attempt)"""
+    name: _builtins.str
+    """a trace the attempt's result lists (result.profile.traces)"""
+    offset: _builtins.int
+    max_bytes: _builtins.int
+    """send at most this many bytes; 0 = to the end"""
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        name: _builtins.str = ...,
+        offset: _builtins.int = ...,
+        max_bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "max_bytes", b"max_bytes", "name", b"name", "offset", b"offset"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FetchExperimentProfileRequest: _TypeAlias = FetchExperimentProfileRequest  # noqa: Y015
+
+@_typing.final
 class Host(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

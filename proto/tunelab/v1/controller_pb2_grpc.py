@@ -65,6 +65,11 @@ class ControllerStub:
                 request_serializer=tunelab_dot_v1_dot_controller__pb2.StreamExperimentLogsRequest.SerializeToString,
                 response_deserializer=tunelab_dot_v1_dot_agent__pb2.StreamLogsResponse.FromString,
                 _registered_method=True)
+        self.FetchExperimentProfile = channel.unary_stream(
+                '/tunelab.v1.Controller/FetchExperimentProfile',
+                request_serializer=tunelab_dot_v1_dot_controller__pb2.FetchExperimentProfileRequest.SerializeToString,
+                response_deserializer=tunelab_dot_v1_dot_agent__pb2.FetchProfileResponse.FromString,
+                _registered_method=True)
         self.ListHosts = channel.unary_unary(
                 '/tunelab.v1.Controller/ListHosts',
                 request_serializer=tunelab_dot_v1_dot_controller__pb2.ListHostsRequest.SerializeToString,
@@ -136,6 +141,12 @@ class ControllerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def StreamExperimentLogs(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FetchExperimentProfile(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -215,6 +226,11 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.StreamExperimentLogs,
                     request_deserializer=tunelab_dot_v1_dot_controller__pb2.StreamExperimentLogsRequest.FromString,
                     response_serializer=tunelab_dot_v1_dot_agent__pb2.StreamLogsResponse.SerializeToString,
+            ),
+            'FetchExperimentProfile': grpc.unary_stream_rpc_method_handler(
+                    servicer.FetchExperimentProfile,
+                    request_deserializer=tunelab_dot_v1_dot_controller__pb2.FetchExperimentProfileRequest.FromString,
+                    response_serializer=tunelab_dot_v1_dot_agent__pb2.FetchProfileResponse.SerializeToString,
             ),
             'ListHosts': grpc.unary_unary_rpc_method_handler(
                     servicer.ListHosts,
@@ -414,6 +430,33 @@ class Controller:
             '/tunelab.v1.Controller/StreamExperimentLogs',
             tunelab_dot_v1_dot_controller__pb2.StreamExperimentLogsRequest.SerializeToString,
             tunelab_dot_v1_dot_agent__pb2.StreamLogsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FetchExperimentProfile(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/tunelab.v1.Controller/FetchExperimentProfile',
+            tunelab_dot_v1_dot_controller__pb2.FetchExperimentProfileRequest.SerializeToString,
+            tunelab_dot_v1_dot_agent__pb2.FetchProfileResponse.FromString,
             options,
             channel_credentials,
             insecure,

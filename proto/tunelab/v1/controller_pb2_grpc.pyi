@@ -38,6 +38,7 @@ class ControllerStub:
     WatchExperiment: _grpc.UnaryStreamMultiCallable[_controller_pb2.WatchExperimentRequest, _controller_pb2.WatchExperimentResponse]
     CancelExperiment: _grpc.UnaryUnaryMultiCallable[_controller_pb2.CancelExperimentRequest, _controller_pb2.CancelExperimentResponse]
     StreamExperimentLogs: _grpc.UnaryStreamMultiCallable[_controller_pb2.StreamExperimentLogsRequest, _agent_pb2.StreamLogsResponse]
+    FetchExperimentProfile: _grpc.UnaryStreamMultiCallable[_controller_pb2.FetchExperimentProfileRequest, _agent_pb2.FetchProfileResponse]
     ListHosts: _grpc.UnaryUnaryMultiCallable[_controller_pb2.ListHostsRequest, _controller_pb2.ListHostsResponse]
     AddHost: _grpc.UnaryUnaryMultiCallable[_controller_pb2.AddHostRequest, _controller_pb2.AddHostResponse]
     RemoveHost: _grpc.UnaryUnaryMultiCallable[_controller_pb2.RemoveHostRequest, _controller_pb2.RemoveHostResponse]
@@ -55,6 +56,7 @@ class ControllerAsyncStub(ControllerStub):
     WatchExperiment: _aio.UnaryStreamMultiCallable[_controller_pb2.WatchExperimentRequest, _controller_pb2.WatchExperimentResponse]  # type: ignore[assignment]
     CancelExperiment: _aio.UnaryUnaryMultiCallable[_controller_pb2.CancelExperimentRequest, _controller_pb2.CancelExperimentResponse]  # type: ignore[assignment]
     StreamExperimentLogs: _aio.UnaryStreamMultiCallable[_controller_pb2.StreamExperimentLogsRequest, _agent_pb2.StreamLogsResponse]  # type: ignore[assignment]
+    FetchExperimentProfile: _aio.UnaryStreamMultiCallable[_controller_pb2.FetchExperimentProfileRequest, _agent_pb2.FetchProfileResponse]  # type: ignore[assignment]
     ListHosts: _aio.UnaryUnaryMultiCallable[_controller_pb2.ListHostsRequest, _controller_pb2.ListHostsResponse]  # type: ignore[assignment]
     AddHost: _aio.UnaryUnaryMultiCallable[_controller_pb2.AddHostRequest, _controller_pb2.AddHostResponse]  # type: ignore[assignment]
     RemoveHost: _aio.UnaryUnaryMultiCallable[_controller_pb2.RemoveHostRequest, _controller_pb2.RemoveHostResponse]  # type: ignore[assignment]
@@ -105,6 +107,13 @@ class ControllerServicer(metaclass=_abc_1.ABCMeta):
         request: _controller_pb2.StreamExperimentLogsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_agent_pb2.StreamLogsResponse], _abc.AsyncIterator[_agent_pb2.StreamLogsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def FetchExperimentProfile(
+        self,
+        request: _controller_pb2.FetchExperimentProfileRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_agent_pb2.FetchProfileResponse], _abc.AsyncIterator[_agent_pb2.FetchProfileResponse]]: ...
 
     @_abc_1.abstractmethod
     def ListHosts(

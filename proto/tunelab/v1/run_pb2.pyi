@@ -87,6 +87,10 @@ class BuiltinBenchmark(_message.Message):
     RAMP_FIELD_NUMBER: _builtins.int
     RAMP_START_RATE_FIELD_NUMBER: _builtins.int
     RAMP_END_RATE_FIELD_NUMBER: _builtins.int
+    PROFILE_FIELD_NUMBER: _builtins.int
+    RESET_CACHE_FIELD_NUMBER: _builtins.int
+    WARMUP_SECONDS_FIELD_NUMBER: _builtins.int
+    RESET_CACHE_URL_FIELD_NUMBER: _builtins.int
     api: _builtins.str
     """"completions" (default) or "chat" """
     model: _builtins.str
@@ -123,6 +127,14 @@ class BuiltinBenchmark(_message.Message):
     """"", "linear" or "exponential": the rate rises over the point"""
     ramp_start_rate: _builtins.float
     ramp_end_rate: _builtins.float
+    reset_cache: _builtins.bool
+    """reset the engine's cache before each point; unset: on"""
+    warmup_seconds: _builtins.float
+    """for a sweep of several points on vllm/sglang
+    warm-up per point by time (replaces the warmup count)
+    """
+    reset_cache_url: _builtins.str
+    """generic engines: the reset's path (/reset) or URL"""
     @_builtins.property
     def concurrency(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """closed loop sweep; empty when request_rate is set"""
@@ -134,6 +146,10 @@ class BuiltinBenchmark(_message.Message):
     @_builtins.property
     def rates(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
         """open loop: one point per rate (instead of request_rate)"""
+
+    @_builtins.property
+    def profile(self) -> Global___ProfileSpec:
+        """the engine's profiler around one point's window"""
 
     def __init__(
         self,
@@ -162,21 +178,81 @@ class BuiltinBenchmark(_message.Message):
         ramp: _builtins.str = ...,
         ramp_start_rate: _builtins.float = ...,
         ramp_end_rate: _builtins.float = ...,
+        profile: Global___ProfileSpec | None = ...,
+        reset_cache: _builtins.bool | None = ...,
+        warmup_seconds: _builtins.float = ...,
+        reset_cache_url: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_ignore_eos", b"_ignore_eos", "_temperature", b"_temperature", "dataset", b"dataset", "ignore_eos", b"ignore_eos", "temperature", b"temperature"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_ignore_eos", b"_ignore_eos", "_reset_cache", b"_reset_cache", "_temperature", b"_temperature", "dataset", b"dataset", "ignore_eos", b"ignore_eos", "profile", b"profile", "reset_cache", b"reset_cache", "temperature", b"temperature"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_ignore_eos", b"_ignore_eos", "_temperature", b"_temperature", "api", b"api", "burstiness", b"burstiness", "concurrency", b"concurrency", "dataset", b"dataset", "duration_seconds", b"duration_seconds", "ignore_eos", b"ignore_eos", "input_len", b"input_len", "max_concurrency", b"max_concurrency", "model", b"model", "output_len", b"output_len", "preset", b"preset", "ramp", b"ramp", "ramp_end_rate", b"ramp_end_rate", "ramp_start_rate", b"ramp_start_rate", "range_ratio", b"range_ratio", "rates", b"rates", "request_rate", b"request_rate", "requests", b"requests", "seed", b"seed", "slo_tpot_ms", b"slo_tpot_ms", "slo_ttft_ms", b"slo_ttft_ms", "temperature", b"temperature", "url", b"url", "warmup", b"warmup"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_ignore_eos", b"_ignore_eos", "_reset_cache", b"_reset_cache", "_temperature", b"_temperature", "api", b"api", "burstiness", b"burstiness", "concurrency", b"concurrency", "dataset", b"dataset", "duration_seconds", b"duration_seconds", "ignore_eos", b"ignore_eos", "input_len", b"input_len", "max_concurrency", b"max_concurrency", "model", b"model", "output_len", b"output_len", "preset", b"preset", "profile", b"profile", "ramp", b"ramp", "ramp_end_rate", b"ramp_end_rate", "ramp_start_rate", b"ramp_start_rate", "range_ratio", b"range_ratio", "rates", b"rates", "request_rate", b"request_rate", "requests", b"requests", "reset_cache", b"reset_cache", "reset_cache_url", b"reset_cache_url", "seed", b"seed", "slo_tpot_ms", b"slo_tpot_ms", "slo_ttft_ms", b"slo_ttft_ms", "temperature", b"temperature", "url", b"url", "warmup", b"warmup", "warmup_seconds", b"warmup_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__ignore_eos: _TypeAlias = _typing.Literal["ignore_eos"]  # noqa: Y015
     _WhichOneofArgType__ignore_eos: _TypeAlias = _typing.Literal["_ignore_eos", b"_ignore_eos"]  # noqa: Y015
+    _WhichOneofReturnType__reset_cache: _TypeAlias = _typing.Literal["reset_cache"]  # noqa: Y015
+    _WhichOneofArgType__reset_cache: _TypeAlias = _typing.Literal["_reset_cache", b"_reset_cache"]  # noqa: Y015
     _WhichOneofReturnType__temperature: _TypeAlias = _typing.Literal["temperature"]  # noqa: Y015
     _WhichOneofArgType__temperature: _TypeAlias = _typing.Literal["_temperature", b"_temperature"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__ignore_eos) -> _WhichOneofReturnType__ignore_eos | None: ...
     @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__reset_cache) -> _WhichOneofReturnType__reset_cache | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__temperature) -> _WhichOneofReturnType__temperature | None: ...
 
 Global___BuiltinBenchmark: _TypeAlias = BuiltinBenchmark  # noqa: Y015
+
+@_typing.final
+class ProfileSpec(_message.Message):
+    """The engine's profiler around one load point's measured window (docs/profiles.md). The
+    engine profile (vllm, sglang) says how; a generic server names its two URLs.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    POINT_FIELD_NUMBER: _builtins.int
+    WINDOW_SECONDS_FIELD_NUMBER: _builtins.int
+    WINDOW_REQUESTS_FIELD_NUMBER: _builtins.int
+    ACTIVITIES_FIELD_NUMBER: _builtins.int
+    MAX_BYTES_FIELD_NUMBER: _builtins.int
+    START_URL_FIELD_NUMBER: _builtins.int
+    STOP_URL_FIELD_NUMBER: _builtins.int
+    STOP_TIMEOUT_SECONDS_FIELD_NUMBER: _builtins.int
+    point: _builtins.int
+    """0-based load point"""
+    window_seconds: _builtins.float
+    """both 0: the whole point"""
+    window_requests: _builtins.int
+    max_bytes: _builtins.int
+    """cap on the kept traces; 0 = 500 MB"""
+    start_url: _builtins.str
+    """generic engines: a path (/start) or a URL"""
+    stop_url: _builtins.str
+    stop_timeout_seconds: _builtins.float
+    """0 = 120"""
+    @_builtins.property
+    def activities(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """"cpu", "gpu"; empty: both"""
+
+    def __init__(
+        self,
+        *,
+        point: _builtins.int = ...,
+        window_seconds: _builtins.float = ...,
+        window_requests: _builtins.int = ...,
+        activities: _abc.Iterable[_builtins.str] | None = ...,
+        max_bytes: _builtins.int = ...,
+        start_url: _builtins.str = ...,
+        stop_url: _builtins.str = ...,
+        stop_timeout_seconds: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activities", b"activities", "max_bytes", b"max_bytes", "point", b"point", "start_url", b"start_url", "stop_timeout_seconds", b"stop_timeout_seconds", "stop_url", b"stop_url", "window_requests", b"window_requests", "window_seconds", b"window_seconds"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ProfileSpec: _TypeAlias = ProfileSpec  # noqa: Y015
 
 @_typing.final
 class DatasetSpec(_message.Message):

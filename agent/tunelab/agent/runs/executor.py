@@ -15,6 +15,9 @@ from typing import Any, Protocol, Unpack
 
 import structlog
 
+from tunelab.agent.engines import profiling as engine_profiling
+from tunelab.agent.engines.profiles import profile_for
+from tunelab.agent.engines.profiling import EnginePlan
 from tunelab.agent.errors import AgentError, Conflict, InvalidSpec, NotFound, storage_error
 from tunelab.agent.recordbook import RecordBook
 from tunelab.agent.runs.commandjob import RESULT_FILE_FIELD, BenchFailed, CommandJob, confined
@@ -22,6 +25,7 @@ from tunelab.agent.runs.datasetfile import resolve_dataset
 from tunelab.agent.runs.metrics import exported_progress
 from tunelab.agent.runs.record import MAX_EVENTS, RunChanges, RunEvent, RunRecord, RunSpec
 from tunelab.agent.runs.states import RunState, check_run_transition
+from tunelab.agent.runs.traces import TRACE_DIR, keep_traces
 from tunelab.agent.servers.ports import PortPool
 from tunelab.agent.servers.quarantine import QuarantineList
 from tunelab.agent.servers.record import ServerRecord
@@ -277,7 +281,7 @@ class RunExecutor:
         port = spec.server.port or self._ports.take(
             record.run_id, exclude={s.spec.port for s in self._registry.servers()}
         )
-        server_spec = _with_port(spec.server, port)
+        server_spec = self._with_engine_plan(record, _with_port(spec.server, port))
         server_id = f"{record.run_id}-server"
         self._transition(
             record.run_id,
@@ -325,6 +329,9 @@ class RunExecutor:
             config["url"] = (
                 str(config.get("url", "")).replace("{port}", subs["port"]) or subs["url"]
             )
+            engine_plan = self._engine_plan(record)
+            if engine_plan is not None:
+                config.update(engine_plan.bench)
             job = self._builtin_job(config, workdir, record.spec.experiment or record.run_id)
         with self._lock:
             self._jobs[record.run_id] = job
@@ -352,9 +359,57 @@ class RunExecutor:
         progress = job.progress()
         if progress is not None:
             self._update(record.run_id, progress=progress)
-        result = job.result()
+        result = self._with_traces(record, job.result())
         self._write_result(record.run_id, result)  # on disk before reported
         self._transition(record.run_id, RunState.STOPPING, "benchmark finished", result=result)
+
+    # --- engine profiler and cache reset (issue 27; tunelab.agent.engines.profiling) ---------
+
+    def _engine_plan(self, record: RunRecord) -> EnginePlan | None:
+        """What the engine needs for the profile / cache reset the builtin benchmark asks for."""
+        bench = record.spec.builtin
+        if bench is None or (
+            int(bench.get("profile_point", -1)) < 0 and bench.get("reset_cache") is False
+        ):
+            return None
+        server = record.spec.server
+        if server is None:
+            with contextlib.suppress(NotFound):
+                server = self._registry.get(record.spec.server_id).spec
+        if server is None:
+            return None
+        engine = profile_for(server.engine, server.argv)
+        return engine_profiling.plan(
+            engine, tuple(server.argv), bench, self.run_dir(record.run_id) / TRACE_DIR
+        )
+
+    def _with_engine_plan(self, record: RunRecord, server: ServerSpec) -> ServerSpec:
+        engine_plan = self._engine_plan(record)
+        if engine_plan is None or not (engine_plan.argv or engine_plan.env):
+            return server
+        (self.run_dir(record.run_id) / TRACE_DIR).mkdir(mode=0o700, exist_ok=True)
+        return replace(
+            server, argv=(*server.argv, *engine_plan.argv), env={**server.env, **engine_plan.env}
+        ).validated()
+
+    def _with_traces(self, record: RunRecord, result: dict[str, Any]) -> dict[str, Any]:
+        """The result with the kept traces listed (``result["profile"]``) and their warnings."""
+        bench = record.spec.builtin or {}
+        engine_plan = self._engine_plan(record)
+        if engine_plan is None:
+            return result
+        warnings = list(engine_plan.warnings)
+        point = int(bench.get("profile_point", -1))
+        if point >= 0:
+            kept = keep_traces(self.run_dir(record.run_id), int(bench["profile_max_bytes"]))
+            points = result.get("points") or []
+            window = points[point].get("profile") if point < len(points) else None
+            warnings += kept["warnings"]
+            result = {**result, "profile": {**kept, "point": point, "window": window}}
+            result["profile"]["warnings"] = [w for w in warnings if w.startswith("profile")]
+        if warnings:
+            result["warnings"] = [*result.get("warnings", []), *warnings]
+        return result
 
     def _write_result(self, run_id: str, result: dict[str, Any]) -> None:
         """The result must be on disk before it is reported: on a full disk, wait (retrying)

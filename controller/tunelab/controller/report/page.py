@@ -448,6 +448,43 @@ def failures_section(doc: dict[str, Any]) -> str:
     return _table(["experiment", "state", "host", "reason"], rows, text=True)
 
 
+def profiles_section(doc: dict[str, Any]) -> str:
+    """Each variant's profile against the baseline's: per category and the kernels that changed
+    most, in time per output token (or per step / per second when tokens are unknown)."""
+    profiles = doc.get("profiles") or {}
+    parts = [f"<p class='warn'>{escape(n)}</p>" for n in profiles.get("notes", [])]
+    for d in profiles.get("diffs", []):
+        a, b = d["repeats"]
+        parts.append(
+            f"<h3>{escape(_short(d['variant']))} against {escape(_short(d['baseline']))}</h3>"
+            f"<p>{escape(d['basis'])} time in {escape(d['unit'])}; {b} variant and {a} baseline "
+            f"launch(es); GPU idle {_share(d['gpu_idle_share'][0])} → "
+            f"{_share(d['gpu_idle_share'][1])}</p>"
+        )
+        header = ["", "baseline", "variant", "change", "ratio", "95% interval of change"]
+        for title, rows in (("category", d["categories"]), ("kernel", d["kernels"])):
+            shown = [r for r in rows if r["a"] or r["b"]]
+            body = [
+                [
+                    escape(r["name"] if title == "category" else f"{r['name']} ({r['category']})"),
+                    f"{r['a']:.4f}",
+                    f"{r['b']:.4f}",
+                    f"{r['delta']:+.4f}",
+                    "-" if r["ratio"] is None else f"{r['ratio']:.2f}x",
+                    "-"
+                    if r["interval"] is None
+                    else f"{r['interval'][0]:+.4f} .. {r['interval'][1]:+.4f}",
+                ]
+                for r in shown
+            ]
+            parts.append(_table([title, *header[1:]], body, text=True))
+    return "".join(parts)
+
+
+def _share(value: Any) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
 def render_report(doc: dict[str, Any], title: str) -> str:
     n = len(doc["experiments"])
     design = doc.get("design", "none")
@@ -456,6 +493,7 @@ def render_report(doc: dict[str, Any], title: str) -> str:
         ("Throughput and latency", curves(doc)),
         ("Effects", effects_section(doc)),
         ("GPU power, clocks, energy and the roofline", gpu_section(doc)),
+        *([("Profiles", profiles_section(doc))] if doc.get("profiles") else []),
         ("Provenance", provenance_section(doc)),
         ("Failures", failures_section(doc)),
     ]

@@ -20,7 +20,7 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$")
 
 TOP_KEYS = {"name", "priority", "host", "server", "benchmark", "max_duration", "repeat", "matrix",
-            "ablation", "max_attempts", "roofline", "redact"}  # fmt: skip
+            "ablation", "max_attempts", "roofline", "redact", "profile"}  # fmt: skip
 SERVER_KEYS = {"command", "flags", "env", "port", "ready", "stop_grace", "cwd", "engine"}
 ENGINES = ("vllm", "sglang", "generic")  # the agent's engine profiles
 READY_KEYS = {"path", "model", "timeout"}
@@ -28,7 +28,7 @@ HOST_KEYS = {"name", "labels", "gpus"}
 BUILTIN_KEYS = {"api", "model", "concurrency", "rate", "burstiness", "requests", "duration",
                 "input_len", "output_len", "range_ratio", "warmup", "ignore_eos", "temperature",
                 "slo", "seed", "preset", "url", "dataset", "max_concurrency",
-                "ramp"}  # fmt: skip
+                "ramp", "reset_cache", "reset_cache_url"}  # fmt: skip
 # benchmark.dataset (docs/workloads.md): key -> (kind, DatasetSpec field)
 DATASET_KEYS: dict[str, tuple[str, str]] = {
     "name": ("string", "name"),
@@ -50,6 +50,9 @@ DATASET_KEYS: dict[str, tuple[str, str]] = {
     "sha256": ("string", "sha256"),
 }
 RAMP_KEYS = {"strategy", "start_rate", "end_rate"}
+# `profile:` (docs/profiles.md): the engine's profiler around one load point's window
+PROFILE_KEYS = {"point", "window", "requests", "activities", "max_bytes", "start_url", "stop_url",
+                "stop_timeout"}  # fmt: skip
 COMMAND_KEYS = {"command", "result_file", "env"}
 SLO_KEYS = {"ttft_ms", "tpot_ms"}
 # what a decode step reads, when the agent cannot read it from the model's files (roofline.py)
@@ -364,6 +367,14 @@ def check_benchmark(check: Checker, raw: Any, default_model: str) -> dict[str, A
             "end_rate": check.number(ramp.get("end_rate", 0), "benchmark.ramp.end_rate", 0),
         },
     }
+    if isinstance(bench.get("warmup"), str):  # "10s": a warm-up by time, instead of requests
+        out["warmup_seconds"] = check.duration(
+            bench.pop("warmup"), "benchmark.warmup", "BuiltinBenchmark.warmup_seconds"
+        )
+    if "reset_cache" in bench:  # kept only when given: unset is the agent's default
+        out["reset_cache"] = check.boolean(bench["reset_cache"], "benchmark.reset_cache")
+    if "reset_cache_url" in bench:
+        out["reset_cache_url"] = _server_path(check, bench["reset_cache_url"], "reset_cache_url")
     for key, default, minimum, field in BUILTIN_NUMBERS:
         source, name = (slo, key.removeprefix("slo_")) if key.startswith("slo_") else (bench, key)
         path = f"benchmark.slo.{name}" if source is slo else f"benchmark.{key}"
@@ -395,6 +406,51 @@ def check_dataset(check: Checker, raw: Any) -> dict[str, Any]:
             out[field] = check.duration(value, path)
         else:
             out[field] = check.boolean(value, path)
+    return out
+
+
+def _server_path(check: Checker, value: Any, path: str) -> str:
+    text = check.string(value, path)
+    if text and not text.startswith(("/", "http://", "https://")):
+        check.fail(path, "must be a path on the server (/start_profile) or an http(s) URL")
+    return text
+
+
+def check_profile(check: Checker, raw: Any) -> dict[str, Any]:
+    """``profile:``; ``{window: 5s}`` alone works: point 0, cpu and gpu, a 500 MB cap."""
+    profile = check.mapping({} if raw is None else raw, "profile", PROFILE_KEYS)
+    activities = profile.get("activities", ["cpu", "gpu"])
+    if isinstance(activities, str):
+        activities = [activities]
+    if not isinstance(activities, list) or not activities:
+        check.fail("profile.activities", "must be a list of cpu and/or gpu")
+        activities = []
+    for i, activity in enumerate(activities):
+        if activity not in ("cpu", "gpu"):
+            check.fail(f"profile.activities[{i}]", f"must be cpu or gpu, got {activity!r}")
+    out: dict[str, Any] = {
+        "point": check.integer(profile.get("point", 0), "profile.point", 0, "ProfileSpec.point"),
+        "window": check.duration(
+            profile.get("window", 0), "profile.window", "ProfileSpec.window_seconds"
+        ),
+        "requests": check.integer(
+            profile.get("requests", 0), "profile.requests", 0, "ProfileSpec.window_requests"
+        ),
+        "activities": [str(a) for a in activities],
+        "max_bytes": check.integer(
+            profile.get("max_bytes", 500_000_000), "profile.max_bytes", 1, "ProfileSpec.max_bytes"
+        ),
+        "stop_timeout": check.duration(
+            profile.get("stop_timeout", "120s"),
+            "profile.stop_timeout",
+            "ProfileSpec.stop_timeout_seconds",
+        ),
+    }
+    for key in ("start_url", "stop_url"):
+        if key in profile:
+            out[key] = _server_path(check, profile[key], f"profile.{key}")
+    if out["window"] and out["requests"]:
+        check.fail("profile", "give window (seconds) or requests, not both")
     return out
 
 
@@ -453,6 +509,13 @@ def check_experiment(raw: Any, prefix: str = "") -> tuple[dict[str, Any], list[S
     }
     if "redact" in doc:  # more names whose values never leave the controller (wire.py)
         spec["redact"] = check.string_list(doc["redact"], "redact")
+    if "profile" in doc:
+        spec["profile"] = check_profile(check, doc["profile"])
+        if spec["benchmark"].get("kind") == "command":
+            check.fail("profile", "needs the built-in benchmark (it times the window)")
+        points = len(spec["benchmark"].get("concurrency") or [1])
+        if spec["profile"]["point"] >= points:
+            check.fail("profile.point", f"the sweep has {points} point(s); point counts from 0")
     if "roofline" in doc:
         given = check.mapping(doc["roofline"], "roofline", ROOFLINE_KEYS)
         spec["roofline"] = {k: check.number(v, f"roofline.{k}", 0.0) for k, v in given.items()}
