@@ -18,6 +18,7 @@ from tunelab.controller.loop import ControlLoop
 from tunelab.controller.metrics import ControllerMetrics
 from tunelab.controller.scheduler import Scheduler
 from tunelab.controller.scrape import MetricsScraper, ScrapeTarget
+from tunelab.controller.search.driver import SearchDriver
 from tunelab.controller.service import SERVICE_NAME, ControllerService
 from tunelab.controller.spec.limits import SpecLimits
 from tunelab.controller.states import AttemptState
@@ -66,6 +67,7 @@ class ControllerApp:
             attempt_poll_interval=config.attempt_poll_interval,
             workers=config.workers,
             on_pass=self.metrics.scheduling_pass.observe,
+            searches=SearchDriver(self.store, self.store.now).tick,
         )
         self.daemon: Daemon | None = None
 

@@ -31,6 +31,7 @@ from tunelab.controller.store.base import StoreConflict, StoreError
 from tunelab.controller.store.dbfile import FileIdentity, create_private, translate
 from tunelab.controller.store.migrations import migrate
 from tunelab.controller.store.models import AttemptChange, AttemptRow, ExperimentRow, HostRow
+from tunelab.controller.store.searches import SearchStatements
 from tunelab.controller.store.secrets import HostSecrets
 
 _JSON_FIELDS = {
@@ -148,7 +149,7 @@ def _attempt(row: sqlite3.Row) -> AttemptRow:
     )
 
 
-class SqliteStore:
+class SqliteStore(SearchStatements):
     def __init__(self, path: Path | str, secrets_file: Path | None = None) -> None:
         self.path = Path(path)
         self.where = str(path)  # the database, as messages name it
@@ -345,28 +346,32 @@ class SqliteStore:
 
     def insert_experiments(self, rows: Sequence[ExperimentRow]) -> None:
         with self._tx() as conn:
-            for row in rows:
-                values = _column_values(
-                    {
-                        "id": row.id,
-                        "group": row.group,
-                        "name": row.name,
-                        "state": row.state,
-                        "priority": row.priority,
-                        "spec": row.spec,
-                        "varied": row.varied,
-                        "selector_key": row.selector_key,
-                        "gpus_needed": row.gpus_needed,
-                        "repeat_index": row.repeat_index,
-                        "max_attempts": row.max_attempts,
-                        "submitted_at": row.submitted_at,
-                    }
-                )
-                conn.execute(
-                    f"INSERT INTO experiments ({', '.join(values)}) VALUES ({', '.join('?' * len(values))})",
-                    list(values.values()),
-                )
-                self._event(conn, "experiment", row.id, None, row.state.value, "submitted")
+            self._insert_experiment_rows(conn, rows)
+
+    def _insert_experiment_rows(self, conn: Any, rows: Sequence[ExperimentRow]) -> None:
+        """In the caller's transaction (a search inserts its trials with them)."""
+        for row in rows:
+            values = _column_values(
+                {
+                    "id": row.id,
+                    "group": row.group,
+                    "name": row.name,
+                    "state": row.state,
+                    "priority": row.priority,
+                    "spec": row.spec,
+                    "varied": row.varied,
+                    "selector_key": row.selector_key,
+                    "gpus_needed": row.gpus_needed,
+                    "repeat_index": row.repeat_index,
+                    "max_attempts": row.max_attempts,
+                    "submitted_at": row.submitted_at,
+                }
+            )
+            conn.execute(
+                f"INSERT INTO experiments ({', '.join(values)}) VALUES ({', '.join('?' * len(values))})",
+                list(values.values()),
+            )
+            self._event(conn, "experiment", row.id, None, row.state.value, "submitted")
 
     def get_experiment(self, experiment_id: str) -> ExperimentRow | None:
         rows = self._query("SELECT * FROM experiments_shown WHERE id = ?", (experiment_id,))
