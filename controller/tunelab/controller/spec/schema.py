@@ -338,7 +338,7 @@ def check_benchmark(check: Checker, raw: Any, default_model: str) -> dict[str, A
         out[key] = read(source.get(name, default), path, minimum, f"BuiltinBenchmark.{field}")
     if find is not None:
         out["find"] = find
-    if not out["requests"] and not out["duration"]:
+    if not out["requests"] and not out["duration"] and find is None:
         check.fail("benchmark", "set requests (per point) or duration (per point)")
     if out["preset"] not in ("", "decode"):
         check.fail("benchmark.preset", f"must be decode or empty, got {out['preset']!r}")
