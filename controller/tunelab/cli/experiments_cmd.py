@@ -438,13 +438,21 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from tunelab.controller.report import write_report
+    from tunelab.cli.search_cmd import get_search
+    from tunelab.controller.report import write_report, write_search_report
 
+    search = None
+    if len(args.ids) == 1 and args.ids[0].startswith("g-"):
+        target, stub = stub_for(args)
+        search = get_search(stub, target, args.ids[0])
     document = comparison(args)
     default = re.sub(r"[^A-Za-z0-9._-]+", "_", "-".join(args.ids))[:80]
     out = Path(args.out or f"report-{default}.html")
     try:
-        write_report(document, out, title=" ".join(args.ids))
+        if search is not None:
+            write_search_report(search, document, out, title=args.ids[0])
+        else:
+            write_report(document, out, title=" ".join(args.ids))
     except OSError as exc:
         raise CliError(f"{out}: {exc.strerror}", EXIT_USAGE) from None
     print(f"report: {out.resolve()}")
