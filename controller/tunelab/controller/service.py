@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import secrets
@@ -21,6 +22,7 @@ from tunelab.controller.hoststate import change_host, drain
 from tunelab.controller.search.submit import SearchSubmission, search_from_text
 from tunelab.controller.search.summary import search_document
 from tunelab.controller.spec import SpecError, expand_text
+from tunelab.controller.spec.errors import SpecIssue
 from tunelab.controller.spec.limits import DEFAULT_LIMITS, SpecLimits
 from tunelab.controller.states import ExperimentState, HostState
 from tunelab.controller.store import (
@@ -134,6 +136,11 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
     def _submit_search(
         self, search: SearchSubmission, dry_run: bool
     ) -> controller_pb2.SubmitExperimentsResponse:
+        if search.spec.strategy == "tpe" and importlib.util.find_spec("optuna") is None:
+            raise SpecError(
+                [SpecIssue("search.strategy", "tpe needs Optuna on the controller: "
+                           "pip install 'tunelab[search]' there, or use another strategy")]
+            )  # fmt: skip
         group = f"g-{secrets.token_hex(8)}"
         row = SearchRow(
             group=group,

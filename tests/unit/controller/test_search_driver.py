@@ -251,3 +251,49 @@ def test_two_hosts_share_the_trials(store: SqliteStore) -> None:
             store.create_attempt(exp.id, f"h{i % 2}", [0], 1.0)
     hosts = {a.host for e in queued for a in store.attempts_for(e.id)}
     assert hosts == {"h0", "h1"}
+
+
+def test_successive_halving_drops_a_candidate_clearly_below_the_incumbent() -> None:
+    from tunelab.controller.search.space import Load, Param, SearchSpec
+    from tunelab.controller.search.strategies import SuccessiveHalving, TrialView, key
+
+    spec = SearchSpec(
+        space=(Param("server.flags.--a", "choice", (1, 2, 3, 4, 5, 6)),),
+        objective="output_throughput",
+        maximize=True,
+        slo={},
+        load=Load("concurrency", False, 0.0, (1.0,)),
+        strategy="successive-halving",
+        max_trials=12,
+        eta=2,
+    )
+    samples = {1: (100.0, 101.0), 2: (99.0, 100.0), 3: (60.0, 61.0), 4: (10.0, 11.0)}
+    samples |= {5: (5.0, 6.0), 6: (1.0, 2.0)}
+    history = [
+        TrialView(i, {"server.flags.--a": a}, 0, "DONE", sum(s) / 2, s)
+        for i, (a, s) in enumerate(samples.items(), start=1)
+    ]
+    members = [t.params for t in history]
+    by_key = {key(t.params): [t] for t in history}
+    promoted = SuccessiveHalving.promote(spec, members, by_key, 0)
+    # the top 1/eta are 1, 2, 3; 3's upper bound is below the incumbent's lower bound: dropped
+    assert [p["server.flags.--a"] for p in promoted] == [1, 2]
+    answer = SuccessiveHalving().ask(spec, history, 10)
+    assert [(p.params["server.flags.--a"], p.rung) for p in answer.proposals] == [(1, 1), (2, 1)]
+
+
+def test_a_search_that_cannot_go_on_fails_with_why_and_the_queue_moves(
+    store: SqliteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tunelab.controller.search import driver as driver_module
+
+    submit(store, BASE + SEARCH.replace("STRATEGY", "grid"))
+
+    def broken(name: str) -> object:
+        raise RuntimeError("strategy tpe needs Optuna on the controller")
+
+    monkeypatch.setattr(driver_module, "strategy_for", broken)
+    assert SearchDriver(store, lambda: 1.0).tick() == 0
+    search = store.get_search("g-1")
+    assert search is not None and search.state == "FAILED"
+    assert "could not go on: strategy tpe needs Optuna" in search.message

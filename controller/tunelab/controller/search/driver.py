@@ -23,7 +23,7 @@ from tunelab.controller.search.space import SearchSpec
 from tunelab.controller.search.strategies import Proposal, TrialView, better, key, strategy_for
 from tunelab.controller.search.trials import outcome, trial_label, trial_spec
 from tunelab.controller.states import ExperimentState
-from tunelab.controller.store.base import Store, StoreConflict
+from tunelab.controller.store.base import Store, StoreConflict, StoreError
 from tunelab.controller.store.models import ExperimentRow, selector_key
 from tunelab.controller.store.search_models import SearchRow, TrialRow
 
@@ -79,6 +79,13 @@ class SearchDriver:
                 queued += self.advance(search)
             except StoreConflict as exc:  # another controller moved it: the next tick re-reads
                 log.info("search_conflict", group=search.group, error=str(exc))
+            except StoreError:
+                raise  # the database is away: the loop says so and retries
+            except Exception as exc:  # one broken search must not stop the queue's other work
+                log.exception("search_advance_failed", group=search.group)
+                self._store.finish_search(
+                    search.group, "FAILED", f"the search could not go on: {exc}", self._clock()
+                )
         return queued
 
     def advance(self, search: SearchRow) -> int:
