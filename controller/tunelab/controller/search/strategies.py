@@ -278,7 +278,7 @@ class Tpe:
                     break
                 study.tell(trial, state=optuna.trial.TrialState.FAIL)
             else:
-                return Ask(out, exhausted=size is not None)
+                return Ask(out, exhausted=size is not None or not out)  # nothing new to try
             seen.add(key(params))
             out.append(Proposal(params))
         return Ask(out)
