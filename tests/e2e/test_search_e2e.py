@@ -113,6 +113,8 @@ def test_search_cancel_stops_the_trials_and_wait_says_so(lab: Lab, tmp_path: Pat
         time.sleep(0.2)
     cancelled = controller.cli("search", "cancel", group)
     assert cancelled.returncode == 0, cancelled.stderr
+    watched = controller.cli("search", "show", group, "--watch", timeout=120)
+    assert watched.returncode == 0 and f"search {group} (sim-search): CANCELLED" in watched.stdout
     result = controller.cli("wait", group, "--json", timeout=120)
     assert result.returncode == 1, result.stdout + result.stderr  # not DONE
     doc = json.loads(result.stdout)

@@ -171,8 +171,13 @@ def cmd_show(args: argparse.Namespace) -> int:
         raise CliError(f"no search {args.group!r}", EXIT_NOT_FOUND)
     if args.json:
         print_json(doc)
-    else:
-        print(render_search(doc))
+        return EXIT_OK
+    while args.watch and doc["state"] == "RUNNING":  # a live table: redrawn until it ends
+        if is_terminal():
+            print("\x1b[H\x1b[2J" + render_search(doc), flush=True)
+        STOP.wait(POLL * 2)
+        doc = get_search(stub, target, args.group) or doc
+    print(("\x1b[H\x1b[2J" if args.watch and is_terminal() else "") + render_search(doc))
     return EXIT_OK
 
 
@@ -195,6 +200,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     actions = search.add_subparsers(dest="search_command", metavar="ACTION", required=True)
     show = actions.add_parser("show", help="rank, parameters, load found, objective, SLO margins")
     show.add_argument("group", metavar="GROUP", help="the g-... that submit printed")
+    show.add_argument("--watch", action="store_true", help="redraw the table until the search ends")
     add_json_arg(show, "the search document")
     add_controller_args(show)
     show.set_defaults(handler=cmd_show)
