@@ -65,6 +65,7 @@ def attempt_json(a: controller_pb2.Attempt, full: bool) -> dict[str, Any]:
         "progress": _loads(a.progress_json),
         "failure_reason": _reason(a.failure_reason),
         "failure_line": a.failure_line or None,
+        "mlflow_run_url": a.mlflow_run_url or None,
     }
     if full:
         data["result"] = _loads(a.result_json)

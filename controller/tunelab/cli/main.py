@@ -24,6 +24,7 @@ from tunelab.cli import (
     bench_cmd,
     controller_cmd,
     experiments_cmd,
+    export_cmd,
     hosts_cmd,
     search_cmd,
     server_cmd,
@@ -43,6 +44,7 @@ COMMAND_MODULES = [
     hosts_cmd,
     experiments_cmd,
     search_cmd,
+    export_cmd,
     bench_cmd,
 ]
 EXIT_PIPE = 141  # 128 + SIGPIPE, what a shell reports for `yes | head`

@@ -16,6 +16,8 @@ from tunelab.controller.dispatch import AttemptDriver, DriverSettings
 from tunelab.controller.hosts import HostMonitor
 from tunelab.controller.loop import ControlLoop
 from tunelab.controller.metrics import ControllerMetrics
+from tunelab.controller.mlflowexport import MlflowExporter
+from tunelab.controller.mlflowsink import MlflowSink
 from tunelab.controller.scheduler import Scheduler
 from tunelab.controller.scrape import MetricsScraper, ScrapeTarget
 from tunelab.controller.search.driver import SearchDriver
@@ -69,7 +71,16 @@ class ControllerApp:
             on_pass=self.metrics.scheduling_pass.observe,
             searches=SearchDriver(self.store, self.store.now).tick,
         )
+        self.exporter = self._exporter(config)
         self.daemon: Daemon | None = None
+
+    def _exporter(self, config: ControllerConfig) -> MlflowExporter | None:
+        if not config.mlflow_tracking_uri:
+            return None
+        uri, experiment = config.mlflow_tracking_uri, config.mlflow_experiment
+        return MlflowExporter(
+            self.store, lambda: MlflowSink(uri, experiment), interval=config.mlflow_interval
+        )
 
     def _scrape_targets(self) -> list[ScrapeTarget]:
         hosts = {h.name: h for h in self.store.list_hosts()}
@@ -112,6 +123,8 @@ class ControllerApp:
         self.loop.start()
         self.loop.wake(poll_hosts=True)
         self.scraper.start()
+        if self.exporter is not None:
+            self.exporter.start()
         log.info(
             "controller_listening",
             listen=self.config.listen,
@@ -125,6 +138,8 @@ class ControllerApp:
             self.daemon.stop(2.0)
         self.loop.close()
         self.scraper.close()
+        if self.exporter is not None:
+            self.exporter.close()
         self.agents.close()
         self.store.close()
 

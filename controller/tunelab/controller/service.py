@@ -19,6 +19,7 @@ from tunelab.common.rpcerrors import StatusMapper, StatusTable
 from tunelab.controller.agent_client import AgentClient
 from tunelab.controller.compare import compare
 from tunelab.controller.hoststate import change_host, drain
+from tunelab.controller.mlflowplan import MLFLOW_EVENT
 from tunelab.controller.search.submit import SearchSubmission, search_from_text
 from tunelab.controller.search.summary import search_document
 from tunelab.controller.spec import SpecError, expand_text
@@ -95,7 +96,12 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         return row
 
     def _pb(self, row: ExperimentRow) -> controller_pb2.Experiment:
-        return experiment_to_pb(row, self._store.attempts_for(row.id))
+        exports = {
+            str(e["ref"]): str(e["message"])
+            for e in self._store.events_for(row.id)
+            if e["kind"] == MLFLOW_EVENT
+        }
+        return experiment_to_pb(row, self._store.attempts_for(row.id), exports)
 
     @_unary
     def SubmitExperiments(

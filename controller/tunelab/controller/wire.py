@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from tunelab.controller.states import AttemptState, ExperimentState, HostState
@@ -23,7 +24,7 @@ def _dumps(value: object) -> str:
     return "" if value is None else json.dumps(value, sort_keys=True)
 
 
-def attempt_to_pb(row: AttemptRow) -> controller_pb2.Attempt:
+def attempt_to_pb(row: AttemptRow, mlflow_run_url: str = "") -> controller_pb2.Attempt:
     return controller_pb2.Attempt(
         id=row.id,
         experiment_id=row.experiment_id,
@@ -40,6 +41,7 @@ def attempt_to_pb(row: AttemptRow) -> controller_pb2.Attempt:
         provenance_json=_dumps(row.provenance),
         failure_reason=failure_reason_pb(row.result),
         failure_line=str((row.result or {}).get("failure_line", "")),
+        mlflow_run_url=mlflow_run_url,
     )
 
 
@@ -64,7 +66,11 @@ def selector_text(host: dict[str, object]) -> str:
     return " ".join(parts) or "any host"
 
 
-def experiment_to_pb(row: ExperimentRow, attempts: list[AttemptRow]) -> controller_pb2.Experiment:
+def experiment_to_pb(
+    row: ExperimentRow, attempts: list[AttemptRow], exports: Mapping[str, str] | None = None
+) -> controller_pb2.Experiment:
+    """``exports``: attempt id -> its MLflow run's link, where one was exported."""
+    exports = exports or {}
     return controller_pb2.Experiment(
         id=row.id,
         name=row.name,
@@ -77,7 +83,7 @@ def experiment_to_pb(row: ExperimentRow, attempts: list[AttemptRow]) -> controll
         finished_at=row.finished_at or 0.0,
         message=row.message,
         cancel_requested=row.cancel_requested,
-        attempts=[attempt_to_pb(a) for a in attempts],
+        attempts=[attempt_to_pb(a, exports.get(a.id, "")) for a in attempts],
         group=row.group,
         repeat_index=row.repeat_index,
         host_selector=selector_text(row.selector),
