@@ -297,3 +297,24 @@ def test_a_search_that_cannot_go_on_fails_with_why_and_the_queue_moves(
     search = store.get_search("g-1")
     assert search is not None and search.state == "FAILED"
     assert "could not go on: strategy tpe needs Optuna" in search.message
+
+
+def test_a_failure_of_the_host_is_launched_again_and_the_search_goes_on(
+    store: SqliteStore,
+) -> None:
+    submit(store, BASE + SEARCH.replace("STRATEGY", "grid"))
+    failed: list[int] = []
+
+    def port_taken_once(flags: dict[str, Any]) -> str:
+        if int(flags["--max-num-seqs"]) == 16 and int(flags["--chunk"]) == 512 and not failed:
+            failed.append(1)
+            return "ADDRESS_IN_USE"
+        return ""
+
+    doc = until_done(store, SearchDriver(store, lambda: 1.0), fail=port_taken_once)
+    first = {"server.flags.--max-num-seqs": 16, "server.flags.--chunk": 512}
+    default = [t for t in doc["trials"] if t["params"] == first]
+    assert [t["failure_reason"] for t in default] == ["ADDRESS_IN_USE", None]
+    assert default[1]["message"] == "launched again: the last try failed for the host"
+    assert doc["best"]["params"] == OPTIMUM
+    assert doc["recommendation"]["effect"]["default_objective"] is not None

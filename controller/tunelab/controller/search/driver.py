@@ -29,14 +29,42 @@ from tunelab.controller.store.search_models import SearchRow, TrialRow
 
 log = structlog.get_logger(__name__)
 OOM_REASONS = {"CUDA_OOM", "OOM_KILLED"}
+# failures of the host, not of the configuration: launched again (at most MAX_RETRIES times);
+# every other failure (OOM, bad argument, start-up timeout, ...) is recorded and never retried
+RETRIED_REASONS = {"ADDRESS_IN_USE"}
+MAX_RETRIES = 2
 MAX_ASK_ROUNDS = 20  # asks per tick while skipped proposals keep filling the slots
 
 
+def superseded(t: TrialRow, trials: Sequence[TrialRow]) -> bool:
+    """A failure that says nothing of the configuration, launched again since."""
+    return t.failure_reason in RETRIED_REASONS and any(
+        o.number > t.number and o.rung == t.rung and key(o.params) == key(t.params) for o in trials
+    )
+
+
 def views(trials: Sequence[TrialRow]) -> list[TrialView]:
+    """What the strategy sees: every trial but those relaunched after an environment failure."""
     return [
         TrialView(t.number, t.params, t.rung, t.state, t.objective, tuple(t.samples))
         for t in trials
+        if not superseded(t, trials)
     ]
+
+
+def retries(trials: Sequence[TrialRow]) -> list[Proposal]:
+    """Trials to launch again: failed for the environment (the port was taken), not yet
+    relaunched, fewer than MAX_RETRIES times for these parameters at this rung."""
+    out = []
+    for t in trials:
+        if t.state != "FAILED" or t.failure_reason not in RETRIED_REASONS:
+            continue
+        if superseded(t, trials):
+            continue
+        same = [o for o in trials if o.rung == t.rung and key(o.params) == key(t.params)]
+        if sum(1 for o in same if o.failure_reason in RETRIED_REASONS) <= MAX_RETRIES:
+            out.append(Proposal(t.params, t.rung))
+    return out
 
 
 def implied_oom(
@@ -108,6 +136,14 @@ class SearchDriver:
         experiments: list[ExperimentRow] = []
         strategy = strategy_for(spec.strategy)
         number = max((t.number for t in trials), default=0)
+        for proposal in retries(trials)[: max(0, slots)]:
+            number += 1
+            trial, experiment = self._trial(search, spec, trials, proposal, number)
+            trial.details["message"] = "launched again: the last try failed for the host"
+            new.append(trial)
+            if experiment is not None:
+                experiments.append(experiment)
+                slots -= 1
         for _ in range(MAX_ASK_ROUNDS):
             if slots <= 0:
                 break
