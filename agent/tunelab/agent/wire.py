@@ -257,6 +257,9 @@ def _run_spec_to_pb(spec: RunSpec) -> run_pb2.RunSpec:
                 rates=list(b.get("rates", [])),
                 max_concurrency=b.get("max_concurrency", 0),
                 ramp=b.get("ramp", ""),
+                find_axis=b.get("find_axis", ""),
+                find_max=b.get("find_max", 0.0),
+                find_slo=b.get("find_slo", {}),
             )
         )
         if b.get("dataset", "random") != "random" or b.get("dataset_path"):

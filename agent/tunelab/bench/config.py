@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -24,6 +24,10 @@ PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el", "client_queue_time",
                       "e2el_including_client_queue")  # fmt: skip
 MAX_TURNS = 1000
 PRESETS = ("", "decode")
+FIND_AXES = ("concurrency", "rate")
+# the point fields a load search may bound (its SLOs): latencies in ms, lower is better
+FIND_SLO_FIELDS = ("p99_ttft_ms", "median_ttft_ms", "p99_tpot_ms", "median_tpot_ms",
+                   "p99_itl_ms", "median_itl_ms", "p99_e2el_ms", "median_e2el_ms")  # fmt: skip
 DECODE_OUTPUT_LEN = 512
 DECODE_INPUT_LEN = 32
 DECODE_REQUESTS = 3
@@ -106,6 +110,11 @@ class BenchConfig:
     label: str = ""
     request_timeout_s: float = 600.0  # a request fails as "timeout" after this long without a byte
     continuous_usage: bool = True  # ask for per-chunk usage (vLLM/SGLang continuous_usage_stats)
+    # load search: "" (the sweep above), "concurrency" or "rate": find the largest load up to
+    # find_max whose point meets every find_slo (point field -> upper limit), loadsearch.py
+    find_axis: str = ""
+    find_max: float = 0.0
+    find_slo: dict[str, float] = field(default_factory=dict)
     # self-check: the client marks a point saturated when its event loop runs late (mean or p99)
     # or its single thread uses more than this share of a core
     max_mean_loop_lag_ms: float = 2.0
@@ -220,6 +229,9 @@ class BenchConfig:
             warmup_seconds=pb.warmup_seconds,
             **_dataset_from_pb(pb.dataset) if pb.HasField("dataset") else {},
             **profiling,
+            find_axis=pb.find_axis,
+            find_max=pb.find_max,
+            find_slo=dict(pb.find_slo),
         ).with_preset()
 
     # checks -----------------------------------------------------------------------------------
@@ -245,11 +257,25 @@ class BenchConfig:
                 value = getattr(self, name)
                 check(math.isfinite(value) and value > 0, name, "must be > 0 with a ramp")
         open_loops = bool(self.rates or self.request_rate or self.ramp or self.timed_trace)
-        check(
-            bool(self.concurrency) != open_loops,
-            "concurrency",
-            "give either a concurrency list (closed loop) or a request_rate (open loop)",
-        )
+        if self.find_axis:
+            check(self.find_axis in FIND_AXES, "find_axis", "must be concurrency or rate")
+            check(
+                not self.concurrency and not open_loops,
+                "find_axis",
+                "a load search sets its own loads: leave concurrency, request_rate, rates and "
+                "ramp empty",
+            )
+            check(1 <= self.find_max <= 100_000, "find_max", "must be between 1 and 100000")
+            check(bool(self.find_slo), "find_slo", "a load search needs at least one SLO")
+            for name, limit in self.find_slo.items():
+                check(name in FIND_SLO_FIELDS, f"find_slo.{name}", "unknown point field")
+                check(math.isfinite(limit) and limit > 0, f"find_slo.{name}", "must be > 0")
+        else:
+            check(
+                bool(self.concurrency) != open_loops,
+                "concurrency",
+                "give either a concurrency list (closed loop) or a request_rate (open loop)",
+            )
         check(0 <= self.max_concurrency <= 100_000, "max_concurrency", "must be in [0, 100000]")
         check(
             not (self.ramp and (self.rates or self.request_rate)),
@@ -386,8 +412,20 @@ class BenchConfig:
         )
 
     # the sweep --------------------------------------------------------------------------------
+    def point_at(self, index: int, load: float) -> Point:
+        """One point of a load search at ``load`` (a concurrency or a rate)."""
+        if self.find_axis == "rate":
+            n = self.requests or (0 if self.duration_seconds else max(10, math.ceil(30 * load)))
+            return Point(index, 0, load, n, self.duration_seconds)
+        c = int(load)
+        n = self.requests or (0 if self.duration_seconds else max(10, 5 * c))
+        return Point(index, c, 0.0, n, self.duration_seconds)
+
     def points(self) -> list[Point]:
-        """The sweep points, in order, with the per-point request count filled in."""
+        """The sweep points, in order, with the per-point request count filled in (none for a
+        load search: it chooses each load from the last point's figures)."""
+        if self.find_axis:
+            return []
         cap = self.max_concurrency
         if self.timed_trace or self.ramp:
             # a timed trace with no count sends every row (the bench process knows how many)

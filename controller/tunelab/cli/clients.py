@@ -149,6 +149,23 @@ class ControllerClient(_Client):
         """An attempt's kept trace, in chunks, within ``timeout`` for the whole transfer."""
         return cast(Stream[Any], self._stub.FetchExperimentProfile(request, timeout=timeout))
 
+    # searches
+    def get_search(self, group: str) -> controller_pb2.GetSearchResponse | None:
+        """None when ``group`` is no search (an ordinary group, or an older controller)."""
+        request = controller_pb2.GetSearchRequest(group=group)
+        try:
+            response: controller_pb2.GetSearchResponse = self._stub.GetSearch(
+                request, timeout=self.timeout
+            )
+        except grpc.RpcError as exc:
+            if exc.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNIMPLEMENTED):
+                return None
+            raise rpc_error(exc, self.target, self.daemon, self.timeout) from exc
+        return response
+
+    def cancel_search(self, group: str) -> controller_pb2.CancelSearchResponse:
+        return self._unary(self._stub.CancelSearch, controller_pb2.CancelSearchRequest(group=group))
+
     # hosts
     def list_hosts(self) -> controller_pb2.ListHostsResponse:
         return self._unary(self._stub.ListHosts, controller_pb2.ListHostsRequest(), HOSTS_TIMEOUT)

@@ -27,6 +27,7 @@ from tunelab.cli import (
     export_cmd,
     hosts_cmd,
     profile_cmd,
+    search_cmd,
     server_cmd,
 )
 from tunelab.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, CliError
@@ -43,6 +44,7 @@ COMMAND_MODULES = [
     controller_cmd,
     hosts_cmd,
     experiments_cmd,
+    search_cmd,
     export_cmd,
     bench_cmd,
     profile_cmd,

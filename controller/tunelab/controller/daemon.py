@@ -22,6 +22,7 @@ from tunelab.controller.mlflowexport import MlflowExporter
 from tunelab.controller.mlflowsink import MlflowSink
 from tunelab.controller.scheduler import Scheduler
 from tunelab.controller.scrape import MetricsScraper, ScrapeTarget
+from tunelab.controller.search.driver import SearchDriver
 from tunelab.controller.service import SERVICE_NAME, ControllerService
 from tunelab.controller.spec.limits import SpecLimits
 from tunelab.controller.states import AttemptState
@@ -71,6 +72,7 @@ class ControllerApp:
             attempt_poll_interval=config.attempt_poll_interval,
             workers=config.workers,
             on_pass=self.metrics.scheduling_pass.observe,
+            searches=SearchDriver(self.store, self.store.now).tick,
         )
         self.exporter = self._exporter(config)
         self.daemon: Daemon | None = None

@@ -31,6 +31,7 @@ class ControlLoop:
         attempt_poll_interval: float = 2.0,
         workers: int = 32,
         on_pass: Callable[[float], None] = lambda seconds: None,
+        searches: Callable[[], int] = lambda: 0,
     ) -> None:
         self._monitor = monitor
         self._scheduler = scheduler
@@ -44,6 +45,7 @@ class ControlLoop:
         self._thread = threading.Thread(target=self._run, name="control-loop", daemon=True)
         self._last_drive = 0.0
         self._on_pass = on_pass
+        self._searches = searches  # queues the next trials of running searches (search/driver)
         self._store_error = ""
 
     def start(self) -> None:
@@ -88,6 +90,7 @@ class ControlLoop:
         force = self._force_host_poll.is_set()
         self._force_host_poll.clear()
         self._monitor.poll_due(self.calls, force=force)
+        self._searches()
         started = time.perf_counter()
         created = self._scheduler.pass_once(turn)  # the tick's one turn: taken once, passed on
         self._on_pass(time.perf_counter() - started)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import secrets
@@ -19,7 +20,10 @@ from tunelab.controller.agent_client import AgentClient
 from tunelab.controller.compare import compare
 from tunelab.controller.hoststate import change_host, drain
 from tunelab.controller.mlflowplan import MLFLOW_EVENT
+from tunelab.controller.search.submit import SearchSubmission, search_from_text
+from tunelab.controller.search.summary import search_document
 from tunelab.controller.spec import SpecError, expand_text
+from tunelab.controller.spec.errors import SpecIssue
 from tunelab.controller.spec.limits import DEFAULT_LIMITS, SpecLimits
 from tunelab.controller.states import ExperimentState, HostState
 from tunelab.controller.store import (
@@ -32,6 +36,7 @@ from tunelab.controller.store import (
     StoreUnavailable,
 )
 from tunelab.controller.store.models import selector_key
+from tunelab.controller.store.search_models import SearchRow
 from tunelab.controller.watchcache import WatchCache
 from tunelab.controller.wire import PB_TO_EXPERIMENT, experiment_to_pb, host_to_pb
 from tunelab.v1 import agent_pb2, controller_pb2, controller_pb2_grpc
@@ -110,6 +115,9 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
                 "request_id: at most 128 characters of letters, digits and . _ : - "
                 f"(got {len(request.request_id)} characters)"
             )
+        search = search_from_text(request.spec_yaml, request.source, self._limits)
+        if search is not None:
+            return self._submit_search(search, request.dry_run)
         expanded = expand_text(request.spec_yaml, request.source, self._limits)
         group = f"g-{secrets.token_hex(8)}"
         now = self._clock()
@@ -145,6 +153,56 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         return controller_pb2.SubmitExperimentsResponse(
             experiments=[experiment_to_pb(r, []) for r in rows]
         )
+
+    def _submit_search(
+        self, search: SearchSubmission, dry_run: bool
+    ) -> controller_pb2.SubmitExperimentsResponse:
+        if search.spec.strategy == "tpe" and importlib.util.find_spec("optuna") is None:
+            raise SpecError(
+                [SpecIssue("search.strategy", "tpe needs Optuna on the controller: "
+                           "pip install 'tunelab[search]' there, or use another strategy")]
+            )  # fmt: skip
+        group = f"g-{secrets.token_hex(8)}"
+        row = SearchRow(
+            group=group,
+            name=search.name,
+            state="RUNNING",
+            spec=search.spec.to_dict(),
+            base=search.base,
+            submitted_at=self._clock(),
+            message="searching",
+        )
+        if not dry_run:
+            self._store.insert_search(row)
+            log.info("search_submitted", group=group, strategy=search.spec.strategy)
+            self._wake(False)
+        return controller_pb2.SubmitExperimentsResponse(search_group=group)
+
+    def _search(self, group: str) -> SearchRow:
+        row = self._store.get_search(group)
+        if row is None:
+            raise NotFoundError(f"no search {group!r} (submit printed its g-... group)")
+        return row
+
+    @_unary
+    def GetSearch(
+        self, request: controller_pb2.GetSearchRequest, context: grpc.ServicerContext
+    ) -> controller_pb2.GetSearchResponse:
+        row = self._search(request.group)
+        document = search_document(row, self._store.search_trials(row.group))
+        return controller_pb2.GetSearchResponse(
+            search_json=json.dumps(document, sort_keys=True), terminal=row.state != "RUNNING"
+        )
+
+    @_unary
+    def CancelSearch(
+        self, request: controller_pb2.CancelSearchRequest, context: grpc.ServicerContext
+    ) -> controller_pb2.CancelSearchResponse:
+        row = self._store.request_search_cancel(self._search(request.group).group)
+        self._wake(False)
+        trials = self._store.search_trials(request.group)
+        document = search_document(row, trials) if row is not None else {}
+        return controller_pb2.CancelSearchResponse(search_json=json.dumps(document, sort_keys=True))
 
     @_unary
     def ListExperiments(

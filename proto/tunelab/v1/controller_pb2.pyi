@@ -319,16 +319,22 @@ class SubmitExperimentsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     EXPERIMENTS_FIELD_NUMBER: _builtins.int
+    SEARCH_GROUP_FIELD_NUMBER: _builtins.int
+    search_group: _builtins.str
+    """set when the spec was a search"""
     @_builtins.property
-    def experiments(self) -> _containers.RepeatedCompositeFieldContainer[Global___Experiment]: ...
+    def experiments(self) -> _containers.RepeatedCompositeFieldContainer[Global___Experiment]:
+        """empty for a search: the controller queues its trials"""
+
     def __init__(
         self,
         *,
         experiments: _abc.Iterable[Global___Experiment] | None = ...,
+        search_group: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["experiments", b"experiments"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["experiments", b"experiments", "search_group", b"search_group"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1009,3 +1015,85 @@ class CompareRunsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CompareRunsResponse: _TypeAlias = CompareRunsResponse  # noqa: Y015
+
+@_typing.final
+class GetSearchRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_FIELD_NUMBER: _builtins.int
+    group: _builtins.str
+    """the g-... that submit printed"""
+    def __init__(
+        self,
+        *,
+        group: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group", b"group"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetSearchRequest: _TypeAlias = GetSearchRequest  # noqa: Y015
+
+@_typing.final
+class GetSearchResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEARCH_JSON_FIELD_NUMBER: _builtins.int
+    TERMINAL_FIELD_NUMBER: _builtins.int
+    search_json: _builtins.str
+    """`tunelab search show --json`'s document"""
+    terminal: _builtins.bool
+    """DONE, FAILED or CANCELLED"""
+    def __init__(
+        self,
+        *,
+        search_json: _builtins.str = ...,
+        terminal: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["search_json", b"search_json", "terminal", b"terminal"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetSearchResponse: _TypeAlias = GetSearchResponse  # noqa: Y015
+
+@_typing.final
+class CancelSearchRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_FIELD_NUMBER: _builtins.int
+    group: _builtins.str
+    def __init__(
+        self,
+        *,
+        group: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group", b"group"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CancelSearchRequest: _TypeAlias = CancelSearchRequest  # noqa: Y015
+
+@_typing.final
+class CancelSearchResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEARCH_JSON_FIELD_NUMBER: _builtins.int
+    search_json: _builtins.str
+    def __init__(
+        self,
+        *,
+        search_json: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["search_json", b"search_json"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CancelSearchResponse: _TypeAlias = CancelSearchResponse  # noqa: Y015

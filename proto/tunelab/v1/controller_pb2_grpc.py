@@ -105,6 +105,16 @@ class ControllerStub:
                 request_serializer=tunelab_dot_v1_dot_controller__pb2.CompareRunsRequest.SerializeToString,
                 response_deserializer=tunelab_dot_v1_dot_controller__pb2.CompareRunsResponse.FromString,
                 _registered_method=True)
+        self.GetSearch = channel.unary_unary(
+                '/tunelab.v1.Controller/GetSearch',
+                request_serializer=tunelab_dot_v1_dot_controller__pb2.GetSearchRequest.SerializeToString,
+                response_deserializer=tunelab_dot_v1_dot_controller__pb2.GetSearchResponse.FromString,
+                _registered_method=True)
+        self.CancelSearch = channel.unary_unary(
+                '/tunelab.v1.Controller/CancelSearch',
+                request_serializer=tunelab_dot_v1_dot_controller__pb2.CancelSearchRequest.SerializeToString,
+                response_deserializer=tunelab_dot_v1_dot_controller__pb2.CancelSearchResponse.FromString,
+                _registered_method=True)
 
 
 class ControllerServicer:
@@ -194,6 +204,19 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetSearch(self, request, context):
+        """A search (`search:` in a spec): its state, best configuration and trials (docs/search.md).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CancelSearch(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -266,6 +289,16 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.CompareRuns,
                     request_deserializer=tunelab_dot_v1_dot_controller__pb2.CompareRunsRequest.FromString,
                     response_serializer=tunelab_dot_v1_dot_controller__pb2.CompareRunsResponse.SerializeToString,
+            ),
+            'GetSearch': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSearch,
+                    request_deserializer=tunelab_dot_v1_dot_controller__pb2.GetSearchRequest.FromString,
+                    response_serializer=tunelab_dot_v1_dot_controller__pb2.GetSearchResponse.SerializeToString,
+            ),
+            'CancelSearch': grpc.unary_unary_rpc_method_handler(
+                    servicer.CancelSearch,
+                    request_deserializer=tunelab_dot_v1_dot_controller__pb2.CancelSearchRequest.FromString,
+                    response_serializer=tunelab_dot_v1_dot_controller__pb2.CancelSearchResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -646,6 +679,60 @@ class Controller:
             '/tunelab.v1.Controller/CompareRuns',
             tunelab_dot_v1_dot_controller__pb2.CompareRunsRequest.SerializeToString,
             tunelab_dot_v1_dot_controller__pb2.CompareRunsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSearch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tunelab.v1.Controller/GetSearch',
+            tunelab_dot_v1_dot_controller__pb2.GetSearchRequest.SerializeToString,
+            tunelab_dot_v1_dot_controller__pb2.GetSearchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CancelSearch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tunelab.v1.Controller/CancelSearch',
+            tunelab_dot_v1_dot_controller__pb2.CancelSearchRequest.SerializeToString,
+            tunelab_dot_v1_dot_controller__pb2.CancelSearchResponse.FromString,
             options,
             channel_credentials,
             insecure,

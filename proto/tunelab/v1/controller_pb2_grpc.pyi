@@ -46,6 +46,9 @@ class ControllerStub:
     SetHostDrain: _grpc.UnaryUnaryMultiCallable[_controller_pb2.SetHostDrainRequest, _controller_pb2.SetHostDrainResponse]
     AuditHost: _grpc.UnaryUnaryMultiCallable[_controller_pb2.AuditHostRequest, _controller_pb2.AuditHostResponse]
     CompareRuns: _grpc.UnaryUnaryMultiCallable[_controller_pb2.CompareRunsRequest, _controller_pb2.CompareRunsResponse]
+    GetSearch: _grpc.UnaryUnaryMultiCallable[_controller_pb2.GetSearchRequest, _controller_pb2.GetSearchResponse]
+    """A search (`search:` in a spec): its state, best configuration and trials (docs/search.md)."""
+    CancelSearch: _grpc.UnaryUnaryMultiCallable[_controller_pb2.CancelSearchRequest, _controller_pb2.CancelSearchResponse]
 
 @_typing.type_check_only
 class ControllerAsyncStub(ControllerStub):
@@ -64,6 +67,9 @@ class ControllerAsyncStub(ControllerStub):
     SetHostDrain: _aio.UnaryUnaryMultiCallable[_controller_pb2.SetHostDrainRequest, _controller_pb2.SetHostDrainResponse]  # type: ignore[assignment]
     AuditHost: _aio.UnaryUnaryMultiCallable[_controller_pb2.AuditHostRequest, _controller_pb2.AuditHostResponse]  # type: ignore[assignment]
     CompareRuns: _aio.UnaryUnaryMultiCallable[_controller_pb2.CompareRunsRequest, _controller_pb2.CompareRunsResponse]  # type: ignore[assignment]
+    GetSearch: _aio.UnaryUnaryMultiCallable[_controller_pb2.GetSearchRequest, _controller_pb2.GetSearchResponse]  # type: ignore[assignment]
+    """A search (`search:` in a spec): its state, best configuration and trials (docs/search.md)."""
+    CancelSearch: _aio.UnaryUnaryMultiCallable[_controller_pb2.CancelSearchRequest, _controller_pb2.CancelSearchResponse]  # type: ignore[assignment]
 
 class ControllerServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -163,5 +169,20 @@ class ControllerServicer(metaclass=_abc_1.ABCMeta):
         request: _controller_pb2.CompareRunsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_controller_pb2.CompareRunsResponse, _abc.Awaitable[_controller_pb2.CompareRunsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def GetSearch(
+        self,
+        request: _controller_pb2.GetSearchRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_controller_pb2.GetSearchResponse, _abc.Awaitable[_controller_pb2.GetSearchResponse]]:
+        """A search (`search:` in a spec): its state, best configuration and trials (docs/search.md)."""
+
+    @_abc_1.abstractmethod
+    def CancelSearch(
+        self,
+        request: _controller_pb2.CancelSearchRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_controller_pb2.CancelSearchResponse, _abc.Awaitable[_controller_pb2.CancelSearchResponse]]: ...
 
 def add_ControllerServicer_to_server(servicer: ControllerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from tunelab.controller.states import AttemptState, ExperimentState, HostState
 from tunelab.controller.store.models import AttemptChange, AttemptRow, ExperimentRow, HostRow
+from tunelab.controller.store.search_models import SearchStore
 
 
 class StoreError(RuntimeError):
@@ -61,7 +62,7 @@ class StoreFull(StoreError):
     """The disk holding the database is full; the transaction was rolled back."""
 
 
-class Store(Protocol):
+class Store(SearchStore, Protocol):
     # hosts
     def add_host(self, host: HostRow, replace: bool = False) -> HostRow: ...
     def remove_host(self, name: str) -> None: ...

@@ -34,6 +34,7 @@ from tunelab.controller.store.rows import (
     experiment_of,
     host_of,
 )
+from tunelab.controller.store.searches import SearchStatements
 from tunelab.controller.store.secrets import HostSecrets
 from tunelab.controller.store.statements import (
     ATTEMPT_INSERT_COLUMNS,
@@ -46,7 +47,7 @@ from tunelab.controller.store.statements import (
 _HOST_STATE_COLUMNS = frozenset({"state", "drain", "quarantined"})
 
 
-class SqlStore(ABC):
+class SqlStore(SearchStatements, ABC):
     """What both engines share; not a store by itself (no connection)."""
 
     sql: Statements
@@ -237,26 +238,30 @@ class SqlStore(ABC):
                     self.sql.insert_submission,
                     (request_id, group, rows[0].submitted_at if rows else self.now()),
                 )
-            for row in rows:
-                values = column_values(
-                    {
-                        "id": row.id,
-                        "group": row.group,
-                        "name": row.name,
-                        "state": row.state,
-                        "priority": row.priority,
-                        "spec": row.spec,
-                        "varied": row.varied,
-                        "selector_key": row.selector_key,
-                        "gpus_needed": row.gpus_needed,
-                        "repeat_index": row.repeat_index,
-                        "max_attempts": row.max_attempts,
-                        "submitted_at": row.submitted_at,
-                    }
-                )
-                conn.execute(self.sql.insert("experiments", values), list(values.values()))
-                self._event(conn, "experiment", row.id, None, row.state.value, "submitted")
+            self._insert_experiment_rows(conn, rows)
         return group
+
+    def _insert_experiment_rows(self, conn: Any, rows: Sequence[ExperimentRow]) -> None:
+        """In the caller's transaction (a search inserts its trials with them)."""
+        for row in rows:
+            values = column_values(
+                {
+                    "id": row.id,
+                    "group": row.group,
+                    "name": row.name,
+                    "state": row.state,
+                    "priority": row.priority,
+                    "spec": row.spec,
+                    "varied": row.varied,
+                    "selector_key": row.selector_key,
+                    "gpus_needed": row.gpus_needed,
+                    "repeat_index": row.repeat_index,
+                    "max_attempts": row.max_attempts,
+                    "submitted_at": row.submitted_at,
+                }
+            )
+            conn.execute(self.sql.insert("experiments", values), list(values.values()))
+            self._event(conn, "experiment", row.id, None, row.state.value, "submitted")
 
     def group_experiments(self, group: str) -> list[ExperimentRow]:
         """A group's experiments in submission order."""

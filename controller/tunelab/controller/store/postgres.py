@@ -49,6 +49,7 @@ from tunelab.controller.store.core import SqlStore
 from tunelab.controller.store.dialect import POSTGRESQL
 from tunelab.controller.store.factory import redact
 from tunelab.controller.store.migrations import migrate
+from tunelab.controller.store.searches import SearchSql
 from tunelab.controller.store.secrets import HostSecrets
 from tunelab.controller.store.statements import Statements
 
@@ -58,6 +59,7 @@ MIGRATE_LOCK = 0x7475_6E65_0003
 LEASE = 3.0  # seconds a frozen controller keeps the turn (or a transaction) before it loses it
 
 _STATEMENTS = Statements(POSTGRESQL)
+_SEARCH_SQL = SearchSql(POSTGRESQL)
 _BUMP_EPOCH = (
     "INSERT INTO meta (key, value) VALUES ('scheduler_epoch', '1') ON CONFLICT (key) "
     "DO UPDATE SET value = (meta.value::bigint + 1)::text RETURNING value"
@@ -137,6 +139,7 @@ class PostgresStore(SqlStore):
         lease: float = LEASE,
     ) -> None:
         self.sql = _STATEMENTS
+        self.search_sql = _SEARCH_SQL
         self.url = url
         self.where = redact(url)
         self.secrets = HostSecrets(secrets_path)

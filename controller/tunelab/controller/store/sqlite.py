@@ -22,16 +22,19 @@ from tunelab.controller.store.core import SqlStore
 from tunelab.controller.store.dbfile import FileIdentity, create_private, translate
 from tunelab.controller.store.dialect import SQLITE
 from tunelab.controller.store.migrations import SQLITE_VERSIONS, migrate
+from tunelab.controller.store.searches import SearchSql
 from tunelab.controller.store.secrets import HostSecrets
 from tunelab.controller.store.statements import Statements
 
 _STATEMENTS = Statements(SQLITE)
+_SEARCH_SQL = SearchSql(SQLITE)
 _TURN = FencingToken(epoch=0)
 
 
 class SqliteStore(SqlStore):
     def __init__(self, path: Path | str, secrets_file: Path | None = None) -> None:
         self.sql = _STATEMENTS
+        self.search_sql = _SEARCH_SQL
         self.path = Path(path)
         self.where = str(path)
         memory = str(path) == ":memory:"

@@ -18,6 +18,8 @@ TABLES = (
     "attempts",
     "events",
     "submissions",
+    "searches",
+    "search_trials",
 )  # in the order foreign keys need
 FORMAT = "tunelab-store-export"
 BATCH = 500
@@ -32,6 +34,8 @@ def export_lines(store: SqlStore) -> Iterator[str]:
             "hosts": "name",
             "attempts": "id",
             "submissions": "request_id",
+            "searches": "grp",
+            "search_trials": "grp, number",
         }[table]
         for row in store._query(f"SELECT * FROM {table} ORDER BY {order}"):  # noqa: S608
             yield json.dumps({"table": table, "row": dict(row)}, sort_keys=True)
