@@ -302,7 +302,7 @@ def test_a_search_that_cannot_go_on_fails_with_why_and_the_queue_moves(
 def test_a_failure_of_the_host_is_launched_again_and_the_search_goes_on(
     store: SqliteStore,
 ) -> None:
-    submit(store, BASE + SEARCH.replace("STRATEGY", "grid"))
+    submit(store, BASE + SEARCH.replace("STRATEGY", "grid").replace("trials: 40", "trials: 8"))
     failed: list[int] = []
 
     def port_taken_once(flags: dict[str, Any]) -> str:
@@ -318,3 +318,4 @@ def test_a_failure_of_the_host_is_launched_again_and_the_search_goes_on(
     assert default[1]["message"] == "launched again: the last try failed for the host"
     assert doc["best"]["params"] == OPTIMUM
     assert doc["recommendation"]["effect"]["default_objective"] is not None
+    assert len(doc["trials"]) == 9, "the relaunch does not spend the budget of 8"

@@ -52,6 +52,11 @@ def views(trials: Sequence[TrialRow]) -> list[TrialView]:
     ]
 
 
+def counted(trials: Sequence[TrialRow]) -> int:
+    """Launches the trial budget counts: a relaunch after a failure of the host counts once."""
+    return sum(1 for t in trials if t.experiment_id and not superseded(t, trials))
+
+
 def retries(trials: Sequence[TrialRow]) -> list[Proposal]:
     """Trials to launch again: failed for the environment (the port was taken), not yet
     relaunched, fewer than MAX_RETRIES times for these parameters at this rung."""
@@ -129,7 +134,7 @@ class SearchDriver:
             self._stop_running(running, "search duration budget spent")
             self._finish(search, spec, trials, None, f"duration budget {spec.max_seconds:g}s spent")
             return 0
-        launched = sum(1 for t in trials if t.experiment_id)
+        launched = counted(trials)
         slots = min(spec.parallel - len(running), spec.max_trials - launched)
         exhausted = False
         new: list[TrialRow] = []
@@ -163,7 +168,7 @@ class SearchDriver:
             log.info("search_trials_queued", group=search.group, count=len(experiments))
         all_trials = [*trials, *new]
         still = [t for t in all_trials if t.state == "RUNNING"]
-        budget_spent = sum(1 for t in all_trials if t.experiment_id) >= spec.max_trials
+        budget_spent = counted(all_trials) >= spec.max_trials
         if not still and (exhausted or budget_spent):
             why = (
                 f"budget of {spec.max_trials} trials spent"
