@@ -18,6 +18,8 @@ import structlog
 from tunelab.agent.errors import AgentError, Conflict, InvalidSpec, NotFound, storage_error
 from tunelab.agent.recordbook import RecordBook
 from tunelab.agent.runs.commandjob import RESULT_FILE_FIELD, BenchFailed, CommandJob, confined
+from tunelab.agent.runs.datasetfile import resolve_dataset
+from tunelab.agent.runs.metrics import exported_progress
 from tunelab.agent.runs.record import MAX_EVENTS, RunChanges, RunEvent, RunRecord, RunSpec
 from tunelab.agent.runs.states import RunState, check_run_transition
 from tunelab.agent.servers.ports import PortPool
@@ -71,9 +73,11 @@ class RunExecutor:
         writer: DurableWriter | None = None,
         quarantined: QuarantineList | None = None,
         ports: PortPool | None = None,
+        datasets_dir: Path | None = None,
     ) -> None:
         self._dir = state_dir / "runs"
         self._ports = ports or PortPool()
+        self._datasets_dir = datasets_dir or state_dir / "datasets"
         self._provenance = provenance
         self._dir.mkdir(parents=True, exist_ok=True)
         self._registry = registry
@@ -135,13 +139,10 @@ class RunExecutor:
         return [r.run_id for r in self.runs(include_finished=False)]
 
     def live_progress(self) -> dict[str, dict[str, Any]]:
-        """Latest benchmark progress of each run that has one, oldest first, by experiment label
-        (or run id). Finished runs keep their last figures so counters do not drop mid-scrape."""
+        """Latest benchmark progress of each running run (and of runs finished in the last
+        FINISHED_LINGER seconds), oldest first, by experiment label or run id."""
         with self._lock:
-            ordered = sorted(self._runs.values(), key=lambda r: r.started_at)
-            return {
-                (r.spec.experiment or r.run_id): dict(r.progress) for r in ordered if r.progress
-            }
+            return exported_progress(list(self._runs.values()), self._clock())
 
     def watch(self, run_id: str, cancelled: Callable[[], bool]) -> Iterator[RunRecord]:
         self.get(run_id)
@@ -167,6 +168,8 @@ class RunExecutor:
             raise InvalidSpec("spec.max_duration_seconds", "must be >= 0")
         if spec.command is not None:
             confined(self.run_dir(run_id), spec.command.result_file, RESULT_FILE_FIELD)
+        if spec.builtin is not None and spec.builtin.get("dataset_path"):
+            spec = replace(spec, builtin=resolve_dataset(spec.builtin, self._datasets_dir))
         with self._lock:
             if self._closing.is_set():
                 raise Conflict("the agent is shutting down")
@@ -302,7 +305,8 @@ class RunExecutor:
                 )
                 return
             if server.state.is_terminal():
-                tail = " | ".join(server.log_tail[-5:])
+                # one line for a person: argparse's usage continuation lines carry ~40 spaces
+                tail = " | ".join(" ".join(line.split()) for line in server.log_tail[-5:])
                 raise BenchFailed(
                     f"server {server.state.value}: {server.message}"
                     + (f" — {tail}" if tail else "")

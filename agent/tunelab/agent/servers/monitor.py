@@ -42,6 +42,7 @@ SOCKET_NAME = "monitor.sock"
 EXIT_FILE = "exit.json"
 MAX_LAUNCH = 1 << 20
 MAX_REQUEST = 1 << 16
+REQUEST_DEADLINE = 1.0  # a whole request line, not each byte of it (a trickle held the monitor)
 IDLE_WAKE = 1.0  # retry a failed exit.json write this often
 STOP_WAKE = 0.02  # how often the ladder looks at the tree while stopping
 
@@ -268,9 +269,15 @@ def _say(message: str) -> None:
         sys.stderr.flush()
 
 
-def _read_line(conn: socket.socket) -> bytes:
+def _read_line(conn: socket.socket, deadline: float = REQUEST_DEADLINE) -> bytes:
+    """One request line, all of it within ``deadline`` seconds (TimeoutError past it)."""
+    ends = time.monotonic() + deadline
     data = b""
     while b"\n" not in data and len(data) < MAX_REQUEST:
+        left = ends - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("request line not complete within its deadline")
+        conn.settimeout(left)
         chunk = conn.recv(4096)
         if not chunk:
             break

@@ -22,6 +22,7 @@ from typing import Any
 
 from tunelab.agent.errors import InvalidSpec
 from tunelab.agent.servers.monitor import EXIT_FILE, SOCKET_NAME
+from tunelab.agent.servers.peercheck import check_peer, check_socket_file
 from tunelab.agent.servers.process import ProcessId
 from tunelab.agent.statefile import read_json
 from tunelab.common.pyexec import python_module_argv
@@ -83,6 +84,9 @@ def _dir_path(directory: Path, name: str) -> Iterator[str]:
 
 
 class MonitorClient:
+    """Talks to one server's monitor, after checking the socket's owner and peer uid
+    (``peercheck``)."""
+
     def __init__(self, server_dir: Path) -> None:
         self.server_dir = server_dir
 
@@ -97,7 +101,9 @@ class MonitorClient:
                 socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock,
             ):
                 sock.settimeout(timeout)
+                check_socket_file(path)
                 sock.connect(path)
+                check_peer(sock)
                 sock.sendall(json.dumps(request).encode() + b"\n")
                 data = b""
                 while not data.endswith(b"\n") and len(data) < MAX_REPLY:
@@ -107,7 +113,7 @@ class MonitorClient:
                     data += chunk
         except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError):
             return None
-        except OSError:  # timeout or reset: a monitor exists but did not answer now
+        except OSError:  # timeout, reset, an untrusted peer: a monitor exists, no answer now
             raise
         try:
             return MonitorStatus.of(json.loads(data))
