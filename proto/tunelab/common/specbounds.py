@@ -173,31 +173,76 @@ def check_launch_size(argv: Sequence[str], env: Mapping[str, str], path: str) ->
 def check_server_spec(
     pb: server_pb2.ServerSpec, prefix: str = "spec.", auto_port: bool = False
 ) -> None:
-    """Every rule a server spec must meet before anything is spawned. ``auto_port`` admits
-    port 0 (a run's server, given a free port by the agent)."""
-    check_argv(pb.argv, f"{prefix}argv")
-    if pb.name and not SERVER_NAME.match(pb.name):
+    """Every rule a server spec message must meet before anything is spawned. ``auto_port``:
+    the spec is a run's server, which may ask for a port chosen by the agent (the message's
+    ``auto_port``, or port 0 from a client older than that field)."""
+    if pb.auto_port and not auto_port:
+        raise SpecViolation(f"{prefix}auto_port", "only a run's server can have an auto port")
+    if pb.auto_port and pb.port:
+        raise SpecViolation(f"{prefix}port", f"must be 0 with auto_port, got {pb.port}")
+    check_server_fields(
+        ServerFields(
+            argv=tuple(pb.argv),
+            port=pb.port,
+            name=pb.name,
+            env=dict(pb.env),
+            cwd=pb.cwd,
+            ready_path=pb.ready_path,
+            ready_model=pb.ready_model,
+            startup_timeout_seconds=pb.startup_timeout_seconds,
+            stop_grace_seconds=pb.stop_grace_seconds,
+            auto_port=auto_port and (pb.auto_port or pb.port == 0),
+        ),
+        prefix,
+    )
+
+
+@dataclass(frozen=True)
+class ServerFields:
+    """A server spec's values as plain data, so the agent's domain spec is checked by the same
+    rules as the message without converting itself to the wire type."""
+
+    argv: Sequence[str]
+    port: int
+    name: str
+    env: Mapping[str, str]
+    cwd: str
+    ready_path: str
+    ready_model: str
+    startup_timeout_seconds: float
+    stop_grace_seconds: float
+    auto_port: bool = False  # port 0: the agent picks one
+
+
+def check_server_fields(spec: ServerFields, prefix: str = "spec.") -> None:
+    """The bounds of a server spec, whichever side holds it."""
+    check_argv(spec.argv, f"{prefix}argv")
+    if spec.name and not SERVER_NAME.match(spec.name):
         raise SpecViolation(
             f"{prefix}name", "expected 1-63 letters, digits, '.', '_' or '-', starting alnum"
         )
-    low = 0 if auto_port else 1
-    if not low <= pb.port <= 65535:
-        raise SpecViolation(f"{prefix}port", f"expected {low}-65535, got {pb.port}")
-    check_env(pb.env, f"{prefix}env")
-    check_launch_size(pb.argv, pb.env, f"{prefix}argv")
-    _text(pb.cwd, f"{prefix}cwd")
-    if pb.cwd and not pb.cwd.startswith("/"):
+    if spec.auto_port:
+        if spec.port != 0:
+            raise SpecViolation(f"{prefix}port", f"must be 0 with auto_port, got {spec.port}")
+    elif isinstance(spec.port, bool) or not isinstance(spec.port, int):
+        raise SpecViolation(f"{prefix}port", "must be an integer")
+    elif not 1 <= spec.port <= 65535:
+        raise SpecViolation(f"{prefix}port", f"expected 1-65535, got {spec.port}")
+    check_env(spec.env, f"{prefix}env")
+    check_launch_size(spec.argv, spec.env, f"{prefix}argv")
+    _text(spec.cwd, f"{prefix}cwd")
+    if spec.cwd and not spec.cwd.startswith("/"):
         raise SpecViolation(f"{prefix}cwd", "must be an absolute path")
-    _text(pb.ready_path, f"{prefix}ready_path")
-    if pb.ready_path and (
-        not pb.ready_path.startswith("/") or any(c.isspace() for c in pb.ready_path)
+    _text(spec.ready_path, f"{prefix}ready_path")
+    if spec.ready_path and (
+        not spec.ready_path.startswith("/") or any(c.isspace() for c in spec.ready_path)
     ):
         raise SpecViolation(f"{prefix}ready_path", "expected an absolute HTTP path such as /health")
-    _text(pb.ready_model, f"{prefix}ready_model")
-    if any(c.isspace() for c in pb.ready_model):
+    _text(spec.ready_model, f"{prefix}ready_model")
+    if any(c.isspace() for c in spec.ready_model):
         raise SpecViolation(f"{prefix}ready_model", "must not contain whitespace")
     for name in ("startup_timeout_seconds", "stop_grace_seconds"):
-        check_number(f"ServerSpec.{name}", getattr(pb, name), f"{prefix}{name}")
+        check_number(f"ServerSpec.{name}", getattr(spec, name), f"{prefix}{name}")
 
 
 def check_builtin(pb: run_pb2.BuiltinBenchmark, prefix: str = "benchmark.") -> None:

@@ -27,7 +27,7 @@ def test_auto_ports_are_below_the_ephemeral_range_and_outside_the_reserved_ports
 ) -> None:
     system = host(tmp_path, "30000 60999", f"{WINDOW_LOW},{WINDOW_LOW + 2}-{WINDOW_LOW + 4}")
     listening = {WINDOW_LOW + 1}
-    pool = PortPool(system, in_use=listening.__contains__)
+    pool = PortPool(system, in_use=listening.__contains__, start=0)
 
     ports = [pool.take(f"run-{i}") for i in range(4)]
 
@@ -39,7 +39,7 @@ def test_a_held_port_is_never_handed_out_twice_and_comes_back_last_once_released
     tmp_path: Path,
 ) -> None:
     system = host(tmp_path, f"{WINDOW_LOW + 3} 60999")  # a window of three ports
-    pool = PortPool(system, in_use=lambda port: False)
+    pool = PortPool(system, in_use=lambda port: False, start=0)
 
     first, second = pool.take("a"), pool.take("b")
     assert pool.take("a") == first  # the holder's own port, not a second one
@@ -55,8 +55,17 @@ def test_a_held_port_is_never_handed_out_twice_and_comes_back_last_once_released
 
 
 def test_ports_of_live_servers_are_skipped(tmp_path: Path) -> None:
-    pool = PortPool(host(tmp_path), in_use=lambda port: False)
+    pool = PortPool(host(tmp_path), in_use=lambda port: False, start=0)
     assert pool.take("a", exclude={WINDOW_LOW, WINDOW_LOW + 1}) == WINDOW_LOW + 2
+
+
+def test_two_pools_on_one_host_start_at_different_places(tmp_path: Path) -> None:
+    """Two agents on one host once both picked the window's first port for servers that had
+    not bound it yet (one failed ADDRESS_IN_USE): a pool now starts at a random offset."""
+    system = host(tmp_path)
+    firsts = {PortPool(system, in_use=lambda port: False).take("r") for _ in range(20)}
+    assert len(firsts) > 1
+    assert all(WINDOW_LOW <= port < 32768 for port in firsts)
 
 
 def test_a_low_ephemeral_range_moves_the_window_down_but_never_below_1024(tmp_path: Path) -> None:

@@ -278,8 +278,10 @@ class RunExecutor:
                 provenance=self._record_provenance(spec, server.spec),
             )
             return
-        port = spec.server.port or self._ports.take(
-            record.run_id, exclude={s.spec.port for s in self._registry.servers()}
+        port = (
+            self._ports.take(record.run_id, exclude={s.spec.port for s in self._registry.servers()})
+            if spec.server.auto_port
+            else spec.server.port
         )
         server_spec = self._with_engine_plan(record, _with_port(spec.server, port))
         server_id = f"{record.run_id}-server"
@@ -487,7 +489,7 @@ class RunExecutor:
             with self._lock:
                 self._runs.add(record.run_id, record)
                 if not record.state.is_terminal():
-                    if record.port and record.spec.server and not record.spec.server.port:
+                    if record.port and record.spec.server and record.spec.server.auto_port:
                         self._ports.hold(record.run_id, record.port)  # its auto port
                     self._launch(record.run_id)
                     resumed.append(record.run_id)
@@ -516,6 +518,7 @@ def _with_port(spec: ServerSpec, port: int) -> ServerSpec:
     return replace(
         spec,
         port=port,
+        auto_port=False,
         argv=tuple(a.replace(placeholder, str(port)) for a in spec.argv),
         env={k: v.replace(placeholder, str(port)) for k, v in spec.env.items()},
     ).validated()

@@ -11,11 +11,11 @@ what the "monitor vanished" fallback may kill, each process verified first).
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import structlog
 
@@ -36,6 +36,7 @@ MONITOR_DIR = "bench-monitor"
 KILL_TIMEOUT = 10.0
 STOP_POLL = 0.05
 STOP_SLACK = 5.0  # past grace + kill timeout, how long a stop waits for the monitor to finish
+MONITOR_EXIT_WAIT = 5.0  # a monitor whose tree is gone exits within ~20 ms (two empty looks)
 
 
 class JobFailed(RuntimeError):
@@ -48,7 +49,7 @@ class MonitoredJob:
         self._dir = workdir / MONITOR_DIR
         self._process_file = workdir / process_file
         self._client = MonitorClient(self._dir)
-        self._popen: Any = None  # the monitor, when this agent started it (ours to reap)
+        self._popen: subprocess.Popen[bytes] | None = None  # the monitor, when ours to reap
         self._seen: set[ProcessId] = set()
         self._exit_code: int | None = None
         self._vanished = ""
@@ -105,6 +106,8 @@ class MonitoredJob:
         if isinstance(status, _Silent):
             return False
         self._track(status)
+        if status.done:
+            self._reap(MONITOR_EXIT_WAIT)  # it exits right after its exit.json: no zombie
         return status.done
 
     @property
@@ -132,7 +135,7 @@ class MonitoredJob:
 
     def _on_monitor_gone(self) -> None:
         """No monitor listens: it finished (exit record) or was killed (the fallback)."""
-        self._reap()
+        self._reap(MONITOR_EXIT_WAIT)
         record = self._client.exit_record()
         if record is not None:
             code = record.get("exit_code")
@@ -146,9 +149,14 @@ class MonitoredJob:
         )
         log.error("bench_monitor_vanished", job=self._id, killed=killed)
 
-    def _reap(self) -> None:
-        if self._popen is not None:
-            self._popen.poll()
+    def _reap(self, wait: float = 0.0) -> None:
+        """Collect the monitor's exit status when this agent started it (else init does)."""
+        if self._popen is None:
+            return
+        try:
+            self._popen.wait(wait)
+        except subprocess.TimeoutExpired:
+            log.warning("bench_monitor_lingers", job=self._id, pid=self._popen.pid)
 
     # --- stopping ----------------------------------------------------------------------------
 
@@ -174,7 +182,7 @@ class MonitoredJob:
             status = self._status()
         if status is None:
             self._on_monitor_gone()
-        self._reap()
+        self._reap(MONITOR_EXIT_WAIT)
         return True
 
 

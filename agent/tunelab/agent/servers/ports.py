@@ -10,6 +10,7 @@ never handed out twice while held: a port stays held until its holder releases i
 from __future__ import annotations
 
 import errno
+import secrets
 import socket
 import threading
 from collections.abc import Callable
@@ -74,17 +75,24 @@ class PortPool:
 
     The kernel settings are read at every :meth:`take` (an operator may change them while the
     agent runs). Candidates are tried in turn from just past the last port handed out, so a
-    port released a moment ago (its server's sockets may linger in TIME_WAIT) comes last.
+    port released a moment ago (its server's sockets may linger in TIME_WAIT) comes last. The
+    first take starts at a random place in the window (``start``: an offset, for tests), so
+    two agents on one host (tests, or one per GPU set) do not both begin with the same port
+    before either server has bound it.
     """
 
     def __init__(
-        self, system: System | None = None, in_use: Callable[[int], bool] = port_in_use
+        self,
+        system: System | None = None,
+        in_use: Callable[[int], bool] = port_in_use,
+        start: int | None = None,
     ) -> None:
         self._system = system or System("/")
         self._in_use = in_use
         self._lock = threading.Lock()
         self._held: dict[str, int] = {}
         self._last = 0
+        self._start = start
 
     def window(self) -> range:
         high = ephemeral_low(self._system)  # exclusive
@@ -99,7 +107,11 @@ class PortPool:
                 return self._held[holder]
             window = self.window()
             skip = reserved_ports(self._system) | set(self._held.values()) | set(exclude)
-            start = self._last + 1 if self._last in window else window.start
+            if self._last in window:
+                start = self._last + 1
+            else:
+                offset = secrets.randbelow(len(window) or 1) if self._start is None else self._start
+                start = window.start + offset % max(1, len(window))
             ordered: list[int] = [*range(start, window.stop), *range(window.start, start)]
             for port in ordered:
                 if port in skip or self._in_use(port):
