@@ -249,7 +249,10 @@ def test_a_specs_server_flags_reach_the_simulator() -> None:
 
 def test_requests_arriving_at_the_same_instant_share_the_first_step() -> None:
     eng, sched, _ = engine(step_ms_base=10.0, step_ms_per_seq=1.0)
-    gens = [submit(eng, sched, FakeGeneration(1.0, prompt=1, output=2)) for _ in range(3)]
+    sched.run(until=1.0)
+    gens = [FakeGeneration(1.0, prompt=1, output=2) for _ in range(3)]
+    for gen in gens:  # before the loop runs the callbacks due at 1.0
+        eng.submit(gen)
     sched.run()
     for gen in gens:
         assert close(gen.times, [1.013, 1.026])
