@@ -254,6 +254,9 @@ def _run_spec_to_pb(spec: RunSpec) -> run_pb2.RunSpec:
                 output_len=b.get("output_len", 0),
                 url=b.get("url", ""),
                 preset=b.get("preset", ""),
+                find_axis=b.get("find_axis", ""),
+                find_max=b.get("find_max", 0.0),
+                find_slo=b.get("find_slo", {}),
             )
         )
     return pb

@@ -8,7 +8,7 @@ that is wrong, in the proto's spelling (``concurrency[2]``); the agent's wire la
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -16,6 +16,10 @@ if TYPE_CHECKING:
 
 APIS = ("completions", "chat")
 PRESETS = ("", "decode")
+FIND_AXES = ("concurrency", "rate")
+# the point fields a load search may bound (its SLOs): latencies in ms, lower is better
+FIND_SLO_FIELDS = ("p99_ttft_ms", "median_ttft_ms", "p99_tpot_ms", "median_tpot_ms",
+                   "p99_itl_ms", "median_itl_ms", "p99_e2el_ms", "median_e2el_ms")  # fmt: skip
 DECODE_OUTPUT_LEN = 512
 DECODE_INPUT_LEN = 32
 DECODE_REQUESTS = 3
@@ -67,6 +71,11 @@ class BenchConfig:
     label: str = ""
     request_timeout_s: float = 600.0  # a request fails as "timeout" after this long without a byte
     continuous_usage: bool = True  # ask for per-chunk usage (vLLM/SGLang continuous_usage_stats)
+    # load search: "" (the sweep above), "concurrency" or "rate": find the largest load up to
+    # find_max whose point meets every find_slo (point field -> upper limit), loadsearch.py
+    find_axis: str = ""
+    find_max: float = 0.0
+    find_slo: dict[str, float] = field(default_factory=dict)
     # self-check: the client marks a point saturated when its event loop runs late (mean or p99)
     # or its single thread uses more than this share of a core
     max_mean_loop_lag_ms: float = 2.0
@@ -132,6 +141,9 @@ class BenchConfig:
             slo_tpot_ms=pb.slo_tpot_ms,
             seed=pb.seed,
             preset=pb.preset,
+            find_axis=pb.find_axis,
+            find_max=pb.find_max,
+            find_slo=dict(pb.find_slo),
         ).with_preset()
 
     # checks -----------------------------------------------------------------------------------
@@ -148,11 +160,24 @@ class BenchConfig:
             check(1 <= c <= 100_000, f"concurrency[{i}]", f"must be between 1 and 100000, got {c}")
         rate_ok = math.isfinite(self.request_rate) and self.request_rate >= 0
         check(rate_ok, "request_rate", "must be a finite number >= 0")
-        check(
-            bool(self.concurrency) != (self.request_rate > 0),
-            "concurrency",
-            "give either a concurrency list (closed loop) or a request_rate (open loop)",
-        )
+        if self.find_axis:
+            check(self.find_axis in FIND_AXES, "find_axis", "must be concurrency or rate")
+            check(
+                not self.concurrency and not self.request_rate,
+                "find_axis",
+                "a load search sets its own loads: leave concurrency and request_rate empty",
+            )
+            check(1 <= self.find_max <= 100_000, "find_max", "must be between 1 and 100000")
+            check(bool(self.find_slo), "find_slo", "a load search needs at least one SLO")
+            for name, limit in self.find_slo.items():
+                check(name in FIND_SLO_FIELDS, f"find_slo.{name}", "unknown point field")
+                check(math.isfinite(limit) and limit > 0, f"find_slo.{name}", "must be > 0")
+        else:
+            check(
+                bool(self.concurrency) != (self.request_rate > 0),
+                "concurrency",
+                "give either a concurrency list (closed loop) or a request_rate (open loop)",
+            )
         check(self.burstiness > 0, "burstiness", "must be > 0 (1 = Poisson)")
         check(self.requests >= 0, "requests", "must be >= 0")
         check(
@@ -175,8 +200,20 @@ class BenchConfig:
         check(self.request_timeout_s > 0, "request_timeout_s", "must be > 0")
 
     # the sweep --------------------------------------------------------------------------------
+    def point_at(self, index: int, load: float) -> Point:
+        """One point of a load search at ``load`` (a concurrency or a rate)."""
+        if self.find_axis == "rate":
+            n = self.requests or (0 if self.duration_seconds else max(10, math.ceil(30 * load)))
+            return Point(index, 0, load, n, self.duration_seconds)
+        c = int(load)
+        n = self.requests or (0 if self.duration_seconds else max(10, 5 * c))
+        return Point(index, c, 0.0, n, self.duration_seconds)
+
     def points(self) -> list[Point]:
-        """The sweep points, in order, with the per-point request count filled in."""
+        """The sweep points, in order, with the per-point request count filled in (none for a
+        load search: it chooses each load from the last point's figures)."""
+        if self.find_axis:
+            return []
         if self.request_rate > 0:
             n = self.requests or (
                 0 if self.duration_seconds else max(10, math.ceil(30 * self.request_rate))

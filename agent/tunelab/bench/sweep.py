@@ -19,6 +19,7 @@ from typing import IO, Any
 import aiohttp
 
 from tunelab.bench.config import BenchConfig, Point
+from tunelab.bench.loadsearch import LoadSearch
 from tunelab.bench.progress import PROGRESS_INTERVAL, PointProgress, ProgressWriter
 from tunelab.bench.records import request_line
 from tunelab.bench.selfcheck import Monitor
@@ -54,6 +55,8 @@ class Sweep:
         self.live = LiveCounters()
         self.outcomes: Counter[str] = Counter()
         self.points = config.points()
+        self.load_search: LoadSearch | None = None
+        self.load_points: dict[float, list[int]] = {}
         # A stall limit, not a total: a long decode at a slow server may take far longer than
         # any fixed total, but a server that sends nothing for this long is not answering.
         self.timeout = aiohttp.ClientTimeout(
@@ -66,11 +69,33 @@ class Sweep:
     async def run(self, done: list[dict[str, Any]]) -> None:
         """Run every point, appending each summary to ``done`` as it finishes (so a stopped
         sweep still has the points it completed)."""
+        if self.config.find_axis:
+            await self.run_load_search(done)
+            return
         for point in self.points:
             summary = await self.run_point(point)
             done.append(summary)
             if summary.get("interrupted"):
                 raise asyncio.CancelledError  # Ctrl-C / SIGTERM: the finished requests are kept
+
+    async def run_load_search(self, done: list[dict[str, Any]]) -> None:
+        """Ladder, bisection and a confirming repeat on this one server (loadsearch.py); the
+        answer goes in the document's ``load_search``, each point says its phase and verdict."""
+        search = LoadSearch(self.config.find_axis, self.config.find_max, dict(self.config.find_slo))
+        self.load_search = search
+        at: dict[float, list[int]] = {}
+        while (load := search.next_load()) is not None:
+            point = self.config.point_at(len(done), load)
+            self.points.append(point)
+            phase = search.phase
+            summary = await self.run_point(point)
+            summary["load_search_phase"] = phase
+            summary["meets_slo"] = search.tell(load, summary)
+            at.setdefault(load, []).append(point.index)
+            done.append(summary)
+            self.load_points = at
+            if summary.get("interrupted"):
+                raise asyncio.CancelledError
 
     def document(self, points: list[dict[str, Any]], status: str) -> dict[str, Any]:
         """The result document: config, status, one vLLM-compatible summary per point."""
@@ -81,9 +106,14 @@ class Sweep:
             "started_at": self.started_at,
             "finished_at": time.time(),
             "points": points,
+            **(
+                {"load_search": self.load_search.document(self.load_points)}
+                if self.load_search is not None
+                else {}
+            ),
             # numbered as the progress line numbers them: point 1/N is the first
             "warnings": [
-                f"point {p['point_index'] + 1}/{len(self.config.points())}: {w}"
+                f"point {p['point_index'] + 1}/{len(self.points)}: {w}"
                 for p in points
                 for w in p["warnings"]
             ],

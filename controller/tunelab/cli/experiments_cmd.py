@@ -162,6 +162,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if args.wait and args.dry_run:
         raise CliError("--wait with --dry-run: nothing would run", EXIT_USAGE)
     text = _read_spec(args.file)
+    if args.dry_run and _dry_run_search(text, args.file, args.json):
+        return EXIT_OK
     if args.dry_run:
         experiments = dry_run(text, args.file)
         if args.json:
@@ -171,11 +173,12 @@ def cmd_submit(args: argparse.Namespace) -> int:
         return EXIT_OK
     target, stub = stub_for(args)
     request = controller_pb2.SubmitExperimentsRequest(spec_yaml=text, source=args.file)
-    experiments = list(
-        call(
-            target, lambda: stub.SubmitExperiments(request, timeout=TIMEOUT), timeout=TIMEOUT
-        ).experiments
+    response = call(
+        target, lambda: stub.SubmitExperiments(request, timeout=TIMEOUT), timeout=TIMEOUT
     )
+    if response.search_group:
+        return _submitted_search(stub, target, response.search_group, args)
+    experiments = list(response.experiments)
     if not args.wait:
         if args.json:
             print_json([experiment_json(e) for e in experiments])
@@ -188,6 +191,55 @@ def cmd_submit(args: argparse.Namespace) -> int:
         print(f"following (Ctrl-C stops following, not the experiments: {follow_hint([], group)})")
     final = wait_for(stub, target, [e.id for e in experiments], quiet=args.json, group=group)
     return _finished(final, args.json)
+
+
+def _dry_run_search(text: str, source: str, as_json: bool) -> bool:
+    """Validate a search spec here (no controller); False when the text is no search."""
+    from tunelab.controller.search.strategies import finite_size
+    from tunelab.controller.search.submit import search_from_text
+    from tunelab.controller.spec.errors import SpecError
+
+    try:
+        found = search_from_text(text, source)
+    except SpecError as exc:
+        raise CliError(f"rejected: {exc}", EXIT_USAGE) from None
+    if found is None:
+        return False
+    size = finite_size(found.spec)
+    if as_json:
+        print_json({"search": found.spec.to_dict(), "first_point": found.first})
+    else:
+        print(
+            f"valid: a {found.spec.strategy} search over "
+            f"{size if size is not None else 'a continuous'} point(s), at most "
+            f"{found.spec.max_trials} trials; the first point runs:"
+        )
+        print("  " + " ".join(_argv(found.first)))
+    return True
+
+
+def _argv(spec: dict[str, Any]) -> list[str]:
+    from tunelab.controller.spec.render import server_argv
+
+    return server_argv(spec)
+
+
+def _submitted_search(
+    stub: controller_pb2_grpc.ControllerStub, target: str, group: str, args: argparse.Namespace
+) -> int:
+    from tunelab.cli.search_cmd import finished, follow_search
+
+    if not args.wait:
+        if args.json:
+            print_json({"search_group": group})
+        else:
+            print(
+                f"search queued, group {group}: tunelab search show {group}; tunelab wait {group}"
+            )
+        return EXIT_OK
+    if not args.json:
+        print(f"search {group}: following (Ctrl-C stops following, not the search)")
+    return finished(follow_search(stub, target, group, quiet=args.json), args.json)
 
 
 def _finished(final: list[controller_pb2.Experiment], as_json: bool) -> int:
@@ -203,6 +255,12 @@ def _finished(final: list[controller_pb2.Experiment], as_json: bool) -> int:
 def cmd_wait(args: argparse.Namespace) -> int:
     """Follow experiments again (after Ctrl-C, or from another terminal) until they finish."""
     target, stub = stub_for(args)
+    if len(args.ids) == 1 and args.ids[0].startswith("g-"):
+        from tunelab.cli.search_cmd import finished, follow_search, get_search
+
+        if get_search(stub, target, args.ids[0]) is not None:
+            doc = follow_search(stub, target, args.ids[0], quiet=args.json)
+            return finished(doc, args.json)
     ids, group = resolve(stub, target, args.ids, TIMEOUT)
     final = wait_for(stub, target, ids, quiet=args.json, group=group)
     return _finished(final, args.json)
@@ -380,13 +438,21 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from tunelab.controller.report import write_report
+    from tunelab.cli.search_cmd import get_search
+    from tunelab.controller.report import write_report, write_search_report
 
+    search = None
+    if len(args.ids) == 1 and args.ids[0].startswith("g-"):
+        target, stub = stub_for(args)
+        search = get_search(stub, target, args.ids[0])
     document = comparison(args)
     default = re.sub(r"[^A-Za-z0-9._-]+", "_", "-".join(args.ids))[:80]
     out = Path(args.out or f"report-{default}.html")
     try:
-        write_report(document, out, title=" ".join(args.ids))
+        if search is not None:
+            write_search_report(search, document, out, title=args.ids[0])
+        else:
+            write_report(document, out, title=" ".join(args.ids))
     except OSError as exc:
         raise CliError(f"{out}: {exc.strerror}", EXIT_USAGE) from None
     print(f"report: {out.resolve()}")

@@ -63,6 +63,26 @@ class BuiltinBenchmark(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class FindSloEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.float
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.float = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     API_FIELD_NUMBER: _builtins.int
     MODEL_FIELD_NUMBER: _builtins.int
     CONCURRENCY_FIELD_NUMBER: _builtins.int
@@ -81,6 +101,9 @@ class BuiltinBenchmark(_message.Message):
     SEED_FIELD_NUMBER: _builtins.int
     URL_FIELD_NUMBER: _builtins.int
     PRESET_FIELD_NUMBER: _builtins.int
+    FIND_AXIS_FIELD_NUMBER: _builtins.int
+    FIND_MAX_FIELD_NUMBER: _builtins.int
+    FIND_SLO_FIELD_NUMBER: _builtins.int
     api: _builtins.str
     """"completions" (default) or "chat" """
     model: _builtins.str
@@ -111,10 +134,18 @@ class BuiltinBenchmark(_message.Message):
     """default http://127.0.0.1:<server port>"""
     preset: _builtins.str
     """"" or "decode" """
+    find_axis: _builtins.str
+    """A load search instead of a sweep: "concurrency" or "rate" — the largest load up to find_max
+    whose point meets every find_slo (point field such as p99_tpot_ms -> upper limit), by a
+    ladder, bisection and a confirming repeat, on this one server (docs/search.md).
+    """
+    find_max: _builtins.float
     @_builtins.property
     def concurrency(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """closed loop sweep; empty when request_rate is set"""
 
+    @_builtins.property
+    def find_slo(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]: ...
     def __init__(
         self,
         *,
@@ -136,10 +167,13 @@ class BuiltinBenchmark(_message.Message):
         seed: _builtins.int = ...,
         url: _builtins.str = ...,
         preset: _builtins.str = ...,
+        find_axis: _builtins.str = ...,
+        find_max: _builtins.float = ...,
+        find_slo: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_ignore_eos", b"_ignore_eos", "_temperature", b"_temperature", "ignore_eos", b"ignore_eos", "temperature", b"temperature"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_ignore_eos", b"_ignore_eos", "_temperature", b"_temperature", "api", b"api", "burstiness", b"burstiness", "concurrency", b"concurrency", "duration_seconds", b"duration_seconds", "ignore_eos", b"ignore_eos", "input_len", b"input_len", "model", b"model", "output_len", b"output_len", "preset", b"preset", "range_ratio", b"range_ratio", "request_rate", b"request_rate", "requests", b"requests", "seed", b"seed", "slo_tpot_ms", b"slo_tpot_ms", "slo_ttft_ms", b"slo_ttft_ms", "temperature", b"temperature", "url", b"url", "warmup", b"warmup"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_ignore_eos", b"_ignore_eos", "_temperature", b"_temperature", "api", b"api", "burstiness", b"burstiness", "concurrency", b"concurrency", "duration_seconds", b"duration_seconds", "find_axis", b"find_axis", "find_max", b"find_max", "find_slo", b"find_slo", "ignore_eos", b"ignore_eos", "input_len", b"input_len", "model", b"model", "output_len", b"output_len", "preset", b"preset", "range_ratio", b"range_ratio", "request_rate", b"request_rate", "requests", b"requests", "seed", b"seed", "slo_tpot_ms", b"slo_tpot_ms", "slo_ttft_ms", b"slo_ttft_ms", "temperature", b"temperature", "url", b"url", "warmup", b"warmup"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__ignore_eos: _TypeAlias = _typing.Literal["ignore_eos"]  # noqa: Y015
     _WhichOneofArgType__ignore_eos: _TypeAlias = _typing.Literal["_ignore_eos", b"_ignore_eos"]  # noqa: Y015

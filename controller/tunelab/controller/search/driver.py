@@ -231,7 +231,8 @@ class SearchDriver:
         done = sum(1 for t in trials if t.state in ("DONE", "FAILED"))
         if best is not None:
             summary = (
-                f"{why}; best: trial {best.number} {trial_label(best.params)} "
+                f"{why}; best: trial {best.number} "
+                f"{trial_label({p.path: best.params[p.path] for p in spec.space})} "
                 f"({spec.objective} {best.objective:g})"
             )
         else:

@@ -26,12 +26,17 @@ def _interval(values: Sequence[float]) -> list[float] | None:
     return None if found is None else [round(found[0], 6), round(found[1], 6)]
 
 
+def ordered(spec: SearchSpec, params: Mapping[str, Any]) -> dict[str, Any]:
+    """Parameters in the space's order (the store keeps them sorted by path)."""
+    return {p.path: params[p.path] for p in spec.space if p.path in params}
+
+
 def trial_json(spec: SearchSpec, trials: Sequence[TrialRow], t: TrialRow) -> dict[str, Any]:
     own = [s for o in trials if o.number <= t.number and key(o.params) == key(t.params)
            for s in o.samples]  # fmt: skip
     return {
         "number": t.number,
-        "params": t.params,
+        "params": ordered(spec, t.params),
         "rung": t.rung,
         "state": t.state,
         "objective": t.objective,
@@ -49,7 +54,7 @@ def effect(spec: SearchSpec, trials: Sequence[TrialRow], best: TrialRow) -> dict
     """The best configuration against the space's first point, as ``compare`` judges a change."""
     default = spec.default_params
     base, chosen = _samples(trials, default), _samples(trials, best.params)
-    out: dict[str, Any] = {"against": default, "metric": spec.objective}
+    out: dict[str, Any] = {"against": ordered(spec, default), "metric": spec.objective}
     if key(best.params) == key(default):
         return {**out, "verdict": "the default is the best configuration found"}
     if not base:
@@ -71,8 +76,9 @@ def effect(spec: SearchSpec, trials: Sequence[TrialRow], best: TrialRow) -> dict
 
 def recommendation(search: SearchRow, spec: SearchSpec, best: TrialRow) -> dict[str, Any]:
     doc, _ = trial_spec(search.base, spec, best.params, 0)
-    flags = {p.split(".", 2)[2]: v for p, v in best.params.items() if p.startswith("server.flags.")}
-    others = {p: v for p, v in best.params.items() if not p.startswith("server.flags.")}
+    params = ordered(spec, best.params)
+    flags = {p.split(".", 2)[2]: v for p, v in params.items() if p.startswith("server.flags.")}
+    others = {p: v for p, v in params.items() if not p.startswith("server.flags.")}
     snippet: dict[str, Any] = {"server": {"flags": flags}} if flags else {}
     for path, value in others.items():
         snippet[path] = value
@@ -101,7 +107,7 @@ def search_document(search: SearchRow, trials: Sequence[TrialRow]) -> dict[str, 
     if best is not None:
         chosen = _samples(trials, best.params)
         doc["best"] = {
-            "params": best.params,
+            "params": ordered(spec, best.params),
             "objective": best.objective,
             "interval": _interval(chosen),
             "load": best.details.get("load") or {},

@@ -86,6 +86,10 @@ def to_run_spec(spec: dict[str, Any], run_name: str, gpus: list[int]) -> run_pb2
             url=bench["url"],
             preset=bench["preset"],
         )
+        if "find" in bench:  # a load search (search: load: find)
+            builtin.find_axis = bench["find"]["axis"]
+            builtin.find_max = bench["find"]["max"]
+            builtin.find_slo.update(bench["find"]["slo"])
         benchmark = run_pb2.BenchmarkSpec(builtin=builtin)
     return run_pb2.RunSpec(
         server=server_spec,

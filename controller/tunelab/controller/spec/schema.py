@@ -27,7 +27,10 @@ READY_KEYS = {"path", "model", "timeout"}
 HOST_KEYS = {"name", "labels", "gpus"}
 BUILTIN_KEYS = {"api", "model", "concurrency", "rate", "burstiness", "requests", "duration",
                 "input_len", "output_len", "range_ratio", "warmup", "ignore_eos", "temperature",
-                "slo", "seed", "preset", "url"}  # fmt: skip
+                "slo", "seed", "preset", "url", "find"}  # fmt: skip
+FIND_KEYS = {"axis", "max", "slo"}
+FIND_SLO = ("p99_ttft_ms", "median_ttft_ms", "p99_tpot_ms", "median_tpot_ms", "p99_itl_ms",
+            "median_itl_ms", "p99_e2el_ms", "median_e2el_ms")  # fmt: skip
 COMMAND_KEYS = {"command", "result_file", "env"}
 SLO_KEYS = {"ttft_ms", "tpot_ms"}
 # what a decode step reads, when the agent cannot read it from the model's files (roofline.py)
@@ -301,7 +304,10 @@ def check_benchmark(check: Checker, raw: Any, default_model: str) -> dict[str, A
         if "rate" in bench
         else 0.0
     )
-    if not concurrency and not rate:
+    find = _find(check, bench["find"]) if "find" in bench else None
+    if find is not None and (concurrency or rate):
+        check.fail("benchmark.find", "a load search sets its own loads: no concurrency or rate")
+    if not concurrency and not rate and find is None:
         check.fail("benchmark", "set concurrency (a sweep list) or rate (requests/s)")
     if concurrency and rate:
         check.fail("benchmark", "set concurrency or rate, not both")
@@ -330,11 +336,28 @@ def check_benchmark(check: Checker, raw: Any, default_model: str) -> dict[str, A
         path = f"benchmark.slo.{name}" if source is slo else f"benchmark.{key}"
         read = check.integer if isinstance(default, int) else check.number
         out[key] = read(source.get(name, default), path, minimum, f"BuiltinBenchmark.{field}")
-    if not out["requests"] and not out["duration"]:
+    if find is not None:
+        out["find"] = find
+    if not out["requests"] and not out["duration"] and find is None:
         check.fail("benchmark", "set requests (per point) or duration (per point)")
     if out["preset"] not in ("", "decode"):
         check.fail("benchmark.preset", f"must be decode or empty, got {out['preset']!r}")
     return out
+
+
+def _find(check: Checker, raw: Any) -> dict[str, Any]:
+    """``benchmark.find``: {axis: concurrency|rate, max: N, slo: {p99_tpot_ms: 50}} — the
+    largest load meeting every SLO, found on one server (what ``search: load: find`` sets)."""
+    given = check.mapping(raw, "benchmark.find", FIND_KEYS)
+    axis = check.string(given.get("axis", ""), "benchmark.find.axis")
+    if axis not in ("concurrency", "rate"):
+        check.fail("benchmark.find.axis", f"must be concurrency or rate, got {axis!r}")
+    maximum = check.number(given.get("max", 0), "benchmark.find.max", 1.0, Range(1, 100_000))
+    slo_raw = check.mapping(given.get("slo", {}), "benchmark.find.slo", set(FIND_SLO))
+    slo = {k: check.number(v, f"benchmark.find.slo.{k}", 0.0) for k, v in slo_raw.items()}
+    if not slo:
+        check.fail("benchmark.find.slo", "give at least one latency limit")
+    return {"axis": axis, "max": maximum, "slo": slo}
 
 
 def check_host(check: Checker, raw: Any) -> dict[str, Any]:

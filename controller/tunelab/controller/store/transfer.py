@@ -11,7 +11,8 @@ from typing import Any
 from tunelab.controller.store.base import StoreConflict
 from tunelab.controller.store.sqlite import SqliteStore
 
-TABLES = ("hosts", "experiments", "attempts", "events")  # in the order foreign keys need
+# in the order foreign keys need
+TABLES = ("hosts", "experiments", "attempts", "events", "searches", "search_trials")
 FORMAT = "tunelab-store-export"
 BATCH = 500
 
@@ -19,7 +20,8 @@ BATCH = 500
 def export_lines(store: SqliteStore) -> Iterator[str]:
     yield json.dumps({"format": FORMAT, "schema_version": store.schema_version})
     for table in TABLES:
-        order = {"experiments": "seq", "events": "id", "hosts": "name", "attempts": "id"}[table]
+        order = {"experiments": "seq", "events": "id", "hosts": "name", "attempts": "id",
+                 "searches": "grp", "search_trials": "grp, number"}[table]  # fmt: skip
         for row in store._query(f"SELECT * FROM {table} ORDER BY {order}"):  # noqa: S608
             yield json.dumps({"table": table, "row": dict(row)}, sort_keys=True)
 
