@@ -71,23 +71,42 @@ from tunelab.controller.store.search_models import TrialRow
 SEQS = "server.flags.--max-num-seqs"
 TOKENS = "server.flags.--max-num-batched-tokens"
 PER_SEQ = "server.flags.--step-ms-per-seq"
-SPACE: dict[str, list[Any]] = {
-    SEQS: [16, 32, 64, 128, 256],
-    TOKENS: [512, 1024, 2048, 4096, 8192],
-    PER_SEQ: [0.3, 0.2],
-}
-BASE_MS = 10.0
-PREFILL_MS = 0.01
-INPUT_LEN = 512
-OUTPUT_LEN = 128  # one token per chunk: C = 128 chunks
-OOM_ABOVE = 128
-CONCURRENCY = 512
-SLO_ITL_MS = 50.0
-FULL_REQUESTS = 4320  # 27 · 160: successive halving's rungs 0-3 run 160, 480, 1440, 4320
-STARTUP_S = 60.0
+
+
+@dataclass(frozen=True)
+class Surface:
+    """The space and the fixed settings of one search surface (times in ms)."""
+
+    seqs: tuple[int, ...] = (16, 32, 64, 128, 256)
+    tokens: tuple[int, ...] = (512, 1024, 2048, 4096, 8192)
+    per_seq: tuple[float, ...] = (0.3, 0.2)
+    base_ms: float = 10.0
+    prefill_ms: float = 0.01
+    input_len: int = 512
+    output_len: int = 128  # one token per chunk: C = 128 chunks
+    oom_above: int = 128
+    concurrency: int = 512
+    slo_itl_ms: float = 50.0
+    full_requests: int = 4320  # 27 · 160: successive halving's rungs 0-3: 160 ... 4320
+    startup_s: float = 60.0
+
+    @property
+    def space(self) -> dict[str, list[Any]]:
+        return {SEQS: list(self.seqs), TOKENS: list(self.tokens), PER_SEQ: list(self.per_seq)}
+
+    def points(self) -> list[dict[str, Any]]:
+        return [
+            {SEQS: n, TOKENS: t, PER_SEQ: s}
+            for n in self.seqs
+            for t in self.tokens
+            for s in self.per_seq
+        ]
+
+
+SURFACE = Surface()
 NOISE = 0.01
 BUDGETS = {"grid": 50, "random": 20, "successive-halving": 80, "tpe": 20}
-RUNG0_REQUESTS = {"successive-halving": FULL_REQUESTS // 27}
+RUNG0_SHARE = {"successive-halving": 27}  # rung 0 runs 1/27 of the full length
 AGENTS = (1, 2, 4)
 
 
@@ -98,8 +117,8 @@ class Point:
     request_throughput: float
     p99_itl_ms: float
 
-    def meets(self) -> bool:
-        return self.p99_itl_ms <= SLO_ITL_MS
+    def meets(self, surf: Surface) -> bool:
+        return self.p99_itl_ms <= surf.slo_itl_ms
 
 
 def flags_of(params: dict[str, Any]) -> tuple[int, int, float]:
@@ -107,15 +126,15 @@ def flags_of(params: dict[str, Any]) -> tuple[int, int, float]:
 
 
 # the analytic model ----------------------------------------------------------------------------
-def steady_state(n: int, t: int, s: float) -> tuple[float, float]:
+def steady_state(n: int, t: int, s: float, surf: Surface = SURFACE) -> tuple[float, float]:
     """(output tokens/s, ITL p99 ms) of the saturated steady state (the formulas above)."""
-    chunks = OUTPUT_LEN
-    k = t // INPUT_LEN
+    chunks = surf.output_len
+    k = min(t // surf.input_len, n)
     m = n // k
-    period_ms = chunks * (BASE_MS + s * n) + PREFILL_MS * n * INPUT_LEN
+    period_ms = chunks * (surf.base_ms + s * n) + surf.prefill_ms * n * surf.input_len
     share = m * (n - k) / (n * (chunks - 1))
-    itl = BASE_MS + s * n + (PREFILL_MS * t if share > 0.01 else 0.0)
-    return n * OUTPUT_LEN / period_ms * 1000.0, itl
+    itl = surf.base_ms + s * n + (surf.prefill_ms * t if share > 0.01 else 0.0)
+    return n * surf.output_len / period_ms * 1000.0, itl
 
 
 def weighted_percentile(counts: dict[float, int], p: float) -> float:
@@ -137,12 +156,13 @@ def weighted_percentile(counts: dict[float, int], p: float) -> float:
     return at(low) + (at(high) - at(low)) * (rank - low)
 
 
-def finite_run(n: int, t: int, s: float, requests: int) -> Point:
-    """A closed-loop run of ``requests`` at CONCURRENCY (>= N + k, so the queue never starves
-    before it empties), all sent at once at 0: the admission schedule summed step by step."""
-    chunks = OUTPUT_LEN
-    k = t // INPUT_LEN
-    if t % INPUT_LEN or n % k or n // k > chunks or n + k > CONCURRENCY:
+def finite_run(n: int, t: int, s: float, requests: int, surf: Surface = SURFACE) -> Point:
+    """A closed-loop run of ``requests`` at the surface's concurrency (>= N + k, so the queue
+    never starves before it empties), all sent at once at 0: the admission schedule summed step
+    by step."""
+    chunks = surf.output_len
+    k = min(t // surf.input_len, n)  # prompts admitted per step: the budget's, or every slot
+    if t % surf.input_len or n % k or n // k > chunks or n + k > surf.concurrency:
         raise ValueError(f"outside the analytic model: N={n} T={t}")
     m = n // k
     admissions = math.ceil(requests / k)
@@ -160,7 +180,7 @@ def finite_run(n: int, t: int, s: float, requests: int) -> Point:
     batch = 0
     for step in range(1, last_step + 1):
         batch += running[step]
-        d = BASE_MS + s * batch + PREFILL_MS * prefill[step] * INPUT_LEN
+        d = surf.base_ms + s * batch + surf.prefill_ms * prefill[step] * surf.input_len
         duration_ms += d
         decoding = batch - prefill[step]
         if decoding:
@@ -168,7 +188,7 @@ def finite_run(n: int, t: int, s: float, requests: int) -> Point:
     seconds = duration_ms / 1000.0
     return Point(
         seconds,
-        requests * OUTPUT_LEN / seconds,
+        requests * surf.output_len / seconds,
         requests / seconds,
         weighted_percentile(gaps, 99),
     )
@@ -200,19 +220,19 @@ class VirtualRequest:
 
     arrival: float
     on_done: Callable[[VirtualRequest], None]
+    prompt_work: int  # prompt tokens
+    total: int  # output tokens, one per chunk
+    chunks: int = 0
     done: bool = False
-    chunks: int = OUTPUT_LEN
-    total: int = OUTPUT_LEN
     per_chunk: int = 1
     times: list[float] = field(default_factory=list)
 
-    @property
-    def prompt_work(self) -> int:
-        return INPUT_LEN
+    def __post_init__(self) -> None:
+        self.chunks = self.total
 
     @property
     def kv_tokens(self) -> int:
-        return INPUT_LEN + OUTPUT_LEN
+        return self.prompt_work + self.total
 
     def admitted(self) -> None:
         pass
@@ -232,15 +252,16 @@ def virtual_run(
     concurrency: int = 0,
     rate: float = 0.0,
     seed: int = 0,
+    surf: Surface = SURFACE,
 ) -> Point:
     """The simulator's BatchEngine with a virtual client: a closed loop of ``concurrency`` or
     Poisson arrivals at ``rate`` (inf: all at 0), ``requests`` in all."""
     settings = SimSettings(
         max_num_seqs=n,
         max_num_batched_tokens=t,
-        step_ms_base=BASE_MS,
+        step_ms_base=surf.base_ms,
         step_ms_per_seq=s,
-        prefill_ms_per_token=PREFILL_MS,
+        prefill_ms_per_token=surf.prefill_ms,
     )
     clock = VirtualClock()
     engine = BatchEngine(settings, clock, SimMetrics("sim", LatenessStats()))
@@ -250,7 +271,7 @@ def virtual_run(
     def send(at: float) -> None:
         nonlocal sent
         sent += 1
-        request = VirtualRequest(at, on_done)
+        request = VirtualRequest(at, on_done, surf.input_len, surf.output_len)
         clock.at(at, lambda: engine.submit(request))
 
     def on_done(request: VirtualRequest) -> None:
@@ -273,16 +294,18 @@ def virtual_run(
     gaps = sorted(
         (b - a) * 1000.0 for r in finished for a, b in zip(r.times, r.times[1:], strict=False)
     )
-    return Point(end, len(finished) * OUTPUT_LEN / end, len(finished) / end, percentile(gaps, 99))
+    return Point(
+        end, len(finished) * surf.output_len / end, len(finished) / end, percentile(gaps, 99)
+    )
 
 
 # the search harness ----------------------------------------------------------------------------
-def search_spec(strategy: str, agents: int, seed: int) -> SearchSpec:
+def search_spec(strategy: str, agents: int, seed: int, surf: Surface = SURFACE) -> SearchSpec:
     raw = {
-        "space": SPACE,
+        "space": surf.space,
         "objective": {"maximize": "output_throughput"},
-        "slo": {"itl_p99_ms": SLO_ITL_MS},
-        "load": {"concurrency": [CONCURRENCY]},
+        "slo": {"itl_p99_ms": surf.slo_itl_ms},
+        "load": {"concurrency": [surf.concurrency]},
         "budget": {"trials": BUDGETS[strategy]},
         "strategy": strategy,
         "eta": 3,
@@ -302,13 +325,15 @@ class Launch:
     objective: float | None = None
 
 
-def launch(params: dict[str, Any], requests: int, rng: random.Random) -> Launch:
+def launch(
+    params: dict[str, Any], requests: int, rng: random.Random, surf: Surface = SURFACE
+) -> Launch:
     n, t, s = flags_of(params)
-    if n > OOM_ABOVE:
-        return Launch(STARTUP_S, failure="CUDA_OOM")
-    point = finite_run(n, t, s, requests)
-    objective = point.output_throughput * (1 + rng.gauss(0.0, NOISE)) if point.meets() else None
-    return Launch(STARTUP_S + point.duration_s, objective=objective)
+    if n > surf.oom_above:
+        return Launch(surf.startup_s, failure="CUDA_OOM")
+    point = finite_run(n, t, s, requests, surf)
+    objective = point.output_throughput * (1 + rng.gauss(0.0, NOISE)) if point.meets(surf) else None
+    return Launch(surf.startup_s + point.duration_s, objective=objective)
 
 
 @dataclass
@@ -322,10 +347,10 @@ class SearchResult:
     best: dict[str, Any] | None
 
 
-def run_search(strategy: str, agents: int, seed: int) -> SearchResult:
+def run_search(strategy: str, agents: int, seed: int, surf: Surface = SURFACE) -> SearchResult:
     """The controller's driver loop over a discrete-event pool of ``agents``."""
-    spec = search_spec(strategy, agents, seed)
-    rung0 = RUNG0_REQUESTS.get(strategy, FULL_REQUESTS)
+    spec = search_spec(strategy, agents, seed, surf)
+    rung0 = surf.full_requests // RUNG0_SHARE.get(strategy, 1)
     rng = random.Random(seed * 7919 + agents)
     trials: list[TrialRow] = []
     running: list[tuple[float, int, TrialRow, Launch]] = []  # (finish, number, trial, launch)
@@ -349,7 +374,7 @@ def run_search(strategy: str, agents: int, seed: int) -> SearchResult:
                     trial.state, trial.failure_reason = "SKIPPED", "IMPLIED_OOM"
                     continue
                 trial.experiment_id = f"x{trial.number}"
-                result = launch(proposal.params, rung0 * spec.eta**proposal.rung, rng)
+                result = launch(proposal.params, rung0 * spec.eta**proposal.rung, rng, surf)
                 heapq.heappush(running, (now + result.duration_s, trial.number, trial, result))
                 slots -= 1
             if exhausted or not answer.proposals:
@@ -382,36 +407,38 @@ def run_search(strategy: str, agents: int, seed: int) -> SearchResult:
     )
 
 
-def auto_tune(seed: int) -> SearchResult:
+def auto_tune(seed: int, surf: Surface = SURFACE) -> SearchResult:
     """vLLM auto_tune.sh's method on one host, once per --step-ms-per-seq value (it varies only
     the two lists), after a first run whose memory probe (the largest pair) OOMs at each of
     gpu-memory-utilization 0.98 ... 0.90 and stops, so the user drops 256."""
     rng = random.Random(seed)
     gpu = wall = 0.0
     starts = 9  # the failed first invocation: 9 probe starts, each OOM at the end of start-up
-    gpu += 9 * STARTUP_S
-    wall += 9 * STARTUP_S
+    gpu += 9 * surf.startup_s
+    wall += 9 * surf.startup_s
     best: tuple[float, dict[str, Any]] | None = None
-    seqs_list = [v for v in SPACE[SEQS] if v <= OOM_ABOVE]
-    for s in SPACE[PER_SEQ]:
+    seqs_list = [v for v in surf.seqs if v <= surf.oom_above]
+    for s in surf.per_seq:
         starts += 1  # this invocation's probe: the largest pair starts, then is killed
-        gpu += STARTUP_S
-        wall += STARTUP_S
+        gpu += surf.startup_s
+        wall += surf.startup_s
         for n in seqs_list:
-            for t in SPACE[TOKENS]:
+            for t in surf.tokens:
                 starts += 1
-                up = STARTUP_S  # health is polled every 10 s: 60 s start-up is seen at 60 s
-                point = finite_run(n, t, s, 1000)
+                up = surf.startup_s  # health is polled every 10 s: 60 s start-up is seen at 60 s
+                point = finite_run(n, t, s, 1000, surf)
                 up += point.duration_s
                 throughput = point.request_throughput * (1 + rng.gauss(0.0, NOISE))
-                met = point.meets()
+                met = point.meets(surf)
                 rate = int(throughput) + 1
                 while not met and rate > 0:
                     up += 5.0  # reset_prefix_cache; sleep 5
-                    point = virtual_run(n, t, s, 100, rate=float(rate), seed=rng.randrange(1 << 30))
+                    point = virtual_run(
+                        n, t, s, 100, rate=float(rate), seed=rng.randrange(1 << 30), surf=surf
+                    )
                     up += point.duration_s
                     throughput = point.request_throughput * (1 + rng.gauss(0.0, NOISE))
-                    met = point.meets()
+                    met = point.meets(surf)
                     rate -= 1
                 gpu += up
                 wall += up + 10.0  # pkill; sleep 10
@@ -422,36 +449,39 @@ def auto_tune(seed: int) -> SearchResult:
 
 
 # the table -------------------------------------------------------------------------------------
-def truth() -> tuple[dict[str, float | None], float, dict[str, Any]]:
+def truth(surf: Surface = SURFACE) -> tuple[dict[str, float | None], float, dict[str, Any]]:
     """Every point's objective at the full length (None: OOM or SLO broken) and the optimum."""
     values: dict[str, float | None] = {}
     best: tuple[float, dict[str, Any]] | None = None
-    for n in SPACE[SEQS]:
-        for t in SPACE[TOKENS]:
-            for s in SPACE[PER_SEQ]:
+    for n in surf.seqs:
+        for t in surf.tokens:
+            for s in surf.per_seq:
                 params = {SEQS: n, TOKENS: t, PER_SEQ: s}
                 value = None
-                if n <= OOM_ABOVE:
-                    point = finite_run(n, t, s, FULL_REQUESTS)
-                    value = point.output_throughput if point.meets() else None
+                if n <= surf.oom_above:
+                    point = finite_run(n, t, s, surf.full_requests, surf)
+                    value = point.output_throughput if point.meets(surf) else None
                 values[key(params)] = value
                 if value is not None and (best is None or value > best[0]):
                     best = (value, params)
-    assert best is not None
+    if best is None:
+        raise ValueError("no point of the surface meets the SLO")
     return values, best[0], best[1]
 
 
-def check_model() -> list[str]:
+def check_model(surf: Surface = SURFACE) -> list[str]:
     """The analytic schedule against the simulator's engine, every non-OOM point."""
-    lines = ["analytic vs the simulator's engine (virtual time), 480 requests at concurrency 512:"]
+    lines = [
+        f"analytic vs the simulator's engine (virtual time), 480 requests, c={surf.concurrency}:"
+    ]
     worst_tput = worst_itl = 0.0
-    for n in SPACE[SEQS]:
-        if n > OOM_ABOVE:
+    for n in surf.seqs:
+        if n > surf.oom_above:
             continue
-        for t in SPACE[TOKENS]:
-            for s in SPACE[PER_SEQ]:
-                a = finite_run(n, t, s, 480)
-                v = virtual_run(n, t, s, 480, concurrency=CONCURRENCY)
+        for t in surf.tokens:
+            for s in surf.per_seq:
+                a = finite_run(n, t, s, 480, surf)
+                v = virtual_run(n, t, s, 480, concurrency=surf.concurrency, surf=surf)
                 worst_tput = max(worst_tput, abs(a.output_throughput / v.output_throughput - 1))
                 worst_itl = max(worst_itl, abs(a.p99_itl_ms - v.p99_itl_ms))
     lines.append(
@@ -459,11 +489,12 @@ def check_model() -> list[str]:
     )
     steady = []
     for n, t, s in ((128, 512, 0.2), (64, 2048, 0.3), (16, 8192, 0.3)):
-        x, itl = steady_state(n, t, s)
-        full = finite_run(n, t, s, FULL_REQUESTS)
+        x, itl = steady_state(n, t, s, surf)
+        full = finite_run(n, t, s, surf.full_requests, surf)
         steady.append(
             f"N={n} T={t} S={s}: steady {x:.0f} tok/s, ITL p99 {itl:.2f} ms; "
-            f"{FULL_REQUESTS} requests {full.output_throughput:.0f} tok/s, {full.p99_itl_ms:.2f} ms"
+            f"{surf.full_requests} requests {full.output_throughput:.0f} tok/s, "
+            f"{full.p99_itl_ms:.2f} ms"
         )
     return lines + ["  " + line for line in steady]
 
@@ -474,19 +505,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="also check the model (slow)")
     parser.add_argument("--json", type=Path, help="write every search's result here")
     args = parser.parse_args(argv)
+    surf = SURFACE
     started = time.monotonic()
-    values, optimum, optimum_params = truth()
+    values, optimum, optimum_params = truth(surf)
     print(
         f"optimum: N={optimum_params[SEQS]} T={optimum_params[TOKENS]} "
-        f"S={optimum_params[PER_SEQ]}: {optimum:.1f} tok/s at ITL p99 <= {SLO_ITL_MS} ms "
+        f"S={optimum_params[PER_SEQ]}: {optimum:.1f} tok/s at ITL p99 <= {surf.slo_itl_ms} ms "
         f"({sum(v is not None for v in values.values())} of {len(values)} points feasible)"
     )
     rows: list[dict[str, Any]] = []
     results: list[SearchResult] = []
     for name in BUDGETS:
         for seed in range(args.seeds):
-            results.extend(run_search(name, agents, seed) for agents in AGENTS)
-    results.extend(auto_tune(seed) for seed in range(args.seeds))
+            results.extend(run_search(name, agents, seed, surf) for agents in AGENTS)
+    results.extend(auto_tune(seed, surf) for seed in range(args.seeds))
     for name in [*BUDGETS, "vLLM auto_tune"]:
         mine = [r for r in results if r.name == name]
         one = [r for r in mine if r.agents == 1]
@@ -521,7 +553,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"| {row['wall_4']:,.0f} s | {row['wall_4'] / row['wall_1']:.0%} |"
         )
     if args.check:
-        print("\n".join(check_model()))
+        print("\n".join(check_model(surf)))
     if args.json:
         args.json.write_text(
             json.dumps({"rows": rows, "searches": [r.__dict__ for r in results]}, indent=1)
