@@ -38,7 +38,10 @@ start, a run at rate inf (1000 prompts), and if the limit fails, rates from int(
 down by 1 (100 prompts each, 5 s pause between runs); its rate runs are simulated with the
 simulator's engine in virtual time, Poisson arrivals.
 
-Usage: python benchmarks/search_efficiency.py [--seeds 5] [--check] [--json FILE]
+``--real-check`` runs three points of a shorter surface (32 output tokens, concurrency 32) on real
+processes, the simulator and ``tunelab bench`` on loopback, beside the analytic figures.
+
+Usage: python benchmarks/search_efficiency.py [--seeds 5] [--check] [--real-check] [--json FILE]
 """
 
 from __future__ import annotations
@@ -49,7 +52,9 @@ import json
 import math
 import random
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -61,8 +66,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tunelab.bench.simulator.batching import BatchEngine
 from tunelab.bench.simulator.metrics import SimMetrics
 from tunelab.bench.simulator.options import SimSettings
+from tunelab.bench.simulator.process import SimulatorProcess
 from tunelab.bench.simulator.timing import LatenessStats
 from tunelab.bench.stats import percentile
+from tunelab.common.pyexec import python_module_argv
 from tunelab.controller.search.driver import MAX_ASK_ROUNDS, best_trial, implied_oom, views
 from tunelab.controller.search.space import SearchSpec, parse_search
 from tunelab.controller.search.strategies import key, strategy_for
@@ -499,10 +506,57 @@ def check_model(surf: Surface = SURFACE) -> list[str]:
     return lines + ["  " + line for line in steady]
 
 
+REAL_CHECK = Surface(output_len=32, concurrency=32)
+REAL_POINTS = ((16, 1024, 0.2), (8, 512, 0.3), (16, 8192, 0.3))
+
+
+def real_check(surf: Surface = REAL_CHECK, requests: int = 320) -> list[str]:
+    """A few points on real processes: the simulator (tunelab sim-server's code) and the load
+    generator (tunelab bench, closed loop) on loopback, against the analytic figures."""
+    title = (
+        f"real processes: sim-server + tunelab bench, c={surf.concurrency}, {requests} requests, "
+        f"prompts {surf.input_len}, output {surf.output_len}:"
+    )
+    lines = [
+        title,
+        "| N | T | S | tok/s analytic | measured | ITL p99 ms analytic | measured | client |",
+        "|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    with tempfile.TemporaryDirectory() as tmp:
+        for n, t, s in REAL_POINTS:
+            flags = ["--max-num-seqs", str(n), "--max-num-batched-tokens", str(t)]
+            flags += ["--step-ms-base", str(surf.base_ms), "--step-ms-per-seq", str(s)]
+            flags += ["--prefill-ms-per-token", str(surf.prefill_ms)]
+            with SimulatorProcess(flags, Path(tmp) / f"sim-{n}-{t}.log") as sim:
+                argv = python_module_argv("tunelab.cli", "bench", "--url", sim.url)
+                argv += ["--concurrency", str(surf.concurrency), "--requests", str(requests)]
+                argv += ["--input-len", str(surf.input_len), "--output-len", str(surf.output_len)]
+                done = subprocess.run(
+                    [*argv, "--json"], capture_output=True, text=True, timeout=300, check=False
+                )
+            if done.returncode != 0:
+                lines.append(f"| {n} | {t} | {s} | bench failed: {done.stderr[-200:]!r} |")
+                continue
+            point = json.loads(done.stdout)["points"][0]
+            model = finite_run(n, t, s, requests, surf)
+            check = point.get("client_check", {})
+            state = "starved" if check.get("client_starved") else "ok"
+            state = "saturated" if check.get("client_saturated") else state
+            lines.append(
+                f"| {n} | {t} | {s} | {model.output_throughput:.1f} "
+                f"| {point['output_throughput']:.1f} | {model.p99_itl_ms:.2f} "
+                f"| {point['p99_itl_ms']:.2f} | {state} |"
+            )
+    return lines
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=5, help="seeds per strategy (default 5)")
     parser.add_argument("--check", action="store_true", help="also check the model (slow)")
+    parser.add_argument(
+        "--real-check", action="store_true", help="also run a few points on real processes"
+    )
     parser.add_argument("--json", type=Path, help="write every search's result here")
     args = parser.parse_args(argv)
     surf = SURFACE
@@ -554,6 +608,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     if args.check:
         print("\n".join(check_model(surf)))
+    if args.real_check:
+        print("\n".join(real_check()))
     if args.json:
         args.json.write_text(
             json.dumps({"rows": rows, "searches": [r.__dict__ for r in results]}, indent=1)
