@@ -97,3 +97,32 @@ def test_a_controller_killed_mid_search_resumes_without_rerunning_a_finished_tri
     assert len(experiments) == len(set(experiments)) == 4
     started = agent.log().count('"event": "server_started"')
     assert started == 4, f"each trial's server started once, got {started}"
+
+
+def test_search_cancel_stops_the_trials_and_wait_says_so(lab: Lab, tmp_path: Path) -> None:
+    controller = lab.start_controller()
+    lab.add_agent("sim-a", labels="pool=demo")
+    path = tmp_path / "search.yaml"
+    path.write_text(EXAMPLE.read_text())
+    group = json.loads(controller.cli("submit", str(path), "--json").stdout)["search_group"]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # one trial placed on the agent, the next queued
+        running = [e for e in controller.cli_json("ls", "--group", group) if e["attempts"]]
+        if running:
+            break
+        time.sleep(0.2)
+    cancelled = controller.cli("search", "cancel", group)
+    assert cancelled.returncode == 0, cancelled.stderr
+    result = controller.cli("wait", group, "--json", timeout=120)
+    assert result.returncode == 1, result.stdout + result.stderr  # not DONE
+    doc = json.loads(result.stdout)
+    assert doc["state"] == "CANCELLED" and doc["message"].startswith("cancelled")
+    assert {t["state"] for t in doc["trials"]} <= {"CANCELLED", "DONE", "FAILED"}
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # the running trial's experiment is stopped two-phase
+        states = {e["state"] for e in controller.cli_json("ls", "--group", group)}
+        if states <= {"CANCELLED", "SUCCEEDED", "FAILED"}:
+            break
+        time.sleep(0.3)
+    assert states <= {"CANCELLED", "SUCCEEDED", "FAILED"}, states
+    assert controller.cli("search", "show", "g-0000000000000000").returncode == 4

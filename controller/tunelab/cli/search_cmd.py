@@ -199,7 +199,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_controller_args(show)
     show.set_defaults(handler=cmd_show)
     cancel = actions.add_parser("cancel", help="stop a search and its running trials")
-    cancel.add_argument("group", metavar="GROUP")
+    cancel.add_argument("group", metavar="GROUP", help="the g-... that submit printed")
     add_json_arg(cancel, "the search document")
     add_controller_args(cancel)
     cancel.set_defaults(handler=cmd_cancel)
