@@ -23,7 +23,10 @@ from tunelab.bench.simulator.process import SimulatorProcess
 from tunelab.v1 import agent_pb2, run_pb2
 
 EARLY = 0.002  # the scheduler takes along what is due within 0.1 ms; the rest is clock noise
-LATE = 0.060  # the most a chunk may trail its analytic time here (its precision is a benchmark's)
+# The most a chunk may trail its analytic time: a loaded 2-core CI box has shown 48 ms; the exact
+# model is checked on a virtual clock (tests/unit/bench/test_serving_model.py), here that a real
+# process follows it, never early and within this bound.
+LATE = 0.100
 MS = 1e-3
 
 
@@ -109,8 +112,9 @@ def sim_stats(sim: SimulatorProcess) -> dict[str, Any]:
 
 
 def test_c1_prefill_step_then_one_chunk_per_step(tmp_path: Path) -> None:
-    b, s, p, prompt, out = 20.0, 1.0, 0.05, 100, 8
-    flags = ["--step-ms-base", "20", "--step-ms-per-seq", "1", "--prefill-ms-per-token", "0.05"]
+    # a step (111 ms) longer than LATE: a step too many or too few cannot pass
+    b, s, p, prompt, out = 110.0, 1.0, 0.5, 100, 6
+    flags = ["--step-ms-base", "110", "--step-ms-per-seq", "1", "--prefill-ms-per-token", "0.5"]
     with SimulatorProcess([*flags, "--max-num-seqs", "8"], tmp_path / "sim.log") as sim:
         wait_ready(sim)
         (observed,), _ = run_streams(sim, request_bytes(prompt, out), 1)

@@ -245,3 +245,14 @@ def test_a_specs_server_flags_reach_the_simulator() -> None:
         seen.append((settings.max_num_seqs, settings.max_num_batched_tokens))
         assert settings.step_ms_base == 8.0 and settings.kv_cache_tokens == 65536
     assert sorted(seen) == [(16, 512), (64, 512)]
+
+
+def test_requests_arriving_at_the_same_instant_share_the_first_step() -> None:
+    eng, sched, _ = engine(step_ms_base=10.0, step_ms_per_seq=1.0)
+    sched.run(until=1.0)
+    gens = [FakeGeneration(1.0, prompt=1, output=2) for _ in range(3)]
+    for gen in gens:  # before the loop runs the callbacks due at 1.0
+        eng.submit(gen)
+    sched.run()
+    for gen in gens:
+        assert close(gen.times, [1.013, 1.026])

@@ -16,7 +16,7 @@ them the simulator keeps its fixed ``TTFT + j·ITL`` schedule. The model, in vir
 * The step that finishes a request's prompt also produces its first chunk (as vLLM's does).
 * A finished or cancelled request frees its slot and KV for the next step. A step starts at the
   end of the previous one, or, when the engine was idle, at the arrival of the request that
-  woke it.
+  woke it (with every request that arrived at that same instant).
 
 All times are computed from arrivals and step ends, never from when a callback happened to run,
 so one late write delays nothing after it.
@@ -119,7 +119,11 @@ class BatchEngine:
         self.waiting.append(_Slot(gen, gen.prompt_work, gen.chunks, gen.kv_tokens))
         self.metrics.waiting += 1
         if not self.busy:
-            self._begin(max(gen.arrival, self.last_end))
+            # The step begins at the arrival, composed once the callbacks already due have run,
+            # so requests that arrive at the same instant start together.
+            self.busy = True
+            start = max(gen.arrival, self.last_end)
+            self.scheduler.at(start, lambda: self._begin(start))
 
     def kv_used(self) -> int:
         """Tokens of KV that running requests hold now (prefilled prompt + generated)."""
