@@ -50,6 +50,9 @@ class ControllerConfig:
     agent_call_timeout: float = 3.0  # deadline of GetInfo / GetRun to an agent
     agent_start_timeout: float = 10.0  # deadline of StartRun / CancelRun
     max_streams: int = DEFAULT_MAX_STREAMS  # open watches and log follows; more: RESOURCE_EXHAUSTED
+    db_turn_lease: float = (
+        3.0  # PostgreSQL: a frozen controller keeps the scheduling turn this long
+    )
 
     def auth(self) -> ServerAuth:
         return ServerAuth.from_files(
@@ -94,6 +97,7 @@ _DURATIONS = {
     "lease_timeout",
     "scrape_interval",
     "results_retention_age",
+    "db_turn_lease",
 }
 
 
