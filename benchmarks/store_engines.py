@@ -70,8 +70,10 @@ def fill(store: Store, experiments: int, hosts: int) -> float:
         store.insert_experiments(rows)
     rate = experiments / (time.perf_counter() - started)
     for h in range(hosts):
-        store.add_host(HostRow(name=f"h{h:03d}", address=f"h{h}:1", labels={"pool": "scale"}))
-        store.update_host(f"h{h:03d}", state=HostState.READY, gpu_count=8)
+        added = store.add_host(
+            HostRow(name=f"h{h:03d}", address=f"h{h}:1", labels={"pool": "scale"})
+        )
+        store.transition_host(added.name, added, HostState.READY, gpu_count=8)
     return rate
 
 

@@ -298,3 +298,14 @@ def test_a_controller_frozen_inside_a_write_transaction_lets_go_of_the_write_loc
         os.kill(child.pid, signal.SIGCONT)
         child.kill()
         child.wait(10)
+
+
+def test_the_turn_lease_is_a_setting(postgres: PostgresServer) -> None:
+    from tunelab.controller.config import load_config
+
+    config = load_config(None, {}, env={"TUNELAB_CONTROLLER_DB_TURN_LEASE": "1.5s"})
+    assert config.db_turn_lease == 1.5
+    assert load_config(None, {}, env={}).db_turn_lease == 3.0
+    store = open_store(postgres.new_database(), turn_lease=config.db_turn_lease)
+    assert isinstance(store, PostgresStore) and store.lease == 1.5
+    store.close()

@@ -54,6 +54,9 @@ class ControllerConfig:
     mlflow_tracking_uri: str = ""  # export every finished attempt to this MLflow server
     mlflow_experiment: str = "tunelab"  # ...into this MLflow experiment
     mlflow_interval: float = 30.0  # how often the exporter looks for finished attempts
+    db_turn_lease: float = (
+        3.0  # PostgreSQL: a frozen controller keeps the scheduling turn this long
+    )
 
     def auth(self) -> ServerAuth:
         return ServerAuth.from_files(
@@ -106,6 +109,7 @@ _DURATIONS = {
     "scrape_interval",
     "results_retention_age",
     "mlflow_interval",
+    "db_turn_lease",
 }
 
 

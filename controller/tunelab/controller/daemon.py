@@ -38,7 +38,7 @@ class ControllerApp:
     def __init__(self, config: ControllerConfig) -> None:
         disable_created_metrics()  # type: ignore[no-untyped-call]  # process-wide: no *_created
         self.config = config
-        self.store = open_store(config.db, config.secrets_path())
+        self.store = open_store(config.db, config.secrets_path(), config.db_turn_lease)
         self.agents = GrpcAgentClient(
             read_token(config.agent_token_file),
             config.agent_call_timeout,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -605,8 +605,3 @@ class SqlStore(SearchStatements, ABC):
 
     def events_for(self, ref: str) -> list[dict[str, Any]]:
         return [dict(r) for r in self._query(self.sql.events_for, (ref, f"{ref}-a%"))]
-
-    def iter_rows(self, sql: str) -> Iterator[dict[str, Any]]:
-        """Every row of one read as a plain dict (export)."""
-        for row in self._query(sql):
-            yield dict(row)
