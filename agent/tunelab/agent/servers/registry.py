@@ -31,6 +31,7 @@ from tunelab.agent.gpu import GpuBackend
 from tunelab.agent.logfiles import last_lines
 from tunelab.agent.servers import process as proc_mod
 from tunelab.agent.servers.argv import with_python
+from tunelab.agent.servers.identityproof import carries_server_id
 from tunelab.agent.servers.monitorclient import (
     MonitorClient,
     MonitorFailed,
@@ -365,6 +366,15 @@ class ServerRegistry:
                 pid=status.leader.pid,
                 create_time=status.leader.create_time,
             )
+        leader = status.leader
+        if leader is not None and record.leader is not None and record.leader.pid != leader.pid:
+            log.warning(
+                "recorded_pid_differs_from_monitor",
+                server_id=record.id,
+                recorded=[record.leader.pid, record.leader.create_time],
+                monitor=[leader.pid, leader.create_time],
+            )
+            self.update(record.id, pid=leader.pid, create_time=leader.create_time)
         with self._lock:
             current = self._records[record.id]
             current.adoptions += 1
@@ -413,7 +423,9 @@ class ServerRegistry:
                 **done,
             )
             return
-        killed = [p.pid for p in sorted(record.process_ids()) if p.signal(signal.SIGKILL)]
+        # the state file is advice: only a process that still carries this server's id is ours
+        proven = [p for p in sorted(record.process_ids()) if carries_server_id(p.pid, record.id)]
+        killed = [p.pid for p in proven if p.signal(signal.SIGKILL)]
         self.transition(
             record.id,
             ServerState.FAILED,
