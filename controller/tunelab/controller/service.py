@@ -41,6 +41,17 @@ WATCH_POLL = 0.5
 T = TypeVar("T")
 
 
+SHOWN_CHARS = 80  # an id or name echoed in an error: a 100 KB one must not become the message
+LABEL_VALUE = re.compile(r"^[^\x00-\x1f\x7f]{0,253}$")
+
+
+def shown(value: str) -> str:
+    """``value`` quoted for an error message, cut to ``SHOWN_CHARS``."""
+    if len(value) <= SHOWN_CHARS:
+        return repr(value)
+    return f"{value[:SHOWN_CHARS]!r}… ({len(value)} characters)"
+
+
 class NotFoundError(LookupError):
     pass
 
@@ -86,7 +97,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
     def _experiment(self, key: str) -> ExperimentRow:
         row = self._store.get_experiment(key) or self._store.find_experiment_by_name(key)
         if row is None:
-            raise NotFoundError(f"no experiment {key!r}")
+            raise NotFoundError(f"no experiment {shown(key)}")
         return row
 
     def _pb(self, row: ExperimentRow) -> controller_pb2.Experiment:
@@ -231,7 +242,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
     def _host(self, name: str) -> HostRow:
         host = self._store.get_host(name)
         if host is None:
-            raise NotFoundError(f"no host {name!r} (tunelab hosts ls lists them)")
+            raise NotFoundError(f"no host {shown(name)} (tunelab hosts ls lists them)")
         return host
 
     def _host_pb(self, host: HostRow) -> controller_pb2.Host:
@@ -265,7 +276,13 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             raise InvalidRequest("metrics_url: must start with http:// or https://")
         for key in request.labels:
             if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$", key):
-                raise InvalidRequest(f"labels: bad label name {key!r}")
+                raise InvalidRequest(f"labels: bad label name {shown(key)}")
+        for key, value in request.labels.items():
+            if not LABEL_VALUE.match(value):
+                raise InvalidRequest(
+                    f"labels.{shown(key)}: value must be at most 253 characters with no "
+                    "control characters (no NUL, no newline)"
+                )
         row = HostRow(
             name=request.name,
             address=request.address,
@@ -297,7 +314,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             self._store, request.name, drain(request.drain, request.clear_quarantine)
         )
         if changed is None:
-            raise NotFoundError(f"no host {request.name!r} (tunelab hosts ls lists them)")
+            raise NotFoundError(f"no host {shown(request.name)} (tunelab hosts ls lists them)")
         self._wake(True)
         return controller_pb2.SetHostDrainResponse(host=self._host_pb(changed))
 
