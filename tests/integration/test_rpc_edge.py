@@ -183,3 +183,19 @@ def test_a_control_character_in_a_host_label_value_is_refused(served: Any) -> No
         stub.AddHost(request, timeout=5)
     assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert (bad.value.details() or "").startswith("labels.'pool': value must be")
+
+
+def test_a_metrics_url_on_another_host_than_the_agents_is_refused(served: Any) -> None:
+    # issue 23: --metrics-url accepted any host, which the controller then fetched every scrape
+    _, _, stub = served
+    request = X.AddHostRequest(
+        name="h", address="gpu-1.lab:50051", metrics_url="http://169.254.169.254/latest/meta-data"
+    )
+    with pytest.raises(grpc.RpcError) as bad:
+        stub.AddHost(request, timeout=5)
+    assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "is not the agent's host 'gpu-1.lab'" in (bad.value.details() or "")
+    same = X.AddHostRequest(
+        name="h", address="GPU-1.lab:50051", metrics_url="http://gpu-1.lab:9473/metrics"
+    )
+    assert stub.AddHost(same, timeout=5).host.metrics_url == "http://gpu-1.lab:9473/metrics"

@@ -7,13 +7,14 @@ import re
 import secrets
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 import grpc
 import structlog
 
-from tunelab.common.auth import split_host_port
+from tunelab.common.auth import is_loopback, split_host_port
 from tunelab.common.rpcerrors import StatusMapper, StatusTable
 from tunelab.controller.agent_client import AgentClient
 from tunelab.controller.compare import compare
@@ -274,6 +275,13 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         )
         if not metrics_url.startswith(("http://", "https://")):
             raise InvalidRequest("metrics_url: must start with http:// or https://")
+        scraped = urllib.parse.urlsplit(metrics_url).hostname or ""
+        if not _same_host(scraped, host):
+            # the controller fetches this URL on every scrape: never a host other than the agent's
+            raise InvalidRequest(
+                f"metrics_url: host {shown(scraped)} is not the agent's host {shown(host)}; "
+                "the controller scrapes only the agent's own host"
+            )
         for key in request.labels:
             if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$", key):
                 raise InvalidRequest(f"labels: bad label name {shown(key)}")
@@ -357,6 +365,11 @@ def unique_ids(prefix: str, count: int) -> list[str]:
     while len(ids) < count:
         ids[f"{prefix}{secrets.token_hex(8)}"] = None
     return list(ids)
+
+
+def _same_host(a: str, b: str) -> bool:
+    """The same host as written (case-insensitive), or both loopback."""
+    return a.strip("[]").lower() == b.strip("[]").lower() or (is_loopback(a) and is_loopback(b))
 
 
 def _url_host(host: str) -> str:
