@@ -8,13 +8,14 @@ import re
 import secrets
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 import grpc
 import structlog
 
-from tunelab.common.auth import split_host_port
+from tunelab.common.auth import is_loopback, split_host_port
 from tunelab.common.rpcerrors import StatusMapper, StatusTable
 from tunelab.controller.agent_client import AgentClient
 from tunelab.controller.compare import compare
@@ -47,6 +48,17 @@ HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 WATCH_POLL = 0.5
 REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 T = TypeVar("T")
+
+
+SHOWN_CHARS = 80  # an id or name echoed in an error: a 100 KB one must not become the message
+LABEL_VALUE = re.compile(r"^[^\x00-\x1f\x7f]{0,253}$")
+
+
+def shown(value: str) -> str:
+    """``value`` quoted for an error message, cut to ``SHOWN_CHARS``."""
+    if len(value) <= SHOWN_CHARS:
+        return repr(value)
+    return f"{value[:SHOWN_CHARS]!r}… ({len(value)} characters)"
 
 
 class NotFoundError(LookupError):
@@ -95,7 +107,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
     def _experiment(self, key: str) -> ExperimentRow:
         row = self._store.get_experiment(key) or self._store.find_experiment_by_name(key)
         if row is None:
-            raise NotFoundError(f"no experiment {key!r}")
+            raise NotFoundError(f"no experiment {shown(key)}")
         return row
 
     def _pb(self, row: ExperimentRow) -> controller_pb2.Experiment:
@@ -343,7 +355,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
     def _host(self, name: str) -> HostRow:
         host = self._store.get_host(name)
         if host is None:
-            raise NotFoundError(f"no host {name!r} (tunelab hosts ls lists them)")
+            raise NotFoundError(f"no host {shown(name)} (tunelab hosts ls lists them)")
         return host
 
     def _host_pb(self, host: HostRow) -> controller_pb2.Host:
@@ -390,6 +402,13 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         url = given or f"http://{_url_host(agent_host)}:{self._metrics_port}/metrics"
         if not url.startswith(("http://", "https://")):
             raise InvalidRequest("metrics_url: must start with http:// or https://")
+        scraped = urllib.parse.urlsplit(url).hostname or ""
+        if not _same_host(scraped, agent_host):
+            # the controller fetches this URL on every scrape: never a host other than the agent's
+            raise InvalidRequest(
+                f"metrics_url: host {shown(scraped)} is not the agent's host {shown(agent_host)}; "
+                "the controller scrapes only the agent's own host"
+            )
         return url
 
     @_unary
@@ -439,7 +458,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             self._store, request.name, drain(request.drain, request.clear_quarantine)
         )
         if changed is None:
-            raise NotFoundError(f"no host {request.name!r} (tunelab hosts ls lists them)")
+            raise NotFoundError(f"no host {shown(request.name)} (tunelab hosts ls lists them)")
         self._wake(True)
         return controller_pb2.SetHostDrainResponse(host=self._host_pb(changed))
 
@@ -487,7 +506,18 @@ def unique_ids(prefix: str, count: int) -> list[str]:
 def _check_labels(field: str, labels: Mapping[str, str]) -> None:
     for key in labels:
         if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$", key):
-            raise InvalidRequest(f"{field}: bad label name {key!r}")
+            raise InvalidRequest(f"{field}: bad label name {shown(key)}")
+    for key, value in labels.items():
+        if not LABEL_VALUE.match(value):
+            raise InvalidRequest(
+                f"{field}.{shown(key)}: value must be at most 253 characters with no "
+                "control characters (no NUL, no newline)"
+            )
+
+
+def _same_host(a: str, b: str) -> bool:
+    """The same host as written (case-insensitive), or both loopback."""
+    return a.strip("[]").lower() == b.strip("[]").lower() or (is_loopback(a) and is_loopback(b))
 
 
 def _url_host(host: str) -> str:

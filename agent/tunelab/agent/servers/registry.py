@@ -30,6 +30,7 @@ from tunelab.agent.errors import (
 from tunelab.agent.gpu import GpuBackend
 from tunelab.agent.logfiles import last_lines
 from tunelab.agent.recordbook import RecordBook
+from tunelab.agent.servers.identityproof import carries_server_id
 from tunelab.agent.servers.monitorclient import (
     MonitorClient,
     MonitorFailed,
@@ -350,6 +351,15 @@ class ServerRegistry:
                 pid=status.leader.pid,
                 create_time=status.leader.create_time,
             )
+        leader = status.leader
+        if leader is not None and record.leader is not None and record.leader.pid != leader.pid:
+            log.warning(
+                "recorded_pid_differs_from_monitor",
+                server_id=record.id,
+                recorded=[record.leader.pid, record.leader.create_time],
+                monitor=[leader.pid, leader.create_time],
+            )
+            self.update(record.id, pid=leader.pid, create_time=leader.create_time)
         with self._lock:
             adoptions = self._records[record.id].adoptions + 1
             current = self._records.update(record.id, {"adoptions": adoptions}, persist=True)
@@ -396,7 +406,9 @@ class ServerRegistry:
                 **done,
             )
             return
-        killed = kill_orphans(record.process_ids())
+        # the state file is advice: only a process that still carries this server's id is ours
+        proven = [p for p in record.process_ids() if carries_server_id(p.pid, record.id)]
+        killed = kill_orphans(proven)
         self.transition(
             record.id,
             ServerState.FAILED,

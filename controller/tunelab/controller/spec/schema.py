@@ -18,6 +18,7 @@ from tunelab.controller.spec.errors import SpecIssue
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$")
+LABEL_VALUE = re.compile(r"^[^\x00-\x1f\x7f]{0,253}$")  # no NUL, newline or other control
 
 TOP_KEYS = {"name", "priority", "host", "server", "benchmark", "max_duration", "repeat", "matrix",
             "ablation", "max_attempts", "roofline", "redact", "profile"}  # fmt: skip
@@ -490,7 +491,8 @@ def check_host(check: Checker, raw: Any) -> dict[str, Any]:
     return {
         "name": check.string(host["name"], "host.name", NAME) if "name" in host else "",
         "labels": {
-            str(k): check.string(_label_text(v), f"host.labels.{k}") for k, v in labels.items()
+            str(k): check.string(_label_text(v), f"host.labels.{k}", LABEL_VALUE)
+            for k, v in labels.items()
         },
         "gpus": check.integer(host.get("gpus", 0), "host.gpus", 0, HOST_GPUS),
     }
