@@ -69,7 +69,7 @@ def experiment_to_pb(row: ExperimentRow, attempts: list[AttemptRow]) -> controll
         id=row.id,
         name=row.name,
         state=EXPERIMENT_TO_PB[row.state],
-        spec_json=json.dumps(row.spec, sort_keys=True),
+        spec_json=json.dumps(row.spec),  # in the user's order (flags are passed in it)
         varied=row.varied,
         priority=row.priority,
         submitted_at=row.submitted_at,
