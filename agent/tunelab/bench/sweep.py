@@ -40,6 +40,7 @@ class PointState:
     records: list[RequestRecord] = field(default_factory=list)
     errors: int = 0
     tokens_at_start: int = 0
+    warmup_done: int = 0  # warm-up requests finished (the bar's count before measuring)
 
 
 class Sweep:
@@ -97,7 +98,7 @@ class Sweep:
         try:
             async with open_session(point.concurrency) as session:
                 if self.config.warmup:
-                    await self._warmup(session, workload, point)
+                    await self._warmup(session, workload, state)
                 state.phase = "measure"
                 state.tokens_at_start = self.live.output_tokens
                 monitor = Monitor(
@@ -170,8 +171,9 @@ class Sweep:
         return rec
 
     async def _warmup(
-        self, session: aiohttp.ClientSession, workload: Workload, point: Point
+        self, session: aiohttp.ClientSession, workload: Workload, state: PointState
     ) -> None:
+        point = state.point
         width = min(self.config.warmup, point.concurrency or self.config.warmup)
         queue = iter(range(self.config.warmup))
         done: list[RequestRecord] = []
@@ -179,6 +181,7 @@ class Sweep:
         async def worker() -> None:
             for i in queue:
                 done.append(await self._one(session, workload, -1 - i, warmup=True))
+                state.warmup_done = len(done)
 
         await asyncio.gather(*(worker() for _ in range(width)))
         self._write(point, done, time.perf_counter())
@@ -258,8 +261,9 @@ class Sweep:
                 concurrency=state.point.concurrency,
                 request_rate=state.point.request_rate,
                 phase=state.phase,
-                requests_done=len(state.records),
-                requests_total=state.point.requests,
+                # while warming up: the warm-up's own count, so its bar has a count and an ETA
+                requests_done=state.warmup_done if not measuring else len(state.records),
+                requests_total=self.config.warmup if not measuring else state.point.requests,
                 errors=state.errors,
                 output_tokens_per_second=tokens / elapsed if elapsed > 0 else 0.0,
                 elapsed_seconds=elapsed,
