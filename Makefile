@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: deps demo test lint typecheck proto proto-check unit integration e2e test-engines clean
+.PHONY: deps demo test docs lint typecheck proto proto-check unit integration e2e test-engines clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -45,6 +45,10 @@ e2e: $(STAMP)
 test-engines: $(STAMP)
 	@venv=$$(bash tests/engines/setup_venv.sh) && \
 	TUNELAB_ENGINES_VENV=$$venv $(BIN)/python -m pytest tests/engines -v -s --timeout 900 $(PYTEST_ARGS)
+
+## docs: the MkDocs site from docs/ into site/, failing on any warning (a broken link or anchor)
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -1,4 +1,4 @@
-"""E2E: every README block marked ``console runnable`` runs as written (README "Development").
+"""E2E: every block of README.md and docs/*.md fenced ``console runnable`` runs as written.
 
 Each block runs in its own network, mount and pid namespaces (``unshare``): README's fixed ports
 (50051, 50050, 8100) and ``/tmp`` paths meet nothing else on the machine, and the daemons a block
@@ -18,16 +18,20 @@ from tests.support import readme_blocks
 from tests.support.readme_blocks import REPO, runnable_blocks
 
 RUNNER = Path(readme_blocks.__file__)
-README = REPO / "README.md"
-BLOCKS = runnable_blocks(README.read_text())
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+BLOCKS = [
+    {**block, "page": page.relative_to(REPO).as_posix()}
+    for page in PAGES
+    for block in runnable_blocks(page.read_text())
+]
 
 
-def test_readme_has_runnable_blocks_and_says_how_they_are_marked() -> None:
+def test_docs_have_runnable_blocks_and_say_how_they_are_marked() -> None:
     assert len(BLOCKS) >= 2
-    assert "`console runnable`" in README.read_text().split("<!-- BEGIN section:cli -->")[1]
+    assert "`console runnable`" in (REPO / "docs" / "cli.md").read_text()
 
 
-@pytest.mark.parametrize("block", BLOCKS, ids=[f"README.md:{b['line']}" for b in BLOCKS])
+@pytest.mark.parametrize("block", BLOCKS, ids=[f"{b['page']}:{b['line']}" for b in BLOCKS])
 def test_readme_block_runs_as_written(block: dict[str, object], tmp_path: Path) -> None:
     spec = tmp_path / "block.json"
     spec.write_text(json.dumps(block["commands"]))

@@ -273,16 +273,6 @@ def rpc_error(
     return CliError(message, exit_code)
 
 
-def call(
-    target: str, fn: Callable[[], T], daemon: str = "controller", timeout: float | None = None
-) -> T:
-    """Run one RPC, turning gRPC errors into CliError (``timeout``: for the message only)."""
-    try:
-        return fn()
-    except grpc.RpcError as exc:
-        raise rpc_error(exc, target, daemon, timeout) from exc
-
-
 # --- output -------------------------------------------------------------------------------------
 
 

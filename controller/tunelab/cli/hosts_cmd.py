@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tunelab.cli.clients import ControllerClient
 from tunelab.cli.common import (
     AGENT_PORT,
     EXIT_OK,
@@ -17,20 +18,11 @@ from tunelab.cli.common import (
     CliError,
     add_controller_args,
     add_json_arg,
-    call,
-    controller_target,
     print_json,
     with_default_port,
 )
 from tunelab.common.auth import AuthConfigError, read_token
-from tunelab.v1 import controller_pb2, controller_pb2_grpc
-
-TIMEOUT = 15.0
-
-
-def stub_for(args: argparse.Namespace) -> tuple[str, controller_pb2_grpc.ControllerStub]:
-    address, auth = controller_target(args)
-    return address, controller_pb2_grpc.ControllerStub(auth.channel(address))
+from tunelab.v1 import controller_pb2
 
 
 def host_json(host: controller_pb2.Host) -> dict[str, Any]:
@@ -78,8 +70,7 @@ def cmd_add(args: argparse.Namespace) -> int:
         metrics_url=args.metrics_url or "",
         replace=args.replace,
     )
-    target, stub = stub_for(args)
-    host = call(target, lambda: stub.AddHost(request, timeout=TIMEOUT), timeout=TIMEOUT).host
+    host = ControllerClient.for_args(args).add_host(request).host
     if args.json:
         print_json(host_json(host))
     else:
@@ -118,8 +109,7 @@ def cmd_set(args: argparse.Namespace) -> int:
             "or --agent-token-file",
             EXIT_USAGE,
         )
-    target, stub = stub_for(args)
-    host = call(target, lambda: stub.UpdateHost(request, timeout=TIMEOUT), timeout=TIMEOUT).host
+    host = ControllerClient.for_args(args).update_host(request).host
     data = host_json(host)
     if args.json:
         print_json(data)
@@ -136,12 +126,7 @@ def set_metrics_url_hint(host: str) -> str:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    target, stub = stub_for(args)
-    hosts = call(
-        target,
-        lambda: stub.ListHosts(controller_pb2.ListHostsRequest(), timeout=TIMEOUT),
-        timeout=TIMEOUT,
-    ).hosts
+    hosts = ControllerClient.for_args(args).list_hosts().hosts
     rows = [host_json(h) for h in hosts]
     if args.json:
         print_json(rows)
@@ -175,11 +160,10 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 
 def _drain(args: argparse.Namespace, drain: bool) -> int:
-    target, stub = stub_for(args)
     request = controller_pb2.SetHostDrainRequest(
         name=args.name, drain=drain, clear_quarantine=not drain
     )
-    host = call(target, lambda: stub.SetHostDrain(request, timeout=TIMEOUT), timeout=TIMEOUT).host
+    host = ControllerClient.for_args(args).set_host_drain(request).host
     data = host_json(host)
     if getattr(args, "json", False):
         print_json(data)
@@ -192,24 +176,14 @@ def _drain(args: argparse.Namespace, drain: bool) -> int:
 
 
 def cmd_rm(args: argparse.Namespace) -> int:
-    target, stub = stub_for(args)
-    call(
-        target,
-        lambda: stub.RemoveHost(controller_pb2.RemoveHostRequest(name=args.name), timeout=TIMEOUT),
-        timeout=TIMEOUT,
-    )
+    ControllerClient.for_args(args).remove_host(args.name)
     print(f"removed {args.name}")
     return EXIT_OK
 
 
 def cmd_export_targets(args: argparse.Namespace) -> int:
     """Prometheus file_sd: one target group per host, its agent's metrics address."""
-    target, stub = stub_for(args)
-    hosts = call(
-        target,
-        lambda: stub.ListHosts(controller_pb2.ListHostsRequest(), timeout=TIMEOUT),
-        timeout=TIMEOUT,
-    ).hosts
+    hosts = ControllerClient.for_args(args).list_hosts().hosts
     groups = []
     for host in hosts:
         url = host.metrics_url or ""

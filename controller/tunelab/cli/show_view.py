@@ -105,4 +105,6 @@ def render_show(data: dict[str, Any]) -> str:
             from tunelab.controller.report.provenance import provenance_lines  # only when shown
 
             out.extend(f"    {line}" for line in provenance_lines(a["provenance"]))
+        if a.get("mlflow_run_url"):
+            out.append(f"    MLflow: {a['mlflow_run_url']}")
     return "\n".join(out) + "\n"

@@ -28,6 +28,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tunelab.common.pyexec import python_module_argv
+from tunelab.common.spawn import spawn
 
 REPO = Path(__file__).resolve().parents[3]  # controller/tunelab/controller/demo.py
 SPEC = REPO / "examples" / "demo-ablation.yaml"
@@ -60,8 +61,7 @@ def _daemon(
     name: str, argv: list[str], address: str, log: Path, env: dict[str, str]
 ) -> Iterator[None]:
     """A daemon process, SIGTERMed at the end; waits until its gRPC health check answers."""
-    with log.open("ab") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=env)
+    proc = spawn(argv, cwd=REPO, log=log, env=env, new_session=False)  # Ctrl-C reaches it
     try:
         with grpc.insecure_channel(address) as channel:
             health = health_pb2_grpc.HealthStub(channel)

@@ -294,7 +294,14 @@ class AttemptDriver:
         self._scrape_window_edge(attempt, host, target)
         if target.is_terminal():
             result = json.loads(run.result_json) if run.result_json else None
-            self._finish(attempt, target, run.message, result=with_failure(result, run))
+            self._finish(
+                attempt,
+                target,
+                run.message,
+                result=with_failure(result, run),
+                failure_reason=failure_name(run),
+                failure_line=run.failure_line if run.failure_reason else "",
+            )
             return
         self._move(attempt, target, run.message)
 
@@ -452,12 +459,19 @@ def _provenance(text: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {"error": "the agent sent unreadable provenance"}
 
 
+def failure_name(run: run_pb2.Run) -> str:
+    """The run's failure reason without the enum's prefix ("CUDA_OOM"), or ""."""
+    if not run.failure_reason:
+        return ""
+    return server_pb2.FailureReason.Name(run.failure_reason).removeprefix("FAILURE_REASON_")
+
+
 def with_failure(result: dict[str, Any] | None, run: run_pb2.Run) -> dict[str, Any] | None:
-    """The run's failure reason kept in the attempt's result (no column, no migration)."""
+    """The result as stored: the failure reason is also kept in it (as before the attempt had
+    its ``failure_reason`` column), so readers of exported results see it unchanged."""
     if not run.failure_reason:
         return result
-    reason = server_pb2.FailureReason.Name(run.failure_reason).removeprefix("FAILURE_REASON_")
-    return {**(result or {}), "failure_reason": reason, "failure_line": run.failure_line}
+    return {**(result or {}), "failure_reason": failure_name(run), "failure_line": run.failure_line}
 
 
 def server_detail(server: server_pb2.Server) -> str:

@@ -18,6 +18,7 @@ from tunelab.common.rpcerrors import StatusMapper, StatusTable
 from tunelab.controller.agent_client import AgentClient
 from tunelab.controller.compare import compare
 from tunelab.controller.hoststate import change_host, drain
+from tunelab.controller.mlflowplan import MLFLOW_EVENT
 from tunelab.controller.spec import SpecError, expand_text
 from tunelab.controller.spec.limits import DEFAULT_LIMITS, SpecLimits
 from tunelab.controller.states import ExperimentState, HostState
@@ -27,6 +28,7 @@ from tunelab.controller.store import (
     Store,
     StoreConflict,
     StoreFull,
+    StoreNotFound,
     StoreUnavailable,
 )
 from tunelab.controller.store.models import selector_key
@@ -38,6 +40,7 @@ log = structlog.get_logger(__name__)
 SERVICE_NAME = "tunelab.v1.Controller"
 HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 WATCH_POLL = 0.5
+REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 T = TypeVar("T")
 
 
@@ -53,6 +56,7 @@ STATUS_BY_ERROR: StatusTable = (
     (SpecError, grpc.StatusCode.INVALID_ARGUMENT),
     (InvalidRequest, grpc.StatusCode.INVALID_ARGUMENT),
     (NotFoundError, grpc.StatusCode.NOT_FOUND),
+    (StoreNotFound, grpc.StatusCode.NOT_FOUND),
     (StoreConflict, grpc.StatusCode.FAILED_PRECONDITION),
     (StoreUnavailable, grpc.StatusCode.FAILED_PRECONDITION),  # a person must restore the file
     (StoreFull, grpc.StatusCode.RESOURCE_EXHAUSTED),
@@ -90,12 +94,22 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         return row
 
     def _pb(self, row: ExperimentRow) -> controller_pb2.Experiment:
-        return experiment_to_pb(row, self._store.attempts_for(row.id))
+        exports = {
+            str(e["ref"]): str(e["message"])
+            for e in self._store.events_for(row.id)
+            if e["kind"] == MLFLOW_EVENT
+        }
+        return experiment_to_pb(row, self._store.attempts_for(row.id), exports=exports)
 
     @_unary
     def SubmitExperiments(
         self, request: controller_pb2.SubmitExperimentsRequest, context: grpc.ServicerContext
     ) -> controller_pb2.SubmitExperimentsResponse:
+        if request.request_id and not REQUEST_ID.fullmatch(request.request_id):
+            raise InvalidRequest(
+                "request_id: at most 128 characters of letters, digits and . _ : - "
+                f"(got {len(request.request_id)} characters)"
+            )
         expanded = expand_text(request.spec_yaml, request.source, self._limits)
         group = f"g-{secrets.token_hex(8)}"
         now = self._clock()
@@ -118,7 +132,14 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             for i, e in enumerate(expanded)
         ]
         if not request.dry_run:
-            self._store.insert_experiments(rows)
+            stored = self._store.insert_experiments(rows, request.request_id)
+            if stored != group:  # a retry of a submission already queued: its group, again
+                log.info("experiments_resubmitted", group=stored, request_id=request.request_id)
+                earlier = self._store.group_experiments(stored)
+                attempts = self._store.attempts_for_many([e.id for e in earlier])
+                return controller_pb2.SubmitExperimentsResponse(
+                    experiments=[experiment_to_pb(e, attempts[e.id]) for e in earlier]
+                )
             log.info("experiments_submitted", group=group, count=len(rows), source=request.source)
             self._wake(False)
         return controller_pb2.SubmitExperimentsResponse(

@@ -130,6 +130,7 @@ class Attempt(_message.Message):
     PROVENANCE_JSON_FIELD_NUMBER: _builtins.int
     FAILURE_REASON_FIELD_NUMBER: _builtins.int
     FAILURE_LINE_FIELD_NUMBER: _builtins.int
+    MLFLOW_RUN_URL_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """also the run id on the agent"""
     experiment_id: _builtins.str
@@ -151,6 +152,8 @@ class Attempt(_message.Message):
     failure_reason: _server_pb2.FailureReason.ValueType
     """copied from the run when its server failed"""
     failure_line: _builtins.str
+    mlflow_run_url: _builtins.str
+    """where the automatic MLflow export put it; empty: not (yet)"""
     @_builtins.property
     def gpus(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """GPU indices given to the run (empty = the whole host)"""
@@ -173,10 +176,11 @@ class Attempt(_message.Message):
         provenance_json: _builtins.str = ...,
         failure_reason: _server_pb2.FailureReason.ValueType = ...,
         failure_line: _builtins.str = ...,
+        mlflow_run_url: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "experiment_id", b"experiment_id", "failure_line", b"failure_line", "failure_reason", b"failure_reason", "finished_at", b"finished_at", "gpu_summary_json", b"gpu_summary_json", "gpus", b"gpus", "host", b"host", "id", b"id", "message", b"message", "number", b"number", "progress_json", b"progress_json", "provenance_json", b"provenance_json", "result_json", b"result_json", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "experiment_id", b"experiment_id", "failure_line", b"failure_line", "failure_reason", b"failure_reason", "finished_at", b"finished_at", "gpu_summary_json", b"gpu_summary_json", "gpus", b"gpus", "host", b"host", "id", b"id", "message", b"message", "mlflow_run_url", b"mlflow_run_url", "number", b"number", "progress_json", b"progress_json", "provenance_json", b"provenance_json", "result_json", b"result_json", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -282,22 +286,29 @@ class SubmitExperimentsRequest(_message.Message):
     SPEC_YAML_FIELD_NUMBER: _builtins.int
     DRY_RUN_FIELD_NUMBER: _builtins.int
     SOURCE_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
     spec_yaml: _builtins.str
     """one experiment spec or a list of them"""
     dry_run: _builtins.bool
     """validate and expand only"""
     source: _builtins.str
     """file name, for messages"""
+    request_id: _builtins.str
+    """A client's id for this submission (the CLI sends a fresh UUID per command): a retry with
+    the same id returns the group the first one queued instead of queuing it again. Empty: no
+    idempotency. At most 128 characters of [A-Za-z0-9._:-].
+    """
     def __init__(
         self,
         *,
         spec_yaml: _builtins.str = ...,
         dry_run: _builtins.bool = ...,
         source: _builtins.str = ...,
+        request_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dry_run", b"dry_run", "source", b"source", "spec_yaml", b"spec_yaml"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dry_run", b"dry_run", "request_id", b"request_id", "source", b"source", "spec_yaml", b"spec_yaml"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -85,7 +85,14 @@ def to_run_spec(spec: dict[str, Any], run_name: str, gpus: list[int]) -> run_pb2
             seed=bench["seed"],
             url=bench["url"],
             preset=bench["preset"],
+            rates=bench.get("rates", []),
+            max_concurrency=bench.get("max_concurrency", 0),
+            ramp=bench.get("ramp", {}).get("strategy", ""),
+            ramp_start_rate=bench.get("ramp", {}).get("start_rate", 0.0),
+            ramp_end_rate=bench.get("ramp", {}).get("end_rate", 0.0),
         )
+        if bench.get("dataset"):
+            builtin.dataset.CopyFrom(run_pb2.DatasetSpec(**bench["dataset"]))
         benchmark = run_pb2.BenchmarkSpec(builtin=builtin)
     return run_pb2.RunSpec(
         server=server_spec,
