@@ -41,7 +41,10 @@ def test_agent_audit_json_into_a_closed_pipe_is_silent() -> None:
 def test_bench_says_a_missing_flag_is_missing_and_names_flags_not_fields() -> None:
     base = [TUNELAB, "bench", "--url", "http://127.0.0.1:1", "--model", "m"]
     cases = [
-        ([], "give --concurrency N[,N...] (closed loop) or --rate R[,R...] (open loop, requests/s)"),
+        (
+            [],
+            "give --concurrency N[,N...] (closed loop) or --rate R[,R...] (open loop, requests/s)",
+        ),
         (["--concurrency", "1", "--output-len", "8"], "--input-len is required"),
         (["--concurrency", "1", "--input-len", "8"], "--output-len is required"),
         (["--rate", "-1", "--input-len", "8", "--output-len", "8"], "--rate: must be a finite"),

@@ -268,8 +268,7 @@ def _check_required(args: argparse.Namespace) -> None:
     trace = getattr(args, "dataset", None) == "trace"
     if not (args.concurrency or args.rate or args.ramp or trace):
         raise CliError(
-            "give --concurrency N[,N...] (closed loop) or --rate R[,R...] (open loop, "
-            "requests/s)",
+            "give --concurrency N[,N...] (closed loop) or --rate R[,R...] (open loop, requests/s)",
             EXIT_USAGE,
         )
     if getattr(args, "dataset", None) not in (None, "random"):
