@@ -507,3 +507,20 @@ def test_repeat_1_says_not_enough_repeats_once_per_change(lab: Lab) -> None:
             "1 baseline and 1 variant launch(es), 3 of each are needed (repeat: 3 in the spec)"
         ) in text, compared.stdout
     assert compared.stdout.count("not enough repeats") <= 3, compared.stdout  # legend + 2
+
+
+def test_show_prints_the_server_flags_in_the_specs_order(lab: Lab) -> None:
+    spec = lab.spec("ordered")
+    doc = yaml.safe_load(spec.read_text())
+    flags = doc["server"]["flags"]
+    doc["server"]["flags"] = {"--ttft-ms": 40, "--port": flags["--port"], "--model": "sim-7b",
+                              "--itl-ms": 10, "--startup-seconds": 0.2}  # fmt: skip
+    spec.write_text(yaml.safe_dump(doc, sort_keys=False))
+    assert lab.run("submit", str(spec), "--wait").returncode == 0
+    shown = lab.run("show", "ordered")
+    line = next(x for x in shown.stdout.splitlines() if x.startswith("  server: "))
+    order = [a for a in line.split() if a.startswith("--")]
+    assert order == ["--ttft-ms", "--port", "--model", "--itl-ms", "--startup-seconds"], line
+    provenance = json.loads(lab.run("show", "ordered", "--json").stdout)["attempts"][-1]
+    argv = [a for a in (provenance.get("provenance") or {}).get("argv", []) if a.startswith("--")]
+    assert argv in ([], order), argv  # what the agent ran: the same order

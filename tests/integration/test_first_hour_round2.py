@@ -126,3 +126,34 @@ def test_server_logs_tail_counts_printed_lines_and_status_json_has_the_log_tail(
         assert status["log_tail"] == shown and shown and shown[-1] == last, (status, shown)
     finally:
         cli("server", "stop", server_id)
+
+
+def test_a_capture_on_a_host_without_a_gpu_replays_as_the_readme_says(tmp_path: Path) -> None:
+    """Issue 24: without a GPU the capture wrote no nvml.json, so the documented replay
+    (``--root DIR/root --nvml-snapshot DIR/nvml.json``) failed."""
+    from tunelab.agent.gpu import NoGpuBackend, capture_snapshot, open_backend
+
+    # the snapshot of a host without NVML holds the reason, and replays as that host
+    snap = tmp_path / "nvml.json"
+    snap.write_text(json.dumps(capture_snapshot(NoGpuBackend("NVML Shared Library Not Found"))))
+    replayed = open_backend(snap)
+    assert not replayed.available()
+    assert replayed.unavailable_reason() == "NVML Shared Library Not Found"
+    if open_backend().available():
+        return  # a GPU host: the capture below would be a GPU capture
+    out = tmp_path / "capture"
+    from tests.support.daemon_proc import REPO
+
+    captured = run(sys.executable, str(REPO / "benchmarks" / "capture_host_tree.py"),
+                   "--out", str(out), timeout=120)  # fmt: skip
+    assert captured.returncode == 0, captured.stderr
+    assert (out / "nvml.json").is_file()
+    replay = run(AGENT, "audit", "--root", str(out / "root"), "--nvml-snapshot",
+                 str(out / "nvml.json"), "--json", timeout=120)  # fmt: skip
+    assert replay.returncode in (0, 1), replay.stderr  # the audit ran (1: a check FAILed)
+    live = json.loads((out / "report.json").read_text())
+    again = json.loads(replay.stdout)
+    gpu_checks = {c["id"]: c["status"] for c in live["checks"] if c["id"].startswith("gpu.")}
+    assert gpu_checks and gpu_checks == {
+        c["id"]: c["status"] for c in again["checks"] if c["id"].startswith("gpu.")
+    }

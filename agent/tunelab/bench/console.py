@@ -10,7 +10,14 @@ from types import TracebackType
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from tunelab.bench.progress import ProgressState
@@ -31,11 +38,13 @@ def point_label(concurrency: int, rate: float | str, point: dict[str, Any] | Non
 class BenchProgressView:
     """One bar per sweep point: requests done of total (or seconds of the duration)."""
 
-    def __init__(self, enabled: bool, point_count: int) -> None:
+    def __init__(self, enabled: bool, point_count: int, console: Console | None = None) -> None:
         self.enabled = enabled
+        self.console = console
         self.point_count = point_count
         self.progress: Progress | None = None
         self.tasks: dict[int, TaskID] = {}
+        self._warming: set[TaskID] = set()
 
     def __enter__(self) -> BenchProgressView:
         if self.enabled:
@@ -44,7 +53,9 @@ class BenchProgressView:
                 BarColumn(),
                 TextColumn("{task.fields[detail]}"),
                 TimeElapsedColumn(),
-                console=Console(stderr=True),
+                TextColumn("ETA"),
+                TimeRemainingColumn(),
+                console=self.console or Console(stderr=True),
             )
             self.progress.start()
         return self
@@ -59,9 +70,19 @@ class BenchProgressView:
         if task is None:
             task = self.progress.add_task(label, total=None, detail="")
             self.tasks[p.point_index] = task
+            if p.phase == "warmup":
+                self._warming.add(task)
         if p.phase == "warmup":
-            self.progress.update(task, description=f"{label} warm-up", detail="")
+            total = p.requests_total or None
+            detail = f"{p.requests_done}/{p.requests_total} warm-up req" if total else ""
+            self.progress.update(
+                task, description=f"{label} warm-up", total=total, completed=p.requests_done,
+                detail=detail,
+            )  # fmt: skip
             return
+        if task in self._warming:  # measuring now: the bar starts again at 0 of the point's
+            self._warming.discard(task)
+            self.progress.reset(task)
         total = p.requests_total or None
         detail = (
             f"{p.requests_done}{'/' + str(p.requests_total) if p.requests_total else ''} req  "

@@ -72,6 +72,7 @@ class PointState:
     requests: int = 0  # the point's count, resolved (a timed trace: its rows)
     clock_start: str = "first_request"
     connections_warmed: int = 0
+    warmup_done: int = 0  # warm-up requests finished (the bar's count before measuring)
     first_wave: dict[int, PlannedRequest] = field(default_factory=dict)  # built off the clock
 
 
@@ -277,7 +278,7 @@ class Sweep:
         """Off the clock: warm-up requests, the pool's connections, the first wave's bodies."""
         point = state.point
         if self.config.warmup or self.config.warmup_seconds:
-            await self._warmup(session, workload, point)
+            await self._warmup(session, workload, state)
         if slots:
             state.connections_warmed = await warm_connections(
                 session, self.config.models_url, slots, WARM_TIMEOUT_S
@@ -347,9 +348,10 @@ class Sweep:
         return rec
 
     async def _warmup(
-        self, session: aiohttp.ClientSession, workload: Workload, point: Point
+        self, session: aiohttp.ClientSession, workload: Workload, state: PointState
     ) -> None:
         cfg = self.config
+        point = state.point
         if cfg.warmup_seconds:  # by time (the count is then ignored): the point's width, a deadline
             width = point.concurrency or max(1, math.ceil(point.request_rate))
             queue: Any = itertools.count()
@@ -365,6 +367,7 @@ class Sweep:
                 if time.perf_counter() >= deadline:
                     return
                 done.append(await self._one(session, workload, -1 - i, warmup=True))
+                state.warmup_done = len(done)
 
         await asyncio.gather(*(worker() for _ in range(width)))
         self._write(point, done, time.perf_counter())
@@ -505,6 +508,8 @@ class Sweep:
         if self.progress is None:
             return
         measuring = state.phase != "warmup" and state.started > 0
+        warming = state.warmup_done if state.phase == "warmup" and self.config.warmup else None
+        total = state.requests * (self.config.turns if self.multi_turn else 1)
         elapsed = time.perf_counter() - state.started if measuring else 0.0
         tokens = self.live.output_tokens - state.tokens_at_start if measuring else 0
         self.progress.progress(
@@ -514,8 +519,9 @@ class Sweep:
                 concurrency=state.point.concurrency,
                 request_rate=state.point.request_rate,
                 phase=state.phase,
-                requests_done=len(state.records),
-                requests_total=state.requests * (self.config.turns if self.multi_turn else 1),
+                # while warming up: the warm-up's own count, so its bar has a count and an ETA
+                requests_done=warming if warming is not None else len(state.records),
+                requests_total=self.config.warmup if warming is not None else total,
                 errors=state.errors,
                 output_tokens_per_second=tokens / elapsed if elapsed > 0 else 0.0,
                 elapsed_seconds=elapsed,

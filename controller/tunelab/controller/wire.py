@@ -92,7 +92,7 @@ def experiment_to_pb(
         id=row.id,
         name=row.name,
         state=EXPERIMENT_TO_PB[row.state],
-        spec_json=json.dumps(redact.document(row.spec), sort_keys=True),
+        spec_json=json.dumps(redact.document(row.spec)),  # in the user's order (flags too)
         varied=row.varied,
         priority=row.priority,
         submitted_at=row.submitted_at,

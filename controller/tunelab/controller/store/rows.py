@@ -30,7 +30,9 @@ def column_values(fields: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in fields.items():
         if key in JSON_FIELDS:
-            out[JSON_FIELDS[key]] = None if value is None else json.dumps(value, sort_keys=True)
+            # a spec keeps its order: server flags are passed, and shown, as the user wrote them
+            text = None if value is None else json.dumps(value, sort_keys=key != "spec")
+            out[JSON_FIELDS[key]] = text
         elif isinstance(value, bool):
             out[RENAMES.get(key, key)] = int(value)
         elif hasattr(value, "value") and isinstance(getattr(value, "value", None), str):
