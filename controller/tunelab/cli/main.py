@@ -24,6 +24,7 @@ from tunelab.cli import (
     bench_cmd,
     controller_cmd,
     experiments_cmd,
+    export_cmd,
     hosts_cmd,
     profile_cmd,
     server_cmd,
@@ -42,6 +43,7 @@ COMMAND_MODULES = [
     controller_cmd,
     hosts_cmd,
     experiments_cmd,
+    export_cmd,
     bench_cmd,
     profile_cmd,
 ]

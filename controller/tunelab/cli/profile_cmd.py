@@ -24,6 +24,9 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import grpc
+
+from tunelab.cli.clients import ControllerClient
 from tunelab.cli.common import (
     EXIT_FAILED,
     EXIT_NOT_FOUND,
@@ -31,8 +34,8 @@ from tunelab.cli.common import (
     EXIT_USAGE,
     CliError,
     add_controller_args,
-    call,
     print_json,
+    rpc_error,
 )
 
 if TYPE_CHECKING:
@@ -128,25 +131,20 @@ class _Fetcher:
         self.args = args
         self.folder = folder
         self.keep_others = keep_others
-        self._stub: Any = None
-        self._target = ""
+        self._client: ControllerClient | None = None
 
-    def stub(self) -> Any:
-        if self._stub is None:
-            from tunelab.cli.experiments_cmd import stub_for
-
-            self._target, self._stub = stub_for(self.args)
-        return self._stub
+    def client(self) -> ControllerClient:
+        if self._client is None:
+            self._client = ControllerClient.for_args(self.args)
+        return self._client
 
     def fetch(self, key: str) -> tuple[list[Path], int | None]:
         """The traces of ``key``'s last attempt, and the output tokens of its window."""
         from tunelab.v1 import controller_pb2
 
-        stub = self.stub()
-
         def get(experiment_id: str) -> Any:
             request = controller_pb2.GetExperimentRequest(id=experiment_id)
-            return call(self._target, lambda: stub.GetExperiment(request, timeout=30)).experiment
+            return self.client().get_experiment(request).experiment
 
         attempt_id = ATTEMPT_ID.match(key)
         try:
@@ -191,7 +189,7 @@ class _Fetcher:
         def run() -> None:
             received = 0
             with partial.open("wb") as out:
-                for chunk in self.stub().FetchExperimentProfile(request, timeout=FETCH_TIMEOUT):
+                for chunk in self.client().fetch_experiment_profile(request, FETCH_TIMEOUT):
                     if chunk.size > limit:
                         raise CliError(
                             f"{name} is {chunk.size} bytes, over --max-size {limit}", EXIT_FAILED
@@ -202,7 +200,11 @@ class _Fetcher:
                     received += len(chunk.data)
 
         try:
-            call(self._target, run, timeout=FETCH_TIMEOUT)
+            try:
+                run()
+            except grpc.RpcError as exc:
+                client = self.client()
+                raise rpc_error(exc, client.target, client.daemon, FETCH_TIMEOUT) from exc
         except BaseException:
             partial.unlink(missing_ok=True)
             raise

@@ -5,10 +5,11 @@ from __future__ import annotations
 import sys
 
 import structlog
-from prometheus_client import disable_created_metrics, start_http_server
+from prometheus_client import disable_created_metrics
 
-from tunelab.common.auth import read_token, split_host_port
+from tunelab.common.auth import read_token
 from tunelab.common.capacity import Limits
+from tunelab.common.httpserve import HttpServer
 from tunelab.common.serving import Daemon, run_until_signalled, start_daemon
 from tunelab.controller.agent_client import GrpcAgentClient
 from tunelab.controller.config import ControllerConfig
@@ -16,6 +17,9 @@ from tunelab.controller.dispatch import AttemptDriver, DriverSettings
 from tunelab.controller.hosts import HostMonitor
 from tunelab.controller.loop import ControlLoop
 from tunelab.controller.metrics import ControllerMetrics
+from tunelab.controller.metrics_endpoint import serve_metrics
+from tunelab.controller.mlflowexport import MlflowExporter
+from tunelab.controller.mlflowsink import MlflowSink
 from tunelab.controller.scheduler import Scheduler
 from tunelab.controller.scrape import MetricsScraper, ScrapeTarget
 from tunelab.controller.service import SERVICE_NAME, ControllerService
@@ -59,15 +63,26 @@ class ControllerApp:
                 config.host_poll_interval,
                 config.unknown_after_failures,
                 on_active_runs=self.driver.fence,
+                clock=self.store.now,
             ),
-            Scheduler(self.store),
+            Scheduler(self.store, clock=self.store.now),
             self.driver,
             tick=config.tick,
             attempt_poll_interval=config.attempt_poll_interval,
             workers=config.workers,
             on_pass=self.metrics.scheduling_pass.observe,
         )
+        self.exporter = self._exporter(config)
         self.daemon: Daemon | None = None
+        self.metrics_server: HttpServer | None = None
+
+    def _exporter(self, config: ControllerConfig) -> MlflowExporter | None:
+        if not config.mlflow_tracking_uri:
+            return None
+        uri, experiment = config.mlflow_tracking_uri, config.mlflow_experiment
+        return MlflowExporter(
+            self.store, lambda: MlflowSink(uri, experiment), interval=config.mlflow_interval
+        )
 
     def _scrape_targets(self) -> list[ScrapeTarget]:
         hosts = {h.name: h for h in self.store.list_hosts()}
@@ -92,6 +107,7 @@ class ControllerApp:
             default_agent_token=read_token(self.config.agent_token_file),
             default_metrics_port=self.config.default_metrics_port,
             spec_limits=SpecLimits(max_variants=self.config.max_variants),
+            clock=self.store.now,  # every timestamp of a row by the database's clock
         )
         self.daemon = start_daemon(
             listen=self.config.listen,
@@ -105,11 +121,12 @@ class ControllerApp:
             "(TUNELAB_CONTROLLER_MAX_STREAMS)",
         )
         if self.config.metrics_listen:
-            host, port = split_host_port(self.config.metrics_listen)
-            start_http_server(port, addr=host, registry=self.metrics.registry)
+            self.metrics_server = serve_metrics(self.config.metrics_listen, self.metrics.registry)
         self.loop.start()
         self.loop.wake(poll_hosts=True)
         self.scraper.start()
+        if self.exporter is not None:
+            self.exporter.start()
         log.info(
             "controller_listening",
             listen=self.config.listen,
@@ -121,8 +138,12 @@ class ControllerApp:
     def close(self) -> None:
         if self.daemon is not None:
             self.daemon.stop(2.0)
+        if self.metrics_server is not None:
+            self.metrics_server.close()
         self.loop.close()
         self.scraper.close()
+        if self.exporter is not None:
+            self.exporter.close()
         self.agents.close()
         self.store.close()
 

@@ -7,8 +7,8 @@ import re
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator
-from typing import TypeVar
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar
 
 import grpc
 import structlog
@@ -18,6 +18,7 @@ from tunelab.common.rpcerrors import StatusMapper, StatusTable
 from tunelab.controller.agent_client import AgentClient
 from tunelab.controller.compare import compare
 from tunelab.controller.hoststate import change_host, drain
+from tunelab.controller.mlflowplan import MLFLOW_EVENT
 from tunelab.controller.spec import SpecError, expand_text
 from tunelab.controller.spec.limits import DEFAULT_LIMITS, SpecLimits
 from tunelab.controller.states import ExperimentState, HostState
@@ -27,6 +28,7 @@ from tunelab.controller.store import (
     Store,
     StoreConflict,
     StoreFull,
+    StoreNotFound,
     StoreUnavailable,
 )
 from tunelab.controller.store.models import selector_key
@@ -38,6 +40,7 @@ log = structlog.get_logger(__name__)
 SERVICE_NAME = "tunelab.v1.Controller"
 HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 WATCH_POLL = 0.5
+REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 T = TypeVar("T")
 
 
@@ -53,6 +56,7 @@ STATUS_BY_ERROR: StatusTable = (
     (SpecError, grpc.StatusCode.INVALID_ARGUMENT),
     (InvalidRequest, grpc.StatusCode.INVALID_ARGUMENT),
     (NotFoundError, grpc.StatusCode.NOT_FOUND),
+    (StoreNotFound, grpc.StatusCode.NOT_FOUND),
     (StoreConflict, grpc.StatusCode.FAILED_PRECONDITION),
     (StoreUnavailable, grpc.StatusCode.FAILED_PRECONDITION),  # a person must restore the file
     (StoreFull, grpc.StatusCode.RESOURCE_EXHAUSTED),
@@ -90,12 +94,22 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         return row
 
     def _pb(self, row: ExperimentRow) -> controller_pb2.Experiment:
-        return experiment_to_pb(row, self._store.attempts_for(row.id))
+        exports = {
+            str(e["ref"]): str(e["message"])
+            for e in self._store.events_for(row.id)
+            if e["kind"] == MLFLOW_EVENT
+        }
+        return experiment_to_pb(row, self._store.attempts_for(row.id), exports=exports)
 
     @_unary
     def SubmitExperiments(
         self, request: controller_pb2.SubmitExperimentsRequest, context: grpc.ServicerContext
     ) -> controller_pb2.SubmitExperimentsResponse:
+        if request.request_id and not REQUEST_ID.fullmatch(request.request_id):
+            raise InvalidRequest(
+                "request_id: at most 128 characters of letters, digits and . _ : - "
+                f"(got {len(request.request_id)} characters)"
+            )
         expanded = expand_text(request.spec_yaml, request.source, self._limits)
         group = f"g-{secrets.token_hex(8)}"
         now = self._clock()
@@ -118,7 +132,14 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             for i, e in enumerate(expanded)
         ]
         if not request.dry_run:
-            self._store.insert_experiments(rows)
+            stored = self._store.insert_experiments(rows, request.request_id)
+            if stored != group:  # a retry of a submission already queued: its group, again
+                log.info("experiments_resubmitted", group=stored, request_id=request.request_id)
+                earlier = self._store.group_experiments(stored)
+                attempts = self._store.attempts_for_many([e.id for e in earlier])
+                return controller_pb2.SubmitExperimentsResponse(
+                    experiments=[experiment_to_pb(e, attempts[e.id]) for e in earlier]
+                )
             log.info("experiments_submitted", group=group, count=len(rows), source=request.source)
             self._wake(False)
         return controller_pb2.SubmitExperimentsResponse(
@@ -291,14 +312,8 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             host, _ = split_host_port(request.address)
         except ValueError as exc:
             raise InvalidRequest(f"address: {exc}") from None
-        metrics_url = (
-            request.metrics_url or f"http://{_url_host(host)}:{self._metrics_port}/metrics"
-        )
-        if not metrics_url.startswith(("http://", "https://")):
-            raise InvalidRequest("metrics_url: must start with http:// or https://")
-        for key in request.labels:
-            if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$", key):
-                raise InvalidRequest(f"labels: bad label name {key!r}")
+        metrics_url = self._metrics_url(host, request.metrics_url)
+        _check_labels("labels", request.labels)
         row = HostRow(
             name=request.name,
             address=request.address,
@@ -312,6 +327,42 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         saved = self._store.add_host(row, replace=request.replace)
         self._wake(True)
         return controller_pb2.AddHostResponse(host=self._host_pb(saved))
+
+    def _metrics_url(self, agent_host: str, given: str) -> str:
+        url = given or f"http://{_url_host(agent_host)}:{self._metrics_port}/metrics"
+        if not url.startswith(("http://", "https://")):
+            raise InvalidRequest("metrics_url: must start with http:// or https://")
+        return url
+
+    @_unary
+    def UpdateHost(
+        self, request: controller_pb2.UpdateHostRequest, context: grpc.ServicerContext
+    ) -> controller_pb2.UpdateHostResponse:
+        """Change the fields given and keep every other one (labels one by one)."""
+        host = self._host(request.name)
+        _check_labels("set_labels", request.set_labels)
+        fields: dict[str, Any] = {}
+        if request.HasField("metrics_url"):
+            agent_host, _ = split_host_port(host.address)
+            fields["metrics_url"] = self._metrics_url(agent_host, request.metrics_url)
+        if request.set_labels or request.remove_labels:
+            unknown = sorted(set(request.remove_labels) - host.labels.keys())
+            if unknown:
+                raise InvalidRequest(f"remove_labels: {request.name} has no label {unknown[0]!r}")
+            labels = {k: v for k, v in host.labels.items() if k not in request.remove_labels}
+            fields["labels"] = {**labels, **request.set_labels}
+        if request.HasField("token"):
+            fields["token"] = request.token or None
+        if not fields:
+            raise InvalidRequest(
+                "give at least one of metrics_url, set_labels, remove_labels, token"
+            )
+        try:
+            self._store.update_host(request.name, **fields)
+        except KeyError:
+            raise NotFoundError(f"no host {request.name!r} (tunelab hosts ls lists them)") from None
+        self._wake(True)
+        return controller_pb2.UpdateHostResponse(host=self._host_pb(self._host(request.name)))
 
     @_unary
     def RemoveHost(
@@ -373,6 +424,12 @@ def unique_ids(prefix: str, count: int) -> list[str]:
     while len(ids) < count:
         ids[f"{prefix}{secrets.token_hex(8)}"] = None
     return list(ids)
+
+
+def _check_labels(field: str, labels: Mapping[str, str]) -> None:
+    for key in labels:
+        if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$", key):
+            raise InvalidRequest(f"{field}: bad label name {key!r}")
 
 
 def _url_host(host: str) -> str:

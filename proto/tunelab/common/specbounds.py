@@ -11,6 +11,7 @@ lists and maps are bounded in count and length. The controller checks a spec's Y
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -30,6 +31,11 @@ MAX_ARG_BYTES = 32 * 1024
 MAX_ENV_VALUE = 32 * 1024
 MAX_TEXT = 4096  # names, paths, URLs, model ids
 MAX_SWEEP_POINTS = 1024
+# The monitor reads its launch document (spec + the agent's own fields) up to this many bytes
+# (servers/monitor.py MAX_LAUNCH); argv and env, JSON-encoded as sent, must leave room for the
+# rest, or a spec accepted at submission would fail at dispatch.
+MAX_LAUNCH_BYTES = 1 << 20
+LAUNCH_HEADROOM = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -153,6 +159,17 @@ def check_env(env: Mapping[str, str], path: str) -> None:
             raise SpecViolation(f"{path}[{key!r}]", f"value longer than {MAX_ENV_VALUE} bytes")
 
 
+def check_launch_size(argv: Sequence[str], env: Mapping[str, str], path: str) -> None:
+    """argv and env, as the monitor receives them, fit its launch document."""
+    size = len(json.dumps({"argv": list(argv), "env": dict(env)}).encode())
+    limit = MAX_LAUNCH_BYTES - LAUNCH_HEADROOM
+    if size > limit:
+        raise SpecViolation(
+            path,
+            f"argv and env take {size} bytes as sent to the server's monitor; the limit is {limit}",
+        )
+
+
 def check_server_spec(
     pb: server_pb2.ServerSpec, prefix: str = "spec.", auto_port: bool = False
 ) -> None:
@@ -167,6 +184,7 @@ def check_server_spec(
     if not low <= pb.port <= 65535:
         raise SpecViolation(f"{prefix}port", f"expected {low}-65535, got {pb.port}")
     check_env(pb.env, f"{prefix}env")
+    check_launch_size(pb.argv, pb.env, f"{prefix}argv")
     _text(pb.cwd, f"{prefix}cwd")
     if pb.cwd and not pb.cwd.startswith("/"):
         raise SpecViolation(f"{prefix}cwd", "must be an absolute path")
@@ -227,6 +245,7 @@ def check_run_spec(pb: run_pb2.RunSpec) -> None:
             raise SpecViolation("spec.benchmark.command.result_file", "is required")
         _text(command.result_file, "spec.benchmark.command.result_file")
         check_env(command.env, "spec.benchmark.command.env")
+        check_launch_size(command.argv, command.env, "spec.benchmark.command.argv")
     check_number("RunSpec.max_duration_seconds", pb.max_duration_seconds, "max_duration_seconds")
     _text(pb.experiment, "spec.experiment")
     _text(pb.server_id, "spec.server_id")

@@ -85,6 +85,11 @@ class ControllerStub:
                 request_serializer=tunelab_dot_v1_dot_controller__pb2.RemoveHostRequest.SerializeToString,
                 response_deserializer=tunelab_dot_v1_dot_controller__pb2.RemoveHostResponse.FromString,
                 _registered_method=True)
+        self.UpdateHost = channel.unary_unary(
+                '/tunelab.v1.Controller/UpdateHost',
+                request_serializer=tunelab_dot_v1_dot_controller__pb2.UpdateHostRequest.SerializeToString,
+                response_deserializer=tunelab_dot_v1_dot_controller__pb2.UpdateHostResponse.FromString,
+                _registered_method=True)
         self.SetHostDrain = channel.unary_unary(
                 '/tunelab.v1.Controller/SetHostDrain',
                 request_serializer=tunelab_dot_v1_dot_controller__pb2.SetHostDrainRequest.SerializeToString,
@@ -165,6 +170,12 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UpdateHost(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def SetHostDrain(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -235,6 +246,11 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.RemoveHost,
                     request_deserializer=tunelab_dot_v1_dot_controller__pb2.RemoveHostRequest.FromString,
                     response_serializer=tunelab_dot_v1_dot_controller__pb2.RemoveHostResponse.SerializeToString,
+            ),
+            'UpdateHost': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateHost,
+                    request_deserializer=tunelab_dot_v1_dot_controller__pb2.UpdateHostRequest.FromString,
+                    response_serializer=tunelab_dot_v1_dot_controller__pb2.UpdateHostResponse.SerializeToString,
             ),
             'SetHostDrain': grpc.unary_unary_rpc_method_handler(
                     servicer.SetHostDrain,
@@ -522,6 +538,33 @@ class Controller:
             '/tunelab.v1.Controller/RemoveHost',
             tunelab_dot_v1_dot_controller__pb2.RemoveHostRequest.SerializeToString,
             tunelab_dot_v1_dot_controller__pb2.RemoveHostResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateHost(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tunelab.v1.Controller/UpdateHost',
+            tunelab_dot_v1_dot_controller__pb2.UpdateHostRequest.SerializeToString,
+            tunelab_dot_v1_dot_controller__pb2.UpdateHostResponse.FromString,
             options,
             channel_credentials,
             insecure,

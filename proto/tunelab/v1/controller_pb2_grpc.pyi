@@ -42,6 +42,7 @@ class ControllerStub:
     ListHosts: _grpc.UnaryUnaryMultiCallable[_controller_pb2.ListHostsRequest, _controller_pb2.ListHostsResponse]
     AddHost: _grpc.UnaryUnaryMultiCallable[_controller_pb2.AddHostRequest, _controller_pb2.AddHostResponse]
     RemoveHost: _grpc.UnaryUnaryMultiCallable[_controller_pb2.RemoveHostRequest, _controller_pb2.RemoveHostResponse]
+    UpdateHost: _grpc.UnaryUnaryMultiCallable[_controller_pb2.UpdateHostRequest, _controller_pb2.UpdateHostResponse]
     SetHostDrain: _grpc.UnaryUnaryMultiCallable[_controller_pb2.SetHostDrainRequest, _controller_pb2.SetHostDrainResponse]
     AuditHost: _grpc.UnaryUnaryMultiCallable[_controller_pb2.AuditHostRequest, _controller_pb2.AuditHostResponse]
     CompareRuns: _grpc.UnaryUnaryMultiCallable[_controller_pb2.CompareRunsRequest, _controller_pb2.CompareRunsResponse]
@@ -59,6 +60,7 @@ class ControllerAsyncStub(ControllerStub):
     ListHosts: _aio.UnaryUnaryMultiCallable[_controller_pb2.ListHostsRequest, _controller_pb2.ListHostsResponse]  # type: ignore[assignment]
     AddHost: _aio.UnaryUnaryMultiCallable[_controller_pb2.AddHostRequest, _controller_pb2.AddHostResponse]  # type: ignore[assignment]
     RemoveHost: _aio.UnaryUnaryMultiCallable[_controller_pb2.RemoveHostRequest, _controller_pb2.RemoveHostResponse]  # type: ignore[assignment]
+    UpdateHost: _aio.UnaryUnaryMultiCallable[_controller_pb2.UpdateHostRequest, _controller_pb2.UpdateHostResponse]  # type: ignore[assignment]
     SetHostDrain: _aio.UnaryUnaryMultiCallable[_controller_pb2.SetHostDrainRequest, _controller_pb2.SetHostDrainResponse]  # type: ignore[assignment]
     AuditHost: _aio.UnaryUnaryMultiCallable[_controller_pb2.AuditHostRequest, _controller_pb2.AuditHostResponse]  # type: ignore[assignment]
     CompareRuns: _aio.UnaryUnaryMultiCallable[_controller_pb2.CompareRunsRequest, _controller_pb2.CompareRunsResponse]  # type: ignore[assignment]
@@ -133,6 +135,13 @@ class ControllerServicer(metaclass=_abc_1.ABCMeta):
         request: _controller_pb2.RemoveHostRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_controller_pb2.RemoveHostResponse, _abc.Awaitable[_controller_pb2.RemoveHostResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def UpdateHost(
+        self,
+        request: _controller_pb2.UpdateHostRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_controller_pb2.UpdateHostResponse, _abc.Awaitable[_controller_pb2.UpdateHostResponse]]: ...
 
     @_abc_1.abstractmethod
     def SetHostDrain(

@@ -85,9 +85,16 @@ def to_run_spec(spec: dict[str, Any], run_name: str, gpus: list[int]) -> run_pb2
             seed=bench["seed"],
             url=bench["url"],
             preset=bench["preset"],
+            rates=bench.get("rates", []),
+            max_concurrency=bench.get("max_concurrency", 0),
+            ramp=bench.get("ramp", {}).get("strategy", ""),
+            ramp_start_rate=bench.get("ramp", {}).get("start_rate", 0.0),
+            ramp_end_rate=bench.get("ramp", {}).get("end_rate", 0.0),
             warmup_seconds=bench.get("warmup_seconds", 0.0),
             reset_cache_url=bench.get("reset_cache_url", ""),
         )
+        if bench.get("dataset"):
+            builtin.dataset.CopyFrom(run_pb2.DatasetSpec(**bench["dataset"]))
         if "reset_cache" in bench:
             builtin.reset_cache = bench["reset_cache"]
         if "profile" in spec:
