@@ -47,5 +47,11 @@ def test_profile_fetch_summary_and_diff_of_an_ablation(lab: Lab, tmp_path: Path)
     assert "<h2>Profiles</h2>" in page and "--itl-ms=10 against baseline" in page
     assert "ms/token" in page and "nvjet_sim_gemm (gemm)" in page
 
+    attempt_id = variant["attempts"][-1]["id"]  # an attempt id names that attempt
+    by_attempt = controller.cli_json("profile", attempt_id)
+    assert by_attempt["trace_files"] == [
+        variant["attempts"][-1]["result"]["profile"]["traces"][0]["name"]
+    ]
+
     missing = controller.cli("profile", "no-such-experiment")
     assert missing.returncode == 4, missing.stderr

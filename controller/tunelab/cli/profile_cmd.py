@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from tunelab.controller.profiles.summary import ProfileSummary
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz")
+ATTEMPT_ID = re.compile(r"^(.+)-a\d+$")  # the store names attempts <experiment id>-a<number>
 DEFAULT_MAX_SIZE = 2 * 1000 * 1000 * 1000  # bytes fetched per trace at most
 FETCH_TIMEOUT = 600.0
 
@@ -58,7 +60,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "experiments",
         nargs="*",
         metavar="EXPERIMENT",
-        help="an experiment id or name: its last attempt's profile (several: repeats)",
+        help="an experiment id or name (its last attempt) or an attempt id; several: repeats",
     )
     p.add_argument(
         "--trace",
@@ -140,12 +142,21 @@ class _Fetcher:
         """The traces of ``key``'s last attempt, and the output tokens of its window."""
         from tunelab.v1 import controller_pb2
 
-        experiment = (
-            self.client().get_experiment(controller_pb2.GetExperimentRequest(id=key)).experiment
-        )
-        if not experiment.attempts:
+        def get(experiment_id: str) -> Any:
+            request = controller_pb2.GetExperimentRequest(id=experiment_id)
+            return self.client().get_experiment(request).experiment
+
+        attempt_id = ATTEMPT_ID.match(key)
+        try:
+            experiment = get(key)
+        except CliError as exc:  # an attempt id (<experiment id>-a<N>): that very attempt
+            if exc.code != EXIT_NOT_FOUND or attempt_id is None:
+                raise
+            experiment = get(attempt_id.group(1))
+        chosen = [a for a in experiment.attempts if a.id == key] or list(experiment.attempts)
+        if not chosen:
             raise CliError(f"experiment {key} has no attempt yet", EXIT_NOT_FOUND)
-        attempt = experiment.attempts[-1]
+        attempt = chosen[-1]
         result = json.loads(attempt.result_json) if attempt.result_json else {}
         profile = result.get("profile") or {}
         traces = [t for t in profile.get("traces", []) if isinstance(t, dict)]
@@ -218,7 +229,6 @@ def _side(
 def ablation_profiles(args: argparse.Namespace, rows: list[dict[str, Any]]) -> dict[str, Any]:
     """For the report: each variant's profile against the baseline's (repeats pooled), for the
     experiments of a comparison whose attempts kept traces; what could not be had is a note."""
-    import re
 
     from tunelab.controller.profiles.diff import diff
 

@@ -235,3 +235,46 @@ def test_the_committed_vllm_trace_has_its_exact_summary() -> None:
     table = _table_rows((folder / "rank0.profiler_out.txt").read_text())
     for t in s.top:
         assert table[t.name] == (pytest.approx(t.self_ms, abs=0.001), t.calls), t.name
+
+
+def test_the_committed_h200_trace_has_its_exact_summary() -> None:
+    """torch 2.11.0+cu130 on an H200 (benchmarks/profile_h200.sh): bf16 GEMMs (cuBLASLt's
+    nvjet_sm90_*) and cuDNN's flash SDPA, 4 steps with a 2 ms CPU gap each; every kernel's time
+    equals torch's own key_averages() for the same run (key_averages.json beside it)."""
+    folder = FIXTURES / "cuda_h200_default"
+    s = summarize([folder / "trace.json.gz"], top=40)
+    assert (s.events, s.wall_ms, s.gpu_ms, s.gpu_idle_share) == (570, 22.264, 17.888, 0.196524)
+    assert s.categories_basis == "gpu"
+    assert {k: v for k, v in s.categories.items() if v} == {
+        "gemm": 16.186, "attention": 0.616, "elementwise_norm": 1.07, "memcpy": 0.017,
+    }  # fmt: skip
+    gpu = [t for t in s.top if t.kind == "gpu"]
+    assert [(t.name[:24], t.self_ms, t.calls, t.category) for t in gpu[:4]] == [
+        ("nvjet_sm90_tst_256x128_6", 6.553, 8, "gemm"),
+        ("nvjet_sm90_tst_192x192_6", 5.539, 4, "gemm"),
+        ("nvjet_sm90_tst_192x192_6", 4.095, 4, "gemm"),
+        ("cudnn_generated_fort_nat", 0.616, 4, "attention"),
+    ]
+    (stream,) = s.streams
+    assert (stream.stream, stream.events, stream.idle_share) == (7, 56, 0.008151)
+    rows = json.loads((folder / "key_averages.json").read_text())["rows"]
+    for entry in gpu:
+        assert entry.self_ms == pytest.approx(rows[entry.name]["self_device_us"] / 1000, abs=0.001)
+        assert entry.calls == rows[entry.name]["calls"]
+
+
+def test_the_diff_of_two_h200_traces_shows_attention_moving_to_gemm_and_softmax() -> None:
+    """SDPA's math backend instead of cuDNN's flash kernel: the bf16 GEMMs stay, attention's
+    kernel goes, and its matmuls and softmax appear as fp32 GEMM and elementwise work."""
+    from tunelab.controller.profiles.diff import PER_STEP, diff
+
+    a = summarize([FIXTURES / "cuda_h200_default" / "trace.json.gz"])
+    b = summarize([FIXTURES / "cuda_h200_math" / "trace.json.gz"])
+    d = diff([a], [b], top=3)
+    assert d.unit == PER_STEP and d.basis == "gpu"
+    rows = {r.name: r for r in d.categories}
+    assert (round(rows["attention"].a, 4), rows["attention"].b) == (0.154, 0.0)
+    assert round(rows["gemm"].delta, 4) == 2.9648
+    assert round(rows["elementwise_norm"].delta, 4) == 4.1355
+    assert d.kernels[0].name.startswith("sm80_xmma_gemm_f32f32") and d.kernels[0].a == 0.0
+    assert d.gpu_idle_share == (0.196524, 0.077001)
