@@ -43,6 +43,7 @@ class AgentConfig:
     nvml_snapshot: Path | None = None  # answer GPU queries from a captured snapshot (demo, tests)
     audit_on_start: bool = True
     max_streams: int = DEFAULT_MAX_STREAMS  # open logs -f and watches; beyond: RESOURCE_EXHAUSTED
+    datasets_dir: Path | None = None  # benchmark dataset files; default <state_dir>/datasets
 
     def auth(self) -> ServerAuth:
         return ServerAuth.from_files(
@@ -89,6 +90,7 @@ KINDS = KeyKinds(
             "tls_client_ca",
             "sysfs_root",
             "nvml_snapshot",
+            "datasets_dir",
         }
     ),
     bools=frozenset({"reflection", "audit_on_start"}),

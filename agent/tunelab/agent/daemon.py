@@ -75,6 +75,7 @@ class AgentApp:
             writer=self.state_writer,
             quarantined=self.quarantined,
             provenance=RunProvenance(self.gpu, time.time),
+            datasets_dir=config.datasets_dir,
         )
         # Other parts register their collectors here; AgentMetrics serves it on /metrics.
         self.metrics_registry = CollectorRegistry()

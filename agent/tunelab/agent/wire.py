@@ -254,8 +254,19 @@ def _run_spec_to_pb(spec: RunSpec) -> run_pb2.RunSpec:
                 output_len=b.get("output_len", 0),
                 url=b.get("url", ""),
                 preset=b.get("preset", ""),
+                rates=list(b.get("rates", [])),
+                max_concurrency=b.get("max_concurrency", 0),
+                ramp=b.get("ramp", ""),
             )
         )
+        if b.get("dataset", "random") != "random" or b.get("dataset_path"):
+            pb.benchmark.builtin.dataset.CopyFrom(
+                run_pb2.DatasetSpec(
+                    name=b.get("dataset", ""),
+                    path=b.get("dataset_path", ""),
+                    sha256=b.get("dataset_sha256", ""),
+                )
+            )
     return pb
 
 

@@ -31,6 +31,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--attempt-poll-interval", help="how often each running attempt is checked (2s)")
     p.add_argument("--scrape-interval", help="agent /metrics scrape cadence during attempts (5s)")
     p.add_argument("--max-variants", help="experiments one submission may expand to (10000)")
+    p.add_argument(
+        "--mlflow-tracking-uri",
+        help="export every finished attempt to this MLflow server (needs tunelab[mlflow])",
+    )
+    p.add_argument("--mlflow-experiment", help="MLflow experiment to export into (tunelab)")
     p.add_argument("--log-level", help="debug, info, warning or error")
     p.set_defaults(handler=serve_command)
 
@@ -64,6 +69,8 @@ def serve_command(args: argparse.Namespace) -> int:
         "attempt_poll_interval": args.attempt_poll_interval,
         "scrape_interval": args.scrape_interval,
         "max_variants": args.max_variants,
+        "mlflow_tracking_uri": args.mlflow_tracking_uri,
+        "mlflow_experiment": args.mlflow_experiment,
         "log_level": args.log_level,
     }
     return run_daemon_command(

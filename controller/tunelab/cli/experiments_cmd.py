@@ -13,6 +13,7 @@ from typing import Any
 
 import grpc
 
+from tunelab.cli.clients import ControllerClient
 from tunelab.cli.common import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -22,22 +23,13 @@ from tunelab.cli.common import (
     PipedLog,
     add_controller_args,
     add_json_arg,
-    call,
-    controller_target,
     is_terminal,
     print_json,
     rpc_error,
 )
 from tunelab.cli.follow import follow_hint, resolve, wait_for
 from tunelab.cli.show_view import render_show
-from tunelab.v1 import controller_pb2, controller_pb2_grpc, server_pb2
-
-TIMEOUT = 30.0
-
-
-def stub_for(args: argparse.Namespace) -> tuple[str, controller_pb2_grpc.ControllerStub]:
-    address, auth = controller_target(args)
-    return address, controller_pb2_grpc.ControllerStub(auth.channel(address))
+from tunelab.v1 import controller_pb2, server_pb2
 
 
 def _state(value: int) -> str:
@@ -65,6 +57,7 @@ def attempt_json(a: controller_pb2.Attempt, full: bool) -> dict[str, Any]:
         "progress": _loads(a.progress_json),
         "failure_reason": _reason(a.failure_reason),
         "failure_line": a.failure_line or None,
+        "mlflow_run_url": a.mlflow_run_url or None,
     }
     if full:
         data["result"] = _loads(a.result_json)
@@ -169,13 +162,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
         else:
             _print_queued(experiments, dry=True)
         return EXIT_OK
-    target, stub = stub_for(args)
-    request = controller_pb2.SubmitExperimentsRequest(spec_yaml=text, source=args.file)
-    experiments = list(
-        call(
-            target, lambda: stub.SubmitExperiments(request, timeout=TIMEOUT), timeout=TIMEOUT
-        ).experiments
-    )
+    client = ControllerClient.for_args(args)
+    experiments = list(client.submit_experiments(text, args.file).experiments)
     if not args.wait:
         if args.json:
             print_json([experiment_json(e) for e in experiments])
@@ -186,7 +174,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if not args.json:
         _print_queued(experiments, dry=False)
         print(f"following (Ctrl-C stops following, not the experiments: {follow_hint([], group)})")
-    final = wait_for(stub, target, [e.id for e in experiments], quiet=args.json, group=group)
+    final = wait_for(client, [e.id for e in experiments], quiet=args.json, group=group)
     return _finished(final, args.json)
 
 
@@ -202,9 +190,9 @@ def _finished(final: list[controller_pb2.Experiment], as_json: bool) -> int:
 
 def cmd_wait(args: argparse.Namespace) -> int:
     """Follow experiments again (after Ctrl-C, or from another terminal) until they finish."""
-    target, stub = stub_for(args)
-    ids, group = resolve(stub, target, args.ids, TIMEOUT)
-    final = wait_for(stub, target, ids, quiet=args.json, group=group)
+    client = ControllerClient.for_args(args)
+    ids, group = resolve(client, args.ids)
+    final = wait_for(client, ids, quiet=args.json, group=group)
     return _finished(final, args.json)
 
 
@@ -212,7 +200,7 @@ def cmd_wait(args: argparse.Namespace) -> int:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    target, stub = stub_for(args)
+    client = ControllerClient.for_args(args)
     states = []
     for name in args.state:
         for part in name.upper().split(","):
@@ -226,9 +214,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
     request = controller_pb2.ListExperimentsRequest(
         states=states, limit=args.limit, group=args.group or ""
     )
-    experiments = call(
-        target, lambda: stub.ListExperiments(request, timeout=TIMEOUT), timeout=TIMEOUT
-    ).experiments
+    experiments = client.list_experiments(request).experiments
     rows = [experiment_json(e) for e in experiments]
     if args.json:
         print_json(rows)
@@ -240,7 +226,11 @@ def cmd_ls(args: argparse.Namespace) -> int:
     for r in rows:
         host = r["attempts"][-1]["host"] if r["attempts"] else "-"
         attempts = str(len(r["attempts"]))
-        table.append((r["id"], r["group"], r["name"], r["state"], host, attempts, r["message"]))
+        message = r["message"]
+        if r["state"] == "RUNNING" and r["attempts"]:
+            last = r["attempts"][-1]  # what runs now: e.g. the server's load progress
+            message = f"{last['state']}: {last['message']}" if last["message"] else last["state"]
+        table.append((r["id"], r["group"], r["name"], r["state"], host, attempts, message))
     print_table(table)
     return EXIT_OK
 
@@ -253,11 +243,8 @@ def print_table(table: Sequence[Sequence[str]]) -> None:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    target, stub = stub_for(args)
     request = controller_pb2.GetExperimentRequest(id=args.id)
-    experiment = call(
-        target, lambda: stub.GetExperiment(request, timeout=TIMEOUT), timeout=TIMEOUT
-    ).experiment
+    experiment = ControllerClient.for_args(args).get_experiment(request).experiment
     data = experiment_json(experiment, full=True)
     if args.json:
         print_json(data)
@@ -270,7 +257,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    target, stub = stub_for(args)
+    client = ControllerClient.for_args(args)
     request = controller_pb2.StreamExperimentLogsRequest(
         id=args.id,
         stream="bench" if args.bench else "server",
@@ -279,13 +266,13 @@ def cmd_logs(args: argparse.Namespace) -> int:
     )
     out = sys.stdout.buffer
     lines = PipedLog(terminal=is_terminal())
-    stream = stub.StreamExperimentLogs(request)
+    stream = client.stream_experiment_logs(request)
     try:
         for chunk in stream:
             out.write(lines.convert(chunk.data))
             out.flush()
     except grpc.RpcError as exc:
-        raise rpc_error(exc, target) from exc
+        raise rpc_error(exc, client.target) from exc
     except KeyboardInterrupt:
         raise CliError(
             f"stopped following; the run goes on (tunelab wait {args.id})", EXIT_INTERRUPTED
@@ -296,11 +283,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    target, stub = stub_for(args)
     request = controller_pb2.CancelExperimentRequest(ids=args.ids)
-    experiments = call(
-        target, lambda: stub.CancelExperiment(request, timeout=TIMEOUT), timeout=TIMEOUT
-    ).experiments
+    experiments = ControllerClient.for_args(args).cancel_experiment(request).experiments
     for e in experiments:
         state = _state(e.state)
         note = "cancelling (the agent stops the run)" if state == "RUNNING" else state
@@ -308,9 +292,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _spec_names(
-    stub: controller_pb2_grpc.ControllerStub, target: str, keys: list[str]
-) -> list[str]:
+def _spec_names(client: ControllerClient, keys: list[str]) -> list[str]:
     """A spec's own ``name`` (``sim-ablation``) stands for its latest submission's group.
 
     Experiments are named ``<spec name>/<variant>#<repeat>``; ids, groups and those full names
@@ -319,9 +301,7 @@ def _spec_names(
     if all(k.startswith(("x-", "g-")) for k in keys):
         return keys
     request = controller_pb2.ListExperimentsRequest(limit=100_000)
-    listed = call(
-        target, lambda: stub.ListExperiments(request, timeout=TIMEOUT), timeout=TIMEOUT
-    ).experiments
+    listed = client.list_experiments(request).experiments
     names = {e.name for e in listed}
     out = []
     for key in keys:
@@ -351,11 +331,9 @@ def comparison(args: argparse.Namespace) -> dict[str, Any]:
     defaults (the launches it holds are all that is needed)."""
     from tunelab.controller.effects import EffectSettings, effects_document  # not for --help
 
-    target, stub = stub_for(args)
-    request = controller_pb2.CompareRunsRequest(ids=_spec_names(stub, target, args.ids))
-    document: dict[str, Any] = json.loads(
-        call(target, lambda: stub.CompareRuns(request, timeout=TIMEOUT)).comparison_json
-    )
+    client = ControllerClient.for_args(args)
+    request = controller_pb2.CompareRunsRequest(ids=_spec_names(client, args.ids))
+    document: dict[str, Any] = json.loads(client.compare_runs(request).comparison_json)
     defaults = EffectSettings()
     settings = EffectSettings(
         min_effect=defaults.min_effect if args.min_effect is None else args.min_effect,
@@ -383,6 +361,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     from tunelab.controller.report import write_report
 
     document = comparison(args)
+    if not args.no_profiles:
+        from tunelab.cli.profile_cmd import ablation_profiles
+
+        args.top, args.max_size = 20, 2 * 1000 * 1000 * 1000
+        profiles = ablation_profiles(args, document["experiments"])
+        if profiles["diffs"]:
+            document["profiles"] = profiles
     default = re.sub(r"[^A-Za-z0-9._-]+", "_", "-".join(args.ids))[:80]
     out = Path(args.out or f"report-{default}.html")
     try:
@@ -489,6 +474,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="experiment ids or names, submission groups (g-...), or a spec's name",
     )
     report.add_argument("--out", help="file to write (default report-<ids>.html)")
+    report.add_argument(
+        "--no-profiles",
+        action="store_true",
+        help="leave out the profile diff (fetching the kept traces can take a while)",
+    )
     _add_effect_args(report)
     add_controller_args(report)
     report.set_defaults(handler=cmd_report)

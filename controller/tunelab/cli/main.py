@@ -24,7 +24,9 @@ from tunelab.cli import (
     bench_cmd,
     controller_cmd,
     experiments_cmd,
+    export_cmd,
     hosts_cmd,
+    profile_cmd,
     server_cmd,
 )
 from tunelab.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, CliError
@@ -35,7 +37,16 @@ EPILOG = (
     "exit codes: 0 ok, 1 the work failed, 2 usage or invalid input, "
     "3 cannot connect or not authorised, 4 not found"
 )
-COMMAND_MODULES = [server_cmd, audit_cmd, controller_cmd, hosts_cmd, experiments_cmd, bench_cmd]
+COMMAND_MODULES = [
+    server_cmd,
+    audit_cmd,
+    controller_cmd,
+    hosts_cmd,
+    experiments_cmd,
+    export_cmd,
+    bench_cmd,
+    profile_cmd,
+]
 EXIT_PIPE = 141  # 128 + SIGPIPE, what a shell reports for `yes | head`
 LOG_LIMIT = 1 << 20  # the trace file is rotated past 1 MiB
 

@@ -11,6 +11,7 @@ from typing import Any
 from tunelab.common.auth import ServerAuth
 from tunelab.common.capacity import DEFAULT_MAX_STREAMS
 from tunelab.common.configload import ConfigError, KeyKinds, check_daemon_basics, load_layered
+from tunelab.controller.mlflowsink import safe_uri
 from tunelab.controller.store.factory import check_db, is_url, redact
 
 ENV_PREFIX = "TUNELAB_CONTROLLER_"
@@ -50,6 +51,9 @@ class ControllerConfig:
     agent_call_timeout: float = 3.0  # deadline of GetInfo / GetRun to an agent
     agent_start_timeout: float = 10.0  # deadline of StartRun / CancelRun
     max_streams: int = DEFAULT_MAX_STREAMS  # open watches and log follows; more: RESOURCE_EXHAUSTED
+    mlflow_tracking_uri: str = ""  # export every finished attempt to this MLflow server
+    mlflow_experiment: str = "tunelab"  # ...into this MLflow experiment
+    mlflow_interval: float = 30.0  # how often the exporter looks for finished attempts
 
     def auth(self) -> ServerAuth:
         return ServerAuth.from_files(
@@ -61,6 +65,8 @@ class ControllerConfig:
         problem = check_db(self.db)
         if problem:
             raise ConfigError(f"db: {problem}")
+        if self.mlflow_tracking_uri and not self.mlflow_experiment.strip():
+            raise ConfigError("mlflow_experiment: must not be empty")
         for key in _DURATIONS:
             if not getattr(self, key) > 0:
                 raise ConfigError(f"{key}: must be > 0")
@@ -86,6 +92,7 @@ class ControllerConfig:
     def redacted(self) -> dict[str, str]:
         values = {f.name: str(getattr(self, f.name)) for f in fields(self)}
         values["db"] = redact(self.db)  # a URL may carry a password
+        values["mlflow_tracking_uri"] = safe_uri(self.mlflow_tracking_uri)
         return values
 
 
@@ -98,6 +105,7 @@ _DURATIONS = {
     "lease_timeout",
     "scrape_interval",
     "results_retention_age",
+    "mlflow_interval",
 }
 
 

@@ -18,6 +18,8 @@ from tunelab.controller.hosts import HostMonitor
 from tunelab.controller.loop import ControlLoop
 from tunelab.controller.metrics import ControllerMetrics
 from tunelab.controller.metrics_endpoint import serve_metrics
+from tunelab.controller.mlflowexport import MlflowExporter
+from tunelab.controller.mlflowsink import MlflowSink
 from tunelab.controller.scheduler import Scheduler
 from tunelab.controller.scrape import MetricsScraper, ScrapeTarget
 from tunelab.controller.service import SERVICE_NAME, ControllerService
@@ -61,16 +63,26 @@ class ControllerApp:
                 config.host_poll_interval,
                 config.unknown_after_failures,
                 on_active_runs=self.driver.fence,
+                clock=self.store.now,
             ),
-            Scheduler(self.store),
+            Scheduler(self.store, clock=self.store.now),
             self.driver,
             tick=config.tick,
             attempt_poll_interval=config.attempt_poll_interval,
             workers=config.workers,
             on_pass=self.metrics.scheduling_pass.observe,
         )
+        self.exporter = self._exporter(config)
         self.daemon: Daemon | None = None
         self.metrics_server: HttpServer | None = None
+
+    def _exporter(self, config: ControllerConfig) -> MlflowExporter | None:
+        if not config.mlflow_tracking_uri:
+            return None
+        uri, experiment = config.mlflow_tracking_uri, config.mlflow_experiment
+        return MlflowExporter(
+            self.store, lambda: MlflowSink(uri, experiment), interval=config.mlflow_interval
+        )
 
     def _scrape_targets(self) -> list[ScrapeTarget]:
         hosts = {h.name: h for h in self.store.list_hosts()}
@@ -95,6 +107,7 @@ class ControllerApp:
             default_agent_token=read_token(self.config.agent_token_file),
             default_metrics_port=self.config.default_metrics_port,
             spec_limits=SpecLimits(max_variants=self.config.max_variants),
+            clock=self.store.now,  # every timestamp of a row by the database's clock
         )
         self.daemon = start_daemon(
             listen=self.config.listen,
@@ -112,6 +125,8 @@ class ControllerApp:
         self.loop.start()
         self.loop.wake(poll_hosts=True)
         self.scraper.start()
+        if self.exporter is not None:
+            self.exporter.start()
         log.info(
             "controller_listening",
             listen=self.config.listen,
@@ -127,6 +142,8 @@ class ControllerApp:
             self.metrics_server.close()
         self.loop.close()
         self.scraper.close()
+        if self.exporter is not None:
+            self.exporter.close()
         self.agents.close()
         self.store.close()
 

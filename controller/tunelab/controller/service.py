@@ -8,8 +8,8 @@ import secrets
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator
-from typing import TypeVar
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar
 
 import grpc
 import structlog
@@ -19,6 +19,7 @@ from tunelab.common.rpcerrors import StatusMapper, StatusTable
 from tunelab.controller.agent_client import AgentClient
 from tunelab.controller.compare import compare
 from tunelab.controller.hoststate import change_host, drain
+from tunelab.controller.mlflowplan import MLFLOW_EVENT
 from tunelab.controller.spec import SpecError, expand_text
 from tunelab.controller.spec.limits import DEFAULT_LIMITS, SpecLimits
 from tunelab.controller.states import ExperimentState, HostState
@@ -28,6 +29,7 @@ from tunelab.controller.store import (
     Store,
     StoreConflict,
     StoreFull,
+    StoreNotFound,
     StoreUnavailable,
 )
 from tunelab.controller.store.models import selector_key
@@ -39,6 +41,7 @@ log = structlog.get_logger(__name__)
 SERVICE_NAME = "tunelab.v1.Controller"
 HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 WATCH_POLL = 0.5
+REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 T = TypeVar("T")
 
 
@@ -65,6 +68,7 @@ STATUS_BY_ERROR: StatusTable = (
     (SpecError, grpc.StatusCode.INVALID_ARGUMENT),
     (InvalidRequest, grpc.StatusCode.INVALID_ARGUMENT),
     (NotFoundError, grpc.StatusCode.NOT_FOUND),
+    (StoreNotFound, grpc.StatusCode.NOT_FOUND),
     (StoreConflict, grpc.StatusCode.FAILED_PRECONDITION),
     (StoreUnavailable, grpc.StatusCode.FAILED_PRECONDITION),  # a person must restore the file
     (StoreFull, grpc.StatusCode.RESOURCE_EXHAUSTED),
@@ -102,12 +106,22 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         return row
 
     def _pb(self, row: ExperimentRow) -> controller_pb2.Experiment:
-        return experiment_to_pb(row, self._store.attempts_for(row.id))
+        exports = {
+            str(e["ref"]): str(e["message"])
+            for e in self._store.events_for(row.id)
+            if e["kind"] == MLFLOW_EVENT
+        }
+        return experiment_to_pb(row, self._store.attempts_for(row.id), exports=exports)
 
     @_unary
     def SubmitExperiments(
         self, request: controller_pb2.SubmitExperimentsRequest, context: grpc.ServicerContext
     ) -> controller_pb2.SubmitExperimentsResponse:
+        if request.request_id and not REQUEST_ID.fullmatch(request.request_id):
+            raise InvalidRequest(
+                "request_id: at most 128 characters of letters, digits and . _ : - "
+                f"(got {len(request.request_id)} characters)"
+            )
         expanded = expand_text(request.spec_yaml, request.source, self._limits)
         group = f"g-{secrets.token_hex(8)}"
         now = self._clock()
@@ -130,7 +144,14 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             for i, e in enumerate(expanded)
         ]
         if not request.dry_run:
-            self._store.insert_experiments(rows)
+            stored = self._store.insert_experiments(rows, request.request_id)
+            if stored != group:  # a retry of a submission already queued: its group, again
+                log.info("experiments_resubmitted", group=stored, request_id=request.request_id)
+                earlier = self._store.group_experiments(stored)
+                attempts = self._store.attempts_for_many([e.id for e in earlier])
+                return controller_pb2.SubmitExperimentsResponse(
+                    experiments=[experiment_to_pb(e, attempts[e.id]) for e in earlier]
+                )
             log.info("experiments_submitted", group=group, count=len(rows), source=request.source)
             self._wake(False)
         return controller_pb2.SubmitExperimentsResponse(
@@ -238,6 +259,39 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             context.add_callback(cancel_upstream)
         yield from upstream
 
+    @_stream
+    def FetchExperimentProfile(
+        self, request: controller_pb2.FetchExperimentProfileRequest, context: grpc.ServicerContext
+    ) -> Iterator[agent_pb2.FetchProfileResponse]:
+        """A trace the attempt's result lists, from its agent; names are checked here and there."""
+        attempt = self._store.get_attempt(request.id)
+        if attempt is None:
+            attempts = self._store.attempts_for(self._experiment(request.id).id)
+            if not attempts:
+                raise NotFoundError(f"experiment {request.id!r} has no attempt yet")
+            attempt = attempts[-1]
+        kept = (attempt.result or {}).get("profile") or {}
+        files = [*kept.get("traces", []), *kept.get("other_files", [])]
+        names = [t.get("name") for t in files if isinstance(t, dict)]
+        if request.name not in names:
+            listed = ", ".join(str(n) for n in names) or "none"
+            raise NotFoundError(
+                f"attempt {attempt.id} keeps no trace {request.name!r} (it keeps: {listed})"
+            )
+        host = self._host(attempt.host)
+        proxied = agent_pb2.FetchProfileRequest(
+            run_id=attempt.id, name=request.name, offset=request.offset, max_bytes=request.max_bytes
+        )
+        upstream = self._agents.fetch_profile(host.address, host.token, proxied)
+        if isinstance(upstream, grpc.Call):  # the client left: end the agent's stream too
+            call = upstream
+
+            def cancel_upstream() -> None:
+                call.cancel()
+
+            context.add_callback(cancel_upstream)
+        yield from upstream
+
     # --- hosts -------------------------------------------------------------------------------
 
     def _host(self, name: str) -> HostRow:
@@ -270,27 +324,8 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             host, _ = split_host_port(request.address)
         except ValueError as exc:
             raise InvalidRequest(f"address: {exc}") from None
-        metrics_url = (
-            request.metrics_url or f"http://{_url_host(host)}:{self._metrics_port}/metrics"
-        )
-        if not metrics_url.startswith(("http://", "https://")):
-            raise InvalidRequest("metrics_url: must start with http:// or https://")
-        scraped = urllib.parse.urlsplit(metrics_url).hostname or ""
-        if not _same_host(scraped, host):
-            # the controller fetches this URL on every scrape: never a host other than the agent's
-            raise InvalidRequest(
-                f"metrics_url: host {shown(scraped)} is not the agent's host {shown(host)}; "
-                "the controller scrapes only the agent's own host"
-            )
-        for key in request.labels:
-            if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$", key):
-                raise InvalidRequest(f"labels: bad label name {shown(key)}")
-        for key, value in request.labels.items():
-            if not LABEL_VALUE.match(value):
-                raise InvalidRequest(
-                    f"labels.{shown(key)}: value must be at most 253 characters with no "
-                    "control characters (no NUL, no newline)"
-                )
+        metrics_url = self._metrics_url(host, request.metrics_url)
+        _check_labels("labels", request.labels)
         row = HostRow(
             name=request.name,
             address=request.address,
@@ -304,6 +339,49 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         saved = self._store.add_host(row, replace=request.replace)
         self._wake(True)
         return controller_pb2.AddHostResponse(host=self._host_pb(saved))
+
+    def _metrics_url(self, agent_host: str, given: str) -> str:
+        url = given or f"http://{_url_host(agent_host)}:{self._metrics_port}/metrics"
+        if not url.startswith(("http://", "https://")):
+            raise InvalidRequest("metrics_url: must start with http:// or https://")
+        scraped = urllib.parse.urlsplit(url).hostname or ""
+        if not _same_host(scraped, agent_host):
+            # the controller fetches this URL on every scrape: never a host other than the agent's
+            raise InvalidRequest(
+                f"metrics_url: host {shown(scraped)} is not the agent's host {shown(agent_host)}; "
+                "the controller scrapes only the agent's own host"
+            )
+        return url
+
+    @_unary
+    def UpdateHost(
+        self, request: controller_pb2.UpdateHostRequest, context: grpc.ServicerContext
+    ) -> controller_pb2.UpdateHostResponse:
+        """Change the fields given and keep every other one (labels one by one)."""
+        host = self._host(request.name)
+        _check_labels("set_labels", request.set_labels)
+        fields: dict[str, Any] = {}
+        if request.HasField("metrics_url"):
+            agent_host, _ = split_host_port(host.address)
+            fields["metrics_url"] = self._metrics_url(agent_host, request.metrics_url)
+        if request.set_labels or request.remove_labels:
+            unknown = sorted(set(request.remove_labels) - host.labels.keys())
+            if unknown:
+                raise InvalidRequest(f"remove_labels: {request.name} has no label {unknown[0]!r}")
+            labels = {k: v for k, v in host.labels.items() if k not in request.remove_labels}
+            fields["labels"] = {**labels, **request.set_labels}
+        if request.HasField("token"):
+            fields["token"] = request.token or None
+        if not fields:
+            raise InvalidRequest(
+                "give at least one of metrics_url, set_labels, remove_labels, token"
+            )
+        try:
+            self._store.update_host(request.name, **fields)
+        except KeyError:
+            raise NotFoundError(f"no host {request.name!r} (tunelab hosts ls lists them)") from None
+        self._wake(True)
+        return controller_pb2.UpdateHostResponse(host=self._host_pb(self._host(request.name)))
 
     @_unary
     def RemoveHost(
@@ -370,6 +448,18 @@ def unique_ids(prefix: str, count: int) -> list[str]:
 def _same_host(a: str, b: str) -> bool:
     """The same host as written (case-insensitive), or both loopback."""
     return a.strip("[]").lower() == b.strip("[]").lower() or (is_loopback(a) and is_loopback(b))
+
+
+def _check_labels(field: str, labels: Mapping[str, str]) -> None:
+    for key in labels:
+        if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$", key):
+            raise InvalidRequest(f"{field}: bad label name {shown(key)}")
+    for key, value in labels.items():
+        if not LABEL_VALUE.match(value):
+            raise InvalidRequest(
+                f"{field}.{shown(key)}: value must be at most 253 characters with no "
+                "control characters (no NUL, no newline)"
+            )
 
 
 def _url_host(host: str) -> str:

@@ -8,8 +8,7 @@ The store keeps the spec as given: dispatch sends the agent the real values."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Mapping
 
 from tunelab.common.redaction import Redactor, spec_redactor
 from tunelab.controller.states import AttemptState, ExperimentState, HostState
@@ -30,7 +29,9 @@ def _dumps(value: object) -> str:
     return "" if value is None else json.dumps(value, sort_keys=True)
 
 
-def attempt_to_pb(row: AttemptRow, redactor: Redactor | None = None) -> controller_pb2.Attempt:
+def attempt_to_pb(
+    row: AttemptRow, redactor: Redactor | None = None, mlflow_run_url: str = ""
+) -> controller_pb2.Attempt:
     redact = redactor or Redactor()
     result = redact.document(row.result) if row.result is not None else None
     return controller_pb2.Attempt(
@@ -49,14 +50,15 @@ def attempt_to_pb(row: AttemptRow, redactor: Redactor | None = None) -> controll
         provenance_json=_dumps(
             redact.document(row.provenance) if row.provenance is not None else None
         ),
-        failure_reason=failure_reason_pb(row.result),
-        failure_line=str((result or {}).get("failure_line", "")),
+        failure_reason=failure_reason_pb(row.failure_reason),
+        failure_line=redact.text(row.failure_line),
+        mlflow_run_url=mlflow_run_url,
     )
 
 
-def failure_reason_pb(result: dict[str, Any] | None) -> server_pb2.FailureReason.ValueType:
-    """The failure reason dispatch kept in an attempt's result, as the proto enum."""
-    reason = str((result or {}).get("failure_reason", "")) or "UNSPECIFIED"
+def failure_reason_pb(name: str) -> server_pb2.FailureReason.ValueType:
+    """An attempt's failure reason column ("CUDA_OOM"), as the proto enum."""
+    reason = name or "UNSPECIFIED"
     try:
         return server_pb2.FailureReason.Value(f"FAILURE_REASON_{reason}")
     except ValueError:  # a reason this controller does not know yet
@@ -76,8 +78,13 @@ def selector_text(host: dict[str, object]) -> str:
 
 
 def experiment_to_pb(
-    row: ExperimentRow, attempts: list[AttemptRow], known_secrets: Iterable[str] = ()
+    row: ExperimentRow,
+    attempts: list[AttemptRow],
+    known_secrets: Iterable[str] = (),
+    exports: Mapping[str, str] | None = None,
 ) -> controller_pb2.Experiment:
+    """``exports``: attempt id -> its MLflow run's link, where one was exported."""
+    exports = exports or {}
     redact = spec_redactor(row.spec, known_secrets)
     for attempt in attempts:  # a secret the agent echoed under a harmless name
         redact.learn_document(attempt.provenance)
@@ -93,11 +100,11 @@ def experiment_to_pb(
         finished_at=row.finished_at or 0.0,
         message=redact.text(row.message),
         cancel_requested=row.cancel_requested,
-        attempts=[attempt_to_pb(a, redact) for a in attempts],
+        attempts=[attempt_to_pb(a, redact, exports.get(a.id, "")) for a in attempts],
         group=row.group,
         repeat_index=row.repeat_index,
         host_selector=selector_text(row.selector),
-        failure_reason=failure_reason_pb(attempts[-1].result if attempts else None),
+        failure_reason=failure_reason_pb(attempts[-1].failure_reason if attempts else ""),
     )
 
 

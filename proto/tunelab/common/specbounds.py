@@ -64,12 +64,20 @@ FIELD_RANGES: dict[str, Range] = {
     "BuiltinBenchmark.slo_ttft_ms": Range(0, 7 * DAY * 1000),
     "BuiltinBenchmark.slo_tpot_ms": Range(0, 7 * DAY * 1000),
     "BuiltinBenchmark.seed": Range(0, 2**63 - 1),
+    "BuiltinBenchmark.warmup_seconds": Range(0, DAY),
+    "ProfileSpec.point": Range(0, MAX_SWEEP_POINTS - 1),
+    "ProfileSpec.window_seconds": Range(0, DAY),
+    "ProfileSpec.window_requests": Range(0, 100_000_000),
+    "ProfileSpec.max_bytes": Range(0, 1 << 40),
+    "ProfileSpec.stop_timeout_seconds": Range(0, 3600),
     "RunSpec.max_duration_seconds": Range(0, 30 * DAY),
 }
+PROFILE_ACTIVITIES = ("cpu", "gpu")
 _DESCRIPTORS: dict[str, Descriptor] = {
     "ServerSpec": server_pb2.ServerSpec.DESCRIPTOR,
     "BuiltinBenchmark": run_pb2.BuiltinBenchmark.DESCRIPTOR,
     "RunSpec": run_pb2.RunSpec.DESCRIPTOR,
+    "ProfileSpec": run_pb2.ProfileSpec.DESCRIPTOR,
 }
 _INT_RANGES = {
     FieldDescriptor.TYPE_INT32: Range(-(2**31), 2**31 - 1),
@@ -203,7 +211,23 @@ def check_builtin(pb: run_pb2.BuiltinBenchmark, prefix: str = "benchmark.") -> N
         message, _, name = key.partition(".")
         if message == "BuiltinBenchmark" and name != "concurrency":
             check_number(key, getattr(pb, name), f"{prefix}{name}")
-    for name in ("api", "model", "url", "preset"):
+    for name in ("api", "model", "url", "preset", "reset_cache_url"):
+        _text(getattr(pb, name), f"{prefix}{name}")
+    if pb.HasField("profile"):
+        check_profile(pb.profile, f"{prefix}profile.")
+
+
+def check_profile(pb: run_pb2.ProfileSpec, prefix: str) -> None:
+    for key in FIELD_RANGES:
+        message, _, name = key.partition(".")
+        if message == "ProfileSpec":
+            check_number(key, getattr(pb, name), f"{prefix}{name}")
+    if len(pb.activities) > len(PROFILE_ACTIVITIES):
+        raise SpecViolation(f"{prefix}activities", "at most cpu and gpu")
+    for i, activity in enumerate(pb.activities):
+        if activity not in PROFILE_ACTIVITIES:
+            raise SpecViolation(f"{prefix}activities[{i}]", "must be cpu or gpu")
+    for name in ("start_url", "stop_url"):
         _text(getattr(pb, name), f"{prefix}{name}")
 
 

@@ -130,6 +130,7 @@ class Attempt(_message.Message):
     PROVENANCE_JSON_FIELD_NUMBER: _builtins.int
     FAILURE_REASON_FIELD_NUMBER: _builtins.int
     FAILURE_LINE_FIELD_NUMBER: _builtins.int
+    MLFLOW_RUN_URL_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """also the run id on the agent"""
     experiment_id: _builtins.str
@@ -151,6 +152,8 @@ class Attempt(_message.Message):
     failure_reason: _server_pb2.FailureReason.ValueType
     """copied from the run when its server failed"""
     failure_line: _builtins.str
+    mlflow_run_url: _builtins.str
+    """where the automatic MLflow export put it; empty: not (yet)"""
     @_builtins.property
     def gpus(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """GPU indices given to the run (empty = the whole host)"""
@@ -173,10 +176,11 @@ class Attempt(_message.Message):
         provenance_json: _builtins.str = ...,
         failure_reason: _server_pb2.FailureReason.ValueType = ...,
         failure_line: _builtins.str = ...,
+        mlflow_run_url: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "experiment_id", b"experiment_id", "failure_line", b"failure_line", "failure_reason", b"failure_reason", "finished_at", b"finished_at", "gpu_summary_json", b"gpu_summary_json", "gpus", b"gpus", "host", b"host", "id", b"id", "message", b"message", "number", b"number", "progress_json", b"progress_json", "provenance_json", b"provenance_json", "result_json", b"result_json", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "experiment_id", b"experiment_id", "failure_line", b"failure_line", "failure_reason", b"failure_reason", "finished_at", b"finished_at", "gpu_summary_json", b"gpu_summary_json", "gpus", b"gpus", "host", b"host", "id", b"id", "message", b"message", "mlflow_run_url", b"mlflow_run_url", "number", b"number", "progress_json", b"progress_json", "provenance_json", b"provenance_json", "result_json", b"result_json", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -282,22 +286,29 @@ class SubmitExperimentsRequest(_message.Message):
     SPEC_YAML_FIELD_NUMBER: _builtins.int
     DRY_RUN_FIELD_NUMBER: _builtins.int
     SOURCE_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
     spec_yaml: _builtins.str
     """one experiment spec or a list of them"""
     dry_run: _builtins.bool
     """validate and expand only"""
     source: _builtins.str
     """file name, for messages"""
+    request_id: _builtins.str
+    """A client's id for this submission (the CLI sends a fresh UUID per command): a retry with
+    the same id returns the group the first one queued instead of queuing it again. Empty: no
+    idempotency. At most 128 characters of [A-Za-z0-9._:-].
+    """
     def __init__(
         self,
         *,
         spec_yaml: _builtins.str = ...,
         dry_run: _builtins.bool = ...,
         source: _builtins.str = ...,
+        request_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dry_run", b"dry_run", "source", b"source", "spec_yaml", b"spec_yaml"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dry_run", b"dry_run", "request_id", b"request_id", "source", b"source", "spec_yaml", b"spec_yaml"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -523,6 +534,39 @@ class StreamExperimentLogsRequest(_message.Message):
 Global___StreamExperimentLogsRequest: _TypeAlias = StreamExperimentLogsRequest  # noqa: Y015
 
 @_typing.final
+class FetchExperimentProfileRequest(_message.Message):
+    """A profiler trace kept by the agent with an attempt, proxied in chunks (FetchProfile)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    MAX_BYTES_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    """an attempt id, or an experiment id or name (its last attempt)"""
+    name: _builtins.str
+    """a trace the attempt's result lists (result.profile.traces)"""
+    offset: _builtins.int
+    max_bytes: _builtins.int
+    """send at most this many bytes; 0 = to the end"""
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        name: _builtins.str = ...,
+        offset: _builtins.int = ...,
+        max_bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "max_bytes", b"max_bytes", "name", b"name", "offset", b"offset"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FetchExperimentProfileRequest: _TypeAlias = FetchExperimentProfileRequest  # noqa: Y015
+
+@_typing.final
 class Host(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -712,6 +756,94 @@ class AddHostResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___AddHostResponse: _TypeAlias = AddHostResponse  # noqa: Y015
+
+@_typing.final
+class UpdateHostRequest(_message.Message):
+    """Change some fields of a registered host and keep the rest (AddHost with replace writes a
+    whole new row: labels, token and metrics URL not given are gone).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class SetLabelsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    NAME_FIELD_NUMBER: _builtins.int
+    METRICS_URL_FIELD_NUMBER: _builtins.int
+    SET_LABELS_FIELD_NUMBER: _builtins.int
+    REMOVE_LABELS_FIELD_NUMBER: _builtins.int
+    TOKEN_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    metrics_url: _builtins.str
+    """unset: keep; "" : back to the default from the address"""
+    token: _builtins.str
+    """unset: keep; "": the agent client's default"""
+    @_builtins.property
+    def set_labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """added or changed"""
+
+    @_builtins.property
+    def remove_labels(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        metrics_url: _builtins.str | None = ...,
+        set_labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        remove_labels: _abc.Iterable[_builtins.str] | None = ...,
+        token: _builtins.str | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_metrics_url", b"_metrics_url", "_token", b"_token", "metrics_url", b"metrics_url", "token", b"token"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_metrics_url", b"_metrics_url", "_token", b"_token", "metrics_url", b"metrics_url", "name", b"name", "remove_labels", b"remove_labels", "set_labels", b"set_labels", "token", b"token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__metrics_url: _TypeAlias = _typing.Literal["metrics_url"]  # noqa: Y015
+    _WhichOneofArgType__metrics_url: _TypeAlias = _typing.Literal["_metrics_url", b"_metrics_url"]  # noqa: Y015
+    _WhichOneofReturnType__token: _TypeAlias = _typing.Literal["token"]  # noqa: Y015
+    _WhichOneofArgType__token: _TypeAlias = _typing.Literal["_token", b"_token"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__metrics_url) -> _WhichOneofReturnType__metrics_url | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__token) -> _WhichOneofReturnType__token | None: ...
+
+Global___UpdateHostRequest: _TypeAlias = UpdateHostRequest  # noqa: Y015
+
+@_typing.final
+class UpdateHostResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HOST_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def host(self) -> Global___Host: ...
+    def __init__(
+        self,
+        *,
+        host: Global___Host | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["host", b"host"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["host", b"host"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateHostResponse: _TypeAlias = UpdateHostResponse  # noqa: Y015
 
 @_typing.final
 class RemoveHostRequest(_message.Message):

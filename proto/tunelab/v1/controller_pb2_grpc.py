@@ -65,6 +65,11 @@ class ControllerStub:
                 request_serializer=tunelab_dot_v1_dot_controller__pb2.StreamExperimentLogsRequest.SerializeToString,
                 response_deserializer=tunelab_dot_v1_dot_agent__pb2.StreamLogsResponse.FromString,
                 _registered_method=True)
+        self.FetchExperimentProfile = channel.unary_stream(
+                '/tunelab.v1.Controller/FetchExperimentProfile',
+                request_serializer=tunelab_dot_v1_dot_controller__pb2.FetchExperimentProfileRequest.SerializeToString,
+                response_deserializer=tunelab_dot_v1_dot_agent__pb2.FetchProfileResponse.FromString,
+                _registered_method=True)
         self.ListHosts = channel.unary_unary(
                 '/tunelab.v1.Controller/ListHosts',
                 request_serializer=tunelab_dot_v1_dot_controller__pb2.ListHostsRequest.SerializeToString,
@@ -79,6 +84,11 @@ class ControllerStub:
                 '/tunelab.v1.Controller/RemoveHost',
                 request_serializer=tunelab_dot_v1_dot_controller__pb2.RemoveHostRequest.SerializeToString,
                 response_deserializer=tunelab_dot_v1_dot_controller__pb2.RemoveHostResponse.FromString,
+                _registered_method=True)
+        self.UpdateHost = channel.unary_unary(
+                '/tunelab.v1.Controller/UpdateHost',
+                request_serializer=tunelab_dot_v1_dot_controller__pb2.UpdateHostRequest.SerializeToString,
+                response_deserializer=tunelab_dot_v1_dot_controller__pb2.UpdateHostResponse.FromString,
                 _registered_method=True)
         self.SetHostDrain = channel.unary_unary(
                 '/tunelab.v1.Controller/SetHostDrain',
@@ -136,6 +146,12 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def FetchExperimentProfile(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListHosts(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -149,6 +165,12 @@ class ControllerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def RemoveHost(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateHost(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -205,6 +227,11 @@ def add_ControllerServicer_to_server(servicer, server):
                     request_deserializer=tunelab_dot_v1_dot_controller__pb2.StreamExperimentLogsRequest.FromString,
                     response_serializer=tunelab_dot_v1_dot_agent__pb2.StreamLogsResponse.SerializeToString,
             ),
+            'FetchExperimentProfile': grpc.unary_stream_rpc_method_handler(
+                    servicer.FetchExperimentProfile,
+                    request_deserializer=tunelab_dot_v1_dot_controller__pb2.FetchExperimentProfileRequest.FromString,
+                    response_serializer=tunelab_dot_v1_dot_agent__pb2.FetchProfileResponse.SerializeToString,
+            ),
             'ListHosts': grpc.unary_unary_rpc_method_handler(
                     servicer.ListHosts,
                     request_deserializer=tunelab_dot_v1_dot_controller__pb2.ListHostsRequest.FromString,
@@ -219,6 +246,11 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.RemoveHost,
                     request_deserializer=tunelab_dot_v1_dot_controller__pb2.RemoveHostRequest.FromString,
                     response_serializer=tunelab_dot_v1_dot_controller__pb2.RemoveHostResponse.SerializeToString,
+            ),
+            'UpdateHost': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateHost,
+                    request_deserializer=tunelab_dot_v1_dot_controller__pb2.UpdateHostRequest.FromString,
+                    response_serializer=tunelab_dot_v1_dot_controller__pb2.UpdateHostResponse.SerializeToString,
             ),
             'SetHostDrain': grpc.unary_unary_rpc_method_handler(
                     servicer.SetHostDrain,
@@ -409,6 +441,33 @@ class Controller:
             _registered_method=True)
 
     @staticmethod
+    def FetchExperimentProfile(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/tunelab.v1.Controller/FetchExperimentProfile',
+            tunelab_dot_v1_dot_controller__pb2.FetchExperimentProfileRequest.SerializeToString,
+            tunelab_dot_v1_dot_agent__pb2.FetchProfileResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def ListHosts(request,
             target,
             options=(),
@@ -479,6 +538,33 @@ class Controller:
             '/tunelab.v1.Controller/RemoveHost',
             tunelab_dot_v1_dot_controller__pb2.RemoveHostRequest.SerializeToString,
             tunelab_dot_v1_dot_controller__pb2.RemoveHostResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateHost(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tunelab.v1.Controller/UpdateHost',
+            tunelab_dot_v1_dot_controller__pb2.UpdateHostRequest.SerializeToString,
+            tunelab_dot_v1_dot_controller__pb2.UpdateHostResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import fields
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from tunelab.agent.gpu import GpuBackend, GpuError
 from tunelab.agent.runs.modelfiles import describe_model
 from tunelab.agent.runs.record import RunSpec
 from tunelab.agent.servers.spec import ServerSpec
+from tunelab.bench.config import BenchConfig
 from tunelab.common import __version__
 from tunelab.common.redaction import REDACTED, Redactor
 
@@ -62,7 +64,27 @@ BENCH_DATA_KEYS = (
     "preset",
     "ignore_eos",
     "temperature",
+    # the dataset (issue 26): its name, parameters and, for a file, its content hash
+    "dataset",
+    "input_dist",
+    "output_dist",
+    "input_sigma",
+    "output_sigma",
+    "output_range_ratio",
+    "prefix_len",
+    "prefix_groups",
+    "turns",
+    "think_time_s",
+    "file_format",
+    "file_output_len",
+    "trace_block_size",
+    "trace_sec_multiplier",
+    "trace_timed",
+    "dataset_sha256",
+    "dataset_file",
 )
+DATASET_KEYS = BENCH_DATA_KEYS[BENCH_DATA_KEYS.index("dataset") :]
+_DEFAULTS = {f.name: f.default for f in fields(BenchConfig)}
 SHEBANG_BYTES = 512
 
 
@@ -178,12 +200,25 @@ def benchmark_provenance(spec: RunSpec, redactor: Redactor | None = None) -> dic
     """Seed and dataset hash: the built-in generator synthesises its prompts from the settings
     hashed here, so equal hashes mean equal requests; a command benchmark hashes its argv."""
     if spec.builtin is not None:
-        shaping = {k: spec.builtin.get(k) for k in BENCH_DATA_KEYS}
+        # a dataset setting at its default is left out, so a random run hashes as it did
+        # before datasets existed (runs recorded then stay comparable)
+        shaping = {
+            k: spec.builtin.get(k)
+            for k in BENCH_DATA_KEYS
+            if k not in DATASET_KEYS or spec.builtin.get(k, _DEFAULTS.get(k)) != _DEFAULTS.get(k)
+        }
         text = json.dumps(shaping, sort_keys=True, default=str)
+        dataset = {k: spec.builtin[k] for k in DATASET_KEYS if k in spec.builtin}
         return {
             "kind": "builtin",
             "seed": spec.builtin.get("seed"),
             "dataset_sha256": hashlib.sha256(text.encode()).hexdigest(),
+            "dataset": {
+                "name": dataset.pop("dataset", "random"),
+                "file": dataset.pop("dataset_file", None),
+                "content_sha256": dataset.pop("dataset_sha256", "") or None,
+                "parameters": dataset,
+            },
         }
     argv = list(spec.command.argv) if spec.command else []
     text = json.dumps(argv)

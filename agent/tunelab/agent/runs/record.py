@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from tunelab.agent.runs.states import RunState
 from tunelab.agent.servers.spec import ServerSpec
@@ -73,6 +73,20 @@ class RunEvent:
     at: float
     state: RunState
     message: str
+
+
+class RunChanges(TypedDict, total=False):
+    """The fields of a RunRecord that a transition or an update may set (the record book sets
+    state, message, events and version itself)."""
+
+    server_id: str
+    port: int
+    progress: dict[str, Any] | None
+    result: dict[str, Any] | None
+    finished_at: float
+    kill_failed: bool
+    cancel_requested: bool
+    provenance: dict[str, Any] | None
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 Routes: ``/health`` (503 while loading, then 200), ``/v1/models``, ``/v1/completions``,
 ``/v1/chat/completions``, ``/metrics`` (vLLM names) and ``/sim/stats`` (how late the writes were,
-for the client-accuracy benchmark).
+for the client-accuracy benchmark); the profiler and cache endpoints of ``profiler.py``.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from tunelab.bench.simulator.engine import BadRequest, Generation, error_body, p
 from tunelab.bench.simulator.http import Connection, Request
 from tunelab.bench.simulator.metrics import SimMetrics
 from tunelab.bench.simulator.options import SimSettings, add_sim_arguments, settings_from_args
+from tunelab.bench.simulator.profiler import SimProfiler
 from tunelab.bench.simulator.timing import DeadlineScheduler, LatenessStats, new_event_loop
 
 LISTEN_BACKLOG = 4096  # a closed loop of 1024 connects at once; asyncio's default is 100
@@ -54,6 +55,10 @@ class SimApp:
         self.metrics = SimMetrics(settings.model, self.lateness)
         self.requests = 0
         self.started = time.time()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.profiler = SimProfiler.from_flag(
+            settings.profiler_config, settings.profile_stop_delay, settings.profile_trace_pad
+        )
 
     def handle(self, request: Request, conn: Connection) -> None:
         routes = {
@@ -69,6 +74,14 @@ class SimApp:
                 return
             self._generate(request, conn, chat=request.path.endswith("chat/completions"))
             return
+        if request.path in self._posts():
+            if request.method != "POST":
+                conn.send_response(405, error_body(405, "use POST"))
+                return
+            task = asyncio.get_running_loop().create_task(self._post(request.path, conn))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            return
         route = routes.get(request.path)
         if route is None:
             conn.send_response(404, error_body(404, f"no route {request.path}"))
@@ -76,6 +89,26 @@ class SimApp:
             conn.send_response(405, error_body(405, "use GET"))
         else:
             route(conn)
+
+    def _posts(self) -> set[str]:
+        paths = {"/flush_cache"}
+        if self.profiler.trace_dir:
+            paths |= {"/start_profile", "/stop_profile"}
+        if self.profiler.dev_mode:
+            paths.add("/reset_prefix_cache")
+        return paths
+
+    async def _post(self, path: str, conn: Connection) -> None:
+        if path == "/start_profile":
+            status, error = self.profiler.start()
+        elif path == "/stop_profile":
+            status, error = await self.profiler.stop()
+        else:
+            self.profiler.resets += 1
+            status, error = 200, ""
+        if conn.closed:
+            return
+        conn.send_response(status, error_body(status, error) if error else b"", "text/plain")
 
     def _health(self, conn: Connection) -> None:
         conn.send_response(200 if self.ready else 503, b"", "text/plain")
@@ -109,6 +142,7 @@ class SimApp:
             "running": self.metrics.running,
             "generation_tokens": self.metrics.generation_tokens,
             "write_lateness": self.lateness.summary(),
+            **self.profiler.stats(),
         }
         conn.send_response(200, json.dumps(body).encode())
 

@@ -68,6 +68,9 @@ class SimSettings:
     drop_after_chunks: int = 2
     faults: tuple[Fault, ...] = ()
     models_while_loading: bool = True  # SGLang lists the model before /health turns 200
+    profiler_config: str = ""  # vLLM's --profiler-config JSON: attaches /start_profile etc.
+    profile_stop_delay: float = 0.0
+    profile_trace_pad: int = 0
 
     def fault_for(self, request_number: int) -> Fault | None:
         for fault in self.faults:
@@ -157,6 +160,23 @@ def add_sim_arguments(p: argparse.ArgumentParser) -> None:
         help="answer /v1/models 503 while loading (default: 200 at once, as SGLang does)",
     )
     p.add_argument(
+        "--profiler-config",
+        default="",
+        help="vLLM's flag: JSON with torch_profiler_dir; attaches /start_profile, /stop_profile",
+    )
+    p.add_argument(
+        "--profile-stop-delay",
+        type=_non_negative,
+        default=0.0,
+        help="seconds /stop_profile takes (a slow trace flush)",
+    )
+    p.add_argument(
+        "--profile-trace-pad",
+        type=int,
+        default=0,
+        help="pad each written trace with about this many incompressible bytes",
+    )
+    p.add_argument(
         "--tag",
         default="",
         help="ignored: a flag with no effect, for ablations that check a null result",
@@ -180,4 +200,7 @@ def settings_from_args(args: argparse.Namespace) -> SimSettings:
         drop_after_chunks=args.drop_after_chunks,
         faults=tuple(args.fault),
         models_while_loading=not args.no_models_while_loading,
+        profiler_config=args.profiler_config,
+        profile_stop_delay=args.profile_stop_delay,
+        profile_trace_pad=args.profile_trace_pad,
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from tunelab.controller.store.base import Store, StoreUnavailable
 from tunelab.controller.store.sqlite import SqliteStore
 
 URL_SCHEMES = ("postgresql://", "postgres://")
@@ -28,11 +29,17 @@ def check_db(db: str) -> str | None:
     return None
 
 
-def open_store(db: str, secrets_file: Path | None = None) -> SqliteStore:
+def open_store(db: str, secrets_file: Path | None = None) -> Store:
     """The store for ``db``; host tokens go to ``secrets_file`` (default: ``<db>.secrets`` for a
     file; for PostgreSQL the setting ``secrets_file``, or none kept)."""
     if db.startswith(URL_SCHEMES):
-        from tunelab.controller.store.postgres import PostgresStore
+        try:
+            from tunelab.controller.store.postgres import PostgresStore
+        except ImportError as exc:
+            raise StoreUnavailable(
+                f"--db {redact(db)}: PostgreSQL needs psycopg, which is not installed "
+                f"({exc}); install it with: pip install 'tunelab[postgresql]'"
+            ) from None
 
         return PostgresStore(db, secrets_file)
     return SqliteStore(Path(db).expanduser(), secrets_file)

@@ -1,0 +1,207 @@
+"""The one place that talks to MLflow: writes ``RunPlan``s through MLflow's own client
+(``mlflow-skinny``, the optional extra ``tunelab[mlflow]``), finding each run again by its
+``tunelab.key`` tag so that exporting twice updates instead of duplicating.
+
+Errors form one small tree: ``MlflowUnavailable`` (not installed, or the server cannot be
+reached: try again later) and ``MlflowRejected`` (the server refused what we sent). A tracking
+URI is shown only through ``safe_uri``: credentials in it never reach a log or a message.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from tunelab.controller.mlflowplan import DIGEST_TAG, KEY_TAG, RunPlan
+
+INSTALL_HINT = "MLflow export needs its client: pip install 'tunelab[mlflow]'"
+BATCH = 900  # MLflow takes at most 1,000 metrics (100 params, 100 tags) per log_batch
+
+
+class MlflowError(RuntimeError):
+    """An export that did not complete; the message never holds credentials."""
+
+
+class MlflowUnavailable(MlflowError):
+    """Not installed, or the tracking server cannot be reached: retry later."""
+
+
+class MlflowRejected(MlflowError):
+    """The tracking server refused a request (e.g. a value it does not accept)."""
+
+
+def safe_uri(uri: str) -> str:
+    """``http://user:pw@host/x`` -> ``http://host/x``; a path or ``file:`` URI is unchanged."""
+    parts = urlsplit(uri)
+    if not parts.netloc or "@" not in parts.netloc:
+        return uri
+    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+
+
+@dataclass(frozen=True)
+class Exported:
+    """Where one plan's run is: its id and a link to it in MLflow's UI."""
+
+    key: str
+    run_id: str
+    url: str
+    written: bool  # False: it was already there, unchanged
+
+
+class MlflowSink:
+    """Writes plans into one MLflow experiment (created when missing)."""
+
+    def __init__(self, tracking_uri: str, experiment: str) -> None:
+        try:
+            from mlflow.tracking import MlflowClient
+        except ImportError:  # the optional extra is not installed
+            raise MlflowUnavailable(INSTALL_HINT) from None
+        # our own loop retries a failed export; MLflow's default (7 retries, doubling) would hold
+        # the exporter for minutes on a server that is down
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+        # its "View run at" lines on stdout would break `--json`; our own output has the links
+        os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
+        for name in ("mlflow", "alembic", "urllib3"):
+            logging.getLogger(name).setLevel(logging.WARNING)  # no "View run at" chatter
+        self.uri = tracking_uri
+        self.shown = safe_uri(tracking_uri).rstrip("/")
+        self._client = MlflowClient(tracking_uri=tracking_uri)
+        self._experiment_name = experiment
+        self._experiment_id: str | None = None
+        self._known: dict[str, tuple[str, str]] | None = None  # key -> (run id, digest)
+
+    def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """One client call, its failure mapped to our tree with a message free of secrets."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            return fn(*args, **kwargs)
+        except MlflowException as exc:
+            code = str(getattr(exc, "error_code", ""))
+            text = str(exc.message if hasattr(exc, "message") else exc).replace(
+                self.uri, self.shown
+            )
+            if code in ("", "INTERNAL_ERROR", "TEMPORARILY_UNAVAILABLE", "ENDPOINT_NOT_FOUND"):
+                raise MlflowUnavailable(f"MLflow at {self.shown}: {what}: {text[:300]}") from None
+            raise MlflowRejected(f"MLflow at {self.shown}: {what}: {text[:300]}") from None
+        except OSError as exc:  # connection refused, reset, DNS
+            raise MlflowUnavailable(
+                f"MLflow at {self.shown}: {what}: {exc.strerror or exc}"
+            ) from None
+
+    def experiment_id(self) -> str:
+        if self._experiment_id is None:
+            found = self._call(
+                "find experiment", self._client.get_experiment_by_name, self._experiment_name
+            )
+            self._experiment_id = (
+                found.experiment_id
+                if found is not None
+                else self._call(
+                    "create experiment", self._client.create_experiment, self._experiment_name
+                )
+            )
+        return str(self._experiment_id)
+
+    def known_runs(self) -> dict[str, tuple[str, str]]:
+        """Every tunelab run already in the experiment: key -> (run id, digest). Read once per
+        sink, then kept up to date by ``write``."""
+        if self._known is None:
+            known: dict[str, tuple[str, str]] = {}
+            token: str | None = None
+            while True:
+                page = self._call(
+                    "list runs",
+                    self._client.search_runs,
+                    [self.experiment_id()],
+                    filter_string=f"tags.`{KEY_TAG}` LIKE '%:%'",
+                    max_results=1000,
+                    page_token=token,
+                )
+                for run in page:
+                    key = run.data.tags.get(KEY_TAG)
+                    if key and key not in known:
+                        known[key] = (run.info.run_id, run.data.tags.get(DIGEST_TAG, ""))
+                token = page.token
+                if not token:
+                    break
+            self._known = known
+        return self._known
+
+    def url(self, run_id: str) -> str:
+        return f"{self.shown}/#/experiments/{self.experiment_id()}/runs/{run_id}"
+
+    def write(self, plans: Sequence[RunPlan]) -> list[Exported]:
+        """Each plan as a run, parents first; an unchanged run (same digest) is not touched."""
+        known = self.known_runs()
+        done: list[Exported] = []
+        for plan in sorted(plans, key=lambda p: p.parent_key is not None):
+            digest = plan.digest()
+            run_id, seen = known.get(plan.key, ("", ""))
+            if run_id and seen == digest:
+                done.append(Exported(plan.key, run_id, self.url(run_id), written=False))
+                continue
+            parent = known.get(plan.parent_key, ("", ""))[0] if plan.parent_key else ""
+            run_id = run_id or self._create(plan, parent)
+            self._fill(run_id, plan)
+            self._call("set tag", self._client.set_tag, run_id, DIGEST_TAG, digest)
+            known[plan.key] = (run_id, digest)
+            done.append(Exported(plan.key, run_id, self.url(run_id), written=True))
+        return done
+
+    def _create(self, plan: RunPlan, parent_run_id: str) -> str:
+        tags = {KEY_TAG: plan.key, "mlflow.runName": plan.name}
+        if parent_run_id:
+            tags["mlflow.parentRunId"] = parent_run_id
+        run = self._call(
+            "create run",
+            self._client.create_run,
+            self.experiment_id(),
+            start_time=plan.start_ms or None,
+            tags=tags,
+            run_name=plan.name,
+        )
+        return str(run.info.run_id)
+
+    def _fill(self, run_id: str, plan: RunPlan) -> None:
+        from mlflow.entities import Metric, Param, RunTag
+
+        existing = self._call("read run", self._client.get_run, run_id).data.params
+        params = [
+            Param(k, v) for k, v in plan.params.items() if existing.get(k) in (None, v)
+        ]  # a parameter is written once in MLflow; a changed one keeps its first value
+        stamp = plan.end_ms or plan.start_ms or 0
+        metrics = [Metric(k, v, stamp, step) for k, v, step in plan.metrics]
+        tags = [RunTag(k, v) for k, v in plan.tags.items()]
+        for chunk in _chunks(params, 100):
+            self._call("log params", self._client.log_batch, run_id, params=chunk)
+        for chunk in _chunks(tags, 100):
+            self._call("log tags", self._client.log_batch, run_id, tags=chunk)
+        for chunk in _chunks(metrics, BATCH):
+            self._call("log metrics", self._client.log_batch, run_id, metrics=chunk)
+        if plan.artifacts:
+            with tempfile.TemporaryDirectory(prefix="tunelab-mlflow-") as folder:
+                for name, content in plan.artifacts.items():
+                    path = Path(folder) / name
+                    path.write_bytes(content)
+                    self._call("upload artifact", self._client.log_artifact, run_id, str(path))
+        if plan.end_ms is not None or plan.parent_key is None:
+            self._call(
+                "finish run",
+                self._client.set_terminated,
+                run_id,
+                plan.status,
+                end_time=plan.end_ms,
+            )
+
+
+def _chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
