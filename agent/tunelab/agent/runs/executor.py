@@ -8,6 +8,7 @@ import contextlib
 import secrets
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -76,7 +77,9 @@ class RunExecutor:
         datasets_dir: Path | None = None,
     ) -> None:
         self._dir = state_dir / "runs"
-        self._ports = ports or PortPool()
+        # each agent's auto ports start at a place of its own (its state dir's hash): two
+        # agents on one host (tests, a lab box) no longer race for the window's first port
+        self._ports = ports or PortPool(offset=zlib.crc32(str(state_dir).encode()) % 4096)
         self._datasets_dir = datasets_dir or state_dir / "datasets"
         self._provenance = provenance
         self._dir.mkdir(parents=True, exist_ok=True)

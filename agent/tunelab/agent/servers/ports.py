@@ -78,13 +78,20 @@ class PortPool:
     """
 
     def __init__(
-        self, system: System | None = None, in_use: Callable[[int], bool] = port_in_use
+        self,
+        system: System | None = None,
+        in_use: Callable[[int], bool] = port_in_use,
+        offset: int = 0,
     ) -> None:
         self._system = system or System("/")
         self._in_use = in_use
         self._lock = threading.Lock()
         self._held: dict[str, int] = {}
         self._last = 0
+        # where the first scan starts in the window: agents on one machine (each its own pool)
+        # given different offsets do not all hand out the window's first port at the same
+        # moment, when the in-use check of each passes before either server binds
+        self._offset = offset
 
     def window(self) -> range:
         high = ephemeral_low(self._system)  # exclusive
@@ -99,7 +106,8 @@ class PortPool:
                 return self._held[holder]
             window = self.window()
             skip = reserved_ports(self._system) | set(self._held.values()) | set(exclude)
-            start = self._last + 1 if self._last in window else window.start
+            first = window.start + self._offset % max(1, len(window))
+            start = self._last + 1 if self._last in window else first
             ordered: list[int] = [*range(start, window.stop), *range(window.start, start)]
             for port in ordered:
                 if port in skip or self._in_use(port):
