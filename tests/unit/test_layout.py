@@ -93,15 +93,19 @@ def violations(repo: Path) -> list[str]:
 
 def test_package_list_matches_the_tree() -> None:
     setuptools = _pyproject()["tool"]["setuptools"]  # type: ignore[index]
-    # a folder of data only (the SQL migrations) is listed as a package so that setuptools ships
-    # it, without an __init__.py (one would shadow the module beside it, store/migrations.py)
-    data_only = set(setuptools.get("package-data", {})) - {"*", ""}  # type: ignore[union-attr]
-    listed = set(setuptools["packages"]) - data_only  # type: ignore[index]
+    listed = set(setuptools["packages"])  # type: ignore[index]
     on_disk = {
         name
         for name, path in modules(REPO).items()
         if path.name == "__init__.py" and "__pycache__" not in path.parts
     }
+    # a folder of data files only (the store's migrations/*.sql) is listed as a package so that
+    # setuptools ships it without its 40-line "Package would be ignored" warning; it is named
+    # in package-data and holds no Python (an __init__.py would shadow store/migrations.py)
+    data_only = set(setuptools.get("package-data", {})) - on_disk  # type: ignore[union-attr]
+    for name in data_only:
+        assert name in listed, name
+    on_disk |= data_only
     assert listed == on_disk, f"add to pyproject: {on_disk - listed}; remove: {listed - on_disk}"
 
 

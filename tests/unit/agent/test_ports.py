@@ -79,3 +79,18 @@ def test_a_low_ephemeral_range_moves_the_window_down_but_never_below_1024(tmp_pa
 def test_an_unreadable_range_falls_back_to_the_kernel_default(tmp_path: Path) -> None:
     pool = PortPool(System(tmp_path / "empty"), in_use=lambda port: False)
     assert pool.window() == range(WINDOW_LOW, 32768)
+
+
+def test_pools_with_different_starts_start_apart_and_start_0_is_the_windows_first_port(
+    tmp_path: Path,
+) -> None:
+    """Two agents on one host each have a pool: both handing out the window's first port at
+    once made the second server fail with ADDRESS_IN_USE (e2e, two agents, issue 24)."""
+    system = host(tmp_path)
+    plain = PortPool(system, in_use=lambda port: False, start=0)
+    assert plain.take("a") == WINDOW_LOW
+    one = PortPool(system, in_use=lambda port: False, start=17)
+    other = PortPool(system, in_use=lambda port: False, start=901)
+    assert one.take("a") == WINDOW_LOW + 17 and other.take("a") == WINDOW_LOW + 901
+    wrapped = PortPool(system, in_use=lambda port: False, start=len(plain.window()) + 3)
+    assert wrapped.take("a") == WINDOW_LOW + 3

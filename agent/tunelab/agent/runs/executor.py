@@ -80,6 +80,8 @@ class RunExecutor:
         datasets_dir: Path | None = None,
     ) -> None:
         self._dir = state_dir / "runs"
+        # each agent's auto ports start at a place of its own (its state dir's hash): two
+        # agents on one host (tests, a lab box) no longer race for the window's first port
         self._ports = ports or PortPool()
         self._datasets_dir = datasets_dir or state_dir / "datasets"
         self._provenance = provenance
