@@ -52,6 +52,7 @@ def to_run_spec(spec: dict[str, Any], run_name: str, gpus: list[int]) -> run_pb2
         env=env,
         cwd=server["cwd"],
         port=0 if server["port"] == "auto" else int(server["port"]),
+        auto_port=server["port"] == "auto",
         ready_path=server["ready"]["path"],
         ready_model=server["ready"]["model"],
         startup_timeout_seconds=server["ready"]["timeout"],
