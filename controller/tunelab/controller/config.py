@@ -54,6 +54,9 @@ class ControllerConfig:
     mlflow_tracking_uri: str = ""  # export every finished attempt to this MLflow server
     mlflow_experiment: str = "tunelab"  # ...into this MLflow experiment
     mlflow_interval: float = 30.0  # how often the exporter looks for finished attempts
+    slurm_dir: str = ""  # job scripts, specs, tokens, logs; default <db>.slurm (shared with nodes)
+    slurm_report_address: str = ""  # HOST:PORT a Slurm job dials to report; default listen
+    slurm_agent_command: str = "tunelab-agent"  # how a job starts the agent on its node
 
     def auth(self) -> ServerAuth:
         return ServerAuth.from_files(
@@ -84,6 +87,14 @@ class ControllerConfig:
         if is_url(self.db):
             return Path(default_db()).parent / "postgresql.secrets"
         return Path(f"{Path(self.db).expanduser()}.secrets")
+
+    def slurm_path(self) -> Path:
+        """Where Slurm jobs' files live: ``slurm_dir``, else beside the SQLite file."""
+        if self.slurm_dir:
+            return Path(self.slurm_dir).expanduser()
+        if is_url(self.db):
+            return Path(default_db()).parent / "slurm"
+        return Path(f"{Path(self.db).expanduser()}.slurm")
 
     def redacted(self) -> dict[str, str]:
         values = {f.name: str(getattr(self, f.name)) for f in fields(self)}

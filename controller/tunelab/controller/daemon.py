@@ -21,6 +21,8 @@ from tunelab.controller.mlflowsink import MlflowSink
 from tunelab.controller.scheduler import Scheduler
 from tunelab.controller.scrape import MetricsScraper, ScrapeTarget
 from tunelab.controller.service import SERVICE_NAME, ControllerService
+from tunelab.controller.slurm import SlurmCli
+from tunelab.controller.slurmdriver import SlurmDriver
 from tunelab.controller.spec.limits import SpecLimits
 from tunelab.controller.states import AttemptState
 from tunelab.controller.store import StoreError
@@ -54,6 +56,16 @@ class ControllerApp:
             on_agent_error=self.metrics.count_agent_error,
             clock=self.store.now,  # leases by the database's clock: one clock for every controller
         )
+        self.slurm_cli = SlurmCli()
+        self.slurm = SlurmDriver(
+            self.store,
+            self.driver,
+            self.slurm_cli,
+            config.slurm_path(),
+            config.slurm_report_address or config.listen,
+            config.slurm_agent_command,
+            clock=self.store.now,
+        )
         self.loop = ControlLoop(
             HostMonitor(
                 self.store,
@@ -62,8 +74,9 @@ class ControllerApp:
                 config.unknown_after_failures,
                 on_active_runs=self.driver.fence,
             ),
-            Scheduler(self.store),
+            Scheduler(self.store, pools=self._pool_capacity),
             self.driver,
+            slurm=self.slurm,
             tick=config.tick,
             attempt_poll_interval=config.attempt_poll_interval,
             workers=config.workers,
@@ -79,6 +92,13 @@ class ControllerApp:
         return MlflowExporter(
             self.store, lambda: MlflowSink(uri, experiment), interval=config.mlflow_interval
         )
+
+    def _pool_capacity(self) -> dict[str, int]:
+        """Slurm pools' max_jobs, by name, for the scheduling pass."""
+        return {
+            name: int(config.get("max_jobs", 16))
+            for name, config in self.store.slurm_pools().items()
+        }
 
     def _scrape_targets(self) -> list[ScrapeTarget]:
         hosts = {h.name: h for h in self.store.list_hosts()}
@@ -103,6 +123,8 @@ class ControllerApp:
             default_agent_token=read_token(self.config.agent_token_file),
             default_metrics_port=self.config.default_metrics_port,
             spec_limits=SpecLimits(max_variants=self.config.max_variants),
+            slurm=self.slurm,
+            slurm_cli=self.slurm_cli,
         )
         self.daemon = start_daemon(
             listen=self.config.listen,

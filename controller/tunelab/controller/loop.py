@@ -15,6 +15,7 @@ from tunelab.controller.dispatch import AttemptDriver
 from tunelab.controller.hosts import HostMonitor
 from tunelab.controller.inflight import InFlight
 from tunelab.controller.scheduler import Scheduler
+from tunelab.controller.slurmdriver import SlurmDriver
 from tunelab.controller.store import StoreError
 
 log = structlog.get_logger(__name__)
@@ -31,7 +32,9 @@ class ControlLoop:
         attempt_poll_interval: float = 2.0,
         workers: int = 32,
         on_pass: Callable[[float], None] = lambda seconds: None,
+        slurm: SlurmDriver | None = None,
     ) -> None:
+        self._slurm = slurm
         self._monitor = monitor
         self._scheduler = scheduler
         self._driver = driver
@@ -93,6 +96,8 @@ class ControlLoop:
         self._on_pass(time.perf_counter() - started)
         if created:
             self._driver.dispatch_new(created, self._scheduler.last_specs, self.calls)
+        if self._slurm is not None:
+            self._slurm.tick()  # one squeue per tick; submits this pass's Slurm attempts
         now = time.monotonic()
         if now - self._last_drive >= self._attempt_poll:
             self._last_drive = now

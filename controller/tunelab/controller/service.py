@@ -19,12 +19,15 @@ from tunelab.controller.agent_client import AgentClient
 from tunelab.controller.compare import compare
 from tunelab.controller.hoststate import change_host, drain
 from tunelab.controller.mlflowplan import MLFLOW_EVENT
+from tunelab.controller.slurm import SlurmCli, SlurmError
+from tunelab.controller.slurmdriver import BadReportToken, ReportRefused, SlurmDriver, pool_host
 from tunelab.controller.spec import SpecError, expand_text
 from tunelab.controller.spec.limits import DEFAULT_LIMITS, SpecLimits
 from tunelab.controller.states import ExperimentState, HostState
 from tunelab.controller.store import (
     ExperimentRow,
     HostRow,
+    SqliteStore,
     Store,
     StoreConflict,
     StoreFull,
@@ -57,6 +60,9 @@ STATUS_BY_ERROR: StatusTable = (
     (StoreConflict, grpc.StatusCode.FAILED_PRECONDITION),
     (StoreUnavailable, grpc.StatusCode.FAILED_PRECONDITION),  # a person must restore the file
     (StoreFull, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (BadReportToken, grpc.StatusCode.UNAUTHENTICATED),
+    (ReportRefused, grpc.StatusCode.FAILED_PRECONDITION),
+    (SlurmError, grpc.StatusCode.FAILED_PRECONDITION),
 )
 _errors = StatusMapper(STATUS_BY_ERROR, proxy="agent", daemon="controller")
 _unary, _stream = _errors.unary, _errors.stream
@@ -72,7 +78,11 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         default_metrics_port: int = 9473,
         clock: Callable[[], float] = time.time,
         spec_limits: SpecLimits = DEFAULT_LIMITS,
+        slurm: SlurmDriver | None = None,
+        slurm_cli: SlurmCli | None = None,
     ) -> None:
+        self._slurm = slurm
+        self._slurm_cli = slurm_cli or SlurmCli()
         self._store = store
         self._agents = agents
         self._wake = wake
@@ -260,6 +270,8 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             raise InvalidRequest(
                 "name: expected 1-63 letters, digits, '.', '_' or '-', starting alnum"
             )
+        if request.HasField("slurm"):
+            return controller_pb2.AddHostResponse(host=self._host_pb(self._add_pool(request)))
         try:
             host, _ = split_host_port(request.address)
         except ValueError as exc:
@@ -285,6 +297,21 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         saved = self._store.add_host(row, replace=request.replace)
         self._wake(True)
         return controller_pb2.AddHostResponse(host=self._host_pb(saved))
+
+    def _add_pool(self, request: controller_pb2.AddHostRequest) -> HostRow:
+        if self._slurm is None or not isinstance(self._store, SqliteStore):
+            raise InvalidRequest("slurm: this controller does not run Slurm jobs")
+        saved = pool_host(self._store, self._slurm_cli, request, self._clock())
+        self._wake(True)
+        return saved
+
+    @_unary
+    def ReportRun(
+        self, request: controller_pb2.ReportRunRequest, context: grpc.ServicerContext
+    ) -> controller_pb2.ReportRunResponse:
+        if self._slurm is None:
+            raise BadReportToken("this controller runs no Slurm jobs")
+        return self._slurm.report(request)
 
     @_unary
     def RemoveHost(

@@ -21,7 +21,8 @@ import grpc
 from tunelab.common.keepalive import DEFAULT_KEEPALIVE, Keepalive
 
 AUTH_HEADER = "authorization"
-UNAUTHENTICATED_PREFIXES = ("/grpc.health.v1.Health/",)
+# ReportRun carries its own per-attempt token, checked by the controller against the attempt.
+UNAUTHENTICATED_PREFIXES = ("/grpc.health.v1.Health/", "/tunelab.v1.Controller/ReportRun")
 
 
 def bearer(token: str) -> tuple[str, str]:

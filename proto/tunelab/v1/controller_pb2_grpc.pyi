@@ -44,6 +44,10 @@ class ControllerStub:
     SetHostDrain: _grpc.UnaryUnaryMultiCallable[_controller_pb2.SetHostDrainRequest, _controller_pb2.SetHostDrainResponse]
     AuditHost: _grpc.UnaryUnaryMultiCallable[_controller_pb2.AuditHostRequest, _controller_pb2.AuditHostResponse]
     CompareRuns: _grpc.UnaryUnaryMultiCallable[_controller_pb2.CompareRunsRequest, _controller_pb2.CompareRunsResponse]
+    ReportRun: _grpc.UnaryUnaryMultiCallable[_controller_pb2.ReportRunRequest, _controller_pb2.ReportRunResponse]
+    """From `tunelab-agent run-once` inside a Slurm job: the run as it stands. Authenticated by the
+    attempt's own token (in the request), not the controller's bearer token.
+    """
 
 @_typing.type_check_only
 class ControllerAsyncStub(ControllerStub):
@@ -60,6 +64,10 @@ class ControllerAsyncStub(ControllerStub):
     SetHostDrain: _aio.UnaryUnaryMultiCallable[_controller_pb2.SetHostDrainRequest, _controller_pb2.SetHostDrainResponse]  # type: ignore[assignment]
     AuditHost: _aio.UnaryUnaryMultiCallable[_controller_pb2.AuditHostRequest, _controller_pb2.AuditHostResponse]  # type: ignore[assignment]
     CompareRuns: _aio.UnaryUnaryMultiCallable[_controller_pb2.CompareRunsRequest, _controller_pb2.CompareRunsResponse]  # type: ignore[assignment]
+    ReportRun: _aio.UnaryUnaryMultiCallable[_controller_pb2.ReportRunRequest, _controller_pb2.ReportRunResponse]  # type: ignore[assignment]
+    """From `tunelab-agent run-once` inside a Slurm job: the run as it stands. Authenticated by the
+    attempt's own token (in the request), not the controller's bearer token.
+    """
 
 class ControllerServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -145,5 +153,15 @@ class ControllerServicer(metaclass=_abc_1.ABCMeta):
         request: _controller_pb2.CompareRunsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_controller_pb2.CompareRunsResponse, _abc.Awaitable[_controller_pb2.CompareRunsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ReportRun(
+        self,
+        request: _controller_pb2.ReportRunRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_controller_pb2.ReportRunResponse, _abc.Awaitable[_controller_pb2.ReportRunResponse]]:
+        """From `tunelab-agent run-once` inside a Slurm job: the run as it stands. Authenticated by the
+        attempt's own token (in the request), not the controller's bearer token.
+        """
 
 def add_ControllerServicer_to_server(servicer: ControllerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -32,6 +32,7 @@ from tunelab.controller.store.dbfile import FileIdentity, create_private, transl
 from tunelab.controller.store.migrations import migrate
 from tunelab.controller.store.models import AttemptChange, AttemptRow, ExperimentRow, HostRow
 from tunelab.controller.store.secrets import HostSecrets
+from tunelab.controller.store.slurmbook import SlurmStatements
 
 _JSON_FIELDS = {
     "labels": "labels_json",
@@ -148,7 +149,7 @@ def _attempt(row: sqlite3.Row) -> AttemptRow:
     )
 
 
-class SqliteStore:
+class SqliteStore(SlurmStatements):
     def __init__(self, path: Path | str, secrets_file: Path | None = None) -> None:
         self.path = Path(path)
         self.where = str(path)  # the database, as messages name it
