@@ -85,6 +85,7 @@ JobCompLoc={self.jobcomp}
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SchedulerType=sched/builtin
+SchedulerParameters=sched_interval=1
 MpiDefault=none
 ReturnToService=2
 MinJobAge=3600

@@ -5,13 +5,14 @@ The run goes through the daemon's own parts — the :class:`RunExecutor` (server
 benchmark, stop, failure reasons, ``max_duration``), the :class:`ServerRegistry` and its monitor
 process, the built-in load generator — in a state dir of the job's own. Every change of the run
 is sent with ``ReportRun`` (the node connects out; the controller never calls the node),
-authenticated by the attempt's own token. The controller's answer may ask for a cancel; SIGTERM
-(``scancel``, a time limit) cancels too, and the final state is still reported. A report the
-controller refuses (the attempt was fenced or is over) stops the run: its result would count
-nowhere.
+authenticated by the attempt's own token. The controller's answer may ask for a cancel, and the
+run's CANCELLED is then reported. SIGTERM (an ``scancel`` from outside, a time limit, a
+preemption) stops the run too, but sends no final state: the job then ends without a result,
+and the controller reads why from Slurm (LOST, retried). A report the controller refuses (the
+attempt was fenced or is over) stops the run: its result would count nowhere.
 
 Exit status: 0 the run succeeded, 1 it did not, 2 bad input, 3 the controller refused or could
-not be reached with the final result.
+not be reached with the final result, 143 stopped by SIGTERM.
 """
 
 from __future__ import annotations
@@ -134,10 +135,12 @@ def run_once(
     instance = f"run-once-{os.getpid()}"
     try:
         runs.start(attempt_id, run_spec_from_pb(spec_pb))
-        final = _follow(runs, registry, attempt_id, reporter, instance)
+        final = _follow(runs, registry, attempt_id, reporter, instance, stop)
     finally:
         runs.close()
         registry.close()
+    if stop.is_set():
+        return 143
     if final is None:
         return 3
     return 0 if final.state is RunState.SUCCEEDED else 1
@@ -154,10 +157,16 @@ def _pb(registry: ServerRegistry, record: RunRecord, instance: str) -> run_pb2.R
 
 
 def _follow(
-    runs: RunExecutor, registry: ServerRegistry, attempt_id: str, reporter: Reporter, instance: str
+    runs: RunExecutor,
+    registry: ServerRegistry,
+    attempt_id: str,
+    reporter: Reporter,
+    instance: str,
+    signalled: threading.Event,
 ) -> RunRecord | None:
     """Report every state change at once and progress at most once a second, until the run is
-    over; then the final state, retried. None: the controller never took the final report."""
+    over; then the final state, retried (not after a SIGTERM: Slurm says why the job ended).
+    None: the controller never took the final report."""
     last_state: RunState | None = None
     last_sent = 0.0
     record = runs.get(attempt_id)
@@ -165,7 +174,7 @@ def _follow(
         now = time.monotonic()
         if record.state.is_terminal():
             break
-        if record.state is last_state and now - last_sent < REPORT_EVERY:
+        if signalled.is_set() or (record.state is last_state and now - last_sent < REPORT_EVERY):
             continue
         try:
             if reporter.send(_pb(registry, record, instance)):
@@ -178,6 +187,9 @@ def _follow(
             continue
         last_state, last_sent = record.state, now
     record = runs.get(attempt_id)
+    if signalled.is_set():
+        log.warning("run_stopped_by_signal", attempt=attempt_id, state=record.state.value)
+        return None
     for attempt in range(FINAL_TRIES):
         try:
             reporter.send(_pb(registry, record, instance))

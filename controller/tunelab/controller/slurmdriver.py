@@ -176,12 +176,9 @@ class SlurmDriver:
             if (queued.state, reason) != (job.slurm_state, job.slurm_reason):
                 self._store.set_slurm_job_state(attempt.id, queued.state, reason)
                 if queued.state in PENDING_STATES:
-                    self._store.record_event(
-                        "attempt",
-                        attempt.id,
-                        f"queued at Slurm: job {job.job_id} {queued.state} ({reason})",
-                        attempt.state.value,
-                    )
+                    said = f"queued at Slurm: job {job.job_id} {queued.state} ({reason})"
+                    self._store.update_attempt(attempt.id, message=said)
+                    self._store.record_event("attempt", attempt.id, said, attempt.state.value)
             return
         # gone from Slurm's queue: the job is over; its final report, if any, came first
         end = self._cli.job_end(job.job_id)

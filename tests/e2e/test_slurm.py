@@ -1,0 +1,185 @@
+"""E2E against a real single-node Slurm: the controller submits one job per attempt, the job's
+``tunelab-agent run-once`` runs the simulator and reports back; outside kills, cancels, late
+reports and a controller kill -9 are settled by Slurm's own account."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import grpc
+import pytest
+
+from tests.e2e.conftest import Lab, sim_experiment
+from tests.support.slurm import SlurmCluster, slurm_missing
+from tunelab.v1 import controller_pb2
+
+X = controller_pb2
+pytestmark = pytest.mark.skipif(bool(slurm_missing()), reason=slurm_missing() or "ok")
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[SlurmCluster]:
+    cluster = SlurmCluster().start()
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@pytest.fixture
+def slurm(cluster: SlurmCluster) -> Iterator[SlurmCluster]:
+    cluster.run("scontrol", "update", "nodename=localhost", "state=resume", check=False)
+    yield cluster
+    for line in cluster.run("squeue", "-h", "-o", "%i").split():
+        cluster.run("scancel", line, check=False)
+    cluster.run("scontrol", "update", "nodename=localhost", "state=resume", check=False)
+
+
+def start(lab: Lab, slurm: SlurmCluster) -> Any:
+    controller = lab.start_controller(
+        SLURM_CONF=str(slurm.conf),
+        TUNELAB_CONTROLLER_SLURM_AGENT_COMMAND=f"{sys.executable} -m tunelab.agent",
+    )
+    added = controller.cli(
+        "hosts", "add-slurm", "cluster", "--partition", "gpu", "--gpus-per-node", "4",
+        "--time", "10m", "--label", "pool=slurm",
+    )  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    return controller
+
+
+def spec(name: str, **overrides: Any) -> dict[str, Any]:
+    return sim_experiment(name, host={"labels": {"pool": "slurm"}, "gpus": 1}, **overrides)
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 90.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def jobs_named(slurm: SlurmCluster, attempt_id: str) -> list[str]:
+    """Every job Slurm knows (queued or ended) with this attempt's name."""
+    out = slurm.run("scontrol", "show", "job", "-o", check=False)
+    return [
+        line.split()[0].removeprefix("JobId=")
+        for line in out.splitlines()
+        if f"JobName=tunelab-{attempt_id} " in line
+    ]
+
+
+def attempt_state(attempt: X.Attempt) -> str:
+    return X.AttemptState.Name(attempt.state).removeprefix("ATTEMPT_STATE_")
+
+
+def experiment_state(experiment: X.Experiment) -> str:
+    return X.ExperimentState.Name(experiment.state).removeprefix("EXPERIMENT_STATE_")
+
+
+def test_experiment_runs_as_one_slurm_job_and_succeeds_once(lab: Lab, slurm: SlurmCluster) -> None:
+    controller = start(lab, slurm)
+    hosts = controller.cli_json("hosts", "ls")
+    assert hosts[0]["address"] == "slurm:gpu" and hosts[0]["state"] == "READY"
+    done = lab.submit(spec("one"), wait=True)
+    assert [e["state"] for e in done] == ["SUCCEEDED"], done
+    attempts = done[0]["attempts"]
+    assert len(attempts) == 1 and attempts[0]["host"] == "cluster"
+    assert [p["concurrency"] for p in attempts[0]["result"]["points"]] == [1, 4]
+    assert len(jobs_named(slurm, attempts[0]["id"])) == 1
+    assert slurm.job_state(jobs_named(slurm, attempts[0]["id"])[0]) == "COMPLETED"
+
+    # a late report (the attempt is over) is refused, and a forged token is not taken at all
+    token = (controller.db.parent / "controller.db.slurm" / attempts[0]["id"] / "token").read_text()
+    stub = controller.stub()
+    late = X.ReportRunRequest(attempt_id=attempts[0]["id"], token=token)
+    with pytest.raises(grpc.RpcError) as refused:
+        stub.ReportRun(late, timeout=10)
+    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    forged = X.ReportRunRequest(attempt_id=attempts[0]["id"], token="0" * 64)
+    with pytest.raises(grpc.RpcError) as denied:
+        stub.ReportRun(forged, timeout=10)
+    assert denied.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert controller.experiment(done[0]["id"]).state == X.EXPERIMENT_STATE_SUCCEEDED
+
+
+def test_scancel_from_outside_is_lost_and_retried_then_cancel_through_tunelab(
+    lab: Lab, slurm: SlurmCluster
+) -> None:
+    controller = start(lab, slurm)
+    slow = spec("slow", max_attempts=2)
+    slow["server"]["flags"]["--startup-seconds"] = 60
+    (submitted,) = lab.submit(slow)
+    experiment_id = submitted["id"]
+
+    def running_job() -> str:
+        experiment = controller.experiment(experiment_id)
+        if not experiment.attempts or attempt_state(experiment.attempts[-1]) != "STARTING":
+            return ""
+        jobs = jobs_named(slurm, experiment.attempts[-1].id)
+        return jobs[0] if jobs and slurm.job_state(jobs[0]) == "RUNNING" else ""
+
+    first_job = wait_for("the first job to run", running_job)
+    first = controller.experiment(experiment_id).attempts[0].id
+    slurm.run("scancel", first_job)  # from outside tunelab: the attempt is LOST, then retried
+    experiment = wait_for(
+        "a retry",
+        lambda: (e := controller.experiment(experiment_id)) and len(e.attempts) == 2 and e,
+    )
+    lost = experiment.attempts[0]
+    assert attempt_state(lost) == "LOST"
+    assert f"Slurm job {first_job} ended CANCELLED" in lost.message
+    second_job = wait_for("the retry's job to run", running_job)
+    assert second_job != first_job and jobs_named(slurm, first) == [first_job]
+
+    cancelled = controller.cli("cancel", experiment_id)
+    assert cancelled.returncode == 0, cancelled.stderr
+    final = wait_for(
+        "the cancel",
+        lambda: (
+            (e := controller.experiment(experiment_id)).state == X.EXPERIMENT_STATE_CANCELLED and e
+        ),
+    )
+    assert attempt_state(final.attempts[1]) == "CANCELLED"
+    assert slurm.job_state(second_job) in ("CANCELLED", "COMPLETED")
+    assert len(final.attempts) == 2
+
+
+def test_kill9_while_pending_at_slurm_then_restart_submits_nothing_twice(
+    lab: Lab, slurm: SlurmCluster
+) -> None:
+    controller = start(lab, slurm)
+    slurm.run("scontrol", "update", "nodename=localhost", "state=drain", "reason=e2e-drain")
+    (submitted,) = lab.submit(spec("pending"))
+    experiment_id = submitted["id"]
+    shown = wait_for(
+        "Slurm's reason",
+        lambda: (
+            (r := controller.cli("show", experiment_id))
+            and "queued at Slurm" in r.stdout
+            and r.stdout
+        ),
+    )
+    attempt_id = controller.experiment(experiment_id).attempts[0].id
+    assert "PENDING" in shown
+    (job,) = jobs_named(slurm, attempt_id)
+
+    controller.kill9()
+    controller.start()
+    time.sleep(1.0)  # a few ticks of the restarted controller while the job still pends
+    assert jobs_named(slurm, attempt_id) == [job]
+    slurm.run("scontrol", "update", "nodename=localhost", "state=resume")
+    final = wait_for(
+        "the run",
+        lambda: (
+            (e := controller.experiment(experiment_id)).state == X.EXPERIMENT_STATE_SUCCEEDED and e
+        ),
+    )
+    assert [a.id for a in final.attempts] == [attempt_id]
+    assert jobs_named(slurm, attempt_id) == [job]
