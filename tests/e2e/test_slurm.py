@@ -7,13 +7,25 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
+import yaml
 
 from tests.e2e.conftest import Lab, sim_experiment
+from tests.support.controller_proc import ControllerProcess
 from tests.support.slurm import SlurmCluster, slurm_missing
+from tunelab.controller.agent_client import GrpcAgentClient
+from tunelab.controller.dispatch import AttemptDriver, DriverSettings
+from tunelab.controller.scheduler import Scheduler
+from tunelab.controller.slurm import SlurmCli
+from tunelab.controller.slurmdriver import SlurmDriver, pool_host
+from tunelab.controller.spec import expand_text
+from tunelab.controller.states import ExperimentState
+from tunelab.controller.store import ExperimentRow, SqliteStore
+from tunelab.controller.store.models import selector_key
 from tunelab.v1 import controller_pb2
 
 X = controller_pb2
@@ -183,3 +195,69 @@ def test_kill9_while_pending_at_slurm_then_restart_submits_nothing_twice(
     )
     assert [a.id for a in final.attempts] == [attempt_id]
     assert jobs_named(slurm, attempt_id) == [job]
+
+
+def test_add_slurm_says_when_this_is_no_submit_host_or_the_partition_is_unknown(
+    lab: Lab, slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    bare = ControllerProcess(tmp_path / "bare", env={"PATH": str(tmp_path / "nothing")}).start()
+    try:
+        refused = bare.cli("hosts", "add-slurm", "cluster", "--partition", "gpu")
+        assert refused.returncode != 0
+        assert "sbatch, squeue, scontrol, scancel not found" in refused.stderr
+        assert "Slurm submit host" in refused.stderr
+    finally:
+        bare.terminate()
+    controller = lab.start_controller(SLURM_CONF=str(slurm.conf))
+    unknown = controller.cli("hosts", "add-slurm", "cluster", "--partition", "nope")
+    assert unknown.returncode != 0 and "partition 'nope'" in unknown.stderr
+    assert controller.cli_json("hosts", "ls") == []
+
+
+def test_a_job_submitted_just_before_a_crash_is_adopted_by_name_not_submitted_again(
+    slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    store = SqliteStore(tmp_path / "controller.db")
+    cli = SlurmCli(env=slurm.env())
+    request = X.AddHostRequest(
+        name="cluster",
+        labels={"pool": "slurm"},
+        slurm=X.SlurmPool(partition="gpu", gpus_per_node=4, max_jobs=4),
+    )
+    pool_host(store, cli, request, time.time())
+    (expanded,) = expand_text(yaml.safe_dump(spec("adopt")))
+    row = ExperimentRow("x-adopt", "g", expanded.name, ExperimentState.QUEUED, expanded.spec)
+    row.selector_key, row.gpus_needed, row.submitted_at = selector_key(expanded.host), 1, 1.0
+    store.insert_experiments([row])
+    (attempt,) = Scheduler(store, pools=lambda: {"cluster": 4}).pass_once()
+    assert attempt.state.value == "DISPATCHING"
+    # the controller ran sbatch and died before committing the job id: the job is in Slurm
+    slurm.run("scontrol", "update", "nodename=localhost", "state=drain", "reason=e2e-adopt")
+    job = slurm.run(
+        "sbatch", "--parsable", f"--job-name=tunelab-{attempt.id}", "--partition=gpu",
+        f"--output={tmp_path}/hand.log", "--wrap", "sleep 60",
+    ).strip()  # fmt: skip
+    agents = GrpcAgentClient(None, 1.0, 1.0)
+    driver = SlurmDriver(
+        store, AttemptDriver(store, agents, None, DriverSettings()), cli, tmp_path / "jobs", "x:1"
+    )
+    driver.tick()
+    kept = store.slurm_job(attempt.id)
+    assert kept is not None and kept.job_id == job
+    assert "sbatch" not in cli.calls and jobs_named(slurm, attempt.id) == [job]
+    assert store.get_attempt(attempt.id).state.value == "STARTING"  # type: ignore[union-attr]
+    driver.tick()
+    assert "queued at Slurm" in store.get_attempt(attempt.id).message  # type: ignore[union-attr]
+
+    slurm.run("scancel", job)
+    wait_for(
+        "Slurm to let the job go",
+        lambda: not slurm.run("squeue", "-h", "-j", job, check=False).strip(),
+    )
+    driver.tick()
+    lost = store.get_attempt(attempt.id)
+    assert lost is not None and lost.state.value == "LOST"
+    assert f"Slurm job {job} ended CANCELLED" in lost.message
+    assert "sbatch" not in cli.calls
+    agents.close()
+    store.close()
