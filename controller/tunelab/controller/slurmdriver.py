@@ -89,6 +89,7 @@ class SlurmDriver:
         self._agent = shlex.split(agent_command)
         self._clock = clock
         self._cancelled: set[str] = set()  # job ids scancel was sent for, this process
+        self._reported: set[str] = set()  # attempts whose job has reported, this process
         self._key: bytes | None = None
         self.submitted = 0
 
@@ -267,6 +268,14 @@ class SlurmDriver:
                 f"Slurm job {request.slurm_job_id} reported before its submission was recorded",
             )
             attempt = self._store.get_attempt(attempt.id) or attempt
+        if attempt.id not in self._reported:
+            self._reported.add(attempt.id)  # per process: a restart may note it once more
+            self._store.record_event(
+                "attempt",
+                attempt.id,
+                f"first report from Slurm job {request.slurm_job_id or '?'}: run-once is up",
+                attempt.state.value,
+            )
         self._attempts.apply_run(attempt, host, request.run)
         experiment = self._store.get_experiment(attempt.experiment_id)
         return controller_pb2.ReportRunResponse(
