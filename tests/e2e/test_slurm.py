@@ -95,17 +95,21 @@ def experiment_state(experiment: X.Experiment) -> str:
     return X.ExperimentState.Name(experiment.state).removeprefix("EXPERIMENT_STATE_")
 
 
-def test_experiment_runs_as_one_slurm_job_and_succeeds_once(lab: Lab, slurm: SlurmCluster) -> None:
+def test_a_matrix_runs_as_one_slurm_job_per_experiment_and_each_succeeds_once(
+    lab: Lab, slurm: SlurmCluster
+) -> None:
     controller = start(lab, slurm)
     hosts = controller.cli_json("hosts", "ls")
     assert hosts[0]["address"] == "slurm:gpu" and hosts[0]["state"] == "READY"
-    done = lab.submit(spec("one"), wait=True)
-    assert [e["state"] for e in done] == ["SUCCEEDED"], done
+    done = lab.submit(spec("mx", matrix={"server.flags.--itl-ms": [4, 8]}), wait=True)
+    assert [e["state"] for e in done] == ["SUCCEEDED", "SUCCEEDED"], done
+    for experiment in done:
+        (attempt,) = experiment["attempts"]
+        assert attempt["host"] == "cluster"
+        assert [p["concurrency"] for p in attempt["result"]["points"]] == [1, 4]
+        (job,) = jobs_named(slurm, attempt["id"])
+        assert slurm.job_state(job) == "COMPLETED"
     attempts = done[0]["attempts"]
-    assert len(attempts) == 1 and attempts[0]["host"] == "cluster"
-    assert [p["concurrency"] for p in attempts[0]["result"]["points"]] == [1, 4]
-    assert len(jobs_named(slurm, attempts[0]["id"])) == 1
-    assert slurm.job_state(jobs_named(slurm, attempts[0]["id"])[0]) == "COMPLETED"
 
     # a late report (the attempt is over) is refused, and a forged token is not taken at all
     token = (controller.db.parent / "controller.db.slurm" / attempts[0]["id"] / "token").read_text()

@@ -121,15 +121,7 @@ class SlurmCli:
 
     def queue(self) -> dict[str, QueuedJob]:
         """This controller's jobs in Slurm's queue, by job name (the attempt id)."""
-        out = self._run(["squeue", "-h", "-o", "%i|%j|%T|%r"])
-        jobs: dict[str, QueuedJob] = {}
-        for line in out.splitlines():
-            parts = line.split("|")
-            if len(parts) != 4 or not parts[1].startswith(JOB_PREFIX):
-                continue
-            job = QueuedJob(parts[0], parts[1], parts[2], parts[3])
-            jobs[job.name.removeprefix(JOB_PREFIX)] = job
-        return jobs
+        return parse_queue(self._run(["squeue", "-h", "-o", QUEUE_FORMAT]))
 
     def job_end(self, job_id: str) -> JobEnd:
         """How a job that left the queue ended, from ``scontrol show job`` (kept by slurmctld
@@ -138,13 +130,7 @@ class SlurmCli:
             out = self._run(["scontrol", "show", "job", "-o", job_id])
         except SlurmError:
             return JobEnd("", "")
-        fields = dict(w.split("=", 1) for w in out.split() if "=" in w)
-        reason = fields.get("Reason", "")
-        return JobEnd(
-            fields.get("JobState", ""),
-            fields.get("ExitCode", ""),
-            "" if reason == "None" else reason,
-        )
+        return parse_job_end(out)
 
     def check_partition(self, partition: str) -> None:
         """Raises SlurmError naming the partition when Slurm does not know it."""
@@ -155,6 +141,31 @@ class SlurmCli:
 
     def cancel(self, job_id: str) -> None:
         self._run(["scancel", job_id])
+
+
+QUEUE_FORMAT = "%i|%j|%T|%r"
+
+
+def parse_queue(text: str) -> dict[str, QueuedJob]:
+    """``squeue -h -o QUEUE_FORMAT`` → tunelab's jobs by attempt id; other users' jobs and
+    lines that do not parse are left out."""
+    jobs: dict[str, QueuedJob] = {}
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) != 4 or not parts[1].startswith(JOB_PREFIX):
+            continue
+        job = QueuedJob(parts[0], parts[1], parts[2], parts[3])
+        jobs[job.name.removeprefix(JOB_PREFIX)] = job
+    return jobs
+
+
+def parse_job_end(text: str) -> JobEnd:
+    """``scontrol show job -o ID`` → its state, exit code and reason ("None" reads as "")."""
+    fields = dict(w.split("=", 1) for w in text.split() if "=" in w)
+    reason = fields.get("Reason", "")
+    return JobEnd(
+        fields.get("JobState", ""), fields.get("ExitCode", ""), "" if reason == "None" else reason
+    )
 
 
 def sbatch_args(
