@@ -96,9 +96,10 @@ class ControlLoop:
         self._on_pass(time.perf_counter() - started)
         if created:
             self._driver.dispatch_new(created, self._scheduler.last_specs, self.calls)
-        if self._slurm is not None:
-            self._slurm.tick()  # one squeue per tick; submits this pass's Slurm attempts
         now = time.monotonic()
-        if now - self._last_drive >= self._attempt_poll:
+        due = now - self._last_drive >= self._attempt_poll
+        if self._slurm is not None and (due or created):
+            self._slurm.tick()  # one squeue; submits this pass's Slurm attempts
+        if due:
             self._last_drive = now
             self._driver.drive_all(self.calls)

@@ -121,7 +121,7 @@ class SlurmCli:
 
     def queue(self) -> dict[str, QueuedJob]:
         """This controller's jobs in Slurm's queue, by job name (the attempt id)."""
-        return parse_queue(self._run(["squeue", "-h", "-o", QUEUE_FORMAT]))
+        return parse_queue(self._run(["squeue", "--me", "-h", "-o", QUEUE_FORMAT]))
 
     def job_end(self, job_id: str) -> JobEnd:
         """How a job that left the queue ended, from ``scontrol show job`` (kept by slurmctld

@@ -117,6 +117,9 @@ class SlurmDriver:
     # --- the tick ----------------------------------------------------------------------------
 
     def tick(self) -> None:
+        """Settle every live attempt on a pool: one ``squeue`` for all of them. The loop calls
+        this after a pass that placed attempts and every attempt poll interval, so Slurm's
+        controller sees one squeue per interval however many jobs there are."""
         hosts = {h.name for h in self._store.list_hosts() if is_slurm(h.address)}
         if not hosts:
             return
@@ -195,7 +198,8 @@ class SlurmDriver:
         if experiment.cancel_requested:
             self._attempts.finish(fresh, A.CANCELLED, f"cancelled through tunelab: {said}")
         else:
-            self._attempts.finish(fresh, A.LOST, f"{said} without a result")
+            log_file = self._dir / attempt.id / "job.log"
+            self._attempts.finish(fresh, A.LOST, f"{said} without a result (its log: {log_file})")
 
     def _submit(
         self, attempt: AttemptRow, experiment: ExperimentRow, pool: SlurmPoolConfig
