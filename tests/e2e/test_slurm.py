@@ -108,7 +108,14 @@ def test_a_matrix_runs_as_one_slurm_job_per_experiment_and_each_succeeds_once(
         assert attempt["host"] == "cluster"
         assert [p["concurrency"] for p in attempt["result"]["points"]] == [1, 4]
         (job,) = jobs_named(slurm, attempt["id"])
-        assert slurm.job_state(job) == "COMPLETED"
+        # the job reports its result, then exits: Slurm says COMPLETED a moment later
+        wait_for(f"job {job} to complete", lambda j=job: slurm.job_state(j) == "COMPLETED")
+    # logs: the server's and the load generator's, copied to the job folder by run-once
+    server_log = controller.cli("logs", done[0]["id"])
+    assert server_log.returncode == 0 and "sim" in server_log.stdout, server_log.stderr
+    bench_log = controller.cli("logs", done[0]["id"], "--bench", "--tail", "5")
+    assert bench_log.returncode == 0 and bench_log.stdout.strip(), bench_log.stderr
+    assert controller.cli("logs", done[0]["id"], "--job").returncode == 0
     attempts = done[0]["attempts"]
 
     # a late report (the attempt is over) is refused, and a forged token is not taken at all
@@ -163,7 +170,10 @@ def test_scancel_from_outside_is_lost_and_retried_then_cancel_through_tunelab(
         ),
     )
     assert attempt_state(final.attempts[1]) == "CANCELLED"
-    assert slurm.job_state(second_job) in ("CANCELLED", "COMPLETED")
+    wait_for(  # cancelled by scancel, or the run stopped on the report's answer and the job ended
+        "the retry's job to end",
+        lambda: slurm.job_state(second_job) in ("CANCELLED", "COMPLETED"),
+    )
     assert len(final.attempts) == 2
 
 

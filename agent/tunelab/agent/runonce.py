@@ -23,6 +23,7 @@ import signal
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
@@ -47,10 +48,49 @@ from tunelab.v1 import controller_pb2, controller_pb2_grpc, run_pb2
 log = structlog.get_logger(__name__)
 REPORT_EVERY = 1.0  # seconds between progress-only reports; state changes go at once
 FINAL_TRIES = 10
+MIRROR_EVERY = 1.0
 
 
 class Refused(Exception):
     """The controller will take no more reports for this attempt."""
+
+
+class LogMirror:
+    """Copies the run's server and bench logs, as they grow, into the job's folder (on the file
+    system the controller shares with the nodes), where ``tunelab logs`` reads them. The logs
+    themselves stay in the local state dir: the monitor's socket lives there too."""
+
+    def __init__(self, runs: RunExecutor, run_id: str, folder: Path) -> None:
+        self._runs, self._run_id, self._folder = runs, run_id, folder
+        self._stop = threading.Event()
+        self._sent: dict[str, int] = {}
+        self._thread = threading.Thread(target=self._loop, name="log-mirror", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(MIRROR_EVERY):
+            self.copy()
+
+    def copy(self) -> None:
+        for stream in ("server", "bench"):
+            try:
+                source = self._runs.log_path(self._run_id, stream)
+                with source.open("rb") as f:
+                    f.seek(self._sent.get(stream, 0))
+                    data = f.read()
+            except (OSError, NotFound):
+                continue
+            if data:
+                with (self._folder / f"{stream}.log").open("ab") as out:
+                    out.write(data)
+                self._sent[stream] = self._sent.get(stream, 0) + len(data)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self.copy()
 
 
 class Reporter:
@@ -90,6 +130,9 @@ def add_run_once_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     p.add_argument(
         "--state-dir", type=Path, help="default $SLURM_TMPDIR or $TMPDIR, /tmp/tunelab-<attempt>"
     )
+    p.add_argument(
+        "--log-dir", type=Path, help="copy server.log and bench.log here (default: --spec's folder)"
+    )
     p.add_argument("--nvml-snapshot", help="answer GPU queries from a captured NVML snapshot")
     p.set_defaults(handler=run_once_command)
 
@@ -107,7 +150,8 @@ def run_once_command(args: argparse.Namespace) -> int:
     job_id = os.environ.get("SLURM_JOB_ID", "")
     reporter = Reporter(args.controller, args.attempt, token, job_id)
     try:
-        return run_once(spec_pb, args.attempt, state_dir, reporter, args.nvml_snapshot)
+        log_dir = args.log_dir or args.spec.parent
+        return run_once(spec_pb, args.attempt, state_dir, reporter, args.nvml_snapshot, log_dir)
     finally:
         reporter.close()
 
@@ -118,6 +162,7 @@ def run_once(
     state_dir: Path,
     reporter: Reporter,
     nvml_snapshot: str | None = None,
+    log_dir: Path | None = None,
 ) -> int:
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     gpu = open_backend(Path(nvml_snapshot) if nvml_snapshot else None)
@@ -133,10 +178,16 @@ def run_once(
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
     instance = f"run-once-{os.getpid()}"
+    mirror = LogMirror(runs, attempt_id, log_dir) if log_dir is not None else None
     try:
         runs.start(attempt_id, run_spec_from_pb(spec_pb))
-        final = _follow(runs, registry, attempt_id, reporter, instance, stop)
+        if mirror is not None:
+            mirror.start()
+        flush = mirror.copy if mirror is not None else (lambda: None)
+        final = _follow(runs, registry, attempt_id, reporter, instance, stop, flush)
     finally:
+        if mirror is not None:
+            mirror.close()
         runs.close()
         registry.close()
     if stop.is_set():
@@ -163,6 +214,7 @@ def _follow(
     reporter: Reporter,
     instance: str,
     signalled: threading.Event,
+    flush: Callable[[], None] = lambda: None,
 ) -> RunRecord | None:
     """Report every state change at once and progress at most once a second, until the run is
     over; then the final state, retried (not after a SIGTERM: Slurm says why the job ended).
@@ -187,6 +239,7 @@ def _follow(
             continue
         last_state, last_sent = record.state, now
     record = runs.get(attempt_id)
+    flush()  # the logs are complete in the job's folder before the controller hears "done"
     if signalled.is_set():
         log.warning("run_stopped_by_signal", attempt=attempt_id, state=record.state.value)
         return None

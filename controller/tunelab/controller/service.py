@@ -19,8 +19,9 @@ from tunelab.controller.agent_client import AgentClient
 from tunelab.controller.compare import compare
 from tunelab.controller.hoststate import change_host, drain
 from tunelab.controller.mlflowplan import MLFLOW_EVENT
-from tunelab.controller.slurm import SlurmCli, SlurmError
+from tunelab.controller.slurm import SlurmCli, SlurmError, is_slurm
 from tunelab.controller.slurmdriver import BadReportToken, ReportRefused, SlurmDriver, pool_host
+from tunelab.controller.slurmlogs import STREAMS, job_log_chunks
 from tunelab.controller.spec import SpecError, expand_text
 from tunelab.controller.spec.limits import DEFAULT_LIMITS, SpecLimits
 from tunelab.controller.states import ExperimentState, HostState
@@ -226,6 +227,23 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             )
         attempt = attempts[-1]
         host = self._host(attempt.host)
+        if is_slurm(host.address) and self._slurm is not None:
+            if request.stream not in STREAMS:
+                raise InvalidRequest("stream: expected server, bench or job")
+
+            def finished() -> bool:
+                now = self._store.get_attempt(attempt.id)
+                return now is None or now.state.is_terminal()
+
+            yield from job_log_chunks(
+                self._slurm.job_folder(attempt.id),
+                request.stream,
+                tail_lines=request.tail_lines,
+                follow=request.follow,
+                finished=finished,
+                active=context.is_active,
+            )
+            return
         proxied = agent_pb2.StreamLogsRequest(
             run_id=attempt.id,
             stream=request.stream or "server",

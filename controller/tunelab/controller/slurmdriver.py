@@ -114,6 +114,10 @@ class SlurmDriver:
         """The attempt's report token: an HMAC of its id (nothing secret goes to the store)."""
         return hmac.new(self._report_key(), attempt_id.encode(), hashlib.sha256).hexdigest()
 
+    def job_folder(self, attempt_id: str) -> Path:
+        """The attempt's job folder: runspec.json, token, job.sh, job.log, server/bench logs."""
+        return self._dir / attempt_id
+
     # --- the tick ----------------------------------------------------------------------------
 
     def tick(self) -> None:
