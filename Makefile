@@ -5,20 +5,27 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: demo test docs lint typecheck proto proto-check unit integration e2e test-engines clean
+.PHONY: deps demo test docs lint typecheck proto proto-check unit integration e2e test-engines clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@# -qq: errors only; without it pip relays setuptools' notice that an editable install
+	@# uses a meta path finder (the package-dir layout needs one), 10 lines of no use here
+	$(BIN)/python -m pip install -qq -e '.[dev]'
 	touch $(STAMP)
 
 ## demo: the main job on the embedded default (local agent + simulator, no GPU needed)
 demo: $(STAMP)
 	$(BIN)/python -P -m tunelab.controller.demo
 
-## test: stub freshness, lint, types, then the whole suite (every layer below)
-test: $(STAMP) proto-check lint typecheck
+## deps: the Debian packages the suite needs (chromium, prometheus, postgresql, curl, systemd):
+## installed with apt-get when run as root, else one line with the command to run
+deps:
+	@bash tests/support/system_deps.sh
+
+## test: system packages, stub freshness, lint, types, then the whole suite (every layer below)
+test: deps $(STAMP) proto-check lint typecheck
 	$(BIN)/python -m pytest
 
 ## unit: no sockets, no child processes; seconds. Run it on every edit.

@@ -37,9 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     report = run_audit(ctx)
     elapsed = time.perf_counter() - start
     (args.out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
-    if gpu.available():
-        snapshot = capture_snapshot(gpu)
-        (args.out / "nvml.json").write_text(json.dumps(snapshot, indent=2, sort_keys=True) + "\n")
+    # always written (without a GPU it holds the reason), so the replay command works as given
+    snapshot = capture_snapshot(gpu)
+    (args.out / "nvml.json").write_text(json.dumps(snapshot, indent=2, sort_keys=True) + "\n")
     probe = ctx.__dict__.get("cuda_init")  # recorded only if the audit ran the probe
     records = {RECORD: probe.to_json()} if probe is not None else {}
     manifest = write_tree(system, args.out / "root", records)

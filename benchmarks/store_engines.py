@@ -28,7 +28,7 @@ from tests.support.postgres import PostgresServer
 from tunelab.controller.scheduler import Scheduler
 from tunelab.controller.spec import expand_text
 from tunelab.controller.states import ExperimentState, HostState
-from tunelab.controller.store import ExperimentRow, HostRow, SqliteStore
+from tunelab.controller.store import ExperimentRow, HostRow, SqliteStore, Store
 from tunelab.controller.store.models import selector_key
 from tunelab.controller.store.postgres import PostgresStore
 
@@ -53,7 +53,7 @@ def spread(values: list[float]) -> str:
     return f"{ms(pct(values, 0.5), 2)} / {ms(pct(values, 0.99), 2)}"
 
 
-def fill(store: SqliteStore, experiments: int, hosts: int) -> float:
+def fill(store: Store, experiments: int, hosts: int) -> float:
     """Queue ``experiments`` in batches of 100 and register ``hosts`` READY; submissions/s."""
     (template,) = expand_text(SPEC)
     key = selector_key(template.host)
@@ -70,12 +70,14 @@ def fill(store: SqliteStore, experiments: int, hosts: int) -> float:
         store.insert_experiments(rows)
     rate = experiments / (time.perf_counter() - started)
     for h in range(hosts):
-        store.add_host(HostRow(name=f"h{h:03d}", address=f"h{h}:1", labels={"pool": "scale"}))
-        store.update_host(f"h{h:03d}", state=HostState.READY, gpu_count=8)
+        added = store.add_host(
+            HostRow(name=f"h{h:03d}", address=f"h{h}:1", labels={"pool": "scale"})
+        )
+        store.transition_host(added.name, added, HostState.READY, gpu_count=8)
     return rate
 
 
-def writes(store: SqliteStore, ids: list[str], threads: int) -> list[float]:
+def writes(store: Store, ids: list[str], threads: int) -> list[float]:
     """Seconds of each ``update_attempt`` (the acked write of a dispatch), ``threads`` at once."""
     out: list[float] = []
     lock = threading.Lock()
@@ -95,9 +97,7 @@ def writes(store: SqliteStore, ids: list[str], threads: int) -> list[float]:
     return out
 
 
-def measure(
-    name: str, open_store: Callable[[], SqliteStore], args: argparse.Namespace
-) -> dict[str, str]:
+def measure(name: str, open_store: Callable[[], Store], args: argparse.Namespace) -> dict[str, str]:
     store = open_store()
     rate = fill(store, args.experiments, args.hosts)
     t0 = time.perf_counter()
@@ -124,7 +124,7 @@ def measure(
     }
 
 
-def writes_two(open_store: Callable[[], SqliteStore], ids: list[str]) -> list[float]:
+def writes_two(open_store: Callable[[], Store], ids: list[str]) -> list[float]:
     """Two stores (two controllers' pools) on one database, writing at once."""
     first, second = open_store(), open_store()
     out: list[float] = []

@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.e2e.conftest import Lab, sim_experiment
 from tests.support.ports import free_port
 from tests.support.tcp_proxy import TcpProxy
+from tests.unit.controller.test_compare_view import name_cells
 from tunelab.controller.spec import expand_text
 from tunelab.controller.states import ExperimentState
 from tunelab.controller.store import ExperimentRow, SqliteStore
@@ -104,7 +105,11 @@ def test_matrix_spreads_over_both_hosts_with_gpu_power_beside_throughput(lab: La
     assert bench_log.returncode == 0, bench_log.stderr
     table = controller.cli("compare", group)
     assert table.returncode == 0 and "622.2" in table.stdout
-    assert re.search(r"--itl-ms=4,--tokens\s+gpu-[ab]\s+c=1 ", table.stdout), table.stdout
+    # each variant's name whole, broken (if at all) only between its parts: never mid-word
+    assert re.search(r"--itl-ms=4,\S*\s+gpu-[ab]\s+c=1 ", table.stdout), table.stdout
+    assert sorted(name_cells(table.stdout)) == sorted(
+        f"--itl-ms={i},--tokens-per-chunk={t}" for i in (4, 8) for t in (1, 2)
+    ), table.stdout
     assert " c=4 " in table.stdout and max(map(len, table.stdout.splitlines())) <= 100
     csv_text = controller.cli("compare", group, "--csv").stdout
     assert csv_text.count("\n") == 1 + 4 * 2  # header + one row per experiment and point
@@ -327,3 +332,17 @@ def test_audit_a_host_through_the_controller_matches_the_agent(lab: Lab) -> None
     assert "cpu.governor" in checks and "gpu.power_limit" in checks
     unknown = controller.cli("audit", "no-such-host")
     assert unknown.returncode == 4 and "no host 'no-such-host'" in unknown.stderr  # not found
+
+
+def test_an_attempt_shorter_than_the_scrape_interval_still_has_gpu_figures(lab: Lab) -> None:
+    """Issue 24: with the interval's scrape only, 3 of 9 short attempts had no GPU figures. The
+    controller also scrapes when the benchmark window starts and ends (or, when its polls
+    missed the window, as the attempt ends); here the interval alone would never come."""
+    lab.start_controller(TUNELAB_CONTROLLER_SCRAPE_INTERVAL="10m")
+    lab.add_agent("gpu-a")
+    (done,) = lab.submit(sim_experiment("short"), wait=True)
+    assert done["state"] == "SUCCEEDED"
+    gpu = done["attempts"][-1]["gpu_summary"]
+    assert gpu["samples"] >= 1 and gpu["scrape_errors"] == 0, gpu
+    assert abs(gpu["mean_power_watts_total"] - 622.248) < 1e-6
+    assert gpu["tokens_per_joule"] is not None

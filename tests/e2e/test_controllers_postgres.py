@@ -5,10 +5,13 @@ agents — and both controllers answer reads and take submissions throughout."""
 
 from __future__ import annotations
 
+import signal
 import time
 from collections import Counter
+from typing import Any
 
 import grpc
+import psycopg
 import pytest
 import yaml
 
@@ -18,7 +21,7 @@ from tests.support.controller_proc import ControllerProcess
 from tests.support.ports import free_port
 from tests.support.postgres import PostgresServer
 from tests.support.tcp_proxy import TcpProxy
-from tunelab.controller.store.postgres import PostgresStore
+from tunelab.controller.store.postgres import SCHEDULE_LOCK, PostgresStore
 from tunelab.v1 import controller_pb2
 
 X = controller_pb2
@@ -137,3 +140,88 @@ def test_a_controller_cut_off_from_the_database_stops_and_says_so(
         cut_off.terminate()
         if other is not None:
             other.terminate()
+
+
+TURN_HOLDER = (
+    "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+    "WHERE l.locktype = 'advisory' AND l.classid = %s AND l.objid = %s AND l.granted"
+)
+
+
+def turn_holder(admin: psycopg.Connection[Any]) -> int | None:
+    """The controller process (its pid, from its session's application_name) holding the
+    scheduling turn now, or None."""
+    row = admin.execute(TURN_HOLDER, (SCHEDULE_LOCK >> 32, SCHEDULE_LOCK & 0xFFFFFFFF)).fetchone()
+    if row is None:
+        return None
+    name = str(row[0])  # "tunelab-controller pid=N turn"
+    return int(name.split("pid=")[1].split()[0]) if "pid=" in name else None
+
+
+def test_a_controller_frozen_while_it_holds_the_turn_loses_it_and_the_other_finishes(
+    lab: Lab, postgres: PostgresServer
+) -> None:
+    """Issue 23 item 7: SIGSTOP the controller that holds the scheduling turn (its connection
+    stays open, so a plain session lock would be held for ever). The other controller takes
+    the turn once the frozen one's lease is over and runs every experiment; resumed, the
+    frozen one double-books nothing."""
+    url = postgres.new_database()
+    controllers = [
+        ControllerProcess(lab.root / f"controller-{i}", ["--db", url]).start() for i in (1, 2)
+    ]
+    frozen: ControllerProcess | None = None
+    try:
+        lab.controller = controllers[0]
+        lab.add_agent("gpu-a")
+        lab.add_agent("gpu-b")
+        spec = sim_experiment(
+            "freeze",
+            itl_ms=10,
+            benchmark={"concurrency": [1], "requests": 6, "input_len": 8, "output_len": 16},
+            matrix={"server.flags.--tokens-per-chunk": [1, 2, 3, 4]},
+        )
+        reply = (
+            controllers[1]
+            .stub()
+            .SubmitExperiments(
+                X.SubmitExperimentsRequest(spec_yaml=yaml.safe_dump(spec), source="f.yaml"),
+                timeout=30,
+            )
+        )
+        ids = [e.id for e in reply.experiments]
+        by_pid = {c.proc.pid: c for c in controllers if c.proc is not None}
+        with psycopg.connect(url, autocommit=True) as admin:
+            for _ in range(500):  # catch one mid-tick: SIGSTOP it while it holds the turn
+                holder = turn_holder(admin)
+                if holder not in by_pid:
+                    continue
+                victim = by_pid[holder]
+                assert victim.proc is not None and victim.proc.poll() is None  # our own child
+                victim.proc.send_signal(signal.SIGSTOP)
+                if turn_holder(admin) == holder:
+                    frozen = victim
+                    break
+                victim.proc.send_signal(signal.SIGCONT)  # it had let go already: again
+            assert frozen is not None and frozen.proc is not None, "never caught a turn"
+            frozen_at = time.monotonic()
+            healthy = next(c for c in controllers if c is not frozen)
+            assert healthy.proc is not None
+            while turn_holder(admin) != healthy.proc.pid:
+                assert time.monotonic() - frozen_at < 60, "the frozen controller kept the turn"
+                time.sleep(0.05)
+            print(f"turn passed {time.monotonic() - frozen_at:.1f} s after the freeze")
+            wait_all_done(healthy, ids, 180)  # all of it while the other is still frozen
+        frozen.proc.send_signal(signal.SIGCONT)
+        time.sleep(2)  # its late writes, if any, meet the fence
+        finals = [healthy.experiment(i) for i in ids]
+        assert [state(e) for e in finals] == ["SUCCEEDED"] * 4, [e.message for e in finals]
+        assert [len(e.attempts) for e in finals] == [1] * 4
+        started = sum(servers_started(agent.log()) for agent in lab.agents.values())
+        assert started == 4
+        assert frozen.proc.poll() is None  # resumed, alive, and answering again
+        assert [state(frozen.experiment(i)) for i in ids] == ["SUCCEEDED"] * 4
+    finally:
+        for controller in controllers:
+            if controller.proc is not None and controller.proc.poll() is None:
+                controller.proc.send_signal(signal.SIGCONT)
+            controller.terminate()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -23,14 +24,20 @@ def test_demo_runs_the_main_job_end_to_end() -> None:
         for launch in (1, 2, 3):
             assert f"{name}#{launch}  SUCCEEDED" in out
     # the comparison table, then the effects of each change, each line within 100 columns
-    compare = out[out.index("$ tunelab compare") :]
+    compare = out[out.index("$ tunelab compare") : out.index("== stop what the demo started")]
     assert max(len(line) for line in compare.splitlines()) <= 100
     assert "effect of --itl-ms=5 against the baseline (3 baseline, 3 variant launches)" in out
     assert "effect of --tag=no-op against the baseline" in out
-    last = out.rstrip().splitlines()[-1]
-    found = re.fullmatch(r"== demo done; the report: (\S+report\.html)", last)
-    assert found, last
+    found = re.search(r"^== demo done; the report: (\S+report\.html)$", out, re.MULTILINE)
+    assert found, out[-2000:]
     report = Path(found.group(1))
-    assert report.stat().st_size > 10_000 and "<svg" in report.read_text()
-    report.unlink()
-    report.parent.rmdir()
+    try:
+        assert report.stat().st_size > 10_000 and "<svg" in report.read_text()
+        # the logs it printed are still there, and it says what to do next
+        for log in re.findall(r"\(log: (\S+)\)", out):
+            assert Path(log).is_file() and Path(log).parent == report.parent, log
+        tail = out[found.end() :]
+        assert "the daemons' logs:" in tail and "next, on a GPU host of your own:" in tail
+        assert "tunelab hosts add gpu1 HOST:50051 --label pool=demo" in tail
+    finally:
+        shutil.rmtree(report.parent)

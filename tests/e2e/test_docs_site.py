@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.support.readme_blocks import runnable_blocks
+
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
 
@@ -20,6 +22,12 @@ def test_mkdocs_builds_strict(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-4000:]
     assert (tmp_path / "site" / "index.html").is_file()
+    # a runnable block renders as a console block, not as inline text that swallows the page
+    for page in sorted((REPO / "docs").glob("*.md")):
+        blocks = len(runnable_blocks(page.read_text()))
+        if blocks and page.stem != "index":
+            html = (tmp_path / "site" / page.stem / "index.html").read_text()
+            assert html.count('class="runnable highlight"') == blocks, page.name
     assert (tmp_path / "site" / "search" / "index.html").is_file() or (
         tmp_path / "site" / "search" / "search_index.json"
     ).is_file()

@@ -34,13 +34,22 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name in tracked:
         (source / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / name, source / name)
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-v",
          "-w", str(out), str(source)],
-        check=True, cwd=out, capture_output=True,
+        check=True, cwd=out, capture_output=True, text=True,
     )  # fmt: skip
+    (out / "build.log").write_text(done.stdout + done.stderr)
     [built] = out.glob("tunelab-*.whl")
     return built
+
+
+def test_the_build_warns_of_no_package_missing_from_the_configuration(wheel: Path) -> None:
+    """Issue 24: the first `make` printed setuptools' 40-line "Package would be ignored" for
+    tunelab.controller.store.migrations (the SQL folder)."""
+    log = (wheel.parent / "build.log").read_text()
+    assert "BuildBackendWarning" in log or "running bdist_wheel" in log, log[-2000:]  # verbose
+    assert "absent from the `packages` configuration" not in log, log[-3000:]
 
 
 def test_the_wheel_holds_only_the_tunelab_namespace(wheel: Path) -> None:

@@ -1,4 +1,4 @@
-"""E2E: every block of README.md and docs/*.md fenced ``console runnable`` runs as written.
+"""E2E: every block of README.md and docs/*.md fenced ``console {.runnable}`` runs.
 
 Each block runs in its own network, mount and pid namespaces (``unshare``): README's fixed ports
 (50051, 50050, 8100) and ``/tmp`` paths meet nothing else on the machine, and the daemons a block
@@ -28,7 +28,7 @@ BLOCKS = [
 
 def test_docs_have_runnable_blocks_and_say_how_they_are_marked() -> None:
     assert len(BLOCKS) >= 2
-    assert "`console runnable`" in (REPO / "docs" / "cli.md").read_text()
+    assert "`console {.runnable}`" in (REPO / "docs" / "cli.md").read_text()
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=[f"{b['page']}:{b['line']}" for b in BLOCKS])

@@ -143,6 +143,90 @@ def test_bench_beside_vllm_bench_serve(
     assert point["mean_ttft_ms"] > 0 and vllm_result["mean_ttft_ms"] > 0
 
 
+def test_the_same_vllm_bench_serve_line_runs_on_both_tools(
+    venv: Path, tiny_model: Path, vllm_server: Started, tmp_path: Path
+) -> None:
+    """Issue 26: one `vllm bench serve` argument line, unchanged, run by vLLM and by
+    `tunelab bench`; both saved results side by side."""
+    port = vllm_server.spec.port
+    pin = ["taskset", "-c", CLIENT_CPU]
+    line = ["--backend", "openai", "--base-url", f"http://127.0.0.1:{port}", "--model", "tiny"]
+    line += ["--tokenizer", str(tiny_model), "--dataset-name", "random"]
+    line += ["--random-input-len", "32", "--random-output-len", "16", "--num-prompts", "16"]
+    line += ["--max-concurrency", "4", "--ignore-eos", "--temperature", "0", "--seed", "3"]
+    line += ["--percentile-metrics", "ttft,tpot,e2el", "--metric-percentiles", "50,99"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    results = {}
+    for tool, head in (
+        ("vllm", [str(venv / "bin" / "vllm"), "bench", "serve"]),
+        ("tunelab", [sys.executable, "-P", "-m", "tunelab.cli.main", "bench"]),
+    ):
+        save = ["--save-result", "--result-dir", str(tmp_path), "--result-filename", f"{tool}.json"]
+        argv = [*pin, *head, *line, *save]
+        subprocess.run(argv, check=True, timeout=300, env=env, stdout=subprocess.DEVNULL)
+        results[tool] = json.loads((tmp_path / f"{tool}.json").read_text())
+    theirs, ours = results["vllm"], results["tunelab"]
+    keys = ("completed", "total_output_tokens", "max_concurrency", "output_throughput",
+            "mean_ttft_ms", "p50_ttft_ms", "p99_ttft_ms", "mean_tpot_ms",
+            "p99_e2el_ms")  # fmt: skip
+    print("\n| field | vllm bench serve | tunelab bench |\n|---|---:|---:|")
+    for key in keys:
+        print(f"| {key} | {theirs.get(key)} | {ours.get(key)} |")
+    assert ours["completed"] == theirs["completed"] == 16
+    assert ours["total_output_tokens"] == theirs["total_output_tokens"] == 16 * 16
+    assert ours["max_concurrency"] == theirs["max_concurrency"] == 4
+    assert "p50_ttft_ms" in ours and "p99_e2el_ms" in ours
+
+
+def _prefix_cache(port: int) -> tuple[float, float]:
+    """(hits, queries) of vLLM's prefix cache counters, in tokens."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    hits = queries = 0.0
+    for line in text.splitlines():
+        if line.startswith("vllm:prefix_cache_hits_total"):
+            hits += float(line.rsplit(" ", 1)[1])
+        elif line.startswith("vllm:prefix_cache_queries_total"):
+            queries += float(line.rsplit(" ", 1)[1])
+    return hits, queries
+
+
+def test_shared_prefix_hits_vllms_prefix_cache_where_random_does_not(
+    tiny_model: Path, vllm_server: Started, tmp_path: Path
+) -> None:
+    """Issue 26: the same lengths, 4 shared 256-token prefixes against random prompts; vLLM's
+    own prefix-cache counters over each run (prefix caching is on by default in vLLM V1)."""
+    port = vllm_server.spec.port
+    url = f"http://127.0.0.1:{port}"
+    pin = ["taskset", "-c", CLIENT_CPU]
+    common = [sys.executable, "-P", "-m", "tunelab.cli.main", "bench", "--url", url]
+    common += ["--tokenizer", str(tiny_model), "--concurrency", "4", "--requests", "32"]
+    common += ["--output-len", "8"]
+    shapes = {
+        "shared-prefix": ["--dataset", "shared-prefix", "--prefix-len", "256",
+                          "--prefix-groups", "4", "--input-len", "64"],
+        "random": ["--dataset", "random", "--input-len", "320", "--seed", "9"],
+    }  # fmt: skip
+    figures = {}
+    for name, extra in shapes.items():
+        out = tmp_path / f"{name}.json"
+        before = _prefix_cache(port)
+        argv = [*pin, *common, *extra, "--out", str(out)]
+        subprocess.run(argv, check=True, timeout=300, stdout=subprocess.DEVNULL)
+        after = _prefix_cache(port)
+        hits, queries = after[0] - before[0], after[1] - before[1]
+        point = json.loads(out.read_text())["points"][0]
+        figures[name] = (hits, queries, point["median_ttft_ms"], point)
+    for name, (hits, queries, ttft, _) in figures.items():
+        print(f"\n{name}: prefix cache hits {hits:.0f} / queries {queries:.0f} tokens "
+              f"({hits / queries if queries else 0:.1%}), TTFT p50 {ttft:.1f} ms")  # fmt: skip
+    shared, plain = figures["shared-prefix"], figures["random"]
+    assert shared[1] > 0 and plain[1] > 0
+    assert shared[0] / shared[1] > 0.5  # 256 of 320 tokens shared after each group's first
+    assert plain[0] / plain[1] < 0.1
+    assert sorted(shared[3]["by_prefix_group"]) == ["0", "1", "2", "3"]
+
+
 def test_bad_flag_and_missing_model_fail_with_their_reason(
     agent: Agent, venv: Path, tiny_model: Path, compile_cache: Path, tmp_path: Path
 ) -> None:

@@ -81,6 +81,8 @@ def test_a_run_starts_its_server_on_a_free_port_benchmarks_and_stops_it(
     assert json.loads((agent.state_dir / "runs" / "r1" / "result.json").read_text()) == result
     port = final.server.spec.port
     assert port > 0 and str(port) in final.server.spec.argv  # {port} filled in
+    ephemeral_low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    assert port < ephemeral_low  # an auto port never comes from the ephemeral range
     assert final.server.state == server_pb2.SERVER_STATE_STOPPED and gone(final.server.pid)
 
     server_log = b"".join(

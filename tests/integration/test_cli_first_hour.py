@@ -165,10 +165,20 @@ def test_4_a_long_failure_reason_is_printed_whole(lab: Lab) -> None:
 # --- 5, 6: missing GPU figures and setup mistakes are said at once ------------------------------
 
 
+def _hint(text: str) -> list[str]:
+    """The ``tunelab hosts set ...`` command a message prints, as argv for the console script."""
+    found = re.search(r"tunelab (hosts set \S+ --metrics-url URL)", " ".join(text.split()))
+    assert found, text
+    return found.group(1).split()
+
+
 def test_5_a_wrong_metrics_url_is_named_in_show(lab: Lab) -> None:
     added = lab.run("hosts", "add", "local", lab.agent.address, "--label", "pool=first",
                     "--replace", "--metrics-url", f"http://{DEAD}/metrics")  # fmt: skip
-    assert f"GPU figures from http://{DEAD}/metrics (--metrics-url to change it)" in added.stdout
+    assert (
+        f"GPU figures from http://{DEAD}/metrics "
+        "(to change it: tunelab hosts set local --metrics-url URL)" in added.stdout
+    )
     try:
         spec = lab.spec("nogpu", **{"benchmark.requests": 16, "benchmark.output_len": 32})
         assert lab.run("submit", str(spec), "--wait").returncode == 0
@@ -183,6 +193,39 @@ def test_5_a_wrong_metrics_url_is_named_in_show(lab: Lab) -> None:
     assert compared.returncode == 0
     warning = " ".join(compared.stdout.split())  # the table wraps long lines
     assert f"no GPU figures from http://{DEAD}/metrics" in warning and "--metrics-url" in warning
+    # every hint's command works as written (URL filled in) and keeps the host's labels
+    for n, text in enumerate((added.stdout, shown.stdout, compared.stdout)):
+        url = f"http://127.0.0.1:{2 + n}/metrics"
+        argv = [url if a == "URL" else a for a in _hint(text)]
+        fixed = lab.run(*argv)
+        assert fixed.returncode == 0, fixed.stderr
+        assert f"local: labels pool=first; GPU figures from {url}" in fixed.stdout
+        (host,) = json.loads(lab.run("hosts", "ls", "--json").stdout)
+        assert host["labels"] == {"pool": "first"} and host["metrics_url"] == url
+    # the labels kept, a run that selects on them still finds the host
+    spec = lab.spec("after-set")
+    assert lab.run("submit", str(spec), "--wait").returncode == 0
+
+
+def test_hosts_set_changes_one_field_and_keeps_the_rest(lab: Lab) -> None:
+    before = json.loads(lab.run("hosts", "ls", "--json").stdout)[0]
+    labelled = lab.run("hosts", "set", "local", "--label", "rack=b7", "--json")
+    assert labelled.returncode == 0, labelled.stderr
+    after = json.loads(labelled.stdout)
+    assert after["labels"] == {**before["labels"], "rack": "b7"}
+    assert after["metrics_url"] == before["metrics_url"] and after["address"] == before["address"]
+    unset = json.loads(lab.run("hosts", "set", "local", "--unset-label", "rack", "--json").stdout)
+    assert unset["labels"] == before["labels"]
+    default = json.loads(lab.run("hosts", "set", "local", "--metrics-url", "", "--json").stdout)
+    assert default["metrics_url"].endswith(":9473/metrics")
+    nothing = lab.run("hosts", "set", "local")
+    assert nothing.returncode == 2 and "give what to change" in nothing.stderr
+    missing = lab.run("hosts", "set", "no-such-host", "--label", "a=b")
+    assert missing.returncode == 4 and "no host 'no-such-host'" in missing.stderr
+    bad = lab.run("hosts", "set", "local", "--unset-label", "nope")
+    assert bad.returncode == 2 and "has no label 'nope'" in bad.stderr
+    bad_url = lab.run("hosts", "set", "local", "--metrics-url", "ftp://x/metrics")
+    assert bad_url.returncode == 2 and "metrics_url: must start with http://" in bad_url.stderr
 
 
 def test_6_port_auto_without_port_placeholder_fails_the_dry_run(lab: Lab) -> None:
@@ -412,3 +455,72 @@ def _verdicts(report: str) -> dict[str, str]:
         if len(parts) >= 2 and parts[0] in ("PASS", "WARN", "FAIL", "SKIP", "ERROR"):
             out[parts[1]] = parts[0]
     return out
+
+
+def test_controller_views_show_the_servers_phase_and_progress_while_it_loads(lab: Lab) -> None:
+    """Issue 24: through a model load `show`/`ls`/watch said `STARTING: accepted` while the agent
+    knew the phase and the shard count."""
+    flags = {"server.flags.--startup-seconds": 12, "server.flags.--shards": 20}
+    submitted = lab.run("submit", str(lab.spec("slowload", **flags)), "--json")
+    assert submitted.returncode == 0, submitted.stderr
+    loading = re.compile(
+        r"STARTING: server LOADING, loading weights: Loading safetensors checkpoint shards"
+        r" \d+/20"
+    )
+    seen: dict[str, str] = {}
+    deadline = time.monotonic() + 60
+    while len(seen) < 2 and time.monotonic() < deadline:
+        for view in ("ls", "show"):
+            out = lab.run(view, *(["slowload"] if view == "show" else [])).stdout
+            found = loading.search(out)
+            if found:
+                seen.setdefault(view, found.group(0))
+        time.sleep(0.5)
+    assert set(seen) == {"ls", "show"}, seen
+    done = lab.run("wait", "slowload", timeout=120)
+    assert done.returncode == 0 and "SUCCEEDED" in done.stdout, done.stdout + done.stderr
+
+
+def test_a_bad_flags_failure_reason_has_no_argparse_padding(lab: Lab) -> None:
+    spec = lab.spec("badflag", **{"server.flags.--itl-ms": "x"})
+    result = lab.run("submit", str(spec), "--wait")
+    assert result.returncode == 1
+    line = next(x for x in lab.run("ls").stdout.splitlines() if " badflag " in x)
+    message = line.split("server FAILED:", 1)[1]
+    assert "invalid _non_negative value: 'x'" in message and "| [--tag TAG] |" in message, line
+    assert "   " not in message.strip(), line  # argparse's usage lines are indented ~40 spaces
+
+
+def test_repeat_1_says_not_enough_repeats_once_per_change(lab: Lab) -> None:
+    spec = lab.spec("once")
+    doc = yaml.safe_load(spec.read_text())
+    doc["ablation"] = [{"server.flags.--itl-ms": 5}, {"server.flags.--tag": "no-op"}]
+    doc["repeat"] = 1
+    spec.write_text(yaml.safe_dump(doc, sort_keys=False))
+    assert lab.run("submit", str(spec), "--wait").returncode == 0
+    compared = lab.run("compare", "once")
+    assert compared.returncode == 0, compared.stderr
+    text = " ".join(compared.stdout.split())
+    for change in ("--itl-ms=5", "--tag=no-op"):
+        assert (
+            f"effect of {change} against the baseline: not enough repeats to estimate it: "
+            "1 baseline and 1 variant launch(es), 3 of each are needed (repeat: 3 in the spec)"
+        ) in text, compared.stdout
+    assert compared.stdout.count("not enough repeats") <= 3, compared.stdout  # legend + 2
+
+
+def test_show_prints_the_server_flags_in_the_specs_order(lab: Lab) -> None:
+    spec = lab.spec("ordered")
+    doc = yaml.safe_load(spec.read_text())
+    flags = doc["server"]["flags"]
+    doc["server"]["flags"] = {"--ttft-ms": 40, "--port": flags["--port"], "--model": "sim-7b",
+                              "--itl-ms": 10, "--startup-seconds": 0.2}  # fmt: skip
+    spec.write_text(yaml.safe_dump(doc, sort_keys=False))
+    assert lab.run("submit", str(spec), "--wait").returncode == 0
+    shown = lab.run("show", "ordered")
+    line = next(x for x in shown.stdout.splitlines() if x.startswith("  server: "))
+    order = [a for a in line.split() if a.startswith("--")]
+    assert order == ["--ttft-ms", "--port", "--model", "--itl-ms", "--startup-seconds"], line
+    provenance = json.loads(lab.run("show", "ordered", "--json").stdout)["attempts"][-1]
+    argv = [a for a in (provenance.get("provenance") or {}).get("argv", []) if a.startswith("--")]
+    assert argv in ([], order), argv  # what the agent ran: the same order

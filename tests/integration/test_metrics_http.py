@@ -8,10 +8,11 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from tunelab.agent.metrics.http import HttpServer, Limits, Request, Response
+from tunelab.common.httpserve import HttpServer, Limits, Request, Response
 
 LIMITS = Limits(max_connections=8, idle_timeout=0.6, request_timeout=0.4, workers=2)
 
@@ -72,28 +73,91 @@ def test_keep_alive_head_and_close(server: HttpServer) -> None:
     conn.close()
 
 
-def test_hundreds_of_idle_connections_hold_no_threads_and_the_cap_answers_503() -> None:
+def test_hundreds_of_idle_connections_hold_no_threads_and_give_way_to_new_ones() -> None:
     limits = Limits(max_connections=8, idle_timeout=60, request_timeout=60, workers=2)
     server = HttpServer("127.0.0.1", 0, handler, limits=limits)  # no idle close mid-test
     server.start()
     try:
-        _hold_and_overflow(server)
+        before = endpoint_threads(server)
+        held = [connect(server) for _ in range(limits.max_connections)]
+        wait_until(lambda: server.stats.open == limits.max_connections)
+        extra = [connect(server) for _ in range(200)]
+        wait_until(lambda: server.stats.evicted == 200)  # each took an idle one's place
+        assert server.stats.open == limits.max_connections and server.stats.rejected == 0
+        assert all(read_all(sock) == b"" for sock in held)  # closed, not answered 503
+        assert endpoint_threads(server) <= 1 + limits.workers
+        assert endpoint_threads(server) == before  # no thread per connection
+        for sock in held + extra:
+            sock.close()
     finally:
         server.close()
 
 
-def _hold_and_overflow(server: HttpServer) -> None:
-    before = endpoint_threads(server)
-    held = [connect(server) for _ in range(LIMITS.max_connections)]
-    wait_until(lambda: server.stats.open == LIMITS.max_connections)
-    extra = [connect(server) for _ in range(200)]
-    replies = [read_all(sock) for sock in extra]
-    assert all(r.startswith(b"HTTP/1.1 503 ") for r in replies)
-    assert server.stats.rejected == 200
-    assert endpoint_threads(server) <= 1 + LIMITS.workers
-    assert endpoint_threads(server) == before  # no thread per connection
-    for sock in held + extra:
+def test_when_every_connection_is_mid_request_a_new_one_is_answered_503() -> None:
+    limits = Limits(max_connections=4, idle_timeout=60, request_timeout=60, workers=1)
+    server = HttpServer("127.0.0.1", 0, handler, lambda r: r.path == "/slow", limits)
+    server.start()
+    try:
+        busy = [connect(server) for _ in range(limits.max_connections)]
+        for sock in busy:
+            sock.sendall(b"GET /slow HTTP/1.1\r\nConnection: close\r\n\r\n")
+        wait_until(lambda: all(c.busy for c in list(server.connections)))
+        assert read_all(connect(server)).startswith(b"HTTP/1.1 503 ")
+        assert all(b"GET /slow" in read_all(sock) for sock in busy)  # all still answered
+        for sock in busy:
+            sock.close()
+    finally:
+        server.close()
+
+
+def connect_from(server: HttpServer, source: str) -> socket.socket:
+    """A connection from another loopback address (all of 127.0.0.0/8 is this host)."""
+    return socket.create_connection(
+        ("127.0.0.1", server.port), timeout=5, source_address=(source, 0)
+    )
+
+
+def scrape_from(server: HttpServer, source: str) -> bytes:
+    sock = connect_from(server, source)
+    sock.sendall(b"GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n")
+    try:
+        return read_all(sock)
+    finally:
         sock.close()
+
+
+def test_one_client_holding_idle_connections_never_keeps_a_scrape_out() -> None:
+    # issue 23: one client holding 64 idle connections made 76 of 80 real scrapes fail
+    limits = Limits(max_connections=8, max_per_client=3, idle_timeout=60, request_timeout=60)
+    server = HttpServer("127.0.0.1", 0, handler, limits=limits)
+    server.start()
+    try:
+        hog = [connect_from(server, "127.0.0.2") for _ in range(64)]
+        wait_until(lambda: server.stats.evicted == 64 - limits.max_per_client)
+        assert len(server.by_client["127.0.0.2"]) == limits.max_per_client
+        replies = [scrape_from(server, "127.0.0.3") for _ in range(20)]
+        assert all(r.startswith(b"HTTP/1.1 200 ") for r in replies)
+        for sock in hog:
+            sock.close()
+    finally:
+        server.close()
+
+
+def test_many_clients_filling_the_server_with_idle_connections_give_way_to_a_scrape() -> None:
+    limits = Limits(max_connections=8, max_per_client=2, idle_timeout=60, request_timeout=60)
+    server = HttpServer("127.0.0.1", 0, handler, limits=limits)
+    server.start()
+    try:
+        crowd = [connect_from(server, f"127.0.1.{i}") for i in range(1, 9) for _ in range(2)]
+        wait_until(lambda: server.stats.open == limits.max_connections)
+        slow = connect_from(server, "127.0.2.1")
+        slow.sendall(b"GET /metrics HTTP/1.1\r\n")  # a head still arriving: evicted after idle
+        assert scrape_from(server, "127.0.2.2").startswith(b"HTTP/1.1 200 ")
+        assert server.stats.rejected == 0
+        for sock in [*crowd, slow]:
+            sock.close()
+    finally:
+        server.close()
 
 
 def test_idle_connections_and_slow_request_heads_are_closed(server: HttpServer) -> None:
@@ -177,3 +241,29 @@ def test_a_bound_port_is_refused_at_construction() -> None:
             HttpServer("127.0.0.1", first.port, handler)
     finally:
         first.close()
+
+
+def test_the_controllers_metrics_endpoint_is_the_same_bounded_server(tmp_path: Path) -> None:
+    # issue 23: 1,000 idle connections to the controller's /metrics were 1,310 threads
+    from tests.support.controller_proc import ControllerProcess
+
+    controller = ControllerProcess(tmp_path / "controller").start()
+    assert controller.proc is not None
+    tasks = Path(f"/proc/{controller.proc.pid}/task")
+    try:
+        before = len(list(tasks.iterdir()))
+        idle = [
+            socket.create_connection(("127.0.0.1", controller.metrics_port), timeout=5)
+            for _ in range(200)
+        ]
+        scrape = http.client.HTTPConnection("127.0.0.1", controller.metrics_port, timeout=10)
+        scrape.request("GET", "/metrics")
+        reply = scrape.getresponse()
+        body = reply.read()
+        assert reply.status == 200 and b"tunelab_controller_experiments" in body
+        assert len(list(tasks.iterdir())) <= before + 5  # the pool's few workers, at most
+        scrape.close()
+        for sock in idle:
+            sock.close()
+    finally:
+        controller.terminate()

@@ -219,7 +219,9 @@ def _fill(path: Path) -> None:
 def test_a_full_state_disk_spawns_nothing_loses_nothing_and_recovers(tmp_path: Path) -> None:
     state_dir = tmp_path / "state"
     state_dir.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(state_dir)], check=True)
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", str(state_dir)], check=True
+    )
     agent = AgentProcess(state_dir)
     agent.log_path = tmp_path / "agent.log"  # the agent's own log stays off the full disk
     agent.start()
@@ -270,7 +272,9 @@ FILL_AND_REPORT = (
 def test_a_run_that_meets_a_full_disk_finishes_once_space_is_freed(tmp_path: Path) -> None:
     state_dir = tmp_path / "state"
     state_dir.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(state_dir)], check=True)
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", str(state_dir)], check=True
+    )
     agent = AgentProcess(state_dir)
     agent.log_path = tmp_path / "agent.log"
     agent.start()

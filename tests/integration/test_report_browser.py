@@ -87,3 +87,69 @@ def test_a_broken_page_is_caught(tmp_path: Path) -> None:
     page.write_text(page.read_text().replace("</body>", "<script>undefinedCall();</script></body>"))
     dom, _ = load_page(page, tmp_path / "profile")
     assert "undefinedCall is not defined" in dom
+
+
+def ablation_pairs() -> list[tuple[ExperimentRow, list[AttemptRow]]]:
+    """Issue 24's report: a baseline with an identical no-op change on top of it, a real +60 %
+    and a real -50 % change, and in the +60 % change's chart a first-token time whose launches
+    scatter (an interval hundreds of percent wide)."""
+    steady = [40.0, 40.4, 39.6]
+    variants = {
+        "baseline": ({}, [100.0, 101.0, 99.0], steady),
+        "--tag=noop": ({"server.flags.--tag": "noop"}, [100.0, 101.0, 99.0], steady),
+        # +60 % throughput, and a first-token time whose launches scatter (the wide interval)
+        "--itl-ms=2": ({"server.flags.--itl-ms": "2"}, [160.0, 161.0, 159.0], [12.0, 60.0, 400.0]),
+        "--itl-ms=20": ({"server.flags.--itl-ms": "20"}, [50.0, 50.5, 49.5], steady),
+    }
+    pairs, seq = [], 0
+    for variant, (varied, launches, ttfts) in variants.items():
+        for launch, (tput, ttft) in enumerate(zip(launches, ttfts, strict=True), 1):
+            seq += 1
+            e = ExperimentRow(id=f"x-{seq}", group="g-a", name=f"ab/{variant}#{launch}", seq=seq,
+                              spec={}, varied=varied, state=ExperimentState.SUCCEEDED)  # fmt: skip
+            points = [
+                {"concurrency": c, "output_throughput": tput * c,
+                 "median_tpot_ms": 1000.0 / tput, "median_ttft_ms": ttft}
+                for c in (1, 8)
+            ]  # fmt: skip
+            attempt = AttemptRow(id=f"a-{seq}", experiment_id=e.id, number=1, host="gpu-1",
+                                 state=AttemptState.SUCCEEDED, message="ok",
+                                 result={"points": points})  # fmt: skip
+            pairs.append((e, [attempt]))
+    return pairs
+
+
+def test_the_report_leads_with_the_answer_clips_a_wide_interval_and_parts_overlapping_lines(
+    tmp_path: Path,
+) -> None:
+    doc = compare(ablation_pairs())
+    assert doc["design"] == "ablation"
+    wide = [e for e in doc["effects"] if e["change"] == "--itl-ms=2" and e["ci95"]]
+    assert max(e["ci95"][1] for e in wide) > 5, wide  # the +500 % kind of interval
+    page = tmp_path / "report.html"
+    write_report(doc, page, "g-a")
+    dom, log = load_page(page, tmp_path / "profile")
+    assert 'data-errors="[]"' in dom and "Uncaught" not in log, log[-2000:]
+    text = re.sub(r"<[^>]+>", "", dom)
+    # the summary comes first, before any chart, and names the answer per metric
+    assert dom.index("Summary") < dom.index('data-chart="throughput"')
+    lines = dict(re.findall(r"data-metric=\"(\w+)\">(.*?)</p>", dom))
+    tput = re.sub(r"<[^>]+>", "", lines["output_throughput"])
+    assert tput.startswith("tok/s: helped most: --itl-ms=2: +60.0% at c="), tput
+    assert "95% interval +" in tput and "; better)" in tput
+    assert "worst: --itl-ms=20: -50.0% at c=" in tput and "; worse)" in tput
+    tpot = re.sub(r"<[^>]+>", "", lines["median_tpot_ms"])
+    assert tpot.startswith("TPOT p50: helped most: --itl-ms=2: -37.5%"), tpot
+    # the axis is set by the real effects: the wide interval is an arrow with its number
+    assert 'class="clipped"' in dom
+    clipped = re.findall(r'class="clipped-value"[^>]*>[^<]*?\.\.([+-]\d+)%<', dom)
+    assert clipped and max(int(v) for v in clipped) > 500, clipped
+    chart = dom.split('data-chart="effect --itl-ms=2"', 1)[1].split("</figure>", 1)[0]
+    ticks = [int(t) for t in re.findall(r'text-anchor="middle">([+-]?\d+)%</text>', chart)]
+    assert ticks and max(ticks) <= 100, ticks  # not +-500 %: +60 % and -37.5 % stand apart
+    # the baseline is dashed and labelled; the identical no-op line is drawn apart and said
+    assert "baseline" in text and "The baseline is dashed." in text
+    assert "--tag=noop lies on baseline (within 1% at every point): drawn 3 px lower." in text
+    shot = tmp_path / "report.png"
+    screenshot(page, shot, tmp_path / "profile", height=1400)
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -162,3 +162,40 @@ def test_a_request_over_the_size_limit_is_refused_before_any_handler(served: Any
             X.SubmitExperimentsRequest(spec_yaml="#" * (MAX_REQUEST_BYTES + 1)), timeout=10
         )
     assert big.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+@pytest.mark.parametrize("size", [10_000, 100_000])
+def test_a_huge_id_is_not_found_and_not_echoed_whole(served: Any, size: int) -> None:
+    # issue 23: a 10 KB id was echoed whole, a 100 KB one gave a size error instead
+    _, _, stub = served
+    with pytest.raises(grpc.RpcError) as missing:
+        stub.GetExperiment(X.GetExperimentRequest(id="x" * size), timeout=5)
+    assert missing.value.code() == grpc.StatusCode.NOT_FOUND
+    details = missing.value.details() or ""
+    assert len(details) < 200 and f"({size} characters)" in details
+
+
+def test_a_control_character_in_a_host_label_value_is_refused(served: Any) -> None:
+    # issue 23: a NUL in a label value was accepted, then nothing ever matched it
+    _, _, stub = served
+    request = X.AddHostRequest(name="h", address="127.0.0.1:1", labels={"pool": "a\0b"})
+    with pytest.raises(grpc.RpcError) as bad:
+        stub.AddHost(request, timeout=5)
+    assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert (bad.value.details() or "").startswith("labels.'pool': value must be")
+
+
+def test_a_metrics_url_on_another_host_than_the_agents_is_refused(served: Any) -> None:
+    # issue 23: --metrics-url accepted any host, which the controller then fetched every scrape
+    _, _, stub = served
+    request = X.AddHostRequest(
+        name="h", address="gpu-1.lab:50051", metrics_url="http://169.254.169.254/latest/meta-data"
+    )
+    with pytest.raises(grpc.RpcError) as bad:
+        stub.AddHost(request, timeout=5)
+    assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "is not the agent's host 'gpu-1.lab'" in (bad.value.details() or "")
+    same = X.AddHostRequest(
+        name="h", address="GPU-1.lab:50051", metrics_url="http://gpu-1.lab:9473/metrics"
+    )
+    assert stub.AddHost(same, timeout=5).host.metrics_url == "http://gpu-1.lab:9473/metrics"

@@ -4,6 +4,10 @@ scheduling on one database never place two runs on one host."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -17,7 +21,15 @@ from tests.unit.controller import test_store_scheduler as unit
 from tests.unit.controller.test_store_scheduler import host, queue
 from tunelab.controller.scheduler import Scheduler
 from tunelab.controller.states import AttemptState
-from tunelab.controller.store import HostRow, SqliteStore, StoreConflict, StoreError
+from tunelab.controller.store import (
+    HostRow,
+    SqliteStore,
+    Store,
+    StoreConflict,
+    StoreError,
+    StoreFenced,
+    factory,
+)
 from tunelab.controller.store.factory import open_store
 from tunelab.controller.store.migrations import load_migrations
 from tunelab.controller.store.postgres import SCHEDULE_LOCK, PostgresStore
@@ -127,8 +139,8 @@ def test_a_controller_that_lost_its_turn_cannot_commit_a_pass(postgres: Postgres
     first, second = PostgresStore(url), PostgresStore(url)
     queue(first, n=2)
     host(first, "h1", 0)
-    with first.scheduling_pass() as ours:
-        assert ours
+    with first.scheduling_pass() as turn:
+        assert turn is not None
         high, low = SCHEDULE_LOCK >> 32, SCHEDULE_LOCK & 0xFFFFFFFF
         with psycopg.connect(url, autocommit=True) as admin:
             killed = admin.execute(
@@ -148,7 +160,152 @@ def test_a_controller_that_lost_its_turn_cannot_commit_a_pass(postgres: Postgres
                 time.sleep(0.02)
         with second.scheduling_pass() as theirs:
             assert theirs
-        with pytest.raises(StoreConflict, match="fenced: the scheduling turn passed"):
-            Scheduler(first).pass_once()
+        with pytest.raises(StoreFenced, match="fenced: the scheduling turn passed"):
+            Scheduler(first).pass_once(turn)  # the token of the turn it lost
     assert first.live_attempts() == []
     assert len(Scheduler(second).pass_once()) == 1  # the new holder schedules
+
+
+def test_no_engine_inherits_from_the_other_and_open_store_is_typed_by_the_protocol(
+    tmp_path: Path,
+) -> None:
+    assert not issubclass(PostgresStore, SqliteStore)
+    assert not issubclass(SqliteStore, PostgresStore)
+    assert factory.open_store.__annotations__["return"] == "Store"
+    opened: Store = open_store(str(tmp_path / "c.db"))  # mypy checks both against Store
+    opened.close()
+
+
+def test_every_timestamp_on_postgresql_is_the_database_clock(
+    postgres: PostgresServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The controller's own clock is far off (a skewed host): nothing the store writes, and
+    nothing a scheduler wired to ``store.now`` writes, takes its time from it."""
+    store = PostgresStore(postgres.new_database())
+    queue(store, n=1)
+    host(store, "h1", 0)
+    monkeypatch.setattr(time, "time", lambda: 1000.0)
+    (attempt,) = Scheduler(store, clock=store.now).pass_once()
+    done, experiment = store.finish_attempt(
+        attempt.id, AttemptState.FAILED_STARTUP, [AttemptState.DISPATCHING], message="x"
+    )
+    stamps = [done.created_at, done.finished_at, experiment.started_at, experiment.finished_at]
+    stamps += [e["at"] for e in store.events_for(experiment.id)]
+    assert all(s is not None and s > 1.7e9 for s in stamps), stamps
+
+
+FROZEN_HOLDER = """
+import sys
+from tunelab.controller.scheduler import Scheduler
+from tunelab.controller.store import StoreFenced
+from tunelab.controller.store.postgres import PostgresStore
+
+store = PostgresStore(sys.argv[1], lease=float(sys.argv[2]))
+with store.scheduling_pass() as turn:
+    print("held", turn.epoch, flush=True)
+    sys.stdin.readline()  # frozen (SIGSTOP) until the parent says go on
+    try:
+        print("placed", len(Scheduler(store).pass_once(turn)), flush=True)
+    except StoreFenced as exc:
+        print(exc, flush=True)
+"""
+
+
+def test_a_frozen_controller_loses_the_turn_and_its_late_pass_is_fenced(
+    postgres: PostgresServer,
+) -> None:
+    """Issue 23 item 7: a controller SIGSTOPped while it holds the scheduling turn (its TCP
+    connection stays open, so the lock would be held for ever) loses the turn within about
+    its lease; the other controller schedules; the frozen one, resumed, commits nothing."""
+    url = postgres.new_database()
+    healthy = PostgresStore(url)
+    queue(healthy, n=2)
+    host(healthy, "h1", 0)
+    child = subprocess.Popen(
+        [sys.executable, "-c", FROZEN_HOLDER, url, "2"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        close_fds=True,
+    )
+    try:
+        assert child.stdout is not None and child.stdin is not None
+        assert child.stdout.readline().startswith("held")
+        os.kill(child.pid, signal.SIGSTOP)  # our own child, not reaped: the pid is its
+        frozen_at = time.monotonic()
+        with healthy.scheduling_pass() as refused:
+            assert refused is None  # the frozen one still holds it, for now
+        taken = None
+        while taken is None:
+            assert time.monotonic() - frozen_at < 60, "the frozen controller kept the turn"
+            with healthy.scheduling_pass() as turn:
+                if turn is not None:
+                    taken = time.monotonic() - frozen_at
+                    assert len(Scheduler(healthy).pass_once(turn)) == 1
+            time.sleep(0.1)
+        print(f"turn taken over {taken:.1f} s after the freeze (lease 2 s)")
+        host(healthy, "h2", 0)  # work the frozen one's pass would now place
+        os.kill(child.pid, signal.SIGCONT)
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        answer = child.stdout.readline()
+        assert answer.startswith("fenced: the scheduling turn passed"), answer
+        assert child.wait(30) == 0
+    finally:
+        if child.poll() is None:
+            os.kill(child.pid, signal.SIGCONT)
+            child.kill()
+            child.wait(10)
+    live = healthy.live_attempts()
+    assert [a.host for a in live] == ["h1"]  # nothing of the late pass was committed
+    assert len(healthy.attempts_for(live[0].experiment_id)) == 1
+
+
+FROZEN_WRITER = """
+import sys
+from tunelab.controller.store.postgres import PostgresStore
+
+store = PostgresStore(sys.argv[1], lease=float(sys.argv[2]))
+with store._tx() as conn:  # the write lock, held
+    conn.execute("UPDATE meta SET value = value WHERE key = 'schema_version'")
+    print("in a write transaction", flush=True)
+    sys.stdin.readline()
+"""
+
+
+def test_a_controller_frozen_inside_a_write_transaction_lets_go_of_the_write_lock(
+    postgres: PostgresServer,
+) -> None:
+    url = postgres.new_database()
+    healthy = PostgresStore(url)
+    child = subprocess.Popen(
+        [sys.executable, "-c", FROZEN_WRITER, url, "2"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        close_fds=True,
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().startswith("in a write transaction")
+        os.kill(child.pid, signal.SIGSTOP)  # our own child, not reaped: the pid is its
+        frozen_at = time.monotonic()
+        healthy.add_host(HostRow(name="after", address="a:1"))  # waits for the write lock
+        print(f"write lock free {time.monotonic() - frozen_at:.1f} s after the freeze (lease 2 s)")
+        assert healthy.get_host("after") is not None
+    finally:
+        os.kill(child.pid, signal.SIGCONT)
+        child.kill()
+        child.wait(10)
+
+
+def test_the_turn_lease_is_a_setting(postgres: PostgresServer) -> None:
+    from tunelab.controller.config import load_config
+
+    config = load_config(None, {}, env={"TUNELAB_CONTROLLER_DB_TURN_LEASE": "1.5s"})
+    assert config.db_turn_lease == 1.5
+    assert load_config(None, {}, env={}).db_turn_lease == 3.0
+    store = open_store(postgres.new_database(), turn_lease=config.db_turn_lease)
+    assert isinstance(store, PostgresStore) and store.lease == 1.5
+    store.close()

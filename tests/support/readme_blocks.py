@@ -1,6 +1,7 @@
 """README's runnable examples: extract them, and run them as a person would.
 
-A block is runnable when its fence's info string is ``console runnable``. Each ``$ `` line (with
+A block is runnable when its fence's info string is ``console {.runnable}`` (a Markdown
+attribute, so the docs site still renders it as a console block). Each ``$ `` line (with
 ``\\`` continuation lines) is one command, run by bash from the checkout root with ``.venv/bin``
 first on PATH (as after ``. .venv/bin/activate``); other lines are the output a person sees and
 are not compared (ids and timings change). A command ending in ``&`` is a daemon: it runs in the
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
-FENCE = re.compile(r"^```console runnable\s*$")
+FENCE = re.compile(r"^```console \{\.runnable\}\s*$")
 COMMAND_TIMEOUT = 120.0
 LISTEN_TIMEOUT = 30.0
 

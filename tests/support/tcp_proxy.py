@@ -66,6 +66,15 @@ class TcpProxy:
                 sock.shutdown(socket.SHUT_RDWR)
             sock.close()
 
+    def drop(self) -> None:
+        """Break the open connections but keep accepting new ones (a dropped answer)."""
+        with self._lock:
+            conns, self._conns = self._conns, []
+        for sock in conns:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
     def restore(self) -> None:
         if self._listener is None:
             self._open()

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import sys
 from pathlib import Path
 
 from tunelab.agent.audit.cli import add_audit_parser
@@ -32,9 +35,11 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tunelab-agent", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="tunelab-agent", description="tunelab-agent: the daemon (serve) and the host audit."
+    )
     parser.add_argument("--version", action="version", version=f"tunelab-agent {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _serve_parser(sub)
     add_audit_parser(sub)
     add_run_once_parser(sub)
@@ -61,15 +66,31 @@ def _serve(args: argparse.Namespace) -> int:
     return run_daemon_command("tunelab-agent", lambda: load_config(args.config, overrides), serve)
 
 
+EXIT_PIPE = 141  # 128 + SIGPIPE, as a shell reports `yes | head`
+
+
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # `tunelab-agent audit --json | head`: the reader has what it wanted
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_PIPE
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command is None:  # a bare `tunelab-agent`: the overview, not an error
+        parser.print_help()
+        return 0
     if args.command == "serve":
         return _serve(args)
     handler = getattr(args, "handler", None)
     if handler is None:
         parser.error(f"unknown command {args.command}")
     result: int = handler(args)
+    sys.stdout.flush()  # inside main's try: a closed pipe is EPIPE here, not at exit
     return result
 
 

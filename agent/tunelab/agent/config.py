@@ -43,6 +43,7 @@ class AgentConfig:
     nvml_snapshot: Path | None = None  # answer GPU queries from a captured snapshot (demo, tests)
     audit_on_start: bool = True
     max_streams: int = DEFAULT_MAX_STREAMS  # open logs -f and watches; beyond: RESOURCE_EXHAUSTED
+    datasets_dir: Path | None = None  # benchmark dataset files; default <state_dir>/datasets
 
     def auth(self) -> ServerAuth:
         return ServerAuth.from_files(
@@ -60,6 +61,10 @@ class AgentConfig:
         if self.max_streams < 1:
             raise ConfigError("max_streams: must be >= 1")
         return self
+
+    def secret_files(self) -> tuple[Path | None, ...]:
+        """Files whose contents are secrets: masked in the log wherever they appear."""
+        return (self.token_file,)
 
     def redacted(self) -> dict[str, Any]:
         """For the start-up log line: every key, with no secret values (tokens live in files)."""
@@ -85,6 +90,7 @@ KINDS = KeyKinds(
             "tls_client_ca",
             "sysfs_root",
             "nvml_snapshot",
+            "datasets_dir",
         }
     ),
     bools=frozenset({"reflection", "audit_on_start"}),

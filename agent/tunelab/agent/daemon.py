@@ -24,6 +24,7 @@ from tunelab.agent.servers.quarantine import QuarantineList, StateHealthCollecto
 from tunelab.agent.servers.registry import ServerRegistry
 from tunelab.agent.servers.supervisor import SupervisorSettings
 from tunelab.agent.service import SERVICE_NAME, AgentIdentity, AgentService
+from tunelab.agent.statedir import UntrustedStateDir
 from tunelab.agent.statefile import StateDirBusy, StateDirLock
 from tunelab.agent.statewriter import DurableWriter
 from tunelab.agent.system import System
@@ -74,6 +75,7 @@ class AgentApp:
             writer=self.state_writer,
             quarantined=self.quarantined,
             provenance=RunProvenance(self.gpu, time.time),
+            datasets_dir=config.datasets_dir,
         )
         # Other parts register their collectors here; AgentMetrics serves it on /metrics.
         self.metrics_registry = CollectorRegistry()
@@ -159,7 +161,7 @@ def serve(config: AgentConfig) -> int:
     """Run until SIGTERM or SIGINT; returns the process exit code (2: the state dir is held)."""
     try:
         app = AgentApp(config)
-    except StateDirBusy as exc:
+    except (StateDirBusy, UntrustedStateDir) as exc:
         print(f"tunelab-agent: {exc}", file=sys.stderr)
         return 2
     log.info("agent_config", **config.redacted())

@@ -519,7 +519,10 @@ class SnapshotBackend:
 def open_backend(snapshot: Path | None = None) -> GpuBackend:
     """The live NVML backend, a captured snapshot, or NoGpuBackend with the reason."""
     if snapshot is not None:
-        return SnapshotBackend.load(snapshot)
+        data = json.loads(snapshot.read_text())
+        if data.get("unavailable"):  # captured on a host without NVML: replay that
+            return NoGpuBackend(str(data["unavailable"]))
+        return SnapshotBackend(data)
     live = NvmlBackend()
     if live.available():
         return live
@@ -527,7 +530,12 @@ def open_backend(snapshot: Path | None = None) -> GpuBackend:
 
 
 def capture_snapshot(backend: GpuBackend, fields: Iterable[str] | None = None) -> dict[str, Any]:
-    """Every field of every GPU, with per-field read cost, as JSON-ready data."""
+    """Every field of every GPU, with per-field read cost, as JSON-ready data. A host without a
+    usable NVML gets a snapshot too, holding the reason (``unavailable``), so a capture's replay
+    (``--nvml-snapshot nvml.json``) works there and says the same."""
+    if not backend.available():
+        reason = backend.unavailable_reason()
+        return {"captured_at": time.time(), "unavailable": reason, "system": {}, "devices": []}
     names = list(fields) if fields is not None else list(FIELDS)
     devices = []
     for index in range(backend.device_count()):

@@ -21,6 +21,7 @@ from tunelab.agent.errors import Busy, Conflict, DiskFull, InvalidSpec, NotFound
 from tunelab.agent.gpu import GpuBackend, GpuError
 from tunelab.agent.logfiles import read_log_chunks, tail_offset
 from tunelab.agent.runs.record import RunRecord, RunSpec
+from tunelab.agent.runs.traces import TraceNotFound, listed, read_trace
 from tunelab.agent.servers.registry import ServerRegistry
 from tunelab.agent.wire import (
     audit_report_to_pb,
@@ -67,6 +68,7 @@ class RunProvider(Protocol):
     def log_path(self, run_id: str, stream: str) -> Path: ...
     def is_finished(self, run_id: str) -> bool: ...
     def active_run_ids(self) -> list[str]: ...
+    def run_dir(self, run_id: str) -> Path: ...
 
 
 @dataclass
@@ -291,6 +293,29 @@ class AgentService(agent_pb2_grpc.AgentServicer):
         runs = self._require_runs(context)
         for record in runs.watch(request.run_id, _Cancellation(context)):
             yield agent_pb2.WatchRunResponse(run=self._run_pb(record))
+
+    @_stream
+    def FetchProfile(
+        self, request: agent_pb2.FetchProfileRequest, context: grpc.ServicerContext
+    ) -> Iterator[agent_pb2.FetchProfileResponse]:
+        """A kept trace by the name the run's result lists; never a path from the request."""
+        runs = self._require_runs(context)
+        record = runs.get(request.run_id)
+        cancelled = _Cancellation(context)
+        try:
+            chunks = read_trace(
+                runs.run_dir(record.run_id),
+                request.name,
+                listed(record.result),
+                request.offset,
+                request.max_bytes,
+            )
+            for offset, data, size, eof in chunks:
+                if cancelled():
+                    return
+                yield agent_pb2.FetchProfileResponse(offset=offset, data=data, size=size, eof=eof)
+        except TraceNotFound as exc:
+            raise NotFound(str(exc)) from None
 
     @_unary
     def CancelRun(

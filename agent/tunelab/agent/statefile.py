@@ -1,6 +1,8 @@
 """Atomic JSON state files: written to a temporary name, fsynced, renamed over the old one, so a
-crash at any instant leaves either the old or the new document, never half of one. Stdlib only:
-the per-server monitor uses it too."""
+crash at any instant leaves either the old or the new document, never half of one. Every file is
+opened without following a symlink (``O_NOFOLLOW``): a planted link is an error, never a path to
+somebody else's file (the rename replaces a link itself, not its target). Stdlib only: the
+per-server monitor uses it too."""
 
 from __future__ import annotations
 
@@ -34,8 +36,15 @@ def write_json_atomic(path: Path, data: Any) -> None:
         os.close(dir_fd)
 
 
+def open_nofollow(path: Path, flags: int, mode: int = 0o600) -> int:
+    """``os.open`` that never follows a symlink in the last component (ELOOP instead)."""
+    return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+
+
 def read_json(path: Path) -> Any:
-    return json.loads(path.read_text())
+    fd = open_nofollow(path, os.O_RDONLY)
+    with os.fdopen(fd, "rb") as handle:
+        return json.loads(handle.read())
 
 
 def quarantine(path: Path, reason: str) -> Path:
@@ -49,7 +58,11 @@ def quarantine(path: Path, reason: str) -> Path:
         target = path.with_name(f"{path.name}.quarantined-{stamp}-{n}")
     path.replace(target)
     with contextlib.suppress(OSError):  # a full disk must not stop the rename that matters
-        (target.parent / f"{target.name}.why").write_text(reason + "\n")
+        why = open_nofollow(
+            target.parent / f"{target.name}.why", os.O_WRONLY | os.O_CREAT | os.O_EXCL
+        )
+        with os.fdopen(why, "w") as out:
+            out.write(reason + "\n")
     return target
 
 
@@ -66,9 +79,17 @@ class StateDirLock:
     NAME = "agent.lock"
 
     def __init__(self, state_dir: Path) -> None:
-        state_dir.mkdir(parents=True, exist_ok=True)
+        from tunelab.agent.statedir import trust_state_dir  # stdlib only, like this module
+
+        trust_state_dir(state_dir)
         self.path = state_dir / self.NAME
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            self._fd = open_nofollow(self.path, os.O_RDWR | os.O_CREAT)
+        except OSError as exc:  # a symlink (ELOOP), a directory (EISDIR), ...
+            raise StateDirBusy(
+                f"cannot take the lock {self.path}: {exc.strerror} (it must be a plain file of "
+                "this agent's); not starting, nothing changed"
+            ) from None
         try:
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

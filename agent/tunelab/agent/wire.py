@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
 from tunelab.agent.engines.phases import Phase
@@ -47,8 +46,9 @@ CHECK_STATUS_TO_PB = {
 }
 
 
-def spec_from_pb(pb: server_pb2.ServerSpec) -> ServerSpec:
-    """Proto → domain spec; defaults applied here, validation left to ServerSpec.validated()."""
+def spec_from_pb(pb: server_pb2.ServerSpec, auto_port: bool = False) -> ServerSpec:
+    """Proto → domain spec, defaults applied; validation left to ServerSpec.validated().
+    ``auto_port``: a run's server, where port 0 (an older client) means the same as auto_port."""
     return ServerSpec(
         argv=tuple(pb.argv),
         port=pb.port,
@@ -62,6 +62,7 @@ def spec_from_pb(pb: server_pb2.ServerSpec) -> ServerSpec:
         if pb.HasField("stop_grace_seconds")
         else DEFAULT_STOP_GRACE,
         engine=pb.engine,
+        auto_port=auto_port and (pb.auto_port or pb.port == 0),
     )
 
 
@@ -77,6 +78,7 @@ def spec_to_pb(spec: ServerSpec) -> server_pb2.ServerSpec:
         startup_timeout_seconds=spec.startup_timeout,
         stop_grace_seconds=spec.stop_grace,
         engine=spec.engine,
+        auto_port=spec.auto_port,
     )
 
 
@@ -190,12 +192,7 @@ def run_spec_from_pb(pb: run_pb2.RunSpec) -> RunSpec:
         check_run_spec(pb)
     except SpecViolation as exc:
         raise InvalidSpec(exc.field, exc.problem) from None
-    server = spec_from_pb(pb.server) if pb.HasField("server") else None
-    if server is not None and server.port == 0:
-        server = replace(server, port=1).validated()  # port 0 = auto: validate the rest now
-        server = replace(server, port=0)
-    elif server is not None:
-        server = server.validated()
+    server = spec_from_pb(pb.server, auto_port=True).validated() if pb.HasField("server") else None
     builtin = None
     command = None
     kind = pb.benchmark.WhichOneof("kind")
@@ -254,8 +251,22 @@ def _run_spec_to_pb(spec: RunSpec) -> run_pb2.RunSpec:
                 output_len=b.get("output_len", 0),
                 url=b.get("url", ""),
                 preset=b.get("preset", ""),
+                rates=list(b.get("rates", [])),
+                max_concurrency=b.get("max_concurrency", 0),
+                ramp=b.get("ramp", ""),
+                find_axis=b.get("find_axis", ""),
+                find_max=b.get("find_max", 0.0),
+                find_slo=b.get("find_slo", {}),
             )
         )
+        if b.get("dataset", "random") != "random" or b.get("dataset_path"):
+            pb.benchmark.builtin.dataset.CopyFrom(
+                run_pb2.DatasetSpec(
+                    name=b.get("dataset", ""),
+                    path=b.get("dataset_path", ""),
+                    sha256=b.get("dataset_sha256", ""),
+                )
+            )
     return pb
 
 

@@ -21,6 +21,7 @@ from tunelab.bench.fdlimit import raise_fd_limit
 from tunelab.bench.launcher import BenchFiles
 from tunelab.bench.models import ModelLookupError, first_model_id
 from tunelab.bench.progress import ProgressWriter
+from tunelab.bench.promptfiles import DatasetFileError
 from tunelab.bench.records import write_result
 from tunelab.bench.sweep import Sweep
 from tunelab.bench.tokens import TokenizerError
@@ -71,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         if not config.model:
             config = replace(config, model=first_model_id(config.url))
         sweep = Sweep(config, progress, None)
-    except (ModelLookupError, TokenizerError) as exc:
+    except (ModelLookupError, TokenizerError, DatasetFileError) as exc:
         progress.event("failed", error=str(exc))
         print(f"tunelab.bench: {exc}", file=sys.stderr)
         return 2

@@ -10,24 +10,41 @@ from types import TracebackType
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from tunelab.bench.progress import ProgressState
 
 
-def point_label(concurrency: int, rate: float | str) -> str:
-    return f"c={concurrency}" if concurrency else f"rate={rate}/s"
+def point_label(concurrency: int, rate: float | str, point: dict[str, Any] | None = None) -> str:
+    """``c=16``, ``rate=2.0/s``; a ramp or a timed trace (no rate of its own) by what it is."""
+    if concurrency:
+        return f"c={concurrency}"
+    if point is not None and point.get("ramp"):
+        ramp = point["ramp"]
+        return f"ramp {ramp['start_rate']:g}->{ramp['end_rate']:g}/s"
+    if point is not None and point.get("dataset") == "trace" and rate == "inf":
+        return "trace"
+    return f"rate={rate}/s"
 
 
 class BenchProgressView:
     """One bar per sweep point: requests done of total (or seconds of the duration)."""
 
-    def __init__(self, enabled: bool, point_count: int) -> None:
+    def __init__(self, enabled: bool, point_count: int, console: Console | None = None) -> None:
         self.enabled = enabled
+        self.console = console
         self.point_count = point_count
         self.progress: Progress | None = None
         self.tasks: dict[int, TaskID] = {}
+        self._warming: set[TaskID] = set()
 
     def __enter__(self) -> BenchProgressView:
         if self.enabled:
@@ -36,7 +53,9 @@ class BenchProgressView:
                 BarColumn(),
                 TextColumn("{task.fields[detail]}"),
                 TimeElapsedColumn(),
-                console=Console(stderr=True),
+                TextColumn("ETA"),
+                TimeRemainingColumn(),
+                console=self.console or Console(stderr=True),
             )
             self.progress.start()
         return self
@@ -51,9 +70,19 @@ class BenchProgressView:
         if task is None:
             task = self.progress.add_task(label, total=None, detail="")
             self.tasks[p.point_index] = task
+            if p.phase == "warmup":
+                self._warming.add(task)
         if p.phase == "warmup":
-            self.progress.update(task, description=f"{label} warm-up", detail="")
+            total = p.requests_total or None
+            detail = f"{p.requests_done}/{p.requests_total} warm-up req" if total else ""
+            self.progress.update(
+                task, description=f"{label} warm-up", total=total, completed=p.requests_done,
+                detail=detail,
+            )  # fmt: skip
             return
+        if task in self._warming:  # measuring now: the bar starts again at 0 of the point's
+            self._warming.discard(task)
+            self.progress.reset(task)
         total = p.requests_total or None
         detail = (
             f"{p.requests_done}{'/' + str(p.requests_total) if p.requests_total else ''} req  "
@@ -81,6 +110,24 @@ def _pair(point: dict[str, Any], metric: str, first: str = "mean", second: str =
     return f"{point[f'{first}_{metric}_ms']:.1f} / {point[f'{second}_{metric}_ms']:.1f}"
 
 
+CAUSES = {
+    "cpu_saturated": "SATURATED",
+    "cpu_wait": "STARVED: cpu wait",
+    "connection_setup": "LATE: conn set-up",
+    "event_loop_lag": "LATE: loop lag",
+}
+
+
+def client_column(point: dict[str, Any]) -> str:
+    """The self-check in a word or two: ``ok``, or the cause the evidence shows."""
+    cause = point.get("client_check", {}).get("client_cause")
+    if cause:
+        return CAUSES.get(str(cause), str(cause))
+    if point.get("client_saturated"):
+        return "SATURATED"
+    return "STARVED" if point.get("client_starved") else "ok"
+
+
 def render_summary(document: dict[str, Any], decode: bool, console: Console | None = None) -> None:
     """The summary table (one row per point), errors, warnings, and the decode line."""
     out = console or Console(width=None if sys.stdout.isatty() else 140)
@@ -92,7 +139,7 @@ def render_summary(document: dict[str, Any], decode: bool, console: Console | No
         table.add_column(header, justify="right")
     for p in document["points"]:
         table.add_row(
-            point_label(p["concurrency"], p["request_rate"]),
+            point_label(p["concurrency"], p["request_rate"], p),
             str(p["completed"]),
             str(p["failed"]),
             f"{p['request_throughput']:.2f}",
@@ -101,15 +148,24 @@ def render_summary(document: dict[str, Any], decode: bool, console: Console | No
             _pair(p, "tpot"),
             _pair(p, "itl_per_token", "median"),
             _pair(p, "e2el"),
-            "SATURATED" if p["client_saturated"] else "ok",
+            client_column(p),
         )
     out.print(table)
     out.print("times in ms; TPOT = (E2E - TTFT)/(tokens - 1); ITL/token = chunk gap / its tokens")
     for p in document["points"]:
-        label = point_label(p["concurrency"], p["request_rate"])
+        label = point_label(p["concurrency"], p["request_rate"], p)
         if p["errors_by_kind"]:
             kinds = ", ".join(f"{k} {n}" for k, n in sorted(p["errors_by_kind"].items()))
             out.print(f"{label} errors: {kinds}")
+        for key, name in (("by_turn", "turn"), ("by_prefix_group", "prefix group")):
+            slices = p.get(key) or {}
+            if 1 < len(slices) <= 16:
+                parts = [
+                    f"{k}: {v['median_ttft_ms']:.1f}/{v['median_tpot_ms']:.1f}"
+                    for k, v in slices.items()
+                    if v["median_ttft_ms"] is not None and v["median_tpot_ms"] is not None
+                ]
+                out.print(f"{label} TTFT/TPOT p50 ms by {name}: " + ", ".join(parts))
         if decode and p["completed"]:
             out.print(
                 f"{label} decode: TPOT {p['mean_tpot_ms']:.2f} ms; per-token ITL min "
@@ -117,5 +173,8 @@ def render_summary(document: dict[str, Any], decode: bool, console: Console | No
                 f"max {p['max_itl_per_token_ms']:.2f} ms over {p['itl_per_token_samples']} "
                 f"tokens ({p['completed']} requests, {p['mean_output_tokens']:.0f} tokens each)"
             )
+    dataset = document.get("dataset")
+    if dataset:
+        out.print(f"dataset {dataset['name']}: lengths {dataset['lengths']}")
     for warning in document.get("warnings", []):
         out.print(f"[yellow]warning:[/yellow] {warning}")

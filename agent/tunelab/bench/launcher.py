@@ -15,6 +15,7 @@ from pathlib import Path
 
 from tunelab.bench.config import BenchConfig
 from tunelab.common.pyexec import python_module_argv
+from tunelab.common.spawn import spawn as start_process
 
 
 @dataclass(frozen=True)
@@ -43,11 +44,6 @@ class BenchFiles:
     def log(self) -> Path:
         return self.workdir / "bench.log"
 
-    @property
-    def process(self) -> Path:
-        """pid + create time of the bench process, for a restarted agent to re-attach."""
-        return self.workdir / "bench-process.json"
-
     def log_tail(self, max_bytes: int = 2000) -> str:
         try:
             with self.log.open("rb") as f:
@@ -63,26 +59,27 @@ def bench_argv(files: BenchFiles) -> list[str]:
     )
 
 
+def prepare(config: BenchConfig, files: BenchFiles) -> None:
+    """Write the config and clear what an earlier run in the same folder left."""
+    files.workdir.mkdir(parents=True, exist_ok=True)
+    files.config.write_text(json.dumps(config.to_dict(), indent=1) + "\n", encoding="utf-8")
+    for stale in (files.progress, files.result, files.requests):
+        stale.unlink(missing_ok=True)
+
+
+BENCH_ENV = {"PYTHONUNBUFFERED": "1"}
+
+
 def spawn(
     config: BenchConfig, files: BenchFiles, new_session: bool = True
 ) -> subprocess.Popen[bytes]:
     """Write the config and start the bench process, stdout/stderr to ``bench.log``.
 
-    ``new_session``: its own session and process group (the agent: it must outlive an agent
-    restart and be stopped as a group). The CLI passes False so Ctrl-C reaches it too.
+    ``new_session``: its own session and process group. The ``tunelab bench`` CLI passes False
+    so Ctrl-C reaches it too. (The agent does not come here: it runs the same argv under a
+    monitor, as it runs servers — ``tunelab.agent.runs.builtinjob``.)
     """
-    files.workdir.mkdir(parents=True, exist_ok=True)
-    files.config.write_text(json.dumps(config.to_dict(), indent=1) + "\n", encoding="utf-8")
-    for stale in (files.progress, files.result, files.requests):
-        stale.unlink(missing_ok=True)
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    with files.log.open("ab") as log:
-        return subprocess.Popen(
-            bench_argv(files),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=new_session,
-            close_fds=True,
-        )
+    prepare(config, files)
+    return start_process(
+        bench_argv(files), cwd=files.workdir, log=files.log, env=BENCH_ENV, new_session=new_session
+    )

@@ -26,9 +26,15 @@ def request_line(point_index: int, rec: RequestRecord, origin: float) -> dict[st
         "output_tokens": rec.output_tokens,
         "token_source": rec.token_source or None,
         "finish_reason": rec.finish_reason,
-        "start_s": round(rec.start - origin, 6),  # from the point's first measured dispatch
+        "start_s": round(rec.start - origin, 6),  # from the point's clock start
+        "end_s": round(rec.end - origin, 6),
+        "arrived_s": round((rec.arrived or rec.scheduled or rec.start) - origin, 6),
         "dispatch_lag_ms": round((rec.start - rec.scheduled) * 1000.0, 4),
         "send_delay_ms": round((rec.dispatched - rec.start) * 1000.0, 4),
+        "queue_ms": round(rec.queue_time * 1000.0, 4),
+        "prefix_group": rec.group,
+        "turn": rec.turn,
+        "conversation": rec.conversation,
         "ttft_ms": None,
         "e2e_ms": None,
         "tpot_ms": None,

@@ -6,9 +6,11 @@ every 20 ms measures how late the loop runs it (this includes up to 1 ms of epol
 rounding even when idle). Late has two causes, told apart by their evidence:
 - ``client_saturated``: the client ran out of CPU: its CPU time over wall time is near a full
   core (it is single-threaded), so it cannot keep up with what it receives.
-- ``client_starved``: it did not get the CPU: the kernel kept it waiting in the run queue
-  (``/proc/thread-self/schedstat``) while something else ran, e.g. a server busy-polling on the
-  same cores. Pin the server and the client to different cores (``taskset``).
+- ``client_starved``: late without being saturated; ``client_cause`` names what the evidence
+  shows: ``cpu_wait`` (the kernel kept it in the run queue, ``/proc/thread-self/schedstat``,
+  more than ``max_runqueue`` of the time, e.g. a server busy-polling on the same cores: pin
+  them apart with ``taskset``), ``connection_setup`` (it was opening connections while it was
+  late) or ``event_loop_lag`` (neither: the loop itself was blocked, e.g. by a GC pause).
 """
 
 from __future__ import annotations
@@ -47,6 +49,20 @@ class SelfCheck:
     runqueue_wait_seconds: float | None = None  # None: the kernel does not say
     involuntary_switches: int = 0
     max_runqueue: float = 0.05
+    connections_opened: int = 0  # by the pool while the point was measured
+
+    @property
+    def cause(self) -> str:
+        """What the evidence shows: "" (fine), ``cpu_saturated``, ``cpu_wait`` (run queue),
+        ``connection_setup`` (late while connecting) or ``event_loop_lag`` (late, neither)."""
+        if self.saturated_reasons():
+            return "cpu_saturated"
+        ratio = self.runqueue_ratio
+        if ratio is not None and ratio > self.max_runqueue:
+            return "cpu_wait"
+        if not self._late():
+            return ""
+        return "connection_setup" if self.connections_opened else "event_loop_lag"
 
     @property
     def runqueue_ratio(self) -> float | None:
@@ -92,10 +108,20 @@ class SelfCheck:
             )
         late = self._late()
         if late and self.cpu_utilization <= self.max_cpu and (ratio is None or not out):
-            out.append(
-                f"{'; '.join(late)} with the client at only {self.cpu_utilization:.0%} of a "
-                "core: chunk timestamps are late because it did not get the CPU"
-            )
+            waited = f"{ratio:.1%}" if ratio is not None else "unknown"
+            if self.connections_opened:
+                out.append(
+                    f"{'; '.join(late)} while the client opened {self.connections_opened} "
+                    f"connections during the measurement (CPU {self.cpu_utilization:.0%} of a "
+                    f"core, run-queue wait {waited}): connection set-up held the event loop"
+                )
+            else:
+                out.append(
+                    f"{'; '.join(late)} with the client at {self.cpu_utilization:.0%} of a "
+                    f"core and a run-queue wait of {waited}: the event loop was blocked (a "
+                    "pause such as garbage collection or a synchronous step), not kept from "
+                    "the CPU"
+                )
         return out
 
     def reasons(self) -> list[str]:
@@ -106,6 +132,8 @@ class SelfCheck:
         return {
             "client_saturated": bool(self.saturated_reasons()),
             "client_starved": bool(self.starved_reasons()),
+            "client_cause": self.cause,
+            "connections_opened": self.connections_opened,
             "saturated_reasons": self.saturated_reasons(),
             "starved_reasons": self.starved_reasons(),
             "reasons": self.reasons(),
@@ -162,7 +190,7 @@ class Monitor:
         self._due = now + SAMPLE_INTERVAL
         self._handle = loop.call_at(self._due, self._tick)
 
-    def stop(self) -> SelfCheck:
+    def stop(self, connections_opened: int = 0) -> SelfCheck:
         cpu = time.process_time() - self._cpu0
         wall = time.perf_counter() - self._wall0
         rq = runqueue_wait_seconds()
@@ -183,4 +211,5 @@ class Monitor:
             runqueue_wait_seconds=waited,
             involuntary_switches=switches,
             max_runqueue=self.max_runqueue,
+            connections_opened=connections_opened,
         )

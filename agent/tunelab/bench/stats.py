@@ -9,7 +9,10 @@ Definitions (successful, measured requests only; times in ms in the output):
 - ITL per token (``itl_per_token``): each gap divided by the tokens its chunk carries, counted
   once per token; with only a final usage total, the request's mean tokens per chunk is used.
 - Throughputs divide by the point's duration: first dispatch → last measured request done.
-- Client queue time (vLLM's ``client_queue_time``): due → begun, i.e. the dispatch lag.
+- Client queue time (vLLM's ``client_queue_time``, and ``queue_times`` per request): arrived →
+  begun. An open loop's request arrives when it is due; a closed loop's all arrive at the
+  point's start (vLLM's infinite rate), so theirs is the wait for a free slot of the
+  concurrency. Dispatch lag: could begin (due, slot free) → begun, the client's own lateness.
 - ``max_concurrent_requests`` and ``max_output_tokens_per_s``: vLLM's definitions, the most
   requests active and tokens received in any one-second bucket from the first start;
   ``max_in_flight_requests`` is ours, the most requests in flight at one instant.
@@ -83,9 +86,13 @@ def token_gaps(rec: RequestRecord) -> list[float]:
     return out
 
 
-def is_good(rec: RequestRecord, slo_ttft_ms: float, slo_tpot_ms: float) -> bool:
+def is_good(
+    rec: RequestRecord, slo_ttft_ms: float, slo_tpot_ms: float, slo_e2el_ms: float = 0.0
+) -> bool:
     """Within every SLO that is set (vLLM's goodput rule: TPOT of a 1-token request is 0)."""
     if slo_ttft_ms and rec.ttft * 1000.0 > slo_ttft_ms:
+        return False
+    if slo_e2el_ms and rec.latency * 1000.0 > slo_e2el_ms:
         return False
     per_token = tpot(rec) or 0.0
     return not (slo_tpot_ms and per_token * 1000.0 > slo_tpot_ms)
@@ -159,22 +166,31 @@ def lengths(values: Sequence[int | None], name: str) -> dict[str, float | None]:
 
 
 def summarize(
-    records: Sequence[RequestRecord], duration: float, slo_ttft_ms: float, slo_tpot_ms: float
+    records: Sequence[RequestRecord],
+    duration: float,
+    slo_ttft_ms: float,
+    slo_tpot_ms: float,
+    slo_e2el_ms: float = 0.0,
+    percentiles: Sequence[float] = (),
+    percentile_metrics: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """The figures of one point from its measured records (warm-up already left out)."""
+    """The figures of one point from its measured records (warm-up already left out).
+    ``percentiles`` add ``p<X>_<metric>_ms`` for each of ``percentile_metrics`` (default
+    ttft, tpot, itl: vLLM's ``--metric-percentiles`` / ``--percentile-metrics``)."""
     ok = [r for r in records if r.ok]
     failed = [r for r in records if not r.ok]
     per = duration if duration > 0 else math.inf
     out_tokens = sum(r.output_tokens for r in ok)
     in_tokens = sum(r.prompt_tokens if r.prompt_tokens is not None else r.input_len for r in ok)
-    good = sum(1 for r in ok if is_good(r, slo_ttft_ms, slo_tpot_ms))
+    slo = bool(slo_ttft_ms or slo_tpot_ms or slo_e2el_ms)
+    good = sum(1 for r in ok if is_good(r, slo_ttft_ms, slo_tpot_ms, slo_e2el_ms))
     tpots = [t for t in (tpot(r) for r in ok) if t is not None]
     itl_chunk = [g for r in ok for g in chunk_gaps(r)]
     itl_token = [g for r in ok for g in token_gaps(r)]
     sources = Counter(r.token_source for r in ok)
     lags = [r.start - r.scheduled for r in records]
     ordered = sorted(records, key=lambda r: r.index)
-    queue = {id(r): r.start - r.scheduled for r in records}
+    queue = {id(r): r.queue_time for r in records}
     peak_tokens, peak_active = vllm_peaks(ok)
     result: dict[str, Any] = {
         "duration": duration,
@@ -183,8 +199,8 @@ def summarize(
         "total_input_tokens": in_tokens,
         "total_output_tokens": out_tokens,
         "request_throughput": len(ok) / per,
-        "request_goodput": good / per if (slo_ttft_ms or slo_tpot_ms) else None,
-        "good_requests": good if (slo_ttft_ms or slo_tpot_ms) else None,
+        "request_goodput": good / per if slo else None,
+        "good_requests": good if slo else None,
         "output_throughput": out_tokens / per,
         "total_token_throughput": (in_tokens + out_tokens) / per,
         "max_output_tokens_per_s": peak_tokens,
@@ -205,7 +221,7 @@ def summarize(
         **distribution(itl_token, "itl_per_token"),
         **distribution((r.latency for r in ok), "e2el"),
         **distribution(lags, "dispatch_lag"),
-        **distribution(lags, "client_queue_time"),
+        **distribution(queue.values(), "client_queue_time"),
         **distribution((r.latency + queue[id(r)] for r in ok), "e2el_including_client_queue"),
         **distribution((r.dispatched - r.start for r in ok), "send_delay"),
         **lengths([r.input_len for r in records], "input_len_requested"),
@@ -213,4 +229,50 @@ def summarize(
         **lengths([r.max_tokens for r in records], "output_len_requested"),
         **lengths([r.output_tokens for r in ok], "output_tokens"),
     }
+    if percentiles:
+        samples = {
+            "ttft": [r.ttft for r in ok],
+            "tpot": tpots,
+            "itl": itl_chunk,
+            "e2el": [r.latency for r in ok],
+            "client_queue_time": list(queue.values()),
+            "e2el_including_client_queue": [r.latency + queue[id(r)] for r in ok],
+        }
+        for metric in percentile_metrics or ("ttft", "tpot", "itl"):
+            ordered_ms = sorted(v * 1000.0 for v in samples[metric])
+            for p in percentiles:
+                result[f"p{p:g}_{metric}_ms"] = percentile(ordered_ms, p)
     return result
+
+
+def breakdowns(records: Sequence[RequestRecord]) -> dict[str, Any]:
+    """TTFT and TPOT by turn (multi-turn) and by prefix group, where the dataset has them:
+    ``by_turn`` / ``by_prefix_group``, keyed by the turn or group as a string."""
+    out: dict[str, Any] = {}
+    for name, key in (("by_turn", "turn"), ("by_prefix_group", "group")):
+        groups: dict[int, list[RequestRecord]] = {}
+        for rec in records:
+            value = getattr(rec, key)
+            if value is not None:
+                groups.setdefault(value, []).append(rec)
+        if groups:
+            out[name] = {str(k): _slice(groups[k]) for k in sorted(groups)}
+    return out
+
+
+def _slice(records: list[RequestRecord]) -> dict[str, Any]:
+    ok = [r for r in records if r.ok]
+    ttfts = sorted(r.ttft * 1000.0 for r in ok)
+    tpots = sorted(t * 1000.0 for t in (tpot(r) for r in ok) if t is not None)
+    prompt = [r.prompt_tokens for r in ok if r.prompt_tokens is not None]
+    return {
+        "completed": len(ok),
+        "failed": len(records) - len(ok),
+        "mean_ttft_ms": sum(ttfts) / len(ttfts) if ttfts else None,
+        "median_ttft_ms": percentile(ttfts, 50) if ttfts else None,
+        "p99_ttft_ms": percentile(ttfts, 99) if ttfts else None,
+        "mean_tpot_ms": sum(tpots) / len(tpots) if tpots else None,
+        "median_tpot_ms": percentile(tpots, 50) if tpots else None,
+        "p99_tpot_ms": percentile(tpots, 99) if tpots else None,
+        "mean_input_tokens": sum(prompt) / len(prompt) if prompt else None,
+    }

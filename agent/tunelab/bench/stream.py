@@ -45,7 +45,11 @@ class RequestRecord:
     warmup: bool
     input_len: int  # requested
     max_tokens: int  # requested
-    scheduled: float = 0.0  # perf_counter time it was due (open loop), else == start
+    scheduled: float = 0.0  # perf_counter time it could begin (due, and a slot free), else start
+    arrived: float = 0.0  # joined the client's queue (vLLM's arrival): due, or the point start
+    group: int | None = None  # prefix group of its prompt
+    turn: int | None = None  # multi-turn: 0-based turn
+    conversation: int | None = None
     start: float = 0.0  # the client began the request (pool, connect, build, write)
     sent: float = 0.0  # its body was written to the socket: where TTFT and E2E start
     end: float = 0.0  # when the stream finished or failed
@@ -75,6 +79,11 @@ class RequestRecord:
     def latency(self) -> float:
         """E2E: request written to the last token-bearing chunk."""
         return self.chunk_times[-1] - self.dispatched
+
+    @property
+    def queue_time(self) -> float:
+        """vLLM's ``client_queue_time``: arrived → begun (waiting for a free slot)."""
+        return self.start - (self.arrived or self.scheduled or self.start)
 
     def mark_sent(self, at: float) -> None:
         self.sent = at
@@ -218,6 +227,8 @@ async def send(
     record.start = time.perf_counter()
     if not record.scheduled:
         record.scheduled = record.start
+    if not record.arrived:
+        record.arrived = record.scheduled
     try:
         async with session.post(
             url,

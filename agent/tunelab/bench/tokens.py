@@ -57,6 +57,15 @@ class TokenPrompts:
         words = [i for (i, _), e in zip(candidates, encoded, strict=True) if e.ids == [i]]
         return words if len(words) >= MIN_WORDS else []
 
+    @property
+    def word_texts(self) -> list[str]:
+        """The whole-word tokens' texts (space-led): any concatenation of them encodes to
+        exactly one token each, so prompts can be assembled from parts. Empty when the
+        tokenizer has too few of them."""
+        if not hasattr(self, "_word_texts"):
+            self._word_texts = [self._decode([i]) for i in self._words]
+        return self._word_texts
+
     def _decode(self, ids: list[int]) -> str:
         return str(self._tok.decode(ids))
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import functools
 import time
 import types
@@ -49,7 +50,15 @@ class TimedResponseHandler(ResponseHandler):
         self.marks.append((payload.total_bytes, now))
 
 
-def _timed_handler(loop: asyncio.AbstractEventLoop) -> ResponseHandler:
+class PoolStats:
+    """Connections the pool opened (each new connection makes one protocol)."""
+
+    def __init__(self) -> None:
+        self.opened = 0
+
+
+def _timed_handler(loop: asyncio.AbstractEventLoop, stats: PoolStats) -> ResponseHandler:
+    stats.opened += 1
     return TimedResponseHandler(loop)
 
 
@@ -64,14 +73,15 @@ async def _body_sent(
         on_sent(time.perf_counter())
 
 
-def open_session(concurrency: int) -> aiohttp.ClientSession:
+def open_session(concurrency: int, stats: PoolStats | None = None) -> aiohttp.ClientSession:
     """A session whose pool holds ``concurrency`` connections (0 = unlimited: open loops);
     aiohttp's default cap of 100 would silently throttle a higher concurrency. Pass a callable
-    as ``trace_request_ctx`` to learn when a request's body went out."""
+    as ``trace_request_ctx`` to learn when a request's body went out; ``stats`` counts the
+    connections opened."""
     connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=0, keepalive_timeout=60)
     if hasattr(connector, "_factory"):
         loop = asyncio.get_running_loop()
-        connector._factory = functools.partial(_timed_handler, loop)
+        connector._factory = functools.partial(_timed_handler, loop, stats or PoolStats())
     trace = aiohttp.TraceConfig()
     trace.on_request_chunk_sent.append(_body_sent)
     return aiohttp.ClientSession(
@@ -107,3 +117,38 @@ def timed_pieces(
             pos = upto
     if pos < end:  # the rest came with a read not fully returned yet
         yield data[pos - consumed :], marks[0][1] if marks else now
+
+
+async def warm_connections(
+    session: aiohttp.ClientSession, url: str, count: int, timeout: float
+) -> int:
+    """Open ``count`` keep-alive connections before a point's clock starts: ``count`` GETs of
+    ``url`` at once, each holding its connection until all have their answer (so none is
+    reused by another), then returned to the pool. Returns how many were opened and answered;
+    any answer will do (the status does not matter, the connection does)."""
+    if count <= 0:
+        return 0
+    answered = settled = 0
+    everyone = asyncio.Event()
+    limit = aiohttp.ClientTimeout(total=timeout)
+
+    def settle() -> None:
+        nonlocal settled
+        settled += 1
+        if settled >= count:
+            everyone.set()
+
+    async def one() -> None:
+        nonlocal answered
+        try:
+            async with session.get(url, timeout=limit) as resp:
+                answered += 1
+                settle()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(everyone.wait(), timeout)
+                await resp.read()
+        except (aiohttp.ClientError, TimeoutError):
+            settle()
+
+    await asyncio.gather(*(one() for _ in range(count)))
+    return answered

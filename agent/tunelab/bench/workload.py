@@ -1,10 +1,9 @@
-"""The requests a point sends: random prompts, lengths, request bodies, and open-loop arrivals.
+"""The requests a point sends: request bodies from the dataset, and open-loop arrivals.
 
-Prompts are random common English words, one word ≈ one token for the usual BPE tokenizers, or,
-with a tokenizer (``--tokenizer``), of exactly the requested number of tokens; the input length
-the server actually counted comes back in ``usage.prompt_tokens`` and is recorded beside the
-requested one. Lengths with a range ratio ``r`` are uniform in ``[L(1-r), L(1+r)]``
-(vLLM's meaning, not SGLang's ``[L·r, L]``).
+Bodies: the dataset (:mod:`tunelab.bench.datasets`) says what each request asks for; this
+module turns it into the OpenAI request. Arrivals: gamma inter-arrivals (``burstiness``; 1 =
+Poisson) at a fixed rate, a ramp whose rate rises from a start to an end rate (vLLM's
+``--ramp-up-strategy linear|exponential``), or a trace's recorded times.
 """
 
 from __future__ import annotations
@@ -16,38 +15,26 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from tunelab.bench.config import BenchConfig
+from tunelab.bench.datasets import VOCABULARY, Dataset, Prompt, draw_length
 from tunelab.bench.tokens import TokenPrompts
 
-_WORDS = (
-    "time year people way day man thing woman life child world school state family student "
-    "group country problem hand part place case week company system program question work "
-    "government number night point home water room mother area money story fact month lot "
-    "right study book eye job word business issue side kind head house service friend father "
-    "power hour game line end member law car city community name president team minute idea "
-    "kid body information back parent face others level office door health person art war "
-    "history party result change morning reason research girl guy moment air teacher force "
-    "education foot boy age policy music market sense nation plan college interest death "
-    "experience effect use class control care field development role effort rate heart drug "
-    "show leader light voice wife police mind price report decision son view relationship "
-    "town"
-)
-VOCABULARY = _WORDS.split(" ")
+__all__ = ["VOCABULARY", "PlannedRequest", "Workload", "arrival_offsets", "ramp_offsets"]
 
 
 @dataclass(frozen=True)
 class PlannedRequest:
     index: int
-    input_len: int  # words sent (≈ tokens)
+    input_len: int  # tokens asked for (≈ words without a tokenizer)
     output_len: int  # max_tokens sent
     body: bytes
+    group: int | None = None  # prefix group
+    turn: int | None = None  # multi-turn: 0-based turn of its conversation
+    conversation: int | None = None
+    at: float | None = None  # trace: seconds after the first row
 
 
 def _length(base: int, ratio: float, rng: random.Random) -> int:
-    if ratio <= 0:
-        return base
-    low = max(1, math.floor(base * (1 - ratio)))
-    high = max(low, math.ceil(base * (1 + ratio)))
-    return rng.randint(low, high)
+    return draw_length(base, "uniform", ratio, 0.0, rng)
 
 
 class Workload:
@@ -55,21 +42,36 @@ class Workload:
     and ``i``, not on the order in which the closed loop's workers claim them."""
 
     def __init__(
-        self, config: BenchConfig, point_index: int, tokens: TokenPrompts | None = None
+        self,
+        config: BenchConfig,
+        point_index: int,
+        tokens: TokenPrompts | None = None,
+        dataset: Dataset | None = None,
     ) -> None:
         self.config = config
         self.point_index = point_index
         self.tokens = tokens
+        self.dataset = dataset if dataset is not None else Dataset(config, tokens)
 
     def request(self, index: int) -> PlannedRequest:
-        cfg = self.config
-        rng = random.Random(f"{cfg.seed}:{self.point_index}:{index}")
-        input_len = _length(cfg.input_len, cfg.range_ratio, rng)
-        output_len = _length(cfg.output_len, cfg.range_ratio, rng)
-        if self.tokens is not None:
-            prompt = self.tokens.prompt(rng, input_len)
+        prompt = self.dataset.prompt(self.point_index, index)
+        return self.planned(index, prompt)
+
+    def planned(self, index: int, prompt: Prompt) -> PlannedRequest:
+        if self.config.api == "chat":
+            pairs = prompt.messages or (("user", prompt.text),)
+            messages = [{"role": role, "content": content} for role, content in pairs]
+            body = self.body(prompt.output_len, messages=messages)
         else:
-            prompt = " ".join(rng.choices(VOCABULARY, k=input_len))
+            body = self.body(prompt.output_len, text=prompt.text)
+        return PlannedRequest(
+            index, prompt.input_len, prompt.output_len, body, prompt.group, at=prompt.at
+        )
+
+    def body(
+        self, output_len: int, text: str = "", messages: list[dict[str, str]] | None = None
+    ) -> bytes:
+        cfg = self.config
         payload: dict[str, object] = {
             "model": cfg.model,
             "max_tokens": output_len,
@@ -80,11 +82,11 @@ class Workload:
         }
         if cfg.send_temperature:
             payload["temperature"] = cfg.temperature
-        if cfg.api == "chat":
-            payload["messages"] = [{"role": "user", "content": prompt}]
+        if messages is not None:
+            payload["messages"] = messages
         else:
-            payload["prompt"] = prompt
-        return PlannedRequest(index, input_len, output_len, json.dumps(payload).encode())
+            payload["prompt"] = text
+        return json.dumps(payload).encode()
 
 
 def arrival_offsets(
@@ -107,3 +109,36 @@ def arrival_offsets(
     while t < duration:
         yield t
         t += rng.gammavariate(burstiness, scale)
+
+
+def ramp_rate(strategy: str, start: float, end: float, progress: float) -> float:
+    """The rate at ``progress`` (0..1) of a ramp: linear or exponential from start to end."""
+    progress = min(1.0, max(0.0, progress))
+    if strategy == "exponential":
+        return float(start * (end / start) ** progress)
+    return start + (end - start) * progress
+
+
+def ramp_offsets(
+    strategy: str,
+    start: float,
+    end: float,
+    burstiness: float,
+    seed: int,
+    count: int = 0,
+    duration: float = 0.0,
+) -> Iterator[float]:
+    """Arrivals whose rate rises from ``start`` to ``end`` requests/s: over the requests
+    (request ``i`` of ``n`` at ``i / (n - 1)`` of the way, as vLLM does) or, bounded by
+    ``duration``, over time. Gaps are gamma with shape ``burstiness``; no rescaling."""
+    rng = random.Random(f"ramp:{seed}")
+    t = 0.0
+    i = 0
+    while (i < count) if count else (t < duration):
+        yield t
+        progress = i / max(count - 1, 1) if count else t / duration
+        rate = ramp_rate(strategy, start, end, progress)
+        t += rng.gammavariate(burstiness, 1.0 / (rate * burstiness))
+        i += 1
+        if not math.isfinite(t):
+            return

@@ -13,26 +13,23 @@ import os
 import sys
 from typing import Any
 
+from tunelab.cli.clients import AgentClient, ControllerClient
 from tunelab.cli.common import (
     AGENT_PORT,
     DEFAULT_AGENT,
     EXIT_USAGE,
     CliError,
     add_auth_args,
-    agent_channel,
-    call,
-    controller_target,
     with_default_port,
 )
 from tunelab.common.auditview import exit_code, render_table
-from tunelab.v1 import agent_pb2, agent_pb2_grpc, audit_pb2, controller_pb2, controller_pb2_grpc
+from tunelab.v1 import agent_pb2, audit_pb2, controller_pb2
 
 DESCRIPTION = (
     "Run the host audit on a GPU host's agent and print it as `tunelab-agent audit` does on the "
     "host. Exit codes: 0 no check FAILed, 1 a check FAILed, 2 usage, 3 cannot connect or not "
     "authorised, 4 no such host."
 )
-AUDIT_TIMEOUT = 120.0  # a full audit takes well under a second; NVML on a sick GPU can hang
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -89,26 +86,15 @@ def report_from_pb(report: audit_pb2.AuditReport) -> dict[str, Any]:
 
 def _through_controller(args: argparse.Namespace, only: list[str]) -> audit_pb2.AuditReport:
     """``tunelab audit HOST``: the controller asks the host's agent (with its own credentials)."""
-    address, auth = controller_target(args)
-    with auth.channel(address) as channel:
-        stub = controller_pb2_grpc.ControllerStub(channel)
+    with ControllerClient.for_args(args) as client:
         request = controller_pb2.AuditHostRequest(name=args.host, only=only)
-        return call(
-            address, lambda: stub.AuditHost(request, timeout=AUDIT_TIMEOUT), timeout=AUDIT_TIMEOUT
-        ).report
+        return client.audit_host(request).report
 
 
 def _direct(args: argparse.Namespace, only: list[str]) -> audit_pb2.AuditReport:
     """``tunelab audit --agent ADDR``: straight to one agent."""
-    with agent_channel(args) as channel:
-        stub = agent_pb2_grpc.AgentStub(channel)
-        request = agent_pb2.RunAuditRequest(only=only)
-        return call(
-            args.agent,
-            lambda: stub.RunAudit(request, timeout=AUDIT_TIMEOUT),
-            daemon="agent",
-            timeout=AUDIT_TIMEOUT,
-        ).report
+    with AgentClient.for_args(args) as client:
+        return client.run_audit(agent_pb2.RunAuditRequest(only=only)).report
 
 
 def run(args: argparse.Namespace) -> int:

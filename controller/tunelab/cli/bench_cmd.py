@@ -9,7 +9,11 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import math
+import os
 import shutil
+import signal
+import subprocess
 import tempfile
 import time
 import urllib.error
@@ -17,6 +21,12 @@ import urllib.request
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tunelab.cli.bench_vllm import (
+    add_vllm_arguments,
+    vllm_mode,
+    vllm_result_path,
+    vllm_settings,
+)
 from tunelab.cli.common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -34,11 +44,18 @@ if TYPE_CHECKING:  # the load generator is imported by the handlers only (see cl
 
 POLL_SECONDS = 0.2
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143  # SIGTERM, as a shell reports it (after the result is written)
+STOP_GRACE_S = 30.0  # a child that has not stopped this long after SIGTERM is killed
 _FLAGS = {
     "request_rate": "--rate",
+    "rates": "--rate",
+    "think_time_s": "--think-time",
+    "trace_timed": "--no-trace-timing",
     "duration_seconds": "--duration",
     "request_timeout_s": "--timeout",
     "concurrency": "--concurrency",
+    "profile_seconds": "--profile",
+    "warmup_seconds": "--warmup-time",
 }
 
 
@@ -46,9 +63,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "bench",
         help="benchmark an OpenAI-compatible server (throughput, TTFT, TPOT, ITL)",
-        description="Run the built-in load generator against URL and print a summary per point.",
+        description="Run the built-in load generator against URL and print a summary per point. "
+        "Also takes vllm bench serve's flags with vLLM's meanings (docs/workloads.md).",
+        allow_abbrev=False,  # a vLLM flag must never be taken for a prefix of one of ours
     )
-    p.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:8000")
+    p.add_argument("--url", help="server base URL, e.g. http://127.0.0.1:8000")
     p.add_argument(
         "--model", default="", help="model id sent in requests (default: the first of /v1/models)"
     )
@@ -66,7 +85,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     load = p.add_mutually_exclusive_group()
     load.add_argument("--concurrency", help="closed loop: comma-separated list, e.g. 1,256,1024")
-    load.add_argument("--rate", type=float, default=0.0, help="open loop: requests per second")
+    load.add_argument(
+        "--rate", help="open loop: requests per second, or a comma-separated list (one point each)"
+    )
     p.add_argument("--burstiness", type=float, default=1.0, help="gamma shape (1 = Poisson)")
     size = p.add_mutually_exclusive_group()
     size.add_argument("--requests", type=int, default=0, help="requests per point")
@@ -87,12 +108,30 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--range-ratio", type=float, default=0.0, help="lengths in [L(1-r), L(1+r)]")
     p.add_argument("--warmup", type=int, default=0, help="warm-up requests per point (excluded)")
+    p.add_argument("--warmup-time", help="warm-up per point by time, e.g. 10s (replaces --warmup)")
+    p.add_argument(
+        "--profile",
+        nargs="?",
+        const="0s",
+        metavar="WINDOW",
+        help="call the server's profiler around a window of --profile-point (e.g. 5s; alone: "
+        "the whole point); a failure is a warning (docs/profiles.md)",
+    )
+    p.add_argument("--profile-point", type=int, default=0, help="0-based point to profile (0)")
+    p.add_argument("--profile-requests", type=int, default=0, help="window of N requests instead")
+    p.add_argument("--profile-start-url", default="/start_profile", help="path or URL (vLLM's)")
+    p.add_argument("--profile-stop-url", default="/stop_profile", help="path or URL (vLLM's)")
+    p.add_argument(
+        "--reset-cache-url",
+        default="",
+        help="POSTed before each point, e.g. /reset_prefix_cache (vLLM, dev mode) or /flush_cache",
+    )
     p.add_argument(
         "--no-ignore-eos",
         action="store_true",
         help="let the model stop at EOS (default: ignored)",
     )
-    p.add_argument("--temperature", type=float, default=0.0, help="sent in every request (0)")
+    p.add_argument("--temperature", type=float, help="sent in every request (default 0)")
     p.add_argument(
         "--vllm-defaults",
         action="store_true",
@@ -116,6 +155,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--out", type=Path, help="write the result JSON here (requests beside it, .jsonl)"
     )
+    add_dataset_arguments(p)
+    add_vllm_arguments(p)
     p.set_defaults(handler=bench)
 
     s = sub.add_parser(
@@ -129,6 +170,63 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s.set_defaults(handler=sim_server)
 
 
+def add_dataset_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("datasets and arrivals (docs/workloads.md)")
+    g.add_argument(
+        "--dataset",
+        choices=("random", "shared-prefix", "multi-turn", "file", "trace"),
+        help="what each request asks for (default random)",
+    )
+    for side in ("input", "output"):
+        g.add_argument(f"--{side}-dist", choices=("uniform", "lognormal"), help="default uniform")
+        g.add_argument(
+            f"--{side}-sigma", type=float, help="lognormal shape (mean stays the length)"
+        )
+    g.add_argument("--output-range-ratio", type=float, help="default: the same as --range-ratio")
+    g.add_argument("--prefix-len", type=int, help="shared prefix tokens (random, shared-prefix)")
+    g.add_argument("--prefix-groups", type=int, help="shared-prefix: distinct prefixes (10)")
+    g.add_argument("--turns", type=int, help="multi-turn: turns per conversation (4)")
+    g.add_argument("--think-time", help="multi-turn: pause after each answer, e.g. 2s")
+    g.add_argument(
+        "--file-format", choices=("auto", "sharegpt", "chat", "jsonl"), help="default: by content"
+    )
+    g.add_argument("--file-output-len", type=int, help="file: max_tokens for every prompt")
+    g.add_argument("--trace-block-size", type=int, help="trace: tokens per hash id (512)")
+    g.add_argument("--trace-sec-multiplier", type=float, help="trace: seconds per unit")
+    g.add_argument("--no-trace-timing", action="store_true", help="trace: lengths only")
+    g.add_argument("--dataset-sha256", help="refuse a dataset file whose content differs")
+    g.add_argument("--ramp", choices=("linear", "exponential"), help="the rate rises")
+    g.add_argument("--ramp-start-rate", type=float, help="requests/s at the start of a ramp")
+    g.add_argument("--ramp-end-rate", type=float, help="requests/s at its end")
+
+
+def _native_dataset(args: argparse.Namespace) -> dict[str, Any]:
+    """The dataset/arrival flags that were given, as BenchConfig keyword arguments."""
+    names = {
+        "dataset": "dataset", "input_dist": "input_dist", "output_dist": "output_dist",
+        "input_sigma": "input_sigma", "output_sigma": "output_sigma",
+        "output_range_ratio": "output_range_ratio", "prefix_len": "prefix_len",
+        "prefix_groups": "prefix_groups", "turns": "turns", "file_format": "file_format",
+        "file_output_len": "file_output_len", "trace_block_size": "trace_block_size",
+        "trace_sec_multiplier": "trace_sec_multiplier", "dataset_sha256": "dataset_sha256",
+        "ramp": "ramp", "ramp_start_rate": "ramp_start_rate", "ramp_end_rate": "ramp_end_rate",
+        "dataset_path": "dataset_path", "max_concurrency": "max_concurrency",
+    }  # fmt: skip
+    out = {
+        key: getattr(args, dest)
+        for dest, key in names.items()
+        if getattr(args, dest, None) is not None
+    }
+    if args.think_time:
+        try:
+            out["think_time_s"] = parse_duration(args.think_time)
+        except ValueError as exc:
+            raise CliError(f"--think-time: {exc}", EXIT_USAGE) from None
+    if args.no_trace_timing:
+        out["trace_timed"] = False
+    return out
+
+
 def sim_server(args: argparse.Namespace) -> int:
     from tunelab.bench.simulator.app import run as run_simulator
     from tunelab.bench.simulator.options import settings_from_args
@@ -139,6 +237,74 @@ def sim_server(args: argparse.Namespace) -> int:
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
     from tunelab.bench.config import BenchConfig, BenchConfigError
 
+    args.temperature_given = args.temperature is not None
+    native_load = bool(args.concurrency or args.rate or args.ramp)
+    vllm = vllm_mode(args) or (args.max_concurrency is not None and not native_load)
+    common: dict[str, Any] = {
+        "model": args.model,
+        "tokenizer": args.tokenizer,
+        "save_detailed": args.save_detailed,
+        "label": args.label,
+        "request_timeout_s": args.timeout,
+        "burstiness": args.burstiness,
+        "temperature": args.temperature or 0.0,
+        "seed": args.seed,
+    }
+    if vllm:
+        for flag, given in (("--concurrency", args.concurrency), ("--rate", args.rate),
+                            ("--requests", args.requests), ("--duration", args.duration),
+                            ("--preset", args.preset), ("--dataset", args.dataset)):  # fmt: skip
+            if given:
+                raise CliError(
+                    f"{flag}: not with vllm bench serve's flags (use --max-concurrency, "
+                    "--request-rate, --num-prompts, --dataset-name)",
+                    EXIT_USAGE,
+                )
+        settings = {**common, **vllm_settings(args), **_profiling(args)}
+    else:
+        if not args.url:
+            raise CliError("--url (or vLLM's --base-url / --host / --port) is required", EXIT_USAGE)
+        _check_required(args)
+        settings = {**common, **_native_settings(args), **_native_dataset(args)}
+    try:
+        return BenchConfig(**settings).with_preset()
+    except BenchConfigError as exc:
+        name = exc.field.split("[", 1)[0]
+        flag = _FLAGS.get(name, "--" + name.replace("_", "-"))
+        problem = exc.problem
+        for field, option in _FLAGS.items():  # the flags' names, not the config's fields
+            problem = problem.replace(field, option)
+        raise CliError(f"{flag}: {problem}", EXIT_USAGE) from None
+
+
+def _check_required(args: argparse.Namespace) -> None:
+    """What is missing is said as missing (not "must be >= 1" for a flag never given); a preset
+    fills in what it sets, a ramp or a timed trace brings its own load, a dataset other than
+    random its own lengths."""
+    if args.preset:
+        return
+    if args.concurrency and args.rate:
+        raise CliError("give --concurrency or --rate, not both", EXIT_USAGE)
+    trace = getattr(args, "dataset", None) == "trace"
+    if not (args.concurrency or args.rate or args.ramp or trace):
+        raise CliError(
+            "give --concurrency N[,N...] (closed loop) or --rate R[,R...] (open loop, requests/s)",
+            EXIT_USAGE,
+        )
+    if getattr(args, "dataset", None) not in (None, "random"):
+        return
+    for flag, value, what in (
+        ("--input-len", args.input_len, "prompt length in tokens"),
+        ("--output-len", args.output_len, "max_tokens per request"),
+    ):
+        if not value:
+            raise CliError(
+                f"{flag} is required ({what}, e.g. {flag} 128), unless --preset decode",
+                EXIT_USAGE,
+            )
+
+
+def _native_settings(args: argparse.Namespace) -> dict[str, Any]:
     try:
         concurrency = tuple(int(c) for c in args.concurrency.split(",")) if args.concurrency else ()
     except ValueError:
@@ -147,39 +313,56 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
             EXIT_USAGE,
         ) from None
     try:
-        duration = parse_duration(args.duration) if args.duration else 0.0
-    except ValueError as exc:
-        raise CliError(f"--duration: {exc}", EXIT_USAGE) from None
+        rates = tuple(float(r) for r in args.rate.split(",")) if args.rate else ()
+    except ValueError:
+        raise CliError(
+            f"--rate: expected numbers like 1,2.5,10, got {args.rate!r}", EXIT_USAGE
+        ) from None
+    seconds = {
+        "--duration": _seconds("--duration", args.duration),
+        "--warmup-time": _seconds("--warmup-time", args.warmup_time),
+    }
+    return {
+        "url": args.url,
+        "api": args.api,
+        "concurrency": concurrency,
+        "rates": rates,
+        "requests": args.requests,
+        "duration_seconds": seconds["--duration"],
+        "input_len": args.input_len,
+        "output_len": args.output_len,
+        "range_ratio": args.range_ratio,
+        "warmup": args.warmup,
+        "ignore_eos": not (args.no_ignore_eos or args.vllm_defaults),
+        "send_temperature": not args.vllm_defaults,
+        "slo_ttft_ms": args.slo_ttft_ms,
+        "slo_tpot_ms": args.slo_tpot_ms,
+        "preset": args.preset or "",
+        "warmup_seconds": seconds["--warmup-time"],
+        "reset_cache_url": args.reset_cache_url,
+        **_profiling(args),
+    }
+
+
+def _seconds(flag: str, value: str | None) -> float:
     try:
-        return BenchConfig(
-            url=args.url,
-            model=args.model,
-            api=args.api,
-            concurrency=concurrency,
-            request_rate=args.rate,
-            burstiness=args.burstiness,
-            requests=args.requests,
-            duration_seconds=duration,
-            input_len=args.input_len,
-            output_len=args.output_len,
-            range_ratio=args.range_ratio,
-            warmup=args.warmup,
-            ignore_eos=not (args.no_ignore_eos or args.vllm_defaults),
-            temperature=args.temperature,
-            send_temperature=not args.vllm_defaults,
-            tokenizer=args.tokenizer,
-            save_detailed=args.save_detailed,
-            slo_ttft_ms=args.slo_ttft_ms,
-            slo_tpot_ms=args.slo_tpot_ms,
-            seed=args.seed,
-            preset=args.preset or "",
-            label=args.label,
-            request_timeout_s=args.timeout,
-        ).with_preset()
-    except BenchConfigError as exc:
-        name = exc.field.split("[", 1)[0]
-        flag = _FLAGS.get(name, "--" + name.replace("_", "-"))
-        raise CliError(f"{flag}: {exc.problem}", EXIT_USAGE) from None
+        return parse_duration(value) if value else 0.0
+    except ValueError as exc:
+        raise CliError(f"{flag}: {exc}", EXIT_USAGE) from None
+
+
+def _profiling(args: argparse.Namespace) -> dict[str, Any]:
+    """``--profile [WINDOW]`` (also vllm bench serve's bare ``--profile``): the server's
+    profiler around a window of one point."""
+    if args.profile is None:
+        return {}
+    return {
+        "profile_point": args.profile_point,
+        "profile_seconds": _seconds("--profile", args.profile),
+        "profile_requests": args.profile_requests,
+        "profile_start_url": args.profile_start_url,
+        "profile_stop_url": args.profile_stop_url,
+    }
 
 
 def preflight(config: BenchConfig) -> BenchConfig:
@@ -187,14 +370,26 @@ def preflight(config: BenchConfig) -> BenchConfig:
     ``/v1/models`` when none was given, and check the tokenizer loads."""
     from dataclasses import replace
 
+    from tunelab.bench.datasets import Dataset
     from tunelab.bench.models import ModelLookupError, first_model_id
+    from tunelab.bench.promptfiles import DatasetFileError
     from tunelab.bench.tokens import TokenizerError, TokenPrompts
 
+    tokens = None
     if config.tokenizer:
         try:
-            TokenPrompts(config.tokenizer)
+            tokens = TokenPrompts(config.tokenizer)
         except TokenizerError as exc:
             raise CliError(str(exc), EXIT_USAGE) from None
+    if config.dataset_path:  # a file that is unusable is refused before anything starts
+        try:
+            data = Dataset(config, tokens)
+        except DatasetFileError as exc:
+            raise CliError(str(exc), EXIT_USAGE) from None
+        if config.dataset_sha256 and data.sha256 != config.dataset_sha256.lower():
+            raise CliError(
+                f"--dataset-sha256: {config.dataset_path} has sha256 {data.sha256}", EXIT_USAGE
+            )
     if config.model:
         url = config.url.rstrip("/").removesuffix("/v1") + "/v1/models"
         try:
@@ -222,20 +417,35 @@ def _not_http(config: BenchConfig, exc: Exception) -> CliError:
     )
 
 
+class Terminated(Exception):
+    """SIGTERM reached ``tunelab bench``: stop like Ctrl-C (the child keeps what finished)."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise Terminated
+
+
 def bench(args: argparse.Namespace) -> int:
     from tunelab.bench.console import render_summary
     from tunelab.bench.launcher import BenchFiles
 
     config = preflight(config_from_args(args))
     workdir = Path(tempfile.mkdtemp(prefix="tunelab-bench-"))
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         files = BenchFiles(workdir)
-        document, interrupted = _run(config, files, show=is_terminal() and not args.json)
+        show = is_terminal() and not args.json and not getattr(args, "disable_tqdm", None)
+        document, stopped_by = _run(config, files, show=show)
         if args.out is not None:
             args.out.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(files.result, args.out)
             shutil.copyfile(files.requests, args.out.with_suffix(".requests.jsonl"))
+        saved = vllm_result_path(args, document)
+        if saved is not None:
+            saved.parent.mkdir(parents=True, exist_ok=True)
+            saved.write_text(json.dumps(vllm_result(document), indent=1) + "\n", encoding="utf-8")
     finally:
+        signal.signal(signal.SIGTERM, previous)
         shutil.rmtree(workdir, ignore_errors=True)
     if args.json:
         print_json(document)
@@ -243,35 +453,82 @@ def bench(args: argparse.Namespace) -> int:
         render_summary(document, decode=config.preset == "decode")
         if args.out is not None:
             print(f"result: {args.out}  requests: {args.out.with_suffix('.requests.jsonl')}")
-    if interrupted:
+        if saved is not None:
+            print(f"vllm result: {saved}")
+    if stopped_by == "SIGINT":
         return EXIT_INTERRUPTED
+    if stopped_by == "SIGTERM":
+        return EXIT_TERMINATED
     points = document.get("points", [])
     ok = document.get("status") == "completed" and all(p["completed"] > 0 for p in points)
     return EXIT_OK if ok else EXIT_FAILED
 
 
-def _run(config: BenchConfig, files: BenchFiles, show: bool) -> tuple[dict[str, Any], bool]:
+def vllm_result(document: dict[str, Any]) -> dict[str, Any]:
+    """What ``vllm bench serve --save-result`` writes: one point's flat summary (the first and
+    only point of a vLLM-mode run), with the dataset's identity beside it."""
+    points = document.get("points", [])
+    if len(points) != 1:
+        return document
+    return {**points[0], "dataset": document.get("dataset"), "status": document.get("status")}
+
+
+def _run(config: BenchConfig, files: BenchFiles, show: bool) -> tuple[dict[str, Any], str]:
+    """Run the bench process to its end; the document and what stopped it ("" when nothing
+    did, else "SIGINT" or "SIGTERM"). Ctrl-C reaches the child through the terminal's process
+    group; SIGTERM reaches only us, so it is passed on, through a pidfd of the child."""
     from tunelab.bench.console import BenchProgressView
     from tunelab.bench.launcher import spawn
     from tunelab.bench.progress import ProgressReader
 
-    """Run the bench process to its end; the document and whether Ctrl-C stopped it."""
     proc = spawn(config, files, new_session=False)  # Ctrl-C reaches it too; it writes a partial
+    pidfd = _pidfd(proc.pid)  # ours until we reap it: the pid cannot be reused before then
     reader = ProgressReader(files.progress)
-    interrupted = False
-    with BenchProgressView(show, len(config.points())) as view:
-        while True:
-            try:
-                code = proc.poll()
-                view.update(reader.poll())
-                if code is not None:
-                    break
-                time.sleep(POLL_SECONDS)
-            except KeyboardInterrupt:
-                interrupted = True  # the child got SIGINT as well; let it write what it has
+    stopped_by = ""
+    deadline = math.inf
+    try:
+        with BenchProgressView(show, len(config.points())) as view:
+            while True:
+                try:
+                    code = proc.poll()
+                    view.update(reader.poll())
+                    if code is not None:
+                        break
+                    if time.monotonic() > deadline:
+                        _signal_child(proc, pidfd, signal.SIGKILL)
+                        deadline = math.inf
+                    time.sleep(POLL_SECONDS)
+                except KeyboardInterrupt:
+                    stopped_by = stopped_by or "SIGINT"  # the child got SIGINT as well
+                except Terminated:
+                    stopped_by = stopped_by or "SIGTERM"
+                    _signal_child(proc, pidfd, signal.SIGTERM)
+                    deadline = time.monotonic() + STOP_GRACE_S
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
     state = reader.poll()
     if not files.result.exists():
         detail = state.error or files.log_tail(800) or f"exit status {proc.returncode}"
         raise CliError(f"the load generator failed: {detail}", EXIT_FAILED)
     document: dict[str, Any] = json.loads(files.result.read_text(encoding="utf-8"))
-    return document, interrupted
+    return document, stopped_by
+
+
+def _pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except OSError:  # an old kernel: Popen's own send_signal checks it has not reaped the child
+        return None
+
+
+def _signal_child(proc: subprocess.Popen[bytes], pidfd: int | None, sig: signal.Signals) -> None:
+    if proc.poll() is not None:
+        return
+    try:
+        if pidfd is not None:
+            signal.pidfd_send_signal(pidfd, sig)
+        else:
+            proc.send_signal(sig)
+    except ProcessLookupError:
+        return

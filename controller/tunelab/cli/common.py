@@ -194,6 +194,13 @@ def _proxied(details: str) -> str | None:
 
 def _unreachable(details: str, daemon: str, target: str) -> str:
     lowered = details.lower()
+    if "failed parsing http/2" in lowered or "expected settings frame" in lowered:
+        grpc_port = AGENT_PORT if daemon == "agent" else CONTROLLER_PORT
+        return (
+            f"{target} answered, but not in gRPC (plain HTTP, such as a /metrics port): it is "
+            f"not a tunelab {daemon}'s gRPC address (that is port {grpc_port} by default; "
+            f"/metrics is on 9473 for an agent, 9474 for a controller); check {_WHERE[daemon]}"
+        )
     if "http1" in lowered or "http/1" in lowered:
         return (
             f"{target} speaks HTTP/1, not gRPC: it is not a tunelab {daemon} "
@@ -237,7 +244,7 @@ def rpc_error(
         if agent_said is not None:
             message = (
                 f"the agent refused the controller's token ({agent_said}); give the host its "
-                "token: tunelab hosts add NAME ADDR --replace --agent-token-file F"
+                "token: tunelab hosts set NAME --agent-token-file F"
             )
         else:
             message = (
@@ -264,16 +271,6 @@ def rpc_error(
     else:
         message = f"{code.name.lower()}: {details}"
     return CliError(message, exit_code)
-
-
-def call(
-    target: str, fn: Callable[[], T], daemon: str = "controller", timeout: float | None = None
-) -> T:
-    """Run one RPC, turning gRPC errors into CliError (``timeout``: for the message only)."""
-    try:
-        return fn()
-    except grpc.RpcError as exc:
-        raise rpc_error(exc, target, daemon, timeout) from exc
 
 
 # --- output -------------------------------------------------------------------------------------

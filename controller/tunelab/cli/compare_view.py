@@ -12,9 +12,15 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from tunelab.controller.effects import METRIC_LABELS
+from tunelab.controller.effects import METRIC_LABELS, MIN_REPEATS, NOT_ENOUGH
 
 WIDTH = 100
+# Names (variants, hosts) are broken only after one of NAME_BREAKS, or, for a part too long for
+# its column, after one of PART_BREAKS; only a run longer than the column with neither is folded.
+NAME_BREAKS = frozenset(", /")
+PART_BREAKS = frozenset("=-_.:")
+HOST_MAX = 14
+NAME_MIN = 12
 
 
 def _num(value: Any, digits: int = 1) -> str:
@@ -38,8 +44,45 @@ def _figure(metric: str, value: Any) -> str:
     return _num(value, digits)
 
 
-def _console() -> Console:
-    return Console(file=io.StringIO(), width=WIDTH, color_system=None)
+def _console(width: int = WIDTH) -> Console:
+    return Console(file=io.StringIO(), width=width, color_system=None)
+
+
+def _split_after(text: str, seps: frozenset[str]) -> list[str]:
+    """``a=1,b=2`` -> ``["a=1,", "b=2"]``: pieces that each end at a separator (kept)."""
+    pieces: list[str] = []
+    start = 0
+    for i, ch in enumerate(text):
+        if ch in seps and i + 1 < len(text):
+            pieces.append(text[start : i + 1])
+            start = i + 1
+    pieces.append(text[start:])
+    return [p for p in pieces if p]
+
+
+def _pack(pieces: list[str], width: int) -> list[str]:
+    lines: list[str] = []
+    for piece in pieces:
+        if lines and len(lines[-1].rstrip()) + len(piece.rstrip()) <= width:
+            lines[-1] += piece
+        else:
+            lines.append(piece)
+    return [line.rstrip() for line in lines]
+
+
+def name_lines(name: str, width: int) -> list[str]:
+    """``name`` as lines of at most ``width``, broken only between its parts: after ``,``, a
+    space or ``/``; a part longer than ``width`` also after ``=``, ``-``, ``_``, ``.`` or ``:``;
+    only a run longer than ``width`` with none of them is cut. Rich is then handed lines that
+    fit its column, so it never folds a word, whatever width the table is given."""
+    pieces: list[str] = []
+    for part in _split_after(name, NAME_BREAKS):
+        if len(part.rstrip()) <= width:
+            pieces.append(part)
+            continue
+        for sub in _pack(_split_after(part, PART_BREAKS), width):
+            pieces += [sub[i : i + width] for i in range(0, len(sub), width)]
+    return _pack(pieces, width) or [""]
 
 
 def _text(console: Console) -> str:
@@ -57,7 +100,34 @@ def _common_prefix(names: list[str]) -> str:
     return f"{heads.pop()}/" if len(heads) == 1 and all("/" in n for n in names) else ""
 
 
-def experiments_table(doc: dict[str, Any]) -> Table:
+FIGURE_COLUMNS = ("load", "tok/s", "TTFT p50", "TPOT p50", "floor", "GPU W", "lim", "tok/J")
+
+
+def _figure_cells(row: dict[str, Any]) -> list[list[str]]:
+    points = row["points"] or [{}]
+    cells = []
+    for i, point in enumerate(points):
+        first = i == 0
+        share = row.get("power_share_of_limit")
+        cells.append(
+            [
+                point_label(point["key"]) if point.get("key") else "-",
+                _num(point.get("output_throughput")),
+                _num(point.get("median_ttft_ms")),
+                _num(point.get("median_tpot_ms"), 2),
+                _num(point.get("tpot_floor_ms"), 2),
+                _num(row["mean_power_watts"]) if first else "",
+                f"{100 * share:.0f}%" if first and isinstance(share, float) else "",
+                _num(row["tokens_per_joule"], 3) if first else "",
+            ]
+        )
+    return cells
+
+
+def experiments_table(doc: dict[str, Any], width: int = WIDTH) -> Table:
+    """One row per experiment and load point. The figures never wrap; the name columns get the
+    rest of ``width`` and their names are broken between parts by ``name_lines`` (a column's
+    width is its content plus 2 of padding, plus 1 between columns: 3 a column in all)."""
     rows = doc["experiments"]
     prefix = _common_prefix([r["name"] for r in rows])
     hosts = sorted({r["host"] or "-" for r in rows})
@@ -67,34 +137,41 @@ def experiments_table(doc: dict[str, Any]) -> Table:
         title=f"{prefix.rstrip('/') or 'experiments'}{where}: each load point "
         "(latencies in ms; floor = roofline TPOT; lim = share of the GPU power limit)",
     )
-    table.add_column("variant" if prefix else "experiment", overflow="fold", ratio=1)
+    figures = {r["id"]: _figure_cells(r) for r in rows}
+    used = sum(
+        max([len(name)] + [len(c[k]) for cells in figures.values() for c in cells])
+        for k, name in enumerate(FIGURE_COLUMNS)
+    )
+    host_lines: dict[str, list[str]] = {}
     if len(hosts) > 1:
-        table.add_column("host", overflow="fold", max_width=12)
-    for name in ("load", "tok/s", "TTFT p50", "TPOT p50", "floor", "GPU W", "lim", "tok/J"):
+        host_width = max(4, min(HOST_MAX, max(len(h) for h in hosts)))
+        host_lines = {h: name_lines(h, host_width) for h in hosts}
+        used += max(len(line) for lines in host_lines.values() for line in lines)
+    columns = len(FIGURE_COLUMNS) + 1 + bool(host_lines)
+    name_width = max(NAME_MIN, width - used - 3 * columns)
+    names = {
+        r["id"]: name_lines(
+            r["name"].removeprefix(prefix)
+            + ("" if r["state"] == "SUCCEEDED" else f" ({r['state']})"),
+            name_width,
+        )
+        for r in rows
+    }
+    header = "variant" if prefix else "experiment"
+    widest = max([len(header)] + [len(line) for lines in names.values() for line in lines])
+    table.add_column(header, no_wrap=True, min_width=widest)
+    if host_lines:
+        table.add_column("host", no_wrap=True)
+    for name in FIGURE_COLUMNS:
         table.add_column(name, justify="right", no_wrap=True)
     for row in rows:
-        name = row["name"].removeprefix(prefix)
-        name = name if row["state"] == "SUCCEEDED" else f"{name} ({row['state']})"
-        points = row["points"] or [{}]
-        for i, point in enumerate(points):
+        points = figures[row["id"]]
+        for i, cells in enumerate(points):
             first = i == 0
-            cells = [name if first else ""]
-            if len(hosts) > 1:
-                cells.append((row["host"] or "-") if first else "")
-            table.add_row(
-                *cells,
-                point_label(point["key"]) if point.get("key") else "-",
-                _num(point.get("output_throughput")),
-                _num(point.get("median_ttft_ms")),
-                _num(point.get("median_tpot_ms"), 2),
-                _num(point.get("tpot_floor_ms"), 2),
-                _num(row["mean_power_watts"]) if first else "",
-                f"{100 * row['power_share_of_limit']:.0f}%"
-                if first and isinstance(row.get("power_share_of_limit"), float)
-                else "",
-                _num(row["tokens_per_joule"], 3) if first else "",
-                end_section=i == len(points) - 1,
-            )
+            lead = ["\n".join(names[row["id"]]) if first else ""]
+            if host_lines:
+                lead.append("\n".join(host_lines[row["host"] or "-"]) if first else "")
+            table.add_row(*lead, *cells, end_section=i == len(points) - 1)
     return table
 
 
@@ -123,15 +200,31 @@ def _effects_table(title: str, effects: list[dict[str, Any]]) -> Table:
     return table
 
 
-def effects_tables(doc: dict[str, Any]) -> list[Table]:
+def _too_few(effects: list[dict[str, Any]]) -> str | None:
+    """One line instead of a table whose every row would say "not enough repeats" because the
+    launches are fewer than MIN_REPEATS (``repeat: 1``)."""
+    if not effects or any(e["verdict"] != NOT_ENOUGH for e in effects):
+        return None
+    n_base = max(e["n_baseline"] for e in effects)
+    n_variant = max(e["n_variant"] for e in effects)
+    if min(n_base, n_variant) >= MIN_REPEATS:
+        return None
+    return (
+        f"not enough repeats to estimate it: {n_base} baseline and {n_variant} variant "
+        f"launch(es), {MIN_REPEATS} of each are needed (repeat: {MIN_REPEATS} in the spec)"
+    )
+
+
+def effects_tables(doc: dict[str, Any]) -> list[Table | str]:
     by_change: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for effect in doc.get("effects", []):
         by_change[effect["change"]].append(effect)
     kind = "main effect" if doc.get("design") == "matrix" else "effect"
-    tables = [
-        _effects_table(f"{kind} of {change} against the baseline", effects)
-        for change, effects in by_change.items()
-    ]
+    tables: list[Table | str] = []
+    for change, effects in by_change.items():
+        title = f"{kind} of {change} against the baseline"
+        few = _too_few(effects)
+        tables.append(f"{title}: {few}" if few else _effects_table(title, effects))
     largest = doc.get("largest_interactions") or []
     if largest:
         table = Table(
@@ -152,9 +245,9 @@ def effects_tables(doc: dict[str, Any]) -> list[Table]:
     return tables
 
 
-def render_compare_table(doc: dict[str, Any]) -> str:
-    console = _console()
-    console.print(experiments_table(doc))
+def render_compare_table(doc: dict[str, Any], width: int = WIDTH) -> str:
+    console = _console(width)
+    console.print(experiments_table(doc, width))
     for group in doc["repeats"]:
         spreads = ", ".join(
             f"{point_label(k)}: {s['mean']:,.1f} ±{s['stdev']:,.1f} "

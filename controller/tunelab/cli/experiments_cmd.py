@@ -13,6 +13,7 @@ from typing import Any
 
 import grpc
 
+from tunelab.cli.clients import ControllerClient
 from tunelab.cli.common import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -22,22 +23,13 @@ from tunelab.cli.common import (
     PipedLog,
     add_controller_args,
     add_json_arg,
-    call,
-    controller_target,
     is_terminal,
     print_json,
     rpc_error,
 )
 from tunelab.cli.follow import follow_hint, resolve, wait_for
 from tunelab.cli.show_view import render_show
-from tunelab.v1 import controller_pb2, controller_pb2_grpc, server_pb2
-
-TIMEOUT = 30.0
-
-
-def stub_for(args: argparse.Namespace) -> tuple[str, controller_pb2_grpc.ControllerStub]:
-    address, auth = controller_target(args)
-    return address, controller_pb2_grpc.ControllerStub(auth.channel(address))
+from tunelab.v1 import controller_pb2, server_pb2
 
 
 def _state(value: int) -> str:
@@ -163,6 +155,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if args.wait and args.dry_run:
         raise CliError("--wait with --dry-run: nothing would run", EXIT_USAGE)
     text = _read_spec(args.file)
+    if args.dry_run and _dry_run_search(text, args.file, args.json):
+        return EXIT_OK
     if args.dry_run:
         experiments = dry_run(text, args.file)
         if args.json:
@@ -170,13 +164,11 @@ def cmd_submit(args: argparse.Namespace) -> int:
         else:
             _print_queued(experiments, dry=True)
         return EXIT_OK
-    target, stub = stub_for(args)
-    request = controller_pb2.SubmitExperimentsRequest(spec_yaml=text, source=args.file)
-    experiments = list(
-        call(
-            target, lambda: stub.SubmitExperiments(request, timeout=TIMEOUT), timeout=TIMEOUT
-        ).experiments
-    )
+    client = ControllerClient.for_args(args)
+    response = client.submit_experiments(text, args.file)
+    if response.search_group:
+        return _submitted_search(client, response.search_group, args)
+    experiments = list(response.experiments)
     if not args.wait:
         if args.json:
             print_json([experiment_json(e) for e in experiments])
@@ -187,8 +179,55 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if not args.json:
         _print_queued(experiments, dry=False)
         print(f"following (Ctrl-C stops following, not the experiments: {follow_hint([], group)})")
-    final = wait_for(stub, target, [e.id for e in experiments], quiet=args.json, group=group)
+    final = wait_for(client, [e.id for e in experiments], quiet=args.json, group=group)
     return _finished(final, args.json)
+
+
+def _dry_run_search(text: str, source: str, as_json: bool) -> bool:
+    """Validate a search spec here (no controller); False when the text is no search."""
+    from tunelab.controller.search.strategies import finite_size
+    from tunelab.controller.search.submit import search_from_text
+    from tunelab.controller.spec.errors import SpecError
+
+    try:
+        found = search_from_text(text, source)
+    except SpecError as exc:
+        raise CliError(f"rejected: {exc}", EXIT_USAGE) from None
+    if found is None:
+        return False
+    size = finite_size(found.spec)
+    if as_json:
+        print_json({"search": found.spec.to_dict(), "first_point": found.first})
+    else:
+        print(
+            f"valid: a {found.spec.strategy} search over "
+            f"{size if size is not None else 'a continuous'} point(s), at most "
+            f"{found.spec.max_trials} trials; the first point runs:"
+        )
+        print("  " + " ".join(_argv(found.first)))
+    return True
+
+
+def _argv(spec: dict[str, Any]) -> list[str]:
+    from tunelab.controller.spec.render import server_argv
+
+    return server_argv(spec)
+
+
+def _submitted_search(client: ControllerClient, group: str, args: argparse.Namespace) -> int:
+    from tunelab.cli.search_cmd import finished, follow_search
+
+    if not args.wait:
+        if args.json:
+            print_json({"search_group": group})
+        else:
+            print(
+                f"search queued, group {group}: tunelab search show {group}; tunelab wait {group}"
+            )
+        return EXIT_OK
+    if not args.json:
+        print(f"search {group}: following (Ctrl-C stops following, not the search)")
+    return finished(follow_search(client, group, quiet=args.json), args.json)
 
 
 def _finished(final: list[controller_pb2.Experiment], as_json: bool) -> int:
@@ -203,9 +242,15 @@ def _finished(final: list[controller_pb2.Experiment], as_json: bool) -> int:
 
 def cmd_wait(args: argparse.Namespace) -> int:
     """Follow experiments again (after Ctrl-C, or from another terminal) until they finish."""
-    target, stub = stub_for(args)
-    ids, group = resolve(stub, target, args.ids, TIMEOUT)
-    final = wait_for(stub, target, ids, quiet=args.json, group=group)
+    client = ControllerClient.for_args(args)
+    if len(args.ids) == 1 and args.ids[0].startswith("g-"):
+        from tunelab.cli.search_cmd import finished, follow_search, get_search
+
+        if get_search(client, args.ids[0]) is not None:
+            doc = follow_search(client, args.ids[0], quiet=args.json)
+            return finished(doc, args.json)
+    ids, group = resolve(client, args.ids)
+    final = wait_for(client, ids, quiet=args.json, group=group)
     return _finished(final, args.json)
 
 
@@ -213,7 +258,7 @@ def cmd_wait(args: argparse.Namespace) -> int:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    target, stub = stub_for(args)
+    client = ControllerClient.for_args(args)
     states = []
     for name in args.state:
         for part in name.upper().split(","):
@@ -227,9 +272,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
     request = controller_pb2.ListExperimentsRequest(
         states=states, limit=args.limit, group=args.group or ""
     )
-    experiments = call(
-        target, lambda: stub.ListExperiments(request, timeout=TIMEOUT), timeout=TIMEOUT
-    ).experiments
+    experiments = client.list_experiments(request).experiments
     rows = [experiment_json(e) for e in experiments]
     if args.json:
         print_json(rows)
@@ -241,7 +284,11 @@ def cmd_ls(args: argparse.Namespace) -> int:
     for r in rows:
         host = r["attempts"][-1]["host"] if r["attempts"] else "-"
         attempts = str(len(r["attempts"]))
-        table.append((r["id"], r["group"], r["name"], r["state"], host, attempts, r["message"]))
+        message = r["message"]
+        if r["state"] == "RUNNING" and r["attempts"]:
+            last = r["attempts"][-1]  # what runs now: e.g. the server's load progress
+            message = f"{last['state']}: {last['message']}" if last["message"] else last["state"]
+        table.append((r["id"], r["group"], r["name"], r["state"], host, attempts, message))
     print_table(table)
     return EXIT_OK
 
@@ -254,11 +301,8 @@ def print_table(table: Sequence[Sequence[str]]) -> None:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    target, stub = stub_for(args)
     request = controller_pb2.GetExperimentRequest(id=args.id)
-    experiment = call(
-        target, lambda: stub.GetExperiment(request, timeout=TIMEOUT), timeout=TIMEOUT
-    ).experiment
+    experiment = ControllerClient.for_args(args).get_experiment(request).experiment
     data = experiment_json(experiment, full=True)
     if args.json:
         print_json(data)
@@ -271,7 +315,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    target, stub = stub_for(args)
+    client = ControllerClient.for_args(args)
     request = controller_pb2.StreamExperimentLogsRequest(
         id=args.id,
         stream="job" if args.job else "bench" if args.bench else "server",
@@ -280,13 +324,13 @@ def cmd_logs(args: argparse.Namespace) -> int:
     )
     out = sys.stdout.buffer
     lines = PipedLog(terminal=is_terminal())
-    stream = stub.StreamExperimentLogs(request)
+    stream = client.stream_experiment_logs(request)
     try:
         for chunk in stream:
             out.write(lines.convert(chunk.data))
             out.flush()
     except grpc.RpcError as exc:
-        raise rpc_error(exc, target) from exc
+        raise rpc_error(exc, client.target) from exc
     except KeyboardInterrupt:
         raise CliError(
             f"stopped following; the run goes on (tunelab wait {args.id})", EXIT_INTERRUPTED
@@ -297,11 +341,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    target, stub = stub_for(args)
     request = controller_pb2.CancelExperimentRequest(ids=args.ids)
-    experiments = call(
-        target, lambda: stub.CancelExperiment(request, timeout=TIMEOUT), timeout=TIMEOUT
-    ).experiments
+    experiments = ControllerClient.for_args(args).cancel_experiment(request).experiments
     for e in experiments:
         state = _state(e.state)
         note = "cancelling (the agent stops the run)" if state == "RUNNING" else state
@@ -309,9 +350,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _spec_names(
-    stub: controller_pb2_grpc.ControllerStub, target: str, keys: list[str]
-) -> list[str]:
+def _spec_names(client: ControllerClient, keys: list[str]) -> list[str]:
     """A spec's own ``name`` (``sim-ablation``) stands for its latest submission's group.
 
     Experiments are named ``<spec name>/<variant>#<repeat>``; ids, groups and those full names
@@ -320,9 +359,7 @@ def _spec_names(
     if all(k.startswith(("x-", "g-")) for k in keys):
         return keys
     request = controller_pb2.ListExperimentsRequest(limit=100_000)
-    listed = call(
-        target, lambda: stub.ListExperiments(request, timeout=TIMEOUT), timeout=TIMEOUT
-    ).experiments
+    listed = client.list_experiments(request).experiments
     names = {e.name for e in listed}
     out = []
     for key in keys:
@@ -352,11 +389,9 @@ def comparison(args: argparse.Namespace) -> dict[str, Any]:
     defaults (the launches it holds are all that is needed)."""
     from tunelab.controller.effects import EffectSettings, effects_document  # not for --help
 
-    target, stub = stub_for(args)
-    request = controller_pb2.CompareRunsRequest(ids=_spec_names(stub, target, args.ids))
-    document: dict[str, Any] = json.loads(
-        call(target, lambda: stub.CompareRuns(request, timeout=TIMEOUT)).comparison_json
-    )
+    client = ControllerClient.for_args(args)
+    request = controller_pb2.CompareRunsRequest(ids=_spec_names(client, args.ids))
+    document: dict[str, Any] = json.loads(client.compare_runs(request).comparison_json)
     defaults = EffectSettings()
     settings = EffectSettings(
         min_effect=defaults.min_effect if args.min_effect is None else args.min_effect,
@@ -381,13 +416,27 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from tunelab.controller.report import write_report
+    from tunelab.cli.search_cmd import get_search
+    from tunelab.controller.report import write_report, write_search_report
 
+    search = None
+    if len(args.ids) == 1 and args.ids[0].startswith("g-"):
+        search = get_search(ControllerClient.for_args(args), args.ids[0])
     document = comparison(args)
+    if not args.no_profiles:
+        from tunelab.cli.profile_cmd import ablation_profiles
+
+        args.top, args.max_size = 20, 2 * 1000 * 1000 * 1000
+        profiles = ablation_profiles(args, document["experiments"])
+        if profiles["diffs"]:
+            document["profiles"] = profiles
     default = re.sub(r"[^A-Za-z0-9._-]+", "_", "-".join(args.ids))[:80]
     out = Path(args.out or f"report-{default}.html")
     try:
-        write_report(document, out, title=" ".join(args.ids))
+        if search is not None:
+            write_search_report(search, document, out, title=args.ids[0])
+        else:
+            write_report(document, out, title=" ".join(args.ids))
     except OSError as exc:
         raise CliError(f"{out}: {exc.strerror}", EXIT_USAGE) from None
     print(f"report: {out.resolve()}")
@@ -493,6 +542,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="experiment ids or names, submission groups (g-...), or a spec's name",
     )
     report.add_argument("--out", help="file to write (default report-<ids>.html)")
+    report.add_argument(
+        "--no-profiles",
+        action="store_true",
+        help="leave out the profile diff (fetching the kept traces can take a while)",
+    )
     _add_effect_args(report)
     add_controller_args(report)
     report.set_defaults(handler=cmd_report)

@@ -8,6 +8,7 @@ import argparse
 import json
 from typing import Any
 
+from tunelab.cli.clients import ControllerClient
 from tunelab.cli.common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -15,32 +16,21 @@ from tunelab.cli.common import (
     CliError,
     add_controller_args,
     add_json_arg,
-    call,
     print_json,
 )
-from tunelab.cli.experiments_cmd import (
-    TIMEOUT,
-    _add_effect_args,
-    attempt_json,
-    comparison,
-    stub_for,
-)
+from tunelab.cli.experiments_cmd import _add_effect_args, attempt_json, comparison
 from tunelab.v1 import controller_pb2
 
 DEFAULT_EXPERIMENT = "tunelab"
 
 
 def _attempts(args: argparse.Namespace, ids: list[str]) -> dict[str, list[dict[str, Any]]]:
-    target, stub = stub_for(args)
     out: dict[str, list[dict[str, Any]]] = {}
-    for experiment_id in ids:
-        request = controller_pb2.GetExperimentRequest(id=experiment_id)
-        experiment = call(
-            target,
-            lambda r=request: stub.GetExperiment(r, timeout=TIMEOUT),  # type: ignore[misc]
-            timeout=TIMEOUT,
-        ).experiment
-        out[experiment_id] = [attempt_json(a, full=True) for a in experiment.attempts]
+    with ControllerClient.for_args(args) as client:
+        for experiment_id in ids:
+            request = controller_pb2.GetExperimentRequest(id=experiment_id)
+            experiment = client.get_experiment(request).experiment
+            out[experiment_id] = [attempt_json(a, full=True) for a in experiment.attempts]
     return out
 
 

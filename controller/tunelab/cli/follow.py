@@ -9,13 +9,13 @@ to follow them again.
 from __future__ import annotations
 
 import time
-from functools import partial
 
 import grpc
 
-from tunelab.cli.common import EXIT_INTERRUPTED, CliError, call, is_terminal, rpc_error
+from tunelab.cli.clients import ControllerClient
+from tunelab.cli.common import EXIT_INTERRUPTED, CliError, is_terminal, rpc_error
 from tunelab.cli.watch_view import ExperimentsView
-from tunelab.v1 import controller_pb2, controller_pb2_grpc
+from tunelab.v1 import controller_pb2
 
 TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
 RETRY_SECONDS = 2.0
@@ -32,20 +32,20 @@ def follow_hint(ids: list[str], group: str) -> str:
 
 
 def wait_for(
-    stub: controller_pb2_grpc.ControllerStub,
-    target: str,
+    client: ControllerClient,
     ids: list[str],
     quiet: bool,
     group: str = "",
 ) -> list[controller_pb2.Experiment]:
     """Follow the experiments until all are finished; survives a controller restart."""
     latest: dict[str, controller_pb2.Experiment] = {}
+    target = client.target
     try:
         with ExperimentsView(enabled=is_terminal() and not quiet, plain=not quiet) as view:
             while True:
                 try:
                     request = controller_pb2.WatchExperimentRequest(ids=ids)
-                    stream = stub.WatchExperiment(request)
+                    stream = client.watch_experiment(request)
                     try:
                         for update in stream:
                             view.connected()
@@ -72,22 +72,20 @@ def wait_for(
     return [latest[i] for i in ids]
 
 
-def resolve(
-    stub: controller_pb2_grpc.ControllerStub, target: str, keys: list[str], timeout: float
-) -> tuple[list[str], str]:
+def resolve(client: ControllerClient, keys: list[str]) -> tuple[list[str], str]:
     """Experiment ids for ids, names and groups (``g-…``), and the group when it is one."""
     ids: list[str] = []
     groups: set[str] = set()
     for key in keys:
         if key.startswith("g-"):
             request = controller_pb2.ListExperimentsRequest(group=key, limit=100_000)
-            found = call(target, partial(stub.ListExperiments, request, timeout=timeout))
+            found = client.list_experiments(request)
             if found.experiments:
                 ids.extend(e.id for e in found.experiments)
                 groups.add(key)
                 continue
         get = controller_pb2.GetExperimentRequest(id=key)
-        experiment = call(target, partial(stub.GetExperiment, get, timeout=timeout)).experiment
+        experiment = client.get_experiment(get).experiment
         ids.append(experiment.id)
         groups.add(experiment.group)
     return list(dict.fromkeys(ids)), (groups.pop() if len(groups) == 1 else "")

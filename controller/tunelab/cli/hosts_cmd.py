@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tunelab.cli.clients import ControllerClient
 from tunelab.cli.common import (
     AGENT_PORT,
     EXIT_OK,
@@ -17,21 +18,12 @@ from tunelab.cli.common import (
     CliError,
     add_controller_args,
     add_json_arg,
-    call,
-    controller_target,
     print_json,
     with_default_port,
 )
 from tunelab.common.auth import AuthConfigError, read_token
 from tunelab.common.durations import parse_duration
-from tunelab.v1 import controller_pb2, controller_pb2_grpc
-
-TIMEOUT = 15.0
-
-
-def stub_for(args: argparse.Namespace) -> tuple[str, controller_pb2_grpc.ControllerStub]:
-    address, auth = controller_target(args)
-    return address, controller_pb2_grpc.ControllerStub(auth.channel(address))
+from tunelab.v1 import controller_pb2
 
 
 def host_json(host: controller_pb2.Host) -> dict[str, Any]:
@@ -79,15 +71,59 @@ def cmd_add(args: argparse.Namespace) -> int:
         metrics_url=args.metrics_url or "",
         replace=args.replace,
     )
-    target, stub = stub_for(args)
-    host = call(target, lambda: stub.AddHost(request, timeout=TIMEOUT), timeout=TIMEOUT).host
+    host = ControllerClient.for_args(args).add_host(request).host
     if args.json:
         print_json(host_json(host))
     else:
         print(f"added {host.name} ({host.address}); the controller polls it now")
         # GPU figures come from this URL: a wrong one must not look like "no GPU" later
-        print(f"  GPU figures from {host.metrics_url} (--metrics-url to change it)")
+        print(
+            f"  GPU figures from {host.metrics_url} "
+            f"(to change it: {set_metrics_url_hint(host.name)})"
+        )
     return EXIT_OK
+
+
+def cmd_set(args: argparse.Namespace) -> int:
+    """Change the fields given and keep the rest (``hosts add --replace`` writes a new row)."""
+    request = controller_pb2.UpdateHostRequest(
+        name=args.name,
+        set_labels=_labels(args.label),
+        remove_labels=args.unset_label,
+    )
+    if args.metrics_url is not None:
+        request.metrics_url = args.metrics_url
+    if args.agent_token_file is not None:
+        try:
+            token = read_token(args.agent_token_file) if args.agent_token_file else ""
+            request.token = token or ""
+        except AuthConfigError as exc:
+            raise CliError(str(exc), EXIT_USAGE) from None
+    if not (
+        request.set_labels
+        or request.remove_labels
+        or request.HasField("metrics_url")
+        or request.HasField("token")
+    ):
+        raise CliError(
+            "hosts set: give what to change: --metrics-url, --label K=V, --unset-label K "
+            "or --agent-token-file",
+            EXIT_USAGE,
+        )
+    host = ControllerClient.for_args(args).update_host(request).host
+    data = host_json(host)
+    if args.json:
+        print_json(data)
+        return EXIT_OK
+    labels = ",".join(f"{k}={v}" for k, v in sorted(data["labels"].items())) or "-"
+    print(f"{host.name}: labels {labels}; GPU figures from {host.metrics_url}")
+    return EXIT_OK
+
+
+def set_metrics_url_hint(host: str) -> str:
+    """The command that fixes a host's metrics URL, as it runs (URL is the agent's address
+    with its --metrics-port, e.g. http://10.0.0.5:9473/metrics)."""
+    return f"tunelab hosts set {host or 'NAME'} --metrics-url URL"
 
 
 def _slurm_time(text: str) -> str:
@@ -118,8 +154,7 @@ def cmd_add_slurm(args: argparse.Namespace) -> int:
             max_jobs=args.max_jobs,
         ),
     )
-    target, stub = stub_for(args)
-    host = call(target, lambda: stub.AddHost(request, timeout=TIMEOUT), timeout=TIMEOUT).host
+    host = ControllerClient.for_args(args).add_host(request).host
     if args.json:
         print_json(host_json(host))
     else:
@@ -128,12 +163,7 @@ def cmd_add_slurm(args: argparse.Namespace) -> int:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    target, stub = stub_for(args)
-    hosts = call(
-        target,
-        lambda: stub.ListHosts(controller_pb2.ListHostsRequest(), timeout=TIMEOUT),
-        timeout=TIMEOUT,
-    ).hosts
+    hosts = ControllerClient.for_args(args).list_hosts().hosts
     rows = [host_json(h) for h in hosts]
     if args.json:
         print_json(rows)
@@ -167,11 +197,10 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 
 def _drain(args: argparse.Namespace, drain: bool) -> int:
-    target, stub = stub_for(args)
     request = controller_pb2.SetHostDrainRequest(
         name=args.name, drain=drain, clear_quarantine=not drain
     )
-    host = call(target, lambda: stub.SetHostDrain(request, timeout=TIMEOUT), timeout=TIMEOUT).host
+    host = ControllerClient.for_args(args).set_host_drain(request).host
     data = host_json(host)
     if getattr(args, "json", False):
         print_json(data)
@@ -184,24 +213,14 @@ def _drain(args: argparse.Namespace, drain: bool) -> int:
 
 
 def cmd_rm(args: argparse.Namespace) -> int:
-    target, stub = stub_for(args)
-    call(
-        target,
-        lambda: stub.RemoveHost(controller_pb2.RemoveHostRequest(name=args.name), timeout=TIMEOUT),
-        timeout=TIMEOUT,
-    )
+    ControllerClient.for_args(args).remove_host(args.name)
     print(f"removed {args.name}")
     return EXIT_OK
 
 
 def cmd_export_targets(args: argparse.Namespace) -> int:
     """Prometheus file_sd: one target group per host, its agent's metrics address."""
-    target, stub = stub_for(args)
-    hosts = call(
-        target,
-        lambda: stub.ListHosts(controller_pb2.ListHostsRequest(), timeout=TIMEOUT),
-        timeout=TIMEOUT,
-    ).hosts
+    hosts = ControllerClient.for_args(args).list_hosts().hosts
     groups = []
     for host in hosts:
         url = host.metrics_url or ""
@@ -242,11 +261,35 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add.add_argument("--label", action="append", default=[], metavar="K=V", help="host label")
     add.add_argument("--agent-token-file", help="token the controller uses for this agent")
     add.add_argument("--metrics-url", help="agent /metrics URL (default http://HOST:9473/metrics)")
-    add.add_argument("--replace", action="store_true", help="change an existing host")
+    add.add_argument(
+        "--replace",
+        action="store_true",
+        help="write the host anew (labels, token, metrics URL not given are dropped; "
+        "tunelab hosts set changes one field)",
+    )
     add_json_arg(add, "the host")
     add_controller_args(add)
     add.set_defaults(handler=cmd_add)
 
+    change = hsub.add_parser(
+        "set",
+        help="change one field of a host and keep the rest: "
+        "tunelab hosts set NAME --metrics-url URL",
+    )
+    change.add_argument("name", help="a registered host (tunelab hosts ls)")
+    change.add_argument("--metrics-url", help="agent /metrics URL ('' for the default)")
+    change.add_argument(
+        "--label", action="append", default=[], metavar="K=V", help="add or change a label"
+    )
+    change.add_argument(
+        "--unset-label", action="append", default=[], metavar="K", help="remove a label"
+    )
+    change.add_argument(
+        "--agent-token-file", help="token the controller uses for this agent ('' for none)"
+    )
+    add_json_arg(change, "the host")
+    add_controller_args(change)
+    change.set_defaults(handler=cmd_set)
     slurm = hsub.add_parser(
         "add-slurm",
         help="register a Slurm partition as a pool (the controller must run on a submit host)",

@@ -26,6 +26,8 @@ from tunelab.cli import (
     experiments_cmd,
     export_cmd,
     hosts_cmd,
+    profile_cmd,
+    search_cmd,
     server_cmd,
 )
 from tunelab.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, CliError
@@ -42,8 +44,10 @@ COMMAND_MODULES = [
     controller_cmd,
     hosts_cmd,
     experiments_cmd,
+    search_cmd,
     export_cmd,
     bench_cmd,
+    profile_cmd,
 ]
 EXIT_PIPE = 141  # 128 + SIGPIPE, what a shell reports for `yes | head`
 LOG_LIMIT = 1 << 20  # the trace file is rotated past 1 MiB

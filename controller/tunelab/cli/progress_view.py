@@ -23,8 +23,9 @@ class ServerProgressView:
     """The server's state and start-up phase as the label; a bar (done/total, ETA) while the
     engine prints one for the current phase, else a pulsing bar with the time in the phase."""
 
-    def __init__(self, enabled: bool) -> None:
+    def __init__(self, enabled: bool, console: Console | None = None) -> None:
         self._enabled = enabled
+        self._console = console
         self._progress: Progress | None = None
         self._task: TaskID | None = None
 
@@ -35,7 +36,7 @@ class ServerProgressView:
                 BarColumn(),
                 MofNCompleteColumn(),
                 TimeRemainingColumn(),
-                console=Console(stderr=True),
+                console=self._console or Console(stderr=True),
                 transient=False,
             )
             self._progress.start()
@@ -44,6 +45,13 @@ class ServerProgressView:
 
     def update(self, server: server_pb2.Server) -> None:
         if self._progress is None or self._task is None:
+            return
+        if server.state == server_pb2.SERVER_STATE_READY:
+            # the last bar ends full (83/83), not back at 0/83 under a READY label
+            task = self._progress.tasks[self._task]
+            total = task.total or 1
+            ready = f"READY in {server.ready_seconds:.1f} s" if server.ready_seconds else "READY"
+            self._progress.update(self._task, description=ready, total=total, completed=total)
             return
         self._progress.update(self._task, **progress_fields(server, time.time()))
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import grpc
 
+from tunelab.cli.clients import AgentClient
 from tunelab.cli.common import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -17,17 +18,14 @@ from tunelab.cli.common import (
     CliError,
     PipedLog,
     add_agent_args,
-    agent_channel,
-    call,
     is_terminal,
     print_json,
     rpc_error,
 )
 from tunelab.cli.progress_view import ServerProgressView
 from tunelab.common.durations import format_duration, parse_duration
-from tunelab.v1 import agent_pb2, agent_pb2_grpc, server_pb2
+from tunelab.v1 import agent_pb2, server_pb2
 
-UNARY_TIMEOUT = 15.0
 STATUS_LOG_LINES = 5
 FAILED_STATES = {server_pb2.SERVER_STATE_FAILED, server_pb2.SERVER_STATE_KILL_FAILED}
 
@@ -106,19 +104,9 @@ def _duration(flag: str, text: str) -> float:
         raise CliError(f"{flag}: {exc}", EXIT_USAGE) from None
 
 
-def _stub(args: argparse.Namespace) -> agent_pb2_grpc.AgentStub:
-    return agent_pb2_grpc.AgentStub(agent_channel(args))
-
-
-def _get(stub: agent_pb2_grpc.AgentStub, args: argparse.Namespace) -> server_pb2.Server:
+def _get(client: AgentClient, args: argparse.Namespace) -> server_pb2.Server:
     """The server ``args.id`` names (an id or a name), as the agent has it now."""
-    request = agent_pb2.GetServerRequest(id=args.id)
-    return call(
-        args.agent,
-        lambda: stub.GetServer(request, timeout=UNARY_TIMEOUT),
-        daemon="agent",
-        timeout=UNARY_TIMEOUT,
-    ).server
+    return client.get_server(agent_pb2.GetServerRequest(id=args.id)).server
 
 
 # --- start ---------------------------------------------------------------------------------
@@ -144,18 +132,11 @@ def cmd_start(args: argparse.Namespace) -> int:
         stop_grace_seconds=_duration("--grace", args.grace),
         engine=args.engine or "",
     )
-    stub = _stub(args)
-    response = call(
-        args.agent,
-        lambda: stub.StartServer(
-            agent_pb2.StartServerRequest(id=args.id or "", spec=spec), timeout=UNARY_TIMEOUT
-        ),
-        daemon="agent",
-        timeout=UNARY_TIMEOUT,
-    )
+    client = AgentClient.for_args(args)
+    response = client.start_server(agent_pb2.StartServerRequest(id=args.id or "", spec=spec))
     server = response.server
     if args.wait:
-        server = _wait_ready(stub, args, server)
+        server = _wait_ready(client, args, server)
     return _report(server, args.json)
 
 
@@ -169,18 +150,18 @@ def _report(server: server_pb2.Server, as_json: bool) -> int:
 
 def cmd_wait(args: argparse.Namespace) -> int:
     """Follow a server that is starting (again, e.g. after Ctrl-C) until READY or FAILED."""
-    stub = _stub(args)
-    return _report(_wait_ready(stub, args, _get(stub, args)), args.json)
+    client = AgentClient.for_args(args)
+    return _report(_wait_ready(client, args, _get(client, args)), args.json)
 
 
 def _wait_ready(
-    stub: agent_pb2_grpc.AgentStub, args: argparse.Namespace, server: server_pb2.Server
+    client: AgentClient, args: argparse.Namespace, server: server_pb2.Server
 ) -> server_pb2.Server:
     """Follow WatchServer until READY or terminal, reconnecting if the stream drops."""
     view = ServerProgressView(enabled=is_terminal() and not args.json)
     last = server
     try:
-        return _follow(stub, args, view, last)
+        return _follow(client, args, view, last)
     except KeyboardInterrupt:
         name = last.spec.name or last.id
         raise CliError(
@@ -191,7 +172,7 @@ def _wait_ready(
 
 
 def _follow(
-    stub: agent_pb2_grpc.AgentStub,
+    client: AgentClient,
     args: argparse.Namespace,
     view: ServerProgressView,
     server: server_pb2.Server,
@@ -200,7 +181,7 @@ def _follow(
     with view:
         while True:
             try:
-                stream = stub.WatchServer(agent_pb2.WatchServerRequest(id=server.id))
+                stream = client.watch_server(agent_pb2.WatchServerRequest(id=server.id))
                 try:
                     for update in stream:
                         last = update.server
@@ -240,15 +221,8 @@ def _print_summary(server: server_pb2.Server) -> None:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    stub = _stub(args)
-    response = call(
-        args.agent,
-        lambda: stub.ListServers(
-            agent_pb2.ListServersRequest(include_finished=args.all), timeout=UNARY_TIMEOUT
-        ),
-        daemon="agent",
-        timeout=UNARY_TIMEOUT,
-    )
+    client = AgentClient.for_args(args)
+    response = client.list_servers(agent_pb2.ListServersRequest(include_finished=args.all))
     rows = [server_json(s) for s in response.servers]
     if args.json:
         print_json(rows)
@@ -279,10 +253,13 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    stub = _stub(args)
-    server = _get(stub, args)
+    client = AgentClient.for_args(args)
+    server = _get(client, args)
     if args.json:
-        print_json(server_json(server))
+        data = server_json(server)
+        if not data["log_tail"]:  # a live server's reply has none: the same lines as the text
+            data["log_tail"] = _last_lines(client, server.id)
+        print_json(data)
     else:
         _print_summary(server)
         phase = phase_name(server.phase)
@@ -294,25 +271,15 @@ def cmd_status(args: argparse.Namespace) -> int:
         if server.state not in FAILED_STATES:  # failed ones printed their log tail above
             if server.message:
                 print(f"  {server.message}")
-            for tail in list(server.log_tail) or _last_lines(stub, args, server.id):
+            for tail in list(server.log_tail) or _last_lines(client, server.id):
                 print(f"  | {tail}")
     return EXIT_FAILED if server.state in FAILED_STATES else EXIT_OK
 
 
-def _last_lines(
-    stub: agent_pb2_grpc.AgentStub, args: argparse.Namespace, server_id: str
-) -> list[str]:
+def _last_lines(client: AgentClient, server_id: str) -> list[str]:
     """The log's last lines (a live server's reply carries none), one per progress redraw."""
     request = agent_pb2.StreamLogsRequest(server_id=server_id, tail_lines=STATUS_LOG_LINES)
-    data = b"".join(
-        chunk.data
-        for chunk in call(
-            args.agent,
-            lambda: list(stub.StreamLogs(request, timeout=UNARY_TIMEOUT)),
-            daemon="agent",
-            timeout=UNARY_TIMEOUT,
-        )
-    )
+    data = b"".join(chunk.data for chunk in client.read_logs(request))
     text = PipedLog(terminal=False).convert(data).decode("utf-8", errors="replace")
     return [line for line in text.splitlines() if line.strip()][-STATUS_LOG_LINES:]
 
@@ -321,9 +288,9 @@ def _last_lines(
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    stub = _stub(args)
+    client = AgentClient.for_args(args)
     try:
-        return _stream_logs(stub, args)
+        return _stream_logs(client, args)
     except KeyboardInterrupt:
         raise CliError(
             f"stopped following; the server goes on (tunelab server status --agent {args.agent} "
@@ -332,18 +299,36 @@ def cmd_logs(args: argparse.Namespace) -> int:
         ) from None
 
 
-def _stream_logs(stub: agent_pb2_grpc.AgentStub, args: argparse.Namespace) -> int:
+def _piped_tail(client: AgentClient, args: argparse.Namespace) -> int:
+    """``--tail N`` into a pipe: the agent counts newline-ended lines, but one of those may hold
+    dozens of ``\r`` progress redraws that the pipe gets as lines; print the last N of those.
+    Returns the offset after what was read (``-f`` goes on from there)."""
+    request = agent_pb2.StreamLogsRequest(server_id=args.id, tail_lines=args.tail)
+    chunks = client.read_logs(request)
+    data = PipedLog(terminal=False).convert(b"".join(c.data for c in chunks))
+    kept = data.splitlines(keepends=True)[-args.tail :] if args.tail > 0 else []
+    sys.stdout.buffer.write(b"".join(kept))
+    sys.stdout.buffer.flush()
+    return max((c.offset + len(c.data) for c in chunks), default=0)
+
+
+def _stream_logs(client: AgentClient, args: argparse.Namespace) -> int:
     out = sys.stdout.buffer
     lines = PipedLog(terminal=is_terminal())
     offset = 0
     tail = args.tail
+    if tail is not None and not is_terminal():
+        offset = _piped_tail(client, args)
+        if not args.follow:
+            return EXIT_OK
+        tail = None
     while True:
         request = agent_pb2.StreamLogsRequest(server_id=args.id, follow=args.follow)
         if tail is not None:
             request.tail_lines = tail
         else:
             request.offset = offset
-        stream = stub.StreamLogs(request)
+        stream = client.stream_logs(request)
         try:
             for chunk in stream:
                 out.write(lines.convert(chunk.data))
@@ -365,17 +350,12 @@ def _stream_logs(stub: agent_pb2_grpc.AgentStub, args: argparse.Namespace) -> in
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    stub = _stub(args)
+    client = AgentClient.for_args(args)
     grace = _duration("--grace", args.grace) if args.grace else 0.0
-    current = _get(stub, args)
+    current = _get(client, args)
     budget = (grace or current.spec.stop_grace_seconds or 30.0) + 90.0
-    response = call(
-        args.agent,
-        lambda: stub.StopServer(
-            agent_pb2.StopServerRequest(id=args.id, grace_seconds=grace), timeout=budget
-        ),
-        daemon="agent",
-        timeout=budget,
+    response = client.stop_server(
+        agent_pb2.StopServerRequest(id=args.id, grace_seconds=grace), timeout=budget
     )
     server = response.server
     if args.json:

@@ -46,7 +46,7 @@ def _spec_lines(spec: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _gpu_line(gpu: dict[str, Any]) -> str:
+def _gpu_line(gpu: dict[str, Any], host: str = "") -> str:
     """The attempt's GPU figures, or why there are none (never a silent ``-``)."""
     failed = int(gpu.get("scrape_errors") or 0)
     url = gpu.get("metrics_url") or "the host's metrics URL"
@@ -54,7 +54,7 @@ def _gpu_line(gpu: dict[str, Any]) -> str:
         return (
             f"    GPU: no figures: all {failed} scrape(s) of {url} failed "
             f"({gpu.get('last_scrape_error') or 'no reason'}); fix it with "
-            "tunelab hosts add NAME ADDR --replace --metrics-url URL"
+            f"tunelab hosts set {host or 'NAME'} --metrics-url URL"
         )
     if not gpu.get("samples"):
         return "    GPU: no figures (the controller scraped no /metrics during the attempt)"
@@ -100,7 +100,7 @@ def render_show(data: dict[str, Any]) -> str:
                 f"{point.get('completed', 0)} ok, {point.get('failed', 0)} failed"
             )
         if a["state"] not in ("QUEUED", "DISPATCHING", "CANCELLED"):
-            out.append(_gpu_line(a["gpu_summary"] or {}))
+            out.append(_gpu_line(a["gpu_summary"] or {}, a.get("host") or ""))
         if a.get("provenance"):
             from tunelab.controller.report.provenance import provenance_lines  # only when shown
 

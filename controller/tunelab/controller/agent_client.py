@@ -35,6 +35,9 @@ class AgentClient(Protocol):
     def stream_logs(
         self, address: str, token: str | None, request: agent_pb2.StreamLogsRequest
     ) -> Iterator[agent_pb2.StreamLogsResponse]: ...
+    def fetch_profile(
+        self, address: str, token: str | None, request: agent_pb2.FetchProfileRequest
+    ) -> Iterator[agent_pb2.FetchProfileResponse]: ...
 
 
 class GrpcAgentClient:
@@ -99,6 +102,12 @@ class GrpcAgentClient:
     ) -> Iterator[agent_pb2.StreamLogsResponse]:
         """The call itself (a ``grpc.Call``, so the caller can cancel it)."""
         return self._stub(address, token).StreamLogs(request)
+
+    def fetch_profile(
+        self, address: str, token: str | None, request: agent_pb2.FetchProfileRequest
+    ) -> Iterator[agent_pb2.FetchProfileResponse]:
+        """The call itself (a ``grpc.Call``, so the caller can cancel it)."""
+        return self._stub(address, token).FetchProfile(request)
 
     def close(self) -> None:
         self._waves.close()

@@ -138,7 +138,10 @@ def repeat_groups(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 UNVARIED: dict[str, Callable[[dict[str, Any]], Any]] = {
     "driver": lambda p: (p.get("system") or {}).get("driver_version"),
     "CUDA": lambda p: (p.get("system") or {}).get("cuda_driver_version"),
-    "GPU model": lambda p: ", ".join(sorted(str(g.get("name")) for g in p.get("gpus") or [])),
+    # a host without GPUs is a value too: runs split between it and an H200 must be said
+    "GPU model": lambda p: (
+        ", ".join(sorted(str(g.get("name")) for g in p.get("gpus") or [])) or "no GPU"
+    ),
     "power limit": lambda p: ", ".join(
         f"{g.get('power_limit_watts'):g} W"
         for g in p.get("gpus") or []
@@ -205,17 +208,18 @@ def compare(
 def scrape_warnings(pairs: list[tuple[ExperimentRow, list[AttemptRow]]]) -> list[str]:
     """GPU figures that are missing because the agent's /metrics could not be scraped: said once
     per URL, so a wrong ``--metrics-url`` is not a silent ``-`` in every row."""
-    failed: dict[str, tuple[int, str]] = {}
+    failed: dict[str, tuple[int, str, str]] = {}
     for _, attempts in pairs:
         for attempt in attempts:
             gpu = attempt.gpu_summary or {}
             errors = int(gpu.get("scrape_errors") or 0)
             if errors and not gpu.get("samples"):
                 url = str(gpu.get("metrics_url") or attempt.host)
-                count, _ = failed.get(url, (0, ""))
-                failed[url] = (count + errors, str(gpu.get("last_scrape_error") or "no reason"))
+                count, _, host = failed.get(url, (0, "", attempt.host or "NAME"))
+                reason = str(gpu.get("last_scrape_error") or "no reason")
+                failed[url] = (count + errors, reason, host)
     return [
         f"no GPU figures from {url}: {count} scrape(s) failed ({reason}); "
-        "fix the host's metrics URL with `tunelab hosts add NAME ADDR --metrics-url URL`"
-        for url, (count, reason) in failed.items()
+        f"fix the host's metrics URL with `tunelab hosts set {host} --metrics-url URL`"
+        for url, (count, reason, host) in failed.items()
     ]

@@ -54,6 +54,9 @@ class ControllerConfig:
     mlflow_tracking_uri: str = ""  # export every finished attempt to this MLflow server
     mlflow_experiment: str = "tunelab"  # ...into this MLflow experiment
     mlflow_interval: float = 30.0  # how often the exporter looks for finished attempts
+    db_turn_lease: float = (
+        3.0  # PostgreSQL: a frozen controller keeps the scheduling turn this long
+    )
     slurm_dir: str = ""  # job scripts, specs, tokens, logs; default <db>.slurm (shared with nodes)
     slurm_report_address: str = ""  # HOST:PORT a Slurm job dials to report; default listen
     slurm_agent_command: str = "tunelab-agent"  # how a job starts the agent on its node
@@ -88,6 +91,10 @@ class ControllerConfig:
             return Path(default_db()).parent / "postgresql.secrets"
         return Path(f"{Path(self.db).expanduser()}.secrets")
 
+    def secret_files(self) -> tuple[Path | None, ...]:
+        """Files whose contents are secrets: masked in the log wherever they appear."""
+        return (self.token_file, self.agent_token_file)
+
     def slurm_path(self) -> Path:
         """Where Slurm jobs' files live: ``slurm_dir``, else beside the SQLite file."""
         if self.slurm_dir:
@@ -113,6 +120,7 @@ _DURATIONS = {
     "scrape_interval",
     "results_retention_age",
     "mlflow_interval",
+    "db_turn_lease",
 }
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import sys
 
 import structlog
-from prometheus_client import disable_created_metrics, start_http_server
+from prometheus_client import disable_created_metrics
 
-from tunelab.common.auth import read_token, split_host_port
+from tunelab.common.auth import read_token
 from tunelab.common.capacity import Limits
+from tunelab.common.httpserve import HttpServer
 from tunelab.common.serving import Daemon, run_until_signalled, start_daemon
 from tunelab.controller.agent_client import GrpcAgentClient
 from tunelab.controller.config import ControllerConfig
@@ -16,16 +17,19 @@ from tunelab.controller.dispatch import AttemptDriver, DriverSettings
 from tunelab.controller.hosts import HostMonitor
 from tunelab.controller.loop import ControlLoop
 from tunelab.controller.metrics import ControllerMetrics
+from tunelab.controller.metrics_endpoint import serve_metrics
 from tunelab.controller.mlflowexport import MlflowExporter
 from tunelab.controller.mlflowsink import MlflowSink
 from tunelab.controller.scheduler import Scheduler
 from tunelab.controller.scrape import MetricsScraper, ScrapeTarget
+from tunelab.controller.search.driver import SearchDriver
 from tunelab.controller.service import SERVICE_NAME, ControllerService
 from tunelab.controller.slurm import SlurmCli
 from tunelab.controller.slurmdriver import SlurmDriver
 from tunelab.controller.spec.limits import SpecLimits
 from tunelab.controller.states import AttemptState
 from tunelab.controller.store import StoreError
+from tunelab.controller.store.core import SqlStore
 from tunelab.controller.store.factory import open_store, redact
 from tunelab.v1 import controller_pb2_grpc
 
@@ -37,7 +41,7 @@ class ControllerApp:
     def __init__(self, config: ControllerConfig) -> None:
         disable_created_metrics()  # type: ignore[no-untyped-call]  # process-wide: no *_created
         self.config = config
-        self.store = open_store(config.db, config.secrets_path())
+        self.store = open_store(config.db, config.secrets_path(), config.db_turn_lease)
         self.agents = GrpcAgentClient(
             read_token(config.agent_token_file),
             config.agent_call_timeout,
@@ -57,15 +61,17 @@ class ControllerApp:
             clock=self.store.now,  # leases by the database's clock: one clock for every controller
         )
         self.slurm_cli = SlurmCli()
-        self.slurm = SlurmDriver(
-            self.store,
-            self.driver,
-            self.slurm_cli,
-            config.slurm_path(),
-            config.slurm_report_address or config.listen,
-            config.slurm_agent_command,
-            clock=self.store.now,
-        )
+        self.slurm: SlurmDriver | None = None
+        if isinstance(self.store, SqlStore):  # both engines' stores; not a test's fake
+            self.slurm = SlurmDriver(
+                self.store,
+                self.driver,
+                self.slurm_cli,
+                config.slurm_path(),
+                config.slurm_report_address or config.listen,
+                config.slurm_agent_command,
+                clock=self.store.now,
+            )
         self.loop = ControlLoop(
             HostMonitor(
                 self.store,
@@ -73,17 +79,20 @@ class ControllerApp:
                 config.host_poll_interval,
                 config.unknown_after_failures,
                 on_active_runs=self.driver.fence,
+                clock=self.store.now,
             ),
-            Scheduler(self.store, pools=self._pool_capacity),
+            Scheduler(self.store, clock=self.store.now, pools=self._pool_capacity),
             self.driver,
             slurm=self.slurm,
             tick=config.tick,
             attempt_poll_interval=config.attempt_poll_interval,
             workers=config.workers,
             on_pass=self.metrics.scheduling_pass.observe,
+            searches=SearchDriver(self.store, self.store.now).tick,
         )
         self.exporter = self._exporter(config)
         self.daemon: Daemon | None = None
+        self.metrics_server: HttpServer | None = None
 
     def _exporter(self, config: ControllerConfig) -> MlflowExporter | None:
         if not config.mlflow_tracking_uri:
@@ -97,7 +106,7 @@ class ControllerApp:
         """Slurm pools' max_jobs, by name, for the scheduling pass."""
         return {
             name: int(config.get("max_jobs", 16))
-            for name, config in self.store.slurm_pools().items()
+            for name, config in (self.slurm.pools() if self.slurm else {}).items()
         }
 
     def _scrape_targets(self) -> list[ScrapeTarget]:
@@ -123,8 +132,8 @@ class ControllerApp:
             default_agent_token=read_token(self.config.agent_token_file),
             default_metrics_port=self.config.default_metrics_port,
             spec_limits=SpecLimits(max_variants=self.config.max_variants),
+            clock=self.store.now,  # every timestamp of a row by the database's clock
             slurm=self.slurm,
-            slurm_cli=self.slurm_cli,
         )
         self.daemon = start_daemon(
             listen=self.config.listen,
@@ -138,8 +147,7 @@ class ControllerApp:
             "(TUNELAB_CONTROLLER_MAX_STREAMS)",
         )
         if self.config.metrics_listen:
-            host, port = split_host_port(self.config.metrics_listen)
-            start_http_server(port, addr=host, registry=self.metrics.registry)
+            self.metrics_server = serve_metrics(self.config.metrics_listen, self.metrics.registry)
         self.loop.start()
         self.loop.wake(poll_hosts=True)
         self.scraper.start()
@@ -156,6 +164,8 @@ class ControllerApp:
     def close(self) -> None:
         if self.daemon is not None:
             self.daemon.stop(2.0)
+        if self.metrics_server is not None:
+            self.metrics_server.close()
         self.loop.close()
         self.scraper.close()
         if self.exporter is not None:

@@ -28,6 +28,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tunelab.common.pyexec import python_module_argv
+from tunelab.common.spawn import spawn
 
 REPO = Path(__file__).resolve().parents[3]  # controller/tunelab/controller/demo.py
 SPEC = REPO / "examples" / "demo-ablation.yaml"
@@ -60,8 +61,7 @@ def _daemon(
     name: str, argv: list[str], address: str, log: Path, env: dict[str, str]
 ) -> Iterator[None]:
     """A daemon process, SIGTERMed at the end; waits until its gRPC health check answers."""
-    with log.open("ab") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=env)
+    proc = spawn(argv, cwd=REPO, log=log, env=env, new_session=False)  # Ctrl-C reaches it
     try:
         with grpc.insecure_channel(address) as channel:
             health = health_pb2_grpc.HealthStub(channel)
@@ -138,13 +138,14 @@ def main(fast_polls: bool = True) -> int:
     if fast_polls:  # one local host: poll it and its attempts often, not at a lab's cadence
         controller_argv += ["--host-poll-interval", "0.5s", "--attempt-poll-interval", "0.25s"]
     controller_argv += ["--scrape-interval", "1s"]  # short runs: enough scrapes for GPU figures
-    report = Path(tempfile.mkdtemp(prefix="tunelab-demo-report-")) / "report.html"
+    kept = Path(tempfile.mkdtemp(prefix="tunelab-demo-report-"))  # the report and the logs
+    report = kept / "report.html"
     code = 0
     with ExitStack() as stack:
         _say("start a local agent and a controller (SQLite in a temporary directory)")
         # the spec's `{python} -P -m tunelab.bench.simulator` runs on the agent's own interpreter
-        stack.enter_context(_daemon("agent", agent_argv, agent, workdir / "agent.log", env))
-        controller_log = workdir / "controller.log"
+        stack.enter_context(_daemon("agent", agent_argv, agent, kept / "agent.log", env))
+        controller_log = kept / "controller.log"
         stack.enter_context(_daemon("controller", controller_argv, controller, controller_log, env))
         if "--nvml-snapshot" in agent_argv:
             print("no NVIDIA GPU here: the agent answers GPU queries from a captured H200 snapshot")
@@ -181,11 +182,21 @@ def main(fast_polls: bool = True) -> int:
             _tunelab(env, "compare", groups[-1])
         stack.callback(_say, "stop what the demo started")
     if code == 0:
-        shutil.rmtree(workdir, ignore_errors=True)
+        shutil.rmtree(workdir, ignore_errors=True)  # state and database; the logs are in kept
         _say(f"demo done; the report: {report}")
+        print(f"the daemons' logs: {kept / 'agent.log'}, {kept / 'controller.log'}")
+        print(NEXT_STEP)
     else:
-        _say(f"demo FAILED (logs kept in {workdir})")
+        _say(f"demo FAILED (logs kept in {kept}, state in {workdir})")
     return code
+
+
+NEXT_STEP = """next, on a GPU host of your own:
+  tunelab-agent audit                      # on the host: what to fix before tuning
+  tunelab-agent serve --listen 0.0.0.0:50051 --metrics-listen 0.0.0.0:9473
+  tunelab controller serve &               # on your laptop or a lab machine
+  tunelab hosts add gpu1 HOST:50051 --label pool=demo
+  tunelab submit examples/demo-ablation.yaml --wait   # then swap the simulator for your engine"""
 
 
 if __name__ == "__main__":

@@ -24,7 +24,12 @@ from tunelab.controller.agent_client import AgentClient
 from tunelab.controller.aiocalls import StartRunCall
 from tunelab.controller.hoststate import change_host, quarantine
 from tunelab.controller.inflight import Answer, InFlight, attempt_key
-from tunelab.controller.scrape import MetricsScraper, benchmark_energy, tokens_per_joule
+from tunelab.controller.scrape import (
+    MetricsScraper,
+    ScrapeTarget,
+    benchmark_energy,
+    tokens_per_joule,
+)
 from tunelab.controller.slurm import is_slurm
 from tunelab.controller.spec.render import to_run_spec
 from tunelab.controller.states import ATTEMPT_LIVE, AttemptState
@@ -46,6 +51,7 @@ RUN_TO_ATTEMPT = {
     run_pb2.RUN_STATE_TIMED_OUT: A.TIMED_OUT,
 }
 _Sent = tuple[AttemptRow, HostRow, dict[str, Any]]  # what a StartRun in flight was for
+DETAIL_EVERY = 2.0  # seconds between writes of a starting server's moving load bar
 TRANSPORT_ERRORS = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 
@@ -74,6 +80,7 @@ class AttemptDriver:
         self._clock = clock
         self._failures: dict[str, int] = {}
         self._fenced: set[str] = set()
+        self._detail_at: dict[str, float] = {}  # attempt id -> when its server detail was written
         self._lock = threading.Lock()
         self._on_latency = on_dispatch_latency
         self._on_finished = on_finished
@@ -279,6 +286,17 @@ class AttemptDriver:
         if run.provenance_json and attempt.provenance is None:
             attempt.provenance = _provenance(run.provenance_json)
             self._store.update_attempt(attempt.id, provenance=attempt.provenance)
+        detail = server_detail(run.server) if run.HasField("server") else ""
+        if (
+            detail
+            and attempt.state is A.STARTING
+            and target in (None, A.STARTING)
+            and self._detail_due(attempt, detail)
+        ):
+            # the server's phase and load progress, so show/ls/watch do not say "accepted"
+            # through a 10-minute model load; transitions overwrite it with their own message
+            self._store.update_attempt(attempt.id, message=detail)
+            attempt.message = detail
         if run.kill_failed:
             self._quarantine(
                 host, f"run {attempt.id}: a process survived the stop ladder ({run.message})"
@@ -287,11 +305,51 @@ class AttemptDriver:
             if attempt.state is A.UNKNOWN and attempt.prev_state is not None:
                 self._move(attempt, attempt.prev_state, "the agent answers again")
             return
+        self._scrape_window_edge(attempt, host, target)
         if target.is_terminal():
             result = json.loads(run.result_json) if run.result_json else None
-            self._finish(attempt, target, run.message, result=with_failure(result, run))
+            self._finish(
+                attempt,
+                target,
+                run.message,
+                result=with_failure(result, run),
+                failure_reason=failure_name(run),
+                failure_line=run.failure_line if run.failure_reason else "",
+            )
             return
         self._move(attempt, target, run.message)
+
+    def _detail_due(self, attempt: AttemptRow, detail: str) -> bool:
+        """A new phase is written at once; a moving bar at most every DETAIL_EVERY seconds (one
+        store write per starting attempt per poll would be wasted on a count)."""
+        if detail == attempt.message:
+            return False
+        now = self._clock()
+        with self._lock:
+            last = self._detail_at.get(attempt.id)
+            new_phase = attempt.message.split(":", 1)[0] != detail.split(":", 1)[0]
+            if last is not None and not new_phase and now - last < DETAIL_EVERY:
+                return False
+            self._detail_at[attempt.id] = now
+            if len(self._detail_at) > 4096:  # bounded: finished attempts' entries are dropped
+                self._detail_at.pop(next(iter(self._detail_at)))
+        return True
+
+    def _scrape_window_edge(self, attempt: AttemptRow, host: HostRow, target: AttemptState) -> None:
+        """Scrape the host now when the benchmark window starts or ends (beside the scraper's
+        interval), and when an attempt ends that was never scraped (its window fell between two
+        polls): no attempt is left without GPU figures."""
+        if self._scraper is None or not host.metrics_url:
+            return
+        starts = target is A.BENCHMARKING and attempt.state is not A.BENCHMARKING
+        ends = attempt.state is A.BENCHMARKING and target is not A.BENCHMARKING
+        unscraped = target.is_terminal() and not (self._scraper.snapshot(attempt.id) or {}).get(
+            "samples"
+        )
+        if starts or ends or unscraped:
+            self._scraper.scrape_target(
+                ScrapeTarget(attempt.id, host.metrics_url, attempt.gpus, starts or ends)
+            )
 
     def _move(self, attempt: AttemptRow, target: AttemptState, message: str) -> None:
         with contextlib.suppress(StoreConflict):  # another pass moved it; the next look sees it
@@ -307,6 +365,8 @@ class AttemptDriver:
     def _finish(
         self, attempt: AttemptRow, target: AttemptState, message: str, **fields: Any
     ) -> None:
+        with self._lock:
+            self._detail_at.pop(attempt.id, None)
         summary = self._scraper.finish(attempt.id) if self._scraper else None
         if summary is not None:
             energy = benchmark_energy(fields.get("result"), summary)
@@ -413,12 +473,39 @@ def _provenance(text: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {"error": "the agent sent unreadable provenance"}
 
 
+def failure_name(run: run_pb2.Run) -> str:
+    """The run's failure reason without the enum's prefix ("CUDA_OOM"), or ""."""
+    if not run.failure_reason:
+        return ""
+    return server_pb2.FailureReason.Name(run.failure_reason).removeprefix("FAILURE_REASON_")
+
+
 def with_failure(result: dict[str, Any] | None, run: run_pb2.Run) -> dict[str, Any] | None:
-    """The run's failure reason kept in the attempt's result (no column, no migration)."""
+    """The result as stored: the failure reason is also kept in it (as before the attempt had
+    its ``failure_reason`` column), so readers of exported results see it unchanged."""
     if not run.failure_reason:
         return result
-    reason = server_pb2.FailureReason.Name(run.failure_reason).removeprefix("FAILURE_REASON_")
-    return {**(result or {}), "failure_reason": reason, "failure_line": run.failure_line}
+    return {**(result or {}), "failure_reason": failure_name(run), "failure_line": run.failure_line}
+
+
+def server_detail(server: server_pb2.Server) -> str:
+    """One line for a server that is starting: ``server LOADING, loading weights: Loading
+    safetensors checkpoint shards 12/83 (ETA 4 s)``; ``""`` once it is past starting."""
+    if server.state not in (server_pb2.SERVER_STATE_STARTING, server_pb2.SERVER_STATE_LOADING):
+        return ""
+    state = server_pb2.ServerState.Name(server.state).removeprefix("SERVER_STATE_")
+    line = f"server {state}"
+    if server.phase:
+        phase = server_pb2.ServerPhase.Name(server.phase).removeprefix("SERVER_PHASE_")
+        line += f", {phase.lower().replace('_', ' ')}"
+    bar = server.progress if server.HasField("progress") else None
+    if bar is not None and bar.total and (bar.phase == server.phase or not server.phase):
+        line += (
+            f": {bar.label} {bar.done}/{bar.total}" if bar.label else f": {bar.done}/{bar.total}"
+        )
+        if bar.eta_seconds >= 0 and bar.done < bar.total:
+            line += f" (ETA {bar.eta_seconds:.0f} s)"
+    return line
 
 
 def _progress(run: run_pb2.Run) -> dict[str, Any] | None:

@@ -16,7 +16,7 @@ from tunelab.controller.hosts import HostMonitor
 from tunelab.controller.inflight import InFlight
 from tunelab.controller.scheduler import Scheduler
 from tunelab.controller.slurmdriver import SlurmDriver
-from tunelab.controller.store import StoreError
+from tunelab.controller.store import FencingToken, StoreError
 
 log = structlog.get_logger(__name__)
 
@@ -32,6 +32,7 @@ class ControlLoop:
         attempt_poll_interval: float = 2.0,
         workers: int = 32,
         on_pass: Callable[[float], None] = lambda seconds: None,
+        searches: Callable[[], int] = lambda: 0,
         slurm: SlurmDriver | None = None,
     ) -> None:
         self._slurm = slurm
@@ -47,6 +48,7 @@ class ControlLoop:
         self._thread = threading.Thread(target=self._run, name="control-loop", daemon=True)
         self._last_drive = 0.0
         self._on_pass = on_pass
+        self._searches = searches  # queues the next trials of running searches (search/driver)
         self._store_error = ""
 
     def start(self) -> None:
@@ -83,16 +85,17 @@ class ControlLoop:
     def tick_once(self) -> None:
         """With several controllers on one database, one of them ticks at a time (it polls,
         schedules and drives the attempts); the others serve reads and take submissions."""
-        with self._scheduler.turn() as ours:
-            if ours:
-                self._tick_body()
+        with self._scheduler.turn() as turn:
+            if turn is not None:
+                self._tick_body(turn)
 
-    def _tick_body(self) -> None:
+    def _tick_body(self, turn: FencingToken) -> None:
         force = self._force_host_poll.is_set()
         self._force_host_poll.clear()
         self._monitor.poll_due(self.calls, force=force)
+        self._searches()
         started = time.perf_counter()
-        created = self._scheduler.pass_once()
+        created = self._scheduler.pass_once(turn)  # the tick's one turn: taken once, passed on
         self._on_pass(time.perf_counter() - started)
         if created:
             self._driver.dispatch_new(created, self._scheduler.last_specs, self.calls)

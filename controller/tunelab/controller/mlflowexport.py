@@ -17,6 +17,7 @@ from typing import Any
 
 import structlog
 
+from tunelab.common.redaction import spec_redactor
 from tunelab.controller.compare import compare
 from tunelab.controller.mlflowplan import MLFLOW_EVENT, plans_for
 from tunelab.controller.mlflowsink import Exported, MlflowError, MlflowSink, MlflowUnavailable
@@ -30,7 +31,6 @@ MAX_PAUSE = 300.0
 
 def attempt_dict(row: AttemptRow) -> dict[str, Any]:
     """An attempt in the shape of ``tunelab show --json`` (what the CLI's export reads)."""
-    result = row.result or {}
     return {
         "id": row.id,
         "number": row.number,
@@ -40,8 +40,8 @@ def attempt_dict(row: AttemptRow) -> dict[str, Any]:
         "message": row.message,
         "created_at": row.created_at or None,
         "finished_at": row.finished_at,
-        "failure_reason": result.get("failure_reason") or None,
-        "failure_line": result.get("failure_line") or None,
+        "failure_reason": row.failure_reason or None,
+        "failure_line": row.failure_line or None,
         "result": row.result,
         "gpu_summary": row.gpu_summary,
         "provenance": row.provenance,
@@ -54,7 +54,12 @@ def group_export(
 ) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]], dict[str, bytes]]:
     """The comparison document, attempts and report of one group, as the plans want them."""
     document = compare(list(pairs))
-    attempts = {e.id: [attempt_dict(a) for a in rows] for e, rows in pairs}
+    attempts = {}
+    for experiment, rows in pairs:  # as `show` would print them: no secret leaves by value
+        redact = spec_redactor(experiment.spec)
+        for row in rows:
+            redact.learn_document(row.provenance)
+        attempts[experiment.id] = [redact.document(attempt_dict(a)) for a in rows]
     reports = {}
     if report is not None and pairs:
         reports[pairs[0][0].group] = report(document)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tunelab.controller.states import HostState
-from tunelab.controller.store import AttemptRow, ExperimentRow, HostRow, Store
+from tunelab.controller.store import AttemptRow, ExperimentRow, FencingToken, HostRow, Store
 
 
 @dataclass
@@ -141,17 +141,22 @@ class Scheduler:
             why = f"waiting: no registered host matches {wanted}{gpus} (tunelab hosts add)"
         return why
 
-    def turn(self) -> AbstractContextManager[bool]:
-        """This controller's turn to schedule and dispatch (always, with SQLite)."""
+    def turn(self) -> AbstractContextManager[FencingToken | None]:
+        """This controller's turn to schedule and dispatch (always, with SQLite): a token for
+        the pass's commit, or None while another controller holds the turn."""
         return self._store.scheduling_pass()
 
-    def pass_once(self) -> list[AttemptRow]:
+    def pass_once(self, turn: FencingToken | None = None) -> list[AttemptRow]:
         """Place as many queued experiments as free hosts allow; returns the new attempts.
-        With several controllers on one database, one of them runs a pass at a time."""
-        with self._store.scheduling_pass() as ours:
-            return self._pass() if ours else []
+        ``turn`` is the token of the turn this pass runs in (the control loop takes one per
+        tick); without one the pass takes its own, and places nothing while another
+        controller holds the turn."""
+        if turn is not None:
+            return self._pass(turn)
+        with self._store.scheduling_pass() as own:
+            return self._pass(own) if own is not None else []
 
-    def _pass(self) -> list[AttemptRow]:
+    def _pass(self, turn: FencingToken) -> list[AttemptRow]:
         registered = self._store.list_hosts()
         hosts = [h for h in registered if h.state.takes_work()]
         hosts_by_name = {h.name: h for h in hosts}
@@ -196,4 +201,4 @@ class Scheduler:
         # the waits first: should that write fail, the pass has placed nothing and is done again
         self._store.set_queue_waits(waits)
         # one transaction for the whole pass: committed before any agent is called
-        return self._store.create_attempts(plan, self._clock()) if plan else []
+        return self._store.create_attempts(plan, self._clock(), turn) if plan else []

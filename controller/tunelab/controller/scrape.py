@@ -1,6 +1,7 @@
 """Scraping agents' /metrics during attempts and keeping per-attempt GPU summaries.
 
-While an attempt runs, its host's ``/metrics`` is fetched every few seconds (parsed with
+While an attempt runs, its host's ``/metrics`` is fetched every few seconds, and once more when
+its benchmark window starts and when it ends (parsed with
 prometheus_client's parser); each GPU the attempt holds feeds a running mean/max of power,
 utilisation, memory used and SM clock, the throttle reasons seen, and its energy counter, so the
 result carries "GPU power beside throughput" without anyone graphing it.
@@ -236,16 +237,25 @@ class MetricsScraper:
         now = self._clock()
         with self._lock:
             for target in targets:
-                readings = pages[target.url]
-                summary = self._summaries.setdefault(
-                    target.attempt_id, AttemptGpuSummary(target.gpus)
-                )
-                summary.metrics_url = target.url
-                if isinstance(readings, str):
-                    summary.scrape_errors += 1
-                    summary.last_scrape_error = readings
-                else:
-                    summary.add(readings, now, target.benchmarking)
+                self._record(target, pages[target.url], now)
+
+    def scrape_target(self, target: ScrapeTarget) -> None:
+        """One scrape of one attempt's host now, beside the interval: the dispatcher calls it
+        (on the attempt's own call thread) when a benchmark window starts and ends, so an
+        attempt shorter than the interval still has its GPU figures."""
+        page = self._page(target.url)
+        now = self._clock()
+        with self._lock:
+            self._record(target, page, now)
+
+    def _record(self, target: ScrapeTarget, page: dict[str, GpuReading] | str, at: float) -> None:
+        summary = self._summaries.setdefault(target.attempt_id, AttemptGpuSummary(target.gpus))
+        summary.metrics_url = target.url
+        if isinstance(page, str):
+            summary.scrape_errors += 1
+            summary.last_scrape_error = page
+        else:
+            summary.add(page, at, target.benchmarking)
 
     def snapshot(self, attempt_id: str) -> dict[str, Any] | None:
         with self._lock:

@@ -2,39 +2,45 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator
-from typing import TypeVar
+import urllib.parse
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar
 
 import grpc
 import structlog
 
-from tunelab.common.auth import split_host_port
+from tunelab.common.auth import is_loopback, split_host_port
 from tunelab.common.rpcerrors import StatusMapper, StatusTable
 from tunelab.controller.agent_client import AgentClient
 from tunelab.controller.compare import compare
 from tunelab.controller.hoststate import change_host, drain
 from tunelab.controller.mlflowplan import MLFLOW_EVENT
-from tunelab.controller.slurm import SlurmCli, SlurmError, is_slurm
-from tunelab.controller.slurmdriver import BadReportToken, ReportRefused, SlurmDriver, pool_host
+from tunelab.controller.search.submit import SearchSubmission, search_from_text
+from tunelab.controller.search.summary import search_document
+from tunelab.controller.slurm import SlurmError, is_slurm
+from tunelab.controller.slurmdriver import BadReportToken, ReportRefused, SlurmDriver
 from tunelab.controller.slurmlogs import STREAMS, job_log_chunks
 from tunelab.controller.spec import SpecError, expand_text
+from tunelab.controller.spec.errors import SpecIssue
 from tunelab.controller.spec.limits import DEFAULT_LIMITS, SpecLimits
 from tunelab.controller.states import ExperimentState, HostState
 from tunelab.controller.store import (
     ExperimentRow,
     HostRow,
-    SqliteStore,
     Store,
     StoreConflict,
     StoreFull,
+    StoreNotFound,
     StoreUnavailable,
 )
 from tunelab.controller.store.models import selector_key
+from tunelab.controller.store.search_models import SearchRow
 from tunelab.controller.watchcache import WatchCache
 from tunelab.controller.wire import PB_TO_EXPERIMENT, experiment_to_pb, host_to_pb
 from tunelab.v1 import agent_pb2, controller_pb2, controller_pb2_grpc
@@ -43,7 +49,19 @@ log = structlog.get_logger(__name__)
 SERVICE_NAME = "tunelab.v1.Controller"
 HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 WATCH_POLL = 0.5
+REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 T = TypeVar("T")
+
+
+SHOWN_CHARS = 80  # an id or name echoed in an error: a 100 KB one must not become the message
+LABEL_VALUE = re.compile(r"^[^\x00-\x1f\x7f]{0,253}$")
+
+
+def shown(value: str) -> str:
+    """``value`` quoted for an error message, cut to ``SHOWN_CHARS``."""
+    if len(value) <= SHOWN_CHARS:
+        return repr(value)
+    return f"{value[:SHOWN_CHARS]!r}… ({len(value)} characters)"
 
 
 class NotFoundError(LookupError):
@@ -58,6 +76,7 @@ STATUS_BY_ERROR: StatusTable = (
     (SpecError, grpc.StatusCode.INVALID_ARGUMENT),
     (InvalidRequest, grpc.StatusCode.INVALID_ARGUMENT),
     (NotFoundError, grpc.StatusCode.NOT_FOUND),
+    (StoreNotFound, grpc.StatusCode.NOT_FOUND),
     (StoreConflict, grpc.StatusCode.FAILED_PRECONDITION),
     (StoreUnavailable, grpc.StatusCode.FAILED_PRECONDITION),  # a person must restore the file
     (StoreFull, grpc.StatusCode.RESOURCE_EXHAUSTED),
@@ -80,10 +99,8 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         clock: Callable[[], float] = time.time,
         spec_limits: SpecLimits = DEFAULT_LIMITS,
         slurm: SlurmDriver | None = None,
-        slurm_cli: SlurmCli | None = None,
     ) -> None:
         self._slurm = slurm
-        self._slurm_cli = slurm_cli or SlurmCli()
         self._store = store
         self._agents = agents
         self._wake = wake
@@ -98,7 +115,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
     def _experiment(self, key: str) -> ExperimentRow:
         row = self._store.get_experiment(key) or self._store.find_experiment_by_name(key)
         if row is None:
-            raise NotFoundError(f"no experiment {key!r}")
+            raise NotFoundError(f"no experiment {shown(key)}")
         return row
 
     def _pb(self, row: ExperimentRow) -> controller_pb2.Experiment:
@@ -107,12 +124,20 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             for e in self._store.events_for(row.id)
             if e["kind"] == MLFLOW_EVENT
         }
-        return experiment_to_pb(row, self._store.attempts_for(row.id), exports)
+        return experiment_to_pb(row, self._store.attempts_for(row.id), exports=exports)
 
     @_unary
     def SubmitExperiments(
         self, request: controller_pb2.SubmitExperimentsRequest, context: grpc.ServicerContext
     ) -> controller_pb2.SubmitExperimentsResponse:
+        if request.request_id and not REQUEST_ID.fullmatch(request.request_id):
+            raise InvalidRequest(
+                "request_id: at most 128 characters of letters, digits and . _ : - "
+                f"(got {len(request.request_id)} characters)"
+            )
+        search = search_from_text(request.spec_yaml, request.source, self._limits)
+        if search is not None:
+            return self._submit_search(search, request.dry_run)
         expanded = expand_text(request.spec_yaml, request.source, self._limits)
         group = f"g-{secrets.token_hex(8)}"
         now = self._clock()
@@ -135,12 +160,69 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             for i, e in enumerate(expanded)
         ]
         if not request.dry_run:
-            self._store.insert_experiments(rows)
+            stored = self._store.insert_experiments(rows, request.request_id)
+            if stored != group:  # a retry of a submission already queued: its group, again
+                log.info("experiments_resubmitted", group=stored, request_id=request.request_id)
+                earlier = self._store.group_experiments(stored)
+                attempts = self._store.attempts_for_many([e.id for e in earlier])
+                return controller_pb2.SubmitExperimentsResponse(
+                    experiments=[experiment_to_pb(e, attempts[e.id]) for e in earlier]
+                )
             log.info("experiments_submitted", group=group, count=len(rows), source=request.source)
             self._wake(False)
         return controller_pb2.SubmitExperimentsResponse(
             experiments=[experiment_to_pb(r, []) for r in rows]
         )
+
+    def _submit_search(
+        self, search: SearchSubmission, dry_run: bool
+    ) -> controller_pb2.SubmitExperimentsResponse:
+        if search.spec.strategy == "tpe" and importlib.util.find_spec("optuna") is None:
+            raise SpecError(
+                [SpecIssue("search.strategy", "tpe needs Optuna on the controller: "
+                           "pip install 'tunelab[search]' there, or use another strategy")]
+            )  # fmt: skip
+        group = f"g-{secrets.token_hex(8)}"
+        row = SearchRow(
+            group=group,
+            name=search.name,
+            state="RUNNING",
+            spec=search.spec.to_dict(),
+            base=search.base,
+            submitted_at=self._clock(),
+            message="searching",
+        )
+        if not dry_run:
+            self._store.insert_search(row)
+            log.info("search_submitted", group=group, strategy=search.spec.strategy)
+            self._wake(False)
+        return controller_pb2.SubmitExperimentsResponse(search_group=group)
+
+    def _search(self, group: str) -> SearchRow:
+        row = self._store.get_search(group)
+        if row is None:
+            raise NotFoundError(f"no search {group!r} (submit printed its g-... group)")
+        return row
+
+    @_unary
+    def GetSearch(
+        self, request: controller_pb2.GetSearchRequest, context: grpc.ServicerContext
+    ) -> controller_pb2.GetSearchResponse:
+        row = self._search(request.group)
+        document = search_document(row, self._store.search_trials(row.group))
+        return controller_pb2.GetSearchResponse(
+            search_json=json.dumps(document, sort_keys=True), terminal=row.state != "RUNNING"
+        )
+
+    @_unary
+    def CancelSearch(
+        self, request: controller_pb2.CancelSearchRequest, context: grpc.ServicerContext
+    ) -> controller_pb2.CancelSearchResponse:
+        row = self._store.request_search_cancel(self._search(request.group).group)
+        self._wake(False)
+        trials = self._store.search_trials(request.group)
+        document = search_document(row, trials) if row is not None else {}
+        return controller_pb2.CancelSearchResponse(search_json=json.dumps(document, sort_keys=True))
 
     @_unary
     def ListExperiments(
@@ -260,12 +342,45 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             context.add_callback(cancel_upstream)
         yield from upstream
 
+    @_stream
+    def FetchExperimentProfile(
+        self, request: controller_pb2.FetchExperimentProfileRequest, context: grpc.ServicerContext
+    ) -> Iterator[agent_pb2.FetchProfileResponse]:
+        """A trace the attempt's result lists, from its agent; names are checked here and there."""
+        attempt = self._store.get_attempt(request.id)
+        if attempt is None:
+            attempts = self._store.attempts_for(self._experiment(request.id).id)
+            if not attempts:
+                raise NotFoundError(f"experiment {request.id!r} has no attempt yet")
+            attempt = attempts[-1]
+        kept = (attempt.result or {}).get("profile") or {}
+        files = [*kept.get("traces", []), *kept.get("other_files", [])]
+        names = [t.get("name") for t in files if isinstance(t, dict)]
+        if request.name not in names:
+            listed = ", ".join(str(n) for n in names) or "none"
+            raise NotFoundError(
+                f"attempt {attempt.id} keeps no trace {request.name!r} (it keeps: {listed})"
+            )
+        host = self._host(attempt.host)
+        proxied = agent_pb2.FetchProfileRequest(
+            run_id=attempt.id, name=request.name, offset=request.offset, max_bytes=request.max_bytes
+        )
+        upstream = self._agents.fetch_profile(host.address, host.token, proxied)
+        if isinstance(upstream, grpc.Call):  # the client left: end the agent's stream too
+            call = upstream
+
+            def cancel_upstream() -> None:
+                call.cancel()
+
+            context.add_callback(cancel_upstream)
+        yield from upstream
+
     # --- hosts -------------------------------------------------------------------------------
 
     def _host(self, name: str) -> HostRow:
         host = self._store.get_host(name)
         if host is None:
-            raise NotFoundError(f"no host {name!r} (tunelab hosts ls lists them)")
+            raise NotFoundError(f"no host {shown(name)} (tunelab hosts ls lists them)")
         return host
 
     def _host_pb(self, host: HostRow) -> controller_pb2.Host:
@@ -294,14 +409,8 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             host, _ = split_host_port(request.address)
         except ValueError as exc:
             raise InvalidRequest(f"address: {exc}") from None
-        metrics_url = (
-            request.metrics_url or f"http://{_url_host(host)}:{self._metrics_port}/metrics"
-        )
-        if not metrics_url.startswith(("http://", "https://")):
-            raise InvalidRequest("metrics_url: must start with http:// or https://")
-        for key in request.labels:
-            if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$", key):
-                raise InvalidRequest(f"labels: bad label name {key!r}")
+        metrics_url = self._metrics_url(host, request.metrics_url)
+        _check_labels("labels", request.labels)
         row = HostRow(
             name=request.name,
             address=request.address,
@@ -316,10 +425,53 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         self._wake(True)
         return controller_pb2.AddHostResponse(host=self._host_pb(saved))
 
+    def _metrics_url(self, agent_host: str, given: str) -> str:
+        url = given or f"http://{_url_host(agent_host)}:{self._metrics_port}/metrics"
+        if not url.startswith(("http://", "https://")):
+            raise InvalidRequest("metrics_url: must start with http:// or https://")
+        scraped = urllib.parse.urlsplit(url).hostname or ""
+        if not _same_host(scraped, agent_host):
+            # the controller fetches this URL on every scrape: never a host other than the agent's
+            raise InvalidRequest(
+                f"metrics_url: host {shown(scraped)} is not the agent's host {shown(agent_host)}; "
+                "the controller scrapes only the agent's own host"
+            )
+        return url
+
+    @_unary
+    def UpdateHost(
+        self, request: controller_pb2.UpdateHostRequest, context: grpc.ServicerContext
+    ) -> controller_pb2.UpdateHostResponse:
+        """Change the fields given and keep every other one (labels one by one)."""
+        host = self._host(request.name)
+        _check_labels("set_labels", request.set_labels)
+        fields: dict[str, Any] = {}
+        if request.HasField("metrics_url"):
+            agent_host, _ = split_host_port(host.address)
+            fields["metrics_url"] = self._metrics_url(agent_host, request.metrics_url)
+        if request.set_labels or request.remove_labels:
+            unknown = sorted(set(request.remove_labels) - host.labels.keys())
+            if unknown:
+                raise InvalidRequest(f"remove_labels: {request.name} has no label {unknown[0]!r}")
+            labels = {k: v for k, v in host.labels.items() if k not in request.remove_labels}
+            fields["labels"] = {**labels, **request.set_labels}
+        if request.HasField("token"):
+            fields["token"] = request.token or None
+        if not fields:
+            raise InvalidRequest(
+                "give at least one of metrics_url, set_labels, remove_labels, token"
+            )
+        try:
+            self._store.update_host(request.name, **fields)
+        except KeyError:
+            raise NotFoundError(f"no host {request.name!r} (tunelab hosts ls lists them)") from None
+        self._wake(True)
+        return controller_pb2.UpdateHostResponse(host=self._host_pb(self._host(request.name)))
+
     def _add_pool(self, request: controller_pb2.AddHostRequest) -> HostRow:
-        if self._slurm is None or not isinstance(self._store, SqliteStore):
+        if self._slurm is None:
             raise InvalidRequest("slurm: this controller does not run Slurm jobs")
-        saved = pool_host(self._store, self._slurm_cli, request, self._clock())
+        saved = self._slurm.add_pool(request, self._clock())
         self._wake(True)
         return saved
 
@@ -348,7 +500,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             self._store, request.name, drain(request.drain, request.clear_quarantine)
         )
         if changed is None:
-            raise NotFoundError(f"no host {request.name!r} (tunelab hosts ls lists them)")
+            raise NotFoundError(f"no host {shown(request.name)} (tunelab hosts ls lists them)")
         self._wake(True)
         return controller_pb2.SetHostDrainResponse(host=self._host_pb(changed))
 
@@ -391,6 +543,23 @@ def unique_ids(prefix: str, count: int) -> list[str]:
     while len(ids) < count:
         ids[f"{prefix}{secrets.token_hex(8)}"] = None
     return list(ids)
+
+
+def _check_labels(field: str, labels: Mapping[str, str]) -> None:
+    for key in labels:
+        if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$", key):
+            raise InvalidRequest(f"{field}: bad label name {shown(key)}")
+    for key, value in labels.items():
+        if not LABEL_VALUE.match(value):
+            raise InvalidRequest(
+                f"{field}.{shown(key)}: value must be at most 253 characters with no "
+                "control characters (no NUL, no newline)"
+            )
+
+
+def _same_host(a: str, b: str) -> bool:
+    """The same host as written (case-insensitive), or both loopback."""
+    return a.strip("[]").lower() == b.strip("[]").lower() or (is_loopback(a) and is_loopback(b))
 
 
 def _url_host(host: str) -> str:

@@ -30,6 +30,7 @@ import shlex
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import structlog
 from google.protobuf import json_format
@@ -51,9 +52,9 @@ from tunelab.controller.store import (
     AttemptRow,
     ExperimentRow,
     HostRow,
-    SqliteStore,
     StoreConflict,
 )
+from tunelab.controller.store.core import SqlStore
 from tunelab.v1 import controller_pb2
 
 log = structlog.get_logger(__name__)
@@ -73,7 +74,7 @@ class ReportRefused(RuntimeError):
 class SlurmDriver:
     def __init__(
         self,
-        store: SqliteStore,
+        store: SqlStore,
         attempts: AttemptDriver,
         cli: SlurmCli,
         jobs_dir: Path,
@@ -113,6 +114,13 @@ class SlurmDriver:
     def token(self, attempt_id: str) -> str:
         """The attempt's report token: an HMAC of its id (nothing secret goes to the store)."""
         return hmac.new(self._report_key(), attempt_id.encode(), hashlib.sha256).hexdigest()
+
+    def pools(self) -> dict[str, dict[str, Any]]:
+        """Every pool's sbatch settings, by name."""
+        return dict(self._store.slurm_pools())
+
+    def add_pool(self, request: controller_pb2.AddHostRequest, now: float) -> HostRow:
+        return pool_host(self._store, self._cli, request, now)
 
     def job_folder(self, attempt_id: str) -> Path:
         """The attempt's job folder: runspec.json, token, job.sh, job.log, server/bench logs."""
@@ -292,7 +300,7 @@ class SlurmDriver:
 
 
 def pool_host(
-    store: SqliteStore, cli: SlurmCli, request: controller_pb2.AddHostRequest, now: float
+    store: SqlStore, cli: SlurmCli, request: controller_pb2.AddHostRequest, now: float
 ) -> HostRow:
     """``hosts add-slurm``: check this controller can reach Slurm and the partition exists,
     then keep the pool as a host row (READY: Slurm's queue, not a poll, says what it can take)

@@ -1,11 +1,16 @@
-"""Store rows ↔ controller protobuf messages (the only module that knows both)."""
+"""Store rows ↔ controller protobuf messages (the only module that knows both).
+
+Everything of an experiment that leaves the controller passes here, so this is where its secrets
+are masked (tunelab.common.redaction): the spec, and each attempt's provenance, result, message
+and failure line, by the spec's secret names, its ``redact:`` list and every secret value in it.
+The store keeps the spec as given: dispatch sends the agent the real values."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping
 
+from tunelab.common.redaction import Redactor, spec_redactor
 from tunelab.controller.states import AttemptState, ExperimentState, HostState
 from tunelab.controller.store import AttemptRow, ExperimentRow, HostRow
 from tunelab.v1 import agent_pb2, controller_pb2, server_pb2
@@ -24,7 +29,11 @@ def _dumps(value: object) -> str:
     return "" if value is None else json.dumps(value, sort_keys=True)
 
 
-def attempt_to_pb(row: AttemptRow, mlflow_run_url: str = "") -> controller_pb2.Attempt:
+def attempt_to_pb(
+    row: AttemptRow, redactor: Redactor | None = None, mlflow_run_url: str = ""
+) -> controller_pb2.Attempt:
+    redact = redactor or Redactor()
+    result = redact.document(row.result) if row.result is not None else None
     return controller_pb2.Attempt(
         id=row.id,
         experiment_id=row.experiment_id,
@@ -32,22 +41,24 @@ def attempt_to_pb(row: AttemptRow, mlflow_run_url: str = "") -> controller_pb2.A
         state=ATTEMPT_TO_PB[row.state],
         created_at=row.created_at,
         finished_at=row.finished_at or 0.0,
-        message=row.message,
+        message=redact.text(row.message),
         gpus=row.gpus,
-        result_json=_dumps(row.result),
+        result_json=_dumps(result),
         gpu_summary_json=_dumps(row.gpu_summary),
         progress_json=_dumps(row.progress),
         number=row.number,
-        provenance_json=_dumps(row.provenance),
-        failure_reason=failure_reason_pb(row.result),
-        failure_line=str((row.result or {}).get("failure_line", "")),
+        provenance_json=_dumps(
+            redact.document(row.provenance) if row.provenance is not None else None
+        ),
+        failure_reason=failure_reason_pb(row.failure_reason),
+        failure_line=redact.text(row.failure_line),
         mlflow_run_url=mlflow_run_url,
     )
 
 
-def failure_reason_pb(result: dict[str, Any] | None) -> server_pb2.FailureReason.ValueType:
-    """The failure reason dispatch kept in an attempt's result, as the proto enum."""
-    reason = str((result or {}).get("failure_reason", "")) or "UNSPECIFIED"
+def failure_reason_pb(name: str) -> server_pb2.FailureReason.ValueType:
+    """An attempt's failure reason column ("CUDA_OOM"), as the proto enum."""
+    reason = name or "UNSPECIFIED"
     try:
         return server_pb2.FailureReason.Value(f"FAILURE_REASON_{reason}")
     except ValueError:  # a reason this controller does not know yet
@@ -67,27 +78,33 @@ def selector_text(host: dict[str, object]) -> str:
 
 
 def experiment_to_pb(
-    row: ExperimentRow, attempts: list[AttemptRow], exports: Mapping[str, str] | None = None
+    row: ExperimentRow,
+    attempts: list[AttemptRow],
+    known_secrets: Iterable[str] = (),
+    exports: Mapping[str, str] | None = None,
 ) -> controller_pb2.Experiment:
     """``exports``: attempt id -> its MLflow run's link, where one was exported."""
     exports = exports or {}
+    redact = spec_redactor(row.spec, known_secrets)
+    for attempt in attempts:  # a secret the agent echoed under a harmless name
+        redact.learn_document(attempt.provenance)
     return controller_pb2.Experiment(
         id=row.id,
         name=row.name,
         state=EXPERIMENT_TO_PB[row.state],
-        spec_json=json.dumps(row.spec, sort_keys=True),
+        spec_json=json.dumps(redact.document(row.spec)),  # in the user's order (flags too)
         varied=row.varied,
         priority=row.priority,
         submitted_at=row.submitted_at,
         started_at=row.started_at or 0.0,
         finished_at=row.finished_at or 0.0,
-        message=row.message,
+        message=redact.text(row.message),
         cancel_requested=row.cancel_requested,
-        attempts=[attempt_to_pb(a, exports.get(a.id, "")) for a in attempts],
+        attempts=[attempt_to_pb(a, redact, exports.get(a.id, "")) for a in attempts],
         group=row.group,
         repeat_index=row.repeat_index,
         host_selector=selector_text(row.selector),
-        failure_reason=failure_reason_pb(attempts[-1].result if attempts else None),
+        failure_reason=failure_reason_pb(attempts[-1].failure_reason if attempts else ""),
     )
 
 

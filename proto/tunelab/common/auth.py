@@ -1,7 +1,11 @@
 """Authentication on both ends of a tunelab gRPC connection.
 
-Server side: a bearer-token interceptor (every RPC except health), TLS/mTLS credentials, and the
-rule that a daemon only listens beyond loopback when a token or client certificates guard it.
+Server side: a bearer-token interceptor (every RPC except ``grpc.health.v1.Health/Check``: with a
+token configured, health ``Watch`` needs it too), TLS/mTLS credentials, and the rule that a daemon
+only listens beyond loopback when a token or client certificates guard it. The interceptor runs
+when a call's headers arrive; a refused call is answered from there by the admission gate
+(``admission.py``) without a thread waiting for its message, and an accepted one is marked
+``Trusted`` so the gate never caps it.
 Client side: channels that carry the token and TLS settings.
 """
 
@@ -18,11 +22,14 @@ from typing import Any
 
 import grpc
 
+from tunelab.common.admission import Refusal, Trusted
+from tunelab.common.capacity import HEALTH_CHECK, with_behavior
 from tunelab.common.keepalive import DEFAULT_KEEPALIVE, Keepalive
 
 AUTH_HEADER = "authorization"
 # ReportRun carries its own per-attempt token, checked by the controller against the attempt.
-UNAUTHENTICATED_PREFIXES = ("/grpc.health.v1.Health/", "/tunelab.v1.Controller/ReportRun")
+REPORT_RUN = "/tunelab.v1.Controller/ReportRun"
+UNAUTHENTICATED_METHODS = frozenset({HEALTH_CHECK, REPORT_RUN})
 
 
 def bearer(token: str) -> tuple[str, str]:
@@ -131,7 +138,7 @@ class ServerAuth:
 
 
 class TokenAuthInterceptor(grpc.ServerInterceptor):
-    """Rejects every call without ``authorization: Bearer <token>`` (health checks excepted)."""
+    """Rejects every call without ``authorization: Bearer <token>`` (health Check excepted)."""
 
     def __init__(self, token: str) -> None:
         self._expected = bearer(token)[1].encode()
@@ -141,23 +148,30 @@ class TokenAuthInterceptor(grpc.ServerInterceptor):
         continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler[Any, Any] | None],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler[Any, Any] | None:
-        method = handler_call_details.method
-        if method.startswith(UNAUTHENTICATED_PREFIXES):
+        if handler_call_details.method in UNAUTHENTICATED_METHODS:
             return continuation(handler_call_details)
         sent = dict(handler_call_details.invocation_metadata or ()).get(AUTH_HEADER)
         if sent is not None and hmac.compare_digest(str(sent).encode(), self._expected):
-            return continuation(handler_call_details)
+            handler = continuation(handler_call_details)
+            return None if handler is None else _trusted(handler)
         message = "missing bearer token" if sent is None else "invalid bearer token"
         handler = continuation(handler_call_details)
         return _deny(handler, message)
 
 
+def _trusted(handler: grpc.RpcMethodHandler[Any, Any]) -> grpc.RpcMethodHandler[Any, Any]:
+    inner = (
+        handler.unary_unary or handler.unary_stream or handler.stream_unary or handler.stream_stream
+    )
+    if inner is None:
+        return handler
+    return with_behavior(handler, Trusted(inner))
+
+
 def _deny(
     handler: grpc.RpcMethodHandler[Any, Any] | None, message: str
 ) -> grpc.RpcMethodHandler[Any, Any]:
-    def abort(request: Any, context: grpc.ServicerContext) -> Any:
-        context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
-
+    abort = Refusal(grpc.StatusCode.UNAUTHENTICATED, message)
     if handler is not None and handler.response_streaming:
         if handler.request_streaming:
             return grpc.stream_stream_rpc_method_handler(abort)

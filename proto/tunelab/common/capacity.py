@@ -1,10 +1,13 @@
 """The RPC edge's capacity: long streams can never starve unary calls or health checks.
 
 The sync gRPC server runs every handler on one thread pool, and a stream (``logs -f``, a watch)
-holds its thread for its whole life. So the pool is sized ``unary + streams + HEALTH_RESERVE``
-and two counters keep each kind inside its share: a call beyond its share is answered
-RESOURCE_EXHAUSTED at once (never queued behind the others, never silence), and
-``grpc.health.v1.Health/Check`` is counted in neither, so the reserve threads always answer it.
+holds its thread for its whole life. So the pool is sized ``unary + streams + health_watches +
+awaiting + HEALTH_RESERVE`` and three counters keep each kind inside its share: a call beyond its
+share is answered RESOURCE_EXHAUSTED at once (never queued behind the others, never silence);
+``grpc.health.v1.Health/Watch`` has its own small share (anyone may open one where no token is
+configured, and they must never take the slots of ``logs -f`` and experiment watches), and
+``grpc.health.v1.Health/Check`` is counted in none, so the reserve threads always answer it.
+``awaiting`` threads are those the admission gate (``admission.py``) lets wait for a request.
 
 A stream's slot is released when its handler ends (returns, raises, or is closed once its client
 has gone), so slots never undercount the threads streams hold; every streaming handler wakes
@@ -15,15 +18,19 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
 
+from tunelab.common.admission import Admission
+
 HEALTH_CHECK = "/grpc.health.v1.Health/Check"
+HEALTH_WATCH = "/grpc.health.v1.Health/Watch"
 HEALTH_RESERVE = 4  # threads only health checks (and quick rejections) ever need
 DEFAULT_UNARY_CALLS = 32
 DEFAULT_MAX_STREAMS = 256
+DEFAULT_HEALTH_WATCHES = 8
 
 
 @dataclass(frozen=True)
@@ -32,10 +39,18 @@ class Limits:
 
     unary: int = DEFAULT_UNARY_CALLS
     streams: int = DEFAULT_MAX_STREAMS
+    health_watches: int = DEFAULT_HEALTH_WATCHES
+    admission: Admission = field(default_factory=Admission)
 
     @property
     def threads(self) -> int:
-        return self.unary + self.streams + HEALTH_RESERVE
+        return (
+            self.unary
+            + self.streams
+            + self.health_watches
+            + self.admission.awaiting
+            + HEALTH_RESERVE
+        )
 
 
 class _Slots:
@@ -78,6 +93,9 @@ class CapacityInterceptor(grpc.ServerInterceptor):
         self.limits = limits
         self.unary = _Slots(limits.unary, "calls", "retry shortly")
         self.streams = _Slots(limits.streams, "open streams", stream_hint)
+        self.health_watches = _Slots(
+            limits.health_watches, "health watches", "use grpc.health.v1.Health/Check"
+        )
 
     def intercept_service(
         self,
@@ -87,6 +105,8 @@ class CapacityInterceptor(grpc.ServerInterceptor):
         handler = continuation(handler_call_details)
         if handler is None or handler_call_details.method == HEALTH_CHECK:
             return handler
+        if handler_call_details.method == HEALTH_WATCH:
+            return _wrap_stream(handler, self.health_watches)
         if handler.response_streaming:
             return _wrap_stream(handler, self.streams)
         return _wrap_unary(handler, self.unary)
@@ -100,7 +120,7 @@ _MAKERS: dict[tuple[bool, bool], Callable[..., grpc.RpcMethodHandler[Any, Any]]]
 }
 
 
-def _rebuilt(
+def with_behavior(
     handler: grpc.RpcMethodHandler[Any, Any], behavior: Callable[..., Any]
 ) -> grpc.RpcMethodHandler[Any, Any]:
     """``handler`` of the same kind and (de)serializers, with ``behavior`` in its place."""
@@ -125,7 +145,7 @@ def _wrap_unary(
         finally:
             release()
 
-    return _rebuilt(handler, behavior)
+    return with_behavior(handler, behavior)
 
 
 def _wrap_stream(
@@ -141,4 +161,4 @@ def _wrap_stream(
         finally:
             release()
 
-    return _rebuilt(handler, behavior)
+    return with_behavior(handler, behavior)

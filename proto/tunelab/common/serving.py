@@ -2,9 +2,11 @@
 
 Limits on what one caller can make a daemon hold (README, "Limits"): a request message of at
 most ``MAX_REQUEST_BYTES``, request metadata of at most ``MAX_METADATA_BYTES``, ``Limits.unary``
-unary calls and ``Limits.streams`` open streams at once (``capacity``), and at most
-``QUEUED_CALLS_FACTOR`` x the pool's threads calls accepted in all; beyond any of these the caller
-gets RESOURCE_EXHAUSTED, never a hang.
+unary calls, ``Limits.streams`` open streams and ``Limits.health_watches`` health watches at once
+(``capacity``), calls refused or capped before a thread waits for their message and a deadline on
+that wait (``admission``), and at most ``QUEUED_CALLS_FACTOR`` x the pool's threads calls accepted
+in all; beyond any of these the caller gets RESOURCE_EXHAUSTED (or UNAUTHENTICATED, or
+DEADLINE_EXCEEDED for a request never sent), never a hang.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from concurrent import futures
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any
@@ -23,6 +24,7 @@ import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from tunelab.common.admission import RequestGate
 from tunelab.common.auth import ServerAuth
 from tunelab.common.capacity import CapacityInterceptor, Limits
 from tunelab.common.keepalive import DEFAULT_KEEPALIVE, Keepalive
@@ -53,6 +55,7 @@ class Daemon:
     port: int
     services: tuple[str, ...]
     capacity: CapacityInterceptor
+    gate: RequestGate
 
     def set_serving(self, serving: bool) -> None:
         status = (
@@ -66,6 +69,7 @@ class Daemon:
     def stop(self, grace: float) -> None:
         self.health.enter_graceful_shutdown()
         self.server.stop(grace).wait(grace + 1)
+        self.gate.shutdown(wait=False, cancel_futures=True)
 
 
 def start_daemon(
@@ -82,8 +86,10 @@ def start_daemon(
     """Create, bind and start a server. ``register`` adds the servicers."""
     auth.check_listen(listen)
     capacity = CapacityInterceptor(limits, stream_hint)
+    # with client certificates required, the TLS handshake has proven every caller
+    gate = RequestGate(limits.threads, limits.admission, all_trusted=auth.mtls)
     server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=limits.threads, thread_name_prefix="rpc"),
+        gate,
         interceptors=[*auth.interceptors(), capacity],  # auth first: a refused call costs no slot
         options=[*SERVER_OPTIONS, *keepalive.server_options()],
         maximum_concurrent_rpcs=QUEUED_CALLS_FACTOR * limits.threads,
@@ -104,7 +110,7 @@ def start_daemon(
     if port == 0:
         raise BindError(f"cannot listen on {listen}: address in use or not available")
     server.start()
-    daemon = Daemon(server, health_servicer, port, names, capacity)
+    daemon = Daemon(server, health_servicer, port, names, capacity, gate)
     daemon.set_serving(True)
     return daemon
 
@@ -142,7 +148,8 @@ def run_daemon_command(prog: str, load: Callable[[], Any], serve: Callable[[Any]
     except ConfigError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
-    configure_logging(config.log_level)
+    redaction = configure_logging(config.log_level)
+    redaction.learn_files(getattr(config, "secret_files", lambda: ())())
     try:
         return serve(config)
     except AuthConfigError as exc:

@@ -11,6 +11,7 @@ lists and maps are bounded in count and length. The controller checks a spec's Y
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -30,6 +31,11 @@ MAX_ARG_BYTES = 32 * 1024
 MAX_ENV_VALUE = 32 * 1024
 MAX_TEXT = 4096  # names, paths, URLs, model ids
 MAX_SWEEP_POINTS = 1024
+# The monitor reads its launch document (spec + the agent's own fields) up to this many bytes
+# (servers/monitor.py MAX_LAUNCH); argv and env, JSON-encoded as sent, must leave room for the
+# rest, or a spec accepted at submission would fail at dispatch.
+MAX_LAUNCH_BYTES = 1 << 20
+LAUNCH_HEADROOM = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -58,12 +64,20 @@ FIELD_RANGES: dict[str, Range] = {
     "BuiltinBenchmark.slo_ttft_ms": Range(0, 7 * DAY * 1000),
     "BuiltinBenchmark.slo_tpot_ms": Range(0, 7 * DAY * 1000),
     "BuiltinBenchmark.seed": Range(0, 2**63 - 1),
+    "BuiltinBenchmark.warmup_seconds": Range(0, DAY),
+    "ProfileSpec.point": Range(0, MAX_SWEEP_POINTS - 1),
+    "ProfileSpec.window_seconds": Range(0, DAY),
+    "ProfileSpec.window_requests": Range(0, 100_000_000),
+    "ProfileSpec.max_bytes": Range(0, 1 << 40),
+    "ProfileSpec.stop_timeout_seconds": Range(0, 3600),
     "RunSpec.max_duration_seconds": Range(0, 30 * DAY),
 }
+PROFILE_ACTIVITIES = ("cpu", "gpu")
 _DESCRIPTORS: dict[str, Descriptor] = {
     "ServerSpec": server_pb2.ServerSpec.DESCRIPTOR,
     "BuiltinBenchmark": run_pb2.BuiltinBenchmark.DESCRIPTOR,
     "RunSpec": run_pb2.RunSpec.DESCRIPTOR,
+    "ProfileSpec": run_pb2.ProfileSpec.DESCRIPTOR,
 }
 _INT_RANGES = {
     FieldDescriptor.TYPE_INT32: Range(-(2**31), 2**31 - 1),
@@ -145,33 +159,90 @@ def check_env(env: Mapping[str, str], path: str) -> None:
             raise SpecViolation(f"{path}[{key!r}]", f"value longer than {MAX_ENV_VALUE} bytes")
 
 
+def check_launch_size(argv: Sequence[str], env: Mapping[str, str], path: str) -> None:
+    """argv and env, as the monitor receives them, fit its launch document."""
+    size = len(json.dumps({"argv": list(argv), "env": dict(env)}).encode())
+    limit = MAX_LAUNCH_BYTES - LAUNCH_HEADROOM
+    if size > limit:
+        raise SpecViolation(
+            path,
+            f"argv and env take {size} bytes as sent to the server's monitor; the limit is {limit}",
+        )
+
+
 def check_server_spec(
     pb: server_pb2.ServerSpec, prefix: str = "spec.", auto_port: bool = False
 ) -> None:
-    """Every rule a server spec must meet before anything is spawned. ``auto_port`` admits
-    port 0 (a run's server, given a free port by the agent)."""
-    check_argv(pb.argv, f"{prefix}argv")
-    if pb.name and not SERVER_NAME.match(pb.name):
+    """Every rule a server spec message must meet before anything is spawned. ``auto_port``:
+    the spec is a run's server, which may ask for a port chosen by the agent (the message's
+    ``auto_port``, or port 0 from a client older than that field)."""
+    if pb.auto_port and not auto_port:
+        raise SpecViolation(f"{prefix}auto_port", "only a run's server can have an auto port")
+    if pb.auto_port and pb.port:
+        raise SpecViolation(f"{prefix}port", f"must be 0 with auto_port, got {pb.port}")
+    check_server_fields(
+        ServerFields(
+            argv=tuple(pb.argv),
+            port=pb.port,
+            name=pb.name,
+            env=dict(pb.env),
+            cwd=pb.cwd,
+            ready_path=pb.ready_path,
+            ready_model=pb.ready_model,
+            startup_timeout_seconds=pb.startup_timeout_seconds,
+            stop_grace_seconds=pb.stop_grace_seconds,
+            auto_port=auto_port and (pb.auto_port or pb.port == 0),
+        ),
+        prefix,
+    )
+
+
+@dataclass(frozen=True)
+class ServerFields:
+    """A server spec's values as plain data, so the agent's domain spec is checked by the same
+    rules as the message without converting itself to the wire type."""
+
+    argv: Sequence[str]
+    port: int
+    name: str
+    env: Mapping[str, str]
+    cwd: str
+    ready_path: str
+    ready_model: str
+    startup_timeout_seconds: float
+    stop_grace_seconds: float
+    auto_port: bool = False  # port 0: the agent picks one
+
+
+def check_server_fields(spec: ServerFields, prefix: str = "spec.") -> None:
+    """The bounds of a server spec, whichever side holds it."""
+    check_argv(spec.argv, f"{prefix}argv")
+    if spec.name and not SERVER_NAME.match(spec.name):
         raise SpecViolation(
             f"{prefix}name", "expected 1-63 letters, digits, '.', '_' or '-', starting alnum"
         )
-    low = 0 if auto_port else 1
-    if not low <= pb.port <= 65535:
-        raise SpecViolation(f"{prefix}port", f"expected {low}-65535, got {pb.port}")
-    check_env(pb.env, f"{prefix}env")
-    _text(pb.cwd, f"{prefix}cwd")
-    if pb.cwd and not pb.cwd.startswith("/"):
+    if spec.auto_port:
+        if spec.port != 0:
+            raise SpecViolation(f"{prefix}port", f"must be 0 with auto_port, got {spec.port}")
+    elif isinstance(spec.port, bool) or not isinstance(spec.port, int):
+        raise SpecViolation(f"{prefix}port", "must be an integer")
+    elif not 1 <= spec.port <= 65535:
+        raise SpecViolation(f"{prefix}port", f"expected 1-65535, got {spec.port}")
+    check_env(spec.env, f"{prefix}env")
+    check_launch_size(spec.argv, spec.env, f"{prefix}argv")
+    _text(spec.cwd, f"{prefix}cwd")
+    if spec.cwd and not spec.cwd.startswith("/"):
         raise SpecViolation(f"{prefix}cwd", "must be an absolute path")
-    _text(pb.ready_path, f"{prefix}ready_path")
-    if pb.ready_path and (
-        not pb.ready_path.startswith("/") or any(c.isspace() for c in pb.ready_path)
+    _text(spec.ready_path, f"{prefix}ready_path")
+    if spec.ready_path and (
+        not spec.ready_path.startswith("/") or any(c.isspace() for c in spec.ready_path)
     ):
         raise SpecViolation(f"{prefix}ready_path", "expected an absolute HTTP path such as /health")
-    _text(pb.ready_model, f"{prefix}ready_model")
-    if any(c.isspace() for c in pb.ready_model):
+    _text(spec.ready_model, f"{prefix}ready_model")
+    if any(c.isspace() for c in spec.ready_model):
         raise SpecViolation(f"{prefix}ready_model", "must not contain whitespace")
     for name in ("startup_timeout_seconds", "stop_grace_seconds"):
-        check_number(f"ServerSpec.{name}", getattr(pb, name), f"{prefix}{name}")
+        check_number(f"ServerSpec.{name}", getattr(spec, name), f"{prefix}{name}")
 
 
 def check_builtin(pb: run_pb2.BuiltinBenchmark, prefix: str = "benchmark.") -> None:
@@ -185,7 +256,23 @@ def check_builtin(pb: run_pb2.BuiltinBenchmark, prefix: str = "benchmark.") -> N
         message, _, name = key.partition(".")
         if message == "BuiltinBenchmark" and name != "concurrency":
             check_number(key, getattr(pb, name), f"{prefix}{name}")
-    for name in ("api", "model", "url", "preset"):
+    for name in ("api", "model", "url", "preset", "reset_cache_url"):
+        _text(getattr(pb, name), f"{prefix}{name}")
+    if pb.HasField("profile"):
+        check_profile(pb.profile, f"{prefix}profile.")
+
+
+def check_profile(pb: run_pb2.ProfileSpec, prefix: str) -> None:
+    for key in FIELD_RANGES:
+        message, _, name = key.partition(".")
+        if message == "ProfileSpec":
+            check_number(key, getattr(pb, name), f"{prefix}{name}")
+    if len(pb.activities) > len(PROFILE_ACTIVITIES):
+        raise SpecViolation(f"{prefix}activities", "at most cpu and gpu")
+    for i, activity in enumerate(pb.activities):
+        if activity not in PROFILE_ACTIVITIES:
+            raise SpecViolation(f"{prefix}activities[{i}]", "must be cpu or gpu")
+    for name in ("start_url", "stop_url"):
         _text(getattr(pb, name), f"{prefix}{name}")
 
 
@@ -203,6 +290,7 @@ def check_run_spec(pb: run_pb2.RunSpec) -> None:
             raise SpecViolation("spec.benchmark.command.result_file", "is required")
         _text(command.result_file, "spec.benchmark.command.result_file")
         check_env(command.env, "spec.benchmark.command.env")
+        check_launch_size(command.argv, command.env, "spec.benchmark.command.argv")
     check_number("RunSpec.max_duration_seconds", pb.max_duration_seconds, "max_duration_seconds")
     _text(pb.experiment, "spec.experiment")
     _text(pb.server_id, "spec.server_id")

@@ -689,3 +689,69 @@ class CancelRunResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CancelRunResponse: _TypeAlias = CancelRunResponse  # noqa: Y015
+
+@_typing.final
+class FetchProfileRequest(_message.Message):
+    """One kept profiler trace of a run, in chunks. The name is one of those the run's result lists
+    (result.profile.traces[].name); nothing outside the run's trace folder can be named.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    MAX_BYTES_FIELD_NUMBER: _builtins.int
+    run_id: _builtins.str
+    name: _builtins.str
+    offset: _builtins.int
+    """byte offset to start at"""
+    max_bytes: _builtins.int
+    """send at most this many bytes; 0 = to the end"""
+    def __init__(
+        self,
+        *,
+        run_id: _builtins.str = ...,
+        name: _builtins.str = ...,
+        offset: _builtins.int = ...,
+        max_bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_bytes", b"max_bytes", "name", b"name", "offset", b"offset", "run_id", b"run_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FetchProfileRequest: _TypeAlias = FetchProfileRequest  # noqa: Y015
+
+@_typing.final
+class FetchProfileResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OFFSET_FIELD_NUMBER: _builtins.int
+    DATA_FIELD_NUMBER: _builtins.int
+    SIZE_FIELD_NUMBER: _builtins.int
+    EOF_FIELD_NUMBER: _builtins.int
+    offset: _builtins.int
+    """byte offset of data[0] in the file"""
+    data: _builtins.bytes
+    """at most 1 MiB"""
+    size: _builtins.int
+    """the file's size"""
+    eof: _builtins.bool
+    """the last chunk of the file"""
+    def __init__(
+        self,
+        *,
+        offset: _builtins.int = ...,
+        data: _builtins.bytes = ...,
+        size: _builtins.int = ...,
+        eof: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "eof", b"eof", "offset", b"offset", "size", b"size"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FetchProfileResponse: _TypeAlias = FetchProfileResponse  # noqa: Y015

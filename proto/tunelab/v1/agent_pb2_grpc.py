@@ -99,6 +99,11 @@ class AgentStub:
                 request_serializer=tunelab_dot_v1_dot_agent__pb2.CancelRunRequest.SerializeToString,
                 response_deserializer=tunelab_dot_v1_dot_agent__pb2.CancelRunResponse.FromString,
                 _registered_method=True)
+        self.FetchProfile = channel.unary_stream(
+                '/tunelab.v1.Agent/FetchProfile',
+                request_serializer=tunelab_dot_v1_dot_agent__pb2.FetchProfileRequest.SerializeToString,
+                response_deserializer=tunelab_dot_v1_dot_agent__pb2.FetchProfileResponse.FromString,
+                _registered_method=True)
 
 
 class AgentServicer:
@@ -182,6 +187,12 @@ class AgentServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def FetchProfile(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -249,6 +260,11 @@ def add_AgentServicer_to_server(servicer, server):
                     servicer.CancelRun,
                     request_deserializer=tunelab_dot_v1_dot_agent__pb2.CancelRunRequest.FromString,
                     response_serializer=tunelab_dot_v1_dot_agent__pb2.CancelRunResponse.SerializeToString,
+            ),
+            'FetchProfile': grpc.unary_stream_rpc_method_handler(
+                    servicer.FetchProfile,
+                    request_deserializer=tunelab_dot_v1_dot_agent__pb2.FetchProfileRequest.FromString,
+                    response_serializer=tunelab_dot_v1_dot_agent__pb2.FetchProfileResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -602,6 +618,33 @@ class Agent:
             '/tunelab.v1.Agent/CancelRun',
             tunelab_dot_v1_dot_agent__pb2.CancelRunRequest.SerializeToString,
             tunelab_dot_v1_dot_agent__pb2.CancelRunResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FetchProfile(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/tunelab.v1.Agent/FetchProfile',
+            tunelab_dot_v1_dot_agent__pb2.FetchProfileRequest.SerializeToString,
+            tunelab_dot_v1_dot_agent__pb2.FetchProfileResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -44,6 +44,7 @@ class AgentStub:
     ListRuns: _grpc.UnaryUnaryMultiCallable[_agent_pb2.ListRunsRequest, _agent_pb2.ListRunsResponse]
     WatchRun: _grpc.UnaryStreamMultiCallable[_agent_pb2.WatchRunRequest, _agent_pb2.WatchRunResponse]
     CancelRun: _grpc.UnaryUnaryMultiCallable[_agent_pb2.CancelRunRequest, _agent_pb2.CancelRunResponse]
+    FetchProfile: _grpc.UnaryStreamMultiCallable[_agent_pb2.FetchProfileRequest, _agent_pb2.FetchProfileResponse]
 
 @_typing.type_check_only
 class AgentAsyncStub(AgentStub):
@@ -61,6 +62,7 @@ class AgentAsyncStub(AgentStub):
     ListRuns: _aio.UnaryUnaryMultiCallable[_agent_pb2.ListRunsRequest, _agent_pb2.ListRunsResponse]  # type: ignore[assignment]
     WatchRun: _aio.UnaryStreamMultiCallable[_agent_pb2.WatchRunRequest, _agent_pb2.WatchRunResponse]  # type: ignore[assignment]
     CancelRun: _aio.UnaryUnaryMultiCallable[_agent_pb2.CancelRunRequest, _agent_pb2.CancelRunResponse]  # type: ignore[assignment]
+    FetchProfile: _aio.UnaryStreamMultiCallable[_agent_pb2.FetchProfileRequest, _agent_pb2.FetchProfileResponse]  # type: ignore[assignment]
 
 class AgentServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -153,5 +155,12 @@ class AgentServicer(metaclass=_abc_1.ABCMeta):
         request: _agent_pb2.CancelRunRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_agent_pb2.CancelRunResponse, _abc.Awaitable[_agent_pb2.CancelRunResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def FetchProfile(
+        self,
+        request: _agent_pb2.FetchProfileRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_agent_pb2.FetchProfileResponse], _abc.AsyncIterator[_agent_pb2.FetchProfileResponse]]: ...
 
 def add_AgentServicer_to_server(servicer: AgentServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

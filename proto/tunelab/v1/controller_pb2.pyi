@@ -287,22 +287,29 @@ class SubmitExperimentsRequest(_message.Message):
     SPEC_YAML_FIELD_NUMBER: _builtins.int
     DRY_RUN_FIELD_NUMBER: _builtins.int
     SOURCE_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
     spec_yaml: _builtins.str
     """one experiment spec or a list of them"""
     dry_run: _builtins.bool
     """validate and expand only"""
     source: _builtins.str
     """file name, for messages"""
+    request_id: _builtins.str
+    """A client's id for this submission (the CLI sends a fresh UUID per command): a retry with
+    the same id returns the group the first one queued instead of queuing it again. Empty: no
+    idempotency. At most 128 characters of [A-Za-z0-9._:-].
+    """
     def __init__(
         self,
         *,
         spec_yaml: _builtins.str = ...,
         dry_run: _builtins.bool = ...,
         source: _builtins.str = ...,
+        request_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dry_run", b"dry_run", "source", b"source", "spec_yaml", b"spec_yaml"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dry_run", b"dry_run", "request_id", b"request_id", "source", b"source", "spec_yaml", b"spec_yaml"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -313,16 +320,22 @@ class SubmitExperimentsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     EXPERIMENTS_FIELD_NUMBER: _builtins.int
+    SEARCH_GROUP_FIELD_NUMBER: _builtins.int
+    search_group: _builtins.str
+    """set when the spec was a search"""
     @_builtins.property
-    def experiments(self) -> _containers.RepeatedCompositeFieldContainer[Global___Experiment]: ...
+    def experiments(self) -> _containers.RepeatedCompositeFieldContainer[Global___Experiment]:
+        """empty for a search: the controller queues its trials"""
+
     def __init__(
         self,
         *,
         experiments: _abc.Iterable[Global___Experiment] | None = ...,
+        search_group: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["experiments", b"experiments"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["experiments", b"experiments", "search_group", b"search_group"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -526,6 +539,39 @@ class StreamExperimentLogsRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___StreamExperimentLogsRequest: _TypeAlias = StreamExperimentLogsRequest  # noqa: Y015
+
+@_typing.final
+class FetchExperimentProfileRequest(_message.Message):
+    """A profiler trace kept by the agent with an attempt, proxied in chunks (FetchProfile)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    MAX_BYTES_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    """an attempt id, or an experiment id or name (its last attempt)"""
+    name: _builtins.str
+    """a trace the attempt's result lists (result.profile.traces)"""
+    offset: _builtins.int
+    max_bytes: _builtins.int
+    """send at most this many bytes; 0 = to the end"""
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        name: _builtins.str = ...,
+        offset: _builtins.int = ...,
+        max_bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "max_bytes", b"max_bytes", "name", b"name", "offset", b"offset"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FetchExperimentProfileRequest: _TypeAlias = FetchExperimentProfileRequest  # noqa: Y015
 
 @_typing.final
 class Host(_message.Message):
@@ -769,6 +815,94 @@ class AddHostResponse(_message.Message):
 Global___AddHostResponse: _TypeAlias = AddHostResponse  # noqa: Y015
 
 @_typing.final
+class UpdateHostRequest(_message.Message):
+    """Change some fields of a registered host and keep the rest (AddHost with replace writes a
+    whole new row: labels, token and metrics URL not given are gone).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class SetLabelsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    NAME_FIELD_NUMBER: _builtins.int
+    METRICS_URL_FIELD_NUMBER: _builtins.int
+    SET_LABELS_FIELD_NUMBER: _builtins.int
+    REMOVE_LABELS_FIELD_NUMBER: _builtins.int
+    TOKEN_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    metrics_url: _builtins.str
+    """unset: keep; "" : back to the default from the address"""
+    token: _builtins.str
+    """unset: keep; "": the agent client's default"""
+    @_builtins.property
+    def set_labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """added or changed"""
+
+    @_builtins.property
+    def remove_labels(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        metrics_url: _builtins.str | None = ...,
+        set_labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        remove_labels: _abc.Iterable[_builtins.str] | None = ...,
+        token: _builtins.str | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_metrics_url", b"_metrics_url", "_token", b"_token", "metrics_url", b"metrics_url", "token", b"token"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_metrics_url", b"_metrics_url", "_token", b"_token", "metrics_url", b"metrics_url", "name", b"name", "remove_labels", b"remove_labels", "set_labels", b"set_labels", "token", b"token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__metrics_url: _TypeAlias = _typing.Literal["metrics_url"]  # noqa: Y015
+    _WhichOneofArgType__metrics_url: _TypeAlias = _typing.Literal["_metrics_url", b"_metrics_url"]  # noqa: Y015
+    _WhichOneofReturnType__token: _TypeAlias = _typing.Literal["token"]  # noqa: Y015
+    _WhichOneofArgType__token: _TypeAlias = _typing.Literal["_token", b"_token"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__metrics_url) -> _WhichOneofReturnType__metrics_url | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__token) -> _WhichOneofReturnType__token | None: ...
+
+Global___UpdateHostRequest: _TypeAlias = UpdateHostRequest  # noqa: Y015
+
+@_typing.final
+class UpdateHostResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HOST_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def host(self) -> Global___Host: ...
+    def __init__(
+        self,
+        *,
+        host: Global___Host | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["host", b"host"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["host", b"host"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateHostResponse: _TypeAlias = UpdateHostResponse  # noqa: Y015
+
+@_typing.final
 class RemoveHostRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -932,6 +1066,88 @@ class CompareRunsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CompareRunsResponse: _TypeAlias = CompareRunsResponse  # noqa: Y015
+
+@_typing.final
+class GetSearchRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_FIELD_NUMBER: _builtins.int
+    group: _builtins.str
+    """the g-... that submit printed"""
+    def __init__(
+        self,
+        *,
+        group: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group", b"group"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetSearchRequest: _TypeAlias = GetSearchRequest  # noqa: Y015
+
+@_typing.final
+class GetSearchResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEARCH_JSON_FIELD_NUMBER: _builtins.int
+    TERMINAL_FIELD_NUMBER: _builtins.int
+    search_json: _builtins.str
+    """`tunelab search show --json`'s document"""
+    terminal: _builtins.bool
+    """DONE, FAILED or CANCELLED"""
+    def __init__(
+        self,
+        *,
+        search_json: _builtins.str = ...,
+        terminal: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["search_json", b"search_json", "terminal", b"terminal"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetSearchResponse: _TypeAlias = GetSearchResponse  # noqa: Y015
+
+@_typing.final
+class CancelSearchRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_FIELD_NUMBER: _builtins.int
+    group: _builtins.str
+    def __init__(
+        self,
+        *,
+        group: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group", b"group"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CancelSearchRequest: _TypeAlias = CancelSearchRequest  # noqa: Y015
+
+@_typing.final
+class CancelSearchResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEARCH_JSON_FIELD_NUMBER: _builtins.int
+    search_json: _builtins.str
+    def __init__(
+        self,
+        *,
+        search_json: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["search_json", b"search_json"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CancelSearchResponse: _TypeAlias = CancelSearchResponse  # noqa: Y015
 
 @_typing.final
 class ReportRunRequest(_message.Message):

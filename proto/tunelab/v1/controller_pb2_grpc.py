@@ -65,6 +65,11 @@ class ControllerStub:
                 request_serializer=tunelab_dot_v1_dot_controller__pb2.StreamExperimentLogsRequest.SerializeToString,
                 response_deserializer=tunelab_dot_v1_dot_agent__pb2.StreamLogsResponse.FromString,
                 _registered_method=True)
+        self.FetchExperimentProfile = channel.unary_stream(
+                '/tunelab.v1.Controller/FetchExperimentProfile',
+                request_serializer=tunelab_dot_v1_dot_controller__pb2.FetchExperimentProfileRequest.SerializeToString,
+                response_deserializer=tunelab_dot_v1_dot_agent__pb2.FetchProfileResponse.FromString,
+                _registered_method=True)
         self.ListHosts = channel.unary_unary(
                 '/tunelab.v1.Controller/ListHosts',
                 request_serializer=tunelab_dot_v1_dot_controller__pb2.ListHostsRequest.SerializeToString,
@@ -80,6 +85,11 @@ class ControllerStub:
                 request_serializer=tunelab_dot_v1_dot_controller__pb2.RemoveHostRequest.SerializeToString,
                 response_deserializer=tunelab_dot_v1_dot_controller__pb2.RemoveHostResponse.FromString,
                 _registered_method=True)
+        self.UpdateHost = channel.unary_unary(
+                '/tunelab.v1.Controller/UpdateHost',
+                request_serializer=tunelab_dot_v1_dot_controller__pb2.UpdateHostRequest.SerializeToString,
+                response_deserializer=tunelab_dot_v1_dot_controller__pb2.UpdateHostResponse.FromString,
+                _registered_method=True)
         self.SetHostDrain = channel.unary_unary(
                 '/tunelab.v1.Controller/SetHostDrain',
                 request_serializer=tunelab_dot_v1_dot_controller__pb2.SetHostDrainRequest.SerializeToString,
@@ -94,6 +104,16 @@ class ControllerStub:
                 '/tunelab.v1.Controller/CompareRuns',
                 request_serializer=tunelab_dot_v1_dot_controller__pb2.CompareRunsRequest.SerializeToString,
                 response_deserializer=tunelab_dot_v1_dot_controller__pb2.CompareRunsResponse.FromString,
+                _registered_method=True)
+        self.GetSearch = channel.unary_unary(
+                '/tunelab.v1.Controller/GetSearch',
+                request_serializer=tunelab_dot_v1_dot_controller__pb2.GetSearchRequest.SerializeToString,
+                response_deserializer=tunelab_dot_v1_dot_controller__pb2.GetSearchResponse.FromString,
+                _registered_method=True)
+        self.CancelSearch = channel.unary_unary(
+                '/tunelab.v1.Controller/CancelSearch',
+                request_serializer=tunelab_dot_v1_dot_controller__pb2.CancelSearchRequest.SerializeToString,
+                response_deserializer=tunelab_dot_v1_dot_controller__pb2.CancelSearchResponse.FromString,
                 _registered_method=True)
         self.ReportRun = channel.unary_unary(
                 '/tunelab.v1.Controller/ReportRun',
@@ -141,6 +161,12 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def FetchExperimentProfile(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListHosts(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -159,6 +185,12 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UpdateHost(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def SetHostDrain(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -172,6 +204,19 @@ class ControllerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def CompareRuns(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetSearch(self, request, context):
+        """A search (`search:` in a spec): its state, best configuration and trials (docs/search.md).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CancelSearch(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -218,6 +263,11 @@ def add_ControllerServicer_to_server(servicer, server):
                     request_deserializer=tunelab_dot_v1_dot_controller__pb2.StreamExperimentLogsRequest.FromString,
                     response_serializer=tunelab_dot_v1_dot_agent__pb2.StreamLogsResponse.SerializeToString,
             ),
+            'FetchExperimentProfile': grpc.unary_stream_rpc_method_handler(
+                    servicer.FetchExperimentProfile,
+                    request_deserializer=tunelab_dot_v1_dot_controller__pb2.FetchExperimentProfileRequest.FromString,
+                    response_serializer=tunelab_dot_v1_dot_agent__pb2.FetchProfileResponse.SerializeToString,
+            ),
             'ListHosts': grpc.unary_unary_rpc_method_handler(
                     servicer.ListHosts,
                     request_deserializer=tunelab_dot_v1_dot_controller__pb2.ListHostsRequest.FromString,
@@ -233,6 +283,11 @@ def add_ControllerServicer_to_server(servicer, server):
                     request_deserializer=tunelab_dot_v1_dot_controller__pb2.RemoveHostRequest.FromString,
                     response_serializer=tunelab_dot_v1_dot_controller__pb2.RemoveHostResponse.SerializeToString,
             ),
+            'UpdateHost': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateHost,
+                    request_deserializer=tunelab_dot_v1_dot_controller__pb2.UpdateHostRequest.FromString,
+                    response_serializer=tunelab_dot_v1_dot_controller__pb2.UpdateHostResponse.SerializeToString,
+            ),
             'SetHostDrain': grpc.unary_unary_rpc_method_handler(
                     servicer.SetHostDrain,
                     request_deserializer=tunelab_dot_v1_dot_controller__pb2.SetHostDrainRequest.FromString,
@@ -247,6 +302,16 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.CompareRuns,
                     request_deserializer=tunelab_dot_v1_dot_controller__pb2.CompareRunsRequest.FromString,
                     response_serializer=tunelab_dot_v1_dot_controller__pb2.CompareRunsResponse.SerializeToString,
+            ),
+            'GetSearch': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSearch,
+                    request_deserializer=tunelab_dot_v1_dot_controller__pb2.GetSearchRequest.FromString,
+                    response_serializer=tunelab_dot_v1_dot_controller__pb2.GetSearchResponse.SerializeToString,
+            ),
+            'CancelSearch': grpc.unary_unary_rpc_method_handler(
+                    servicer.CancelSearch,
+                    request_deserializer=tunelab_dot_v1_dot_controller__pb2.CancelSearchRequest.FromString,
+                    response_serializer=tunelab_dot_v1_dot_controller__pb2.CancelSearchResponse.SerializeToString,
             ),
             'ReportRun': grpc.unary_unary_rpc_method_handler(
                     servicer.ReportRun,
@@ -427,6 +492,33 @@ class Controller:
             _registered_method=True)
 
     @staticmethod
+    def FetchExperimentProfile(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/tunelab.v1.Controller/FetchExperimentProfile',
+            tunelab_dot_v1_dot_controller__pb2.FetchExperimentProfileRequest.SerializeToString,
+            tunelab_dot_v1_dot_agent__pb2.FetchProfileResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def ListHosts(request,
             target,
             options=(),
@@ -508,6 +600,33 @@ class Controller:
             _registered_method=True)
 
     @staticmethod
+    def UpdateHost(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tunelab.v1.Controller/UpdateHost',
+            tunelab_dot_v1_dot_controller__pb2.UpdateHostRequest.SerializeToString,
+            tunelab_dot_v1_dot_controller__pb2.UpdateHostResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def SetHostDrain(request,
             target,
             options=(),
@@ -578,6 +697,60 @@ class Controller:
             '/tunelab.v1.Controller/CompareRuns',
             tunelab_dot_v1_dot_controller__pb2.CompareRunsRequest.SerializeToString,
             tunelab_dot_v1_dot_controller__pb2.CompareRunsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSearch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tunelab.v1.Controller/GetSearch',
+            tunelab_dot_v1_dot_controller__pb2.GetSearchRequest.SerializeToString,
+            tunelab_dot_v1_dot_controller__pb2.GetSearchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CancelSearch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tunelab.v1.Controller/CancelSearch',
+            tunelab_dot_v1_dot_controller__pb2.CancelSearchRequest.SerializeToString,
+            tunelab_dot_v1_dot_controller__pb2.CancelSearchResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -38,12 +38,17 @@ class ControllerStub:
     WatchExperiment: _grpc.UnaryStreamMultiCallable[_controller_pb2.WatchExperimentRequest, _controller_pb2.WatchExperimentResponse]
     CancelExperiment: _grpc.UnaryUnaryMultiCallable[_controller_pb2.CancelExperimentRequest, _controller_pb2.CancelExperimentResponse]
     StreamExperimentLogs: _grpc.UnaryStreamMultiCallable[_controller_pb2.StreamExperimentLogsRequest, _agent_pb2.StreamLogsResponse]
+    FetchExperimentProfile: _grpc.UnaryStreamMultiCallable[_controller_pb2.FetchExperimentProfileRequest, _agent_pb2.FetchProfileResponse]
     ListHosts: _grpc.UnaryUnaryMultiCallable[_controller_pb2.ListHostsRequest, _controller_pb2.ListHostsResponse]
     AddHost: _grpc.UnaryUnaryMultiCallable[_controller_pb2.AddHostRequest, _controller_pb2.AddHostResponse]
     RemoveHost: _grpc.UnaryUnaryMultiCallable[_controller_pb2.RemoveHostRequest, _controller_pb2.RemoveHostResponse]
+    UpdateHost: _grpc.UnaryUnaryMultiCallable[_controller_pb2.UpdateHostRequest, _controller_pb2.UpdateHostResponse]
     SetHostDrain: _grpc.UnaryUnaryMultiCallable[_controller_pb2.SetHostDrainRequest, _controller_pb2.SetHostDrainResponse]
     AuditHost: _grpc.UnaryUnaryMultiCallable[_controller_pb2.AuditHostRequest, _controller_pb2.AuditHostResponse]
     CompareRuns: _grpc.UnaryUnaryMultiCallable[_controller_pb2.CompareRunsRequest, _controller_pb2.CompareRunsResponse]
+    GetSearch: _grpc.UnaryUnaryMultiCallable[_controller_pb2.GetSearchRequest, _controller_pb2.GetSearchResponse]
+    """A search (`search:` in a spec): its state, best configuration and trials (docs/search.md)."""
+    CancelSearch: _grpc.UnaryUnaryMultiCallable[_controller_pb2.CancelSearchRequest, _controller_pb2.CancelSearchResponse]
     ReportRun: _grpc.UnaryUnaryMultiCallable[_controller_pb2.ReportRunRequest, _controller_pb2.ReportRunResponse]
     """From `tunelab-agent run-once` inside a Slurm job: the run as it stands. Authenticated by the
     attempt's own token (in the request), not the controller's bearer token.
@@ -58,12 +63,17 @@ class ControllerAsyncStub(ControllerStub):
     WatchExperiment: _aio.UnaryStreamMultiCallable[_controller_pb2.WatchExperimentRequest, _controller_pb2.WatchExperimentResponse]  # type: ignore[assignment]
     CancelExperiment: _aio.UnaryUnaryMultiCallable[_controller_pb2.CancelExperimentRequest, _controller_pb2.CancelExperimentResponse]  # type: ignore[assignment]
     StreamExperimentLogs: _aio.UnaryStreamMultiCallable[_controller_pb2.StreamExperimentLogsRequest, _agent_pb2.StreamLogsResponse]  # type: ignore[assignment]
+    FetchExperimentProfile: _aio.UnaryStreamMultiCallable[_controller_pb2.FetchExperimentProfileRequest, _agent_pb2.FetchProfileResponse]  # type: ignore[assignment]
     ListHosts: _aio.UnaryUnaryMultiCallable[_controller_pb2.ListHostsRequest, _controller_pb2.ListHostsResponse]  # type: ignore[assignment]
     AddHost: _aio.UnaryUnaryMultiCallable[_controller_pb2.AddHostRequest, _controller_pb2.AddHostResponse]  # type: ignore[assignment]
     RemoveHost: _aio.UnaryUnaryMultiCallable[_controller_pb2.RemoveHostRequest, _controller_pb2.RemoveHostResponse]  # type: ignore[assignment]
+    UpdateHost: _aio.UnaryUnaryMultiCallable[_controller_pb2.UpdateHostRequest, _controller_pb2.UpdateHostResponse]  # type: ignore[assignment]
     SetHostDrain: _aio.UnaryUnaryMultiCallable[_controller_pb2.SetHostDrainRequest, _controller_pb2.SetHostDrainResponse]  # type: ignore[assignment]
     AuditHost: _aio.UnaryUnaryMultiCallable[_controller_pb2.AuditHostRequest, _controller_pb2.AuditHostResponse]  # type: ignore[assignment]
     CompareRuns: _aio.UnaryUnaryMultiCallable[_controller_pb2.CompareRunsRequest, _controller_pb2.CompareRunsResponse]  # type: ignore[assignment]
+    GetSearch: _aio.UnaryUnaryMultiCallable[_controller_pb2.GetSearchRequest, _controller_pb2.GetSearchResponse]  # type: ignore[assignment]
+    """A search (`search:` in a spec): its state, best configuration and trials (docs/search.md)."""
+    CancelSearch: _aio.UnaryUnaryMultiCallable[_controller_pb2.CancelSearchRequest, _controller_pb2.CancelSearchResponse]  # type: ignore[assignment]
     ReportRun: _aio.UnaryUnaryMultiCallable[_controller_pb2.ReportRunRequest, _controller_pb2.ReportRunResponse]  # type: ignore[assignment]
     """From `tunelab-agent run-once` inside a Slurm job: the run as it stands. Authenticated by the
     attempt's own token (in the request), not the controller's bearer token.
@@ -113,6 +123,13 @@ class ControllerServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_abc.Iterator[_agent_pb2.StreamLogsResponse], _abc.AsyncIterator[_agent_pb2.StreamLogsResponse]]: ...
 
     @_abc_1.abstractmethod
+    def FetchExperimentProfile(
+        self,
+        request: _controller_pb2.FetchExperimentProfileRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_agent_pb2.FetchProfileResponse], _abc.AsyncIterator[_agent_pb2.FetchProfileResponse]]: ...
+
+    @_abc_1.abstractmethod
     def ListHosts(
         self,
         request: _controller_pb2.ListHostsRequest,
@@ -134,6 +151,13 @@ class ControllerServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_controller_pb2.RemoveHostResponse, _abc.Awaitable[_controller_pb2.RemoveHostResponse]]: ...
 
     @_abc_1.abstractmethod
+    def UpdateHost(
+        self,
+        request: _controller_pb2.UpdateHostRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_controller_pb2.UpdateHostResponse, _abc.Awaitable[_controller_pb2.UpdateHostResponse]]: ...
+
+    @_abc_1.abstractmethod
     def SetHostDrain(
         self,
         request: _controller_pb2.SetHostDrainRequest,
@@ -153,6 +177,21 @@ class ControllerServicer(metaclass=_abc_1.ABCMeta):
         request: _controller_pb2.CompareRunsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_controller_pb2.CompareRunsResponse, _abc.Awaitable[_controller_pb2.CompareRunsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def GetSearch(
+        self,
+        request: _controller_pb2.GetSearchRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_controller_pb2.GetSearchResponse, _abc.Awaitable[_controller_pb2.GetSearchResponse]]:
+        """A search (`search:` in a spec): its state, best configuration and trials (docs/search.md)."""
+
+    @_abc_1.abstractmethod
+    def CancelSearch(
+        self,
+        request: _controller_pb2.CancelSearchRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_controller_pb2.CancelSearchResponse, _abc.Awaitable[_controller_pb2.CancelSearchResponse]]: ...
 
     @_abc_1.abstractmethod
     def ReportRun(

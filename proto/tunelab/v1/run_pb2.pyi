@@ -63,6 +63,26 @@ class BuiltinBenchmark(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class FindSloEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.float
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.float = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     API_FIELD_NUMBER: _builtins.int
     MODEL_FIELD_NUMBER: _builtins.int
     CONCURRENCY_FIELD_NUMBER: _builtins.int
@@ -81,6 +101,19 @@ class BuiltinBenchmark(_message.Message):
     SEED_FIELD_NUMBER: _builtins.int
     URL_FIELD_NUMBER: _builtins.int
     PRESET_FIELD_NUMBER: _builtins.int
+    DATASET_FIELD_NUMBER: _builtins.int
+    RATES_FIELD_NUMBER: _builtins.int
+    MAX_CONCURRENCY_FIELD_NUMBER: _builtins.int
+    RAMP_FIELD_NUMBER: _builtins.int
+    RAMP_START_RATE_FIELD_NUMBER: _builtins.int
+    RAMP_END_RATE_FIELD_NUMBER: _builtins.int
+    PROFILE_FIELD_NUMBER: _builtins.int
+    RESET_CACHE_FIELD_NUMBER: _builtins.int
+    WARMUP_SECONDS_FIELD_NUMBER: _builtins.int
+    RESET_CACHE_URL_FIELD_NUMBER: _builtins.int
+    FIND_AXIS_FIELD_NUMBER: _builtins.int
+    FIND_MAX_FIELD_NUMBER: _builtins.int
+    FIND_SLO_FIELD_NUMBER: _builtins.int
     api: _builtins.str
     """"completions" (default) or "chat" """
     model: _builtins.str
@@ -111,10 +144,44 @@ class BuiltinBenchmark(_message.Message):
     """default http://127.0.0.1:<server port>"""
     preset: _builtins.str
     """"" or "decode" """
+    max_concurrency: _builtins.int
+    """open loop: at most this many requests in flight"""
+    ramp: _builtins.str
+    """"", "linear" or "exponential": the rate rises over the point"""
+    ramp_start_rate: _builtins.float
+    ramp_end_rate: _builtins.float
+    reset_cache: _builtins.bool
+    """reset the engine's cache before each point; unset: on"""
+    warmup_seconds: _builtins.float
+    """for a sweep of several points on vllm/sglang
+    warm-up per point by time (replaces the warmup count)
+    """
+    reset_cache_url: _builtins.str
+    """generic engines: the reset's path (/reset) or URL"""
+    find_axis: _builtins.str
+    """A load search instead of a sweep: "concurrency" or "rate" — the largest load up to find_max
+    whose point meets every find_slo (point field such as p99_tpot_ms -> upper limit), by a
+    ladder, bisection and a confirming repeat, on this one server (docs/search.md).
+    """
+    find_max: _builtins.float
     @_builtins.property
     def concurrency(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """closed loop sweep; empty when request_rate is set"""
 
+    @_builtins.property
+    def dataset(self) -> Global___DatasetSpec:
+        """what each request asks for; unset = random"""
+
+    @_builtins.property
+    def rates(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
+        """open loop: one point per rate (instead of request_rate)"""
+
+    @_builtins.property
+    def profile(self) -> Global___ProfileSpec:
+        """the engine's profiler around one point's window"""
+
+    @_builtins.property
+    def find_slo(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]: ...
     def __init__(
         self,
         *,
@@ -136,21 +203,182 @@ class BuiltinBenchmark(_message.Message):
         seed: _builtins.int = ...,
         url: _builtins.str = ...,
         preset: _builtins.str = ...,
+        dataset: Global___DatasetSpec | None = ...,
+        rates: _abc.Iterable[_builtins.float] | None = ...,
+        max_concurrency: _builtins.int = ...,
+        ramp: _builtins.str = ...,
+        ramp_start_rate: _builtins.float = ...,
+        ramp_end_rate: _builtins.float = ...,
+        profile: Global___ProfileSpec | None = ...,
+        reset_cache: _builtins.bool | None = ...,
+        warmup_seconds: _builtins.float = ...,
+        reset_cache_url: _builtins.str = ...,
+        find_axis: _builtins.str = ...,
+        find_max: _builtins.float = ...,
+        find_slo: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_ignore_eos", b"_ignore_eos", "_temperature", b"_temperature", "ignore_eos", b"ignore_eos", "temperature", b"temperature"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_ignore_eos", b"_ignore_eos", "_reset_cache", b"_reset_cache", "_temperature", b"_temperature", "dataset", b"dataset", "ignore_eos", b"ignore_eos", "profile", b"profile", "reset_cache", b"reset_cache", "temperature", b"temperature"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_ignore_eos", b"_ignore_eos", "_temperature", b"_temperature", "api", b"api", "burstiness", b"burstiness", "concurrency", b"concurrency", "duration_seconds", b"duration_seconds", "ignore_eos", b"ignore_eos", "input_len", b"input_len", "model", b"model", "output_len", b"output_len", "preset", b"preset", "range_ratio", b"range_ratio", "request_rate", b"request_rate", "requests", b"requests", "seed", b"seed", "slo_tpot_ms", b"slo_tpot_ms", "slo_ttft_ms", b"slo_ttft_ms", "temperature", b"temperature", "url", b"url", "warmup", b"warmup"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_ignore_eos", b"_ignore_eos", "_reset_cache", b"_reset_cache", "_temperature", b"_temperature", "api", b"api", "burstiness", b"burstiness", "concurrency", b"concurrency", "dataset", b"dataset", "duration_seconds", b"duration_seconds", "find_axis", b"find_axis", "find_max", b"find_max", "find_slo", b"find_slo", "ignore_eos", b"ignore_eos", "input_len", b"input_len", "max_concurrency", b"max_concurrency", "model", b"model", "output_len", b"output_len", "preset", b"preset", "profile", b"profile", "ramp", b"ramp", "ramp_end_rate", b"ramp_end_rate", "ramp_start_rate", b"ramp_start_rate", "range_ratio", b"range_ratio", "rates", b"rates", "request_rate", b"request_rate", "requests", b"requests", "reset_cache", b"reset_cache", "reset_cache_url", b"reset_cache_url", "seed", b"seed", "slo_tpot_ms", b"slo_tpot_ms", "slo_ttft_ms", b"slo_ttft_ms", "temperature", b"temperature", "url", b"url", "warmup", b"warmup", "warmup_seconds", b"warmup_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__ignore_eos: _TypeAlias = _typing.Literal["ignore_eos"]  # noqa: Y015
     _WhichOneofArgType__ignore_eos: _TypeAlias = _typing.Literal["_ignore_eos", b"_ignore_eos"]  # noqa: Y015
+    _WhichOneofReturnType__reset_cache: _TypeAlias = _typing.Literal["reset_cache"]  # noqa: Y015
+    _WhichOneofArgType__reset_cache: _TypeAlias = _typing.Literal["_reset_cache", b"_reset_cache"]  # noqa: Y015
     _WhichOneofReturnType__temperature: _TypeAlias = _typing.Literal["temperature"]  # noqa: Y015
     _WhichOneofArgType__temperature: _TypeAlias = _typing.Literal["_temperature", b"_temperature"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__ignore_eos) -> _WhichOneofReturnType__ignore_eos | None: ...
     @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__reset_cache) -> _WhichOneofReturnType__reset_cache | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__temperature) -> _WhichOneofReturnType__temperature | None: ...
 
 Global___BuiltinBenchmark: _TypeAlias = BuiltinBenchmark  # noqa: Y015
+
+@_typing.final
+class ProfileSpec(_message.Message):
+    """The engine's profiler around one load point's measured window (docs/profiles.md). The
+    engine profile (vllm, sglang) says how; a generic server names its two URLs.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    POINT_FIELD_NUMBER: _builtins.int
+    WINDOW_SECONDS_FIELD_NUMBER: _builtins.int
+    WINDOW_REQUESTS_FIELD_NUMBER: _builtins.int
+    ACTIVITIES_FIELD_NUMBER: _builtins.int
+    MAX_BYTES_FIELD_NUMBER: _builtins.int
+    START_URL_FIELD_NUMBER: _builtins.int
+    STOP_URL_FIELD_NUMBER: _builtins.int
+    STOP_TIMEOUT_SECONDS_FIELD_NUMBER: _builtins.int
+    point: _builtins.int
+    """0-based load point"""
+    window_seconds: _builtins.float
+    """both 0: the whole point"""
+    window_requests: _builtins.int
+    max_bytes: _builtins.int
+    """cap on the kept traces; 0 = 500 MB"""
+    start_url: _builtins.str
+    """generic engines: a path (/start) or a URL"""
+    stop_url: _builtins.str
+    stop_timeout_seconds: _builtins.float
+    """0 = 120"""
+    @_builtins.property
+    def activities(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """"cpu", "gpu"; empty: both"""
+
+    def __init__(
+        self,
+        *,
+        point: _builtins.int = ...,
+        window_seconds: _builtins.float = ...,
+        window_requests: _builtins.int = ...,
+        activities: _abc.Iterable[_builtins.str] | None = ...,
+        max_bytes: _builtins.int = ...,
+        start_url: _builtins.str = ...,
+        stop_url: _builtins.str = ...,
+        stop_timeout_seconds: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activities", b"activities", "max_bytes", b"max_bytes", "point", b"point", "start_url", b"start_url", "stop_timeout_seconds", b"stop_timeout_seconds", "stop_url", b"stop_url", "window_requests", b"window_requests", "window_seconds", b"window_seconds"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ProfileSpec: _TypeAlias = ProfileSpec  # noqa: Y015
+
+@_typing.final
+class DatasetSpec(_message.Message):
+    """The built-in generator's dataset (docs/workloads.md). A file or trace is read on the agent,
+    from `path` relative to the agent's datasets folder; `sha256`, when set, must match its content.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    INPUT_DIST_FIELD_NUMBER: _builtins.int
+    OUTPUT_DIST_FIELD_NUMBER: _builtins.int
+    INPUT_SIGMA_FIELD_NUMBER: _builtins.int
+    OUTPUT_SIGMA_FIELD_NUMBER: _builtins.int
+    OUTPUT_RANGE_RATIO_FIELD_NUMBER: _builtins.int
+    PREFIX_LEN_FIELD_NUMBER: _builtins.int
+    PREFIX_GROUPS_FIELD_NUMBER: _builtins.int
+    TURNS_FIELD_NUMBER: _builtins.int
+    THINK_TIME_SECONDS_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    FILE_FORMAT_FIELD_NUMBER: _builtins.int
+    FILE_OUTPUT_LEN_FIELD_NUMBER: _builtins.int
+    TRACE_BLOCK_SIZE_FIELD_NUMBER: _builtins.int
+    TRACE_SEC_MULTIPLIER_FIELD_NUMBER: _builtins.int
+    TRACE_TIMED_FIELD_NUMBER: _builtins.int
+    SHA256_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """random (default), shared-prefix, multi-turn, file, trace"""
+    input_dist: _builtins.str
+    """uniform (default, range_ratio) or lognormal (input_sigma)"""
+    output_dist: _builtins.str
+    input_sigma: _builtins.float
+    output_sigma: _builtins.float
+    output_range_ratio: _builtins.float
+    """unset: the same as range_ratio"""
+    prefix_len: _builtins.int
+    """random: one shared prefix; shared-prefix: each group's"""
+    prefix_groups: _builtins.int
+    """shared-prefix: distinct prefixes"""
+    turns: _builtins.int
+    """multi-turn: turns per conversation"""
+    think_time_seconds: _builtins.float
+    """multi-turn: pause after each answer"""
+    path: _builtins.str
+    """file / trace: relative to the agent's datasets folder"""
+    file_format: _builtins.str
+    """auto (default), sharegpt, chat, jsonl"""
+    file_output_len: _builtins.int
+    """file: max_tokens for every prompt"""
+    trace_block_size: _builtins.int
+    """trace: tokens per hash id (default 512)"""
+    trace_sec_multiplier: _builtins.float
+    """trace: seconds per timestamp unit (0: by the field)"""
+    trace_timed: _builtins.bool
+    """trace: send at the recorded times (default true)"""
+    sha256: _builtins.str
+    """file / trace: the content's expected hash"""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        input_dist: _builtins.str = ...,
+        output_dist: _builtins.str = ...,
+        input_sigma: _builtins.float = ...,
+        output_sigma: _builtins.float = ...,
+        output_range_ratio: _builtins.float | None = ...,
+        prefix_len: _builtins.int = ...,
+        prefix_groups: _builtins.int = ...,
+        turns: _builtins.int = ...,
+        think_time_seconds: _builtins.float = ...,
+        path: _builtins.str = ...,
+        file_format: _builtins.str = ...,
+        file_output_len: _builtins.int = ...,
+        trace_block_size: _builtins.int = ...,
+        trace_sec_multiplier: _builtins.float = ...,
+        trace_timed: _builtins.bool | None = ...,
+        sha256: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_output_range_ratio", b"_output_range_ratio", "_trace_timed", b"_trace_timed", "output_range_ratio", b"output_range_ratio", "trace_timed", b"trace_timed"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_output_range_ratio", b"_output_range_ratio", "_trace_timed", b"_trace_timed", "file_format", b"file_format", "file_output_len", b"file_output_len", "input_dist", b"input_dist", "input_sigma", b"input_sigma", "name", b"name", "output_dist", b"output_dist", "output_range_ratio", b"output_range_ratio", "output_sigma", b"output_sigma", "path", b"path", "prefix_groups", b"prefix_groups", "prefix_len", b"prefix_len", "sha256", b"sha256", "think_time_seconds", b"think_time_seconds", "trace_block_size", b"trace_block_size", "trace_sec_multiplier", b"trace_sec_multiplier", "trace_timed", b"trace_timed", "turns", b"turns"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__output_range_ratio: _TypeAlias = _typing.Literal["output_range_ratio"]  # noqa: Y015
+    _WhichOneofArgType__output_range_ratio: _TypeAlias = _typing.Literal["_output_range_ratio", b"_output_range_ratio"]  # noqa: Y015
+    _WhichOneofReturnType__trace_timed: _TypeAlias = _typing.Literal["trace_timed"]  # noqa: Y015
+    _WhichOneofArgType__trace_timed: _TypeAlias = _typing.Literal["_trace_timed", b"_trace_timed"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__output_range_ratio) -> _WhichOneofReturnType__output_range_ratio | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__trace_timed) -> _WhichOneofReturnType__trace_timed | None: ...
+
+Global___DatasetSpec: _TypeAlias = DatasetSpec  # noqa: Y015
 
 @_typing.final
 class CommandBenchmark(_message.Message):

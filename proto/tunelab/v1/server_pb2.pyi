@@ -187,12 +187,13 @@ class ServerSpec(_message.Message):
     STARTUP_TIMEOUT_SECONDS_FIELD_NUMBER: _builtins.int
     STOP_GRACE_SECONDS_FIELD_NUMBER: _builtins.int
     ENGINE_FIELD_NUMBER: _builtins.int
+    AUTO_PORT_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """unique among live servers; defaults to the id"""
     cwd: _builtins.str
     """working directory; empty = the server's state dir"""
     port: _builtins.int
-    """the port the server listens on (1-65535)"""
+    """the port the server listens on (1-65535); 0 with auto_port"""
     ready_path: _builtins.str
     """HTTP path probed on 127.0.0.1:port; default /health"""
     ready_model: _builtins.str
@@ -203,6 +204,11 @@ class ServerSpec(_message.Message):
     """default 30; 0 = SIGKILL at once"""
     engine: _builtins.str
     """vllm | sglang | generic; empty = detect from argv"""
+    auto_port: _builtins.bool
+    """A run's server only: the agent picks a free port below the host's ephemeral range and fills
+    {port} in argv and env; port must then be 0. (Port 0 without it means the same in a RunSpec,
+    for clients older than this field.)
+    """
     @_builtins.property
     def argv(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """argv[0] is looked up on PATH"""
@@ -224,10 +230,11 @@ class ServerSpec(_message.Message):
         startup_timeout_seconds: _builtins.float = ...,
         stop_grace_seconds: _builtins.float | None = ...,
         engine: _builtins.str = ...,
+        auto_port: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_stop_grace_seconds", b"_stop_grace_seconds", "stop_grace_seconds", b"stop_grace_seconds"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_stop_grace_seconds", b"_stop_grace_seconds", "argv", b"argv", "cwd", b"cwd", "engine", b"engine", "env", b"env", "name", b"name", "port", b"port", "ready_model", b"ready_model", "ready_path", b"ready_path", "startup_timeout_seconds", b"startup_timeout_seconds", "stop_grace_seconds", b"stop_grace_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_stop_grace_seconds", b"_stop_grace_seconds", "argv", b"argv", "auto_port", b"auto_port", "cwd", b"cwd", "engine", b"engine", "env", b"env", "name", b"name", "port", b"port", "ready_model", b"ready_model", "ready_path", b"ready_path", "startup_timeout_seconds", b"startup_timeout_seconds", "stop_grace_seconds", b"stop_grace_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__stop_grace_seconds: _TypeAlias = _typing.Literal["stop_grace_seconds"]  # noqa: Y015
     _WhichOneofArgType__stop_grace_seconds: _TypeAlias = _typing.Literal["_stop_grace_seconds", b"_stop_grace_seconds"]  # noqa: Y015

@@ -39,6 +39,9 @@ class Keeper:
     def view(self, server_id: str) -> ServerRecord:
         return self.record.snapshot()
 
+    def state_of(self, server_id: str) -> ServerState:
+        return self.record.state
+
 
 def test_lines_read_again_on_ready_after_this_pass_wrote_loading(tmp_path: Path) -> None:
     lines = LOG.read_bytes().splitlines(keepends=True)
@@ -54,14 +57,13 @@ def test_lines_read_again_on_ready_after_this_pass_wrote_loading(tmp_path: Path)
         SupervisorSettings(),
         MonitorClient(tmp_path),  # type: ignore[arg-type]
     )
-    seen = keeper.view("srv-1")  # the pass's view, taken before it reads the log
     cut = next(i for i, line in enumerate(lines) if b"Starting to load model" in line) + 1
     log_path.write_bytes(b"".join(lines[:cut]))
     supervisor._read_progress()
     assert keeper.record.state is ServerState.LOADING
     with log_path.open("ab") as f:  # more loading lines, then the probe answers 2xx
         f.write(b"".join(lines[cut:]))
-    supervisor._on_ready(seen)
+    supervisor._on_ready()  # it reads the state afresh: no view from before the pass
     assert keeper.record.state is ServerState.READY
     assert keeper.record.engine.phases, "the lines read on READY still count"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from tunelab.agent.audit.report import (
     fix_script,
     load_report,
     render_changes,
+    script_lines,
 )
 
 
@@ -70,3 +72,40 @@ def test_a_partial_run_refreshes_its_checks_inside_the_last_full_report() -> Non
     merged = merge(full, partial)
     assert merged["generated_at"] == 2.0
     assert [(c["id"], c["status"]) for c in merged["checks"]] == [("a", "PASS"), ("b", "FAIL")]
+
+
+def test_a_sysfs_name_is_shell_quoted_in_the_fix_script(tmp_path: Path, audit: Audit) -> None:
+    # issue 23: a cpufreq folder named policy0$(touch …) ran the touch from the fix script
+    hostile = tmp_path / "sys/devices/system/cpu/cpufreq/policy0$(touch PWNED)"
+    hostile.mkdir(parents=True)
+    (hostile / "boost").write_text("0\n")
+    script = fix_script(audit(tmp_path, only=("cpu.boost",)))
+    path = "/sys/devices/system/cpu/cpufreq/policy0$(touch PWNED)/boost"
+    assert f"echo 1 > '{path}'" in script.splitlines()
+    [line] = [line for line in script.splitlines() if "policy0" in line and "echo" in line]
+    target = line.split("> ", 1)[1]  # what sh makes of the redirection's word
+    done = subprocess.run(
+        ["sh", "-c", f'set -- {target}; printf %s "$1"'],
+        capture_output=True, text=True, cwd=tmp_path, check=True,
+    )  # fmt: skip
+    assert done.stdout == path and not (tmp_path / "PWNED").exists()
+
+
+def test_alternatives_after_a_comment_stay_comments() -> None:
+    command = (
+        "systemctl enable --now irqbalance  # or pin: echo 0-3 > /proc/irq/5/smp_affinity_list; "
+        "echo 0-3 > /proc/irq/6/smp_affinity_list"
+    )
+    assert script_lines(command) == [
+        "systemctl enable --now irqbalance  # or pin: echo 0-3 > /proc/irq/5/smp_affinity_list",
+        "# echo 0-3 > /proc/irq/6/smp_affinity_list",
+    ]
+    assert script_lines("echo '#not a comment'; sysctl -w a=1") == [
+        "echo '#not a comment'",
+        "sysctl -w a=1",
+    ]
+
+
+def test_a_forged_command_with_a_newline_is_never_a_script_line() -> None:
+    lines = script_lines("sysctl -w a=1\nrm -rf /; true")
+    assert lines[0].startswith("# refused (not one shell line): ") and lines[1] == "true"

@@ -78,3 +78,19 @@ def test_unreadable_provenance_from_an_agent_is_kept_as_a_note() -> None:
     assert _provenance('{"tunelab_version": "0.1.0"}') == {"tunelab_version": "0.1.0"}
     for text in ("{not json", "[1, 2]", '"text"'):
         assert _provenance(text) == {"error": "the agent sent unreadable provenance"}
+
+
+def test_runs_on_a_host_without_gpus_and_on_an_h200_are_a_warning() -> None:
+    """Issue 24: compare said nothing when the same spec landed on both."""
+    bare = copy.deepcopy(PROVENANCE)
+    bare["gpus"] = []
+    doc = compare([
+        pair(1, "s/baseline#1", {}, 10.0, PROVENANCE),
+        pair(2, "s/baseline#2", {}, 10.0, bare),
+    ])  # fmt: skip
+    assert any(
+        w.startswith("runs differ in GPU model, which the spec did not vary:")
+        and "NVIDIA H200 (s/baseline#1)" in w
+        and "no GPU (s/baseline#2)" in w
+        for w in doc["warnings"]
+    ), doc["warnings"]

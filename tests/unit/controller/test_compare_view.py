@@ -63,3 +63,38 @@ def test_every_line_fits_100_columns_and_names_the_load_point() -> None:
     assert "effect of --moe-runner-backend=flashinfer_cutedsl against the baseline" in text
     assert "better" in text and "+100.0%" in text
     assert "warning: runs differ in driver" in text
+
+
+def name_cells(text: str) -> list[str]:
+    """The experiments table's first column, each experiment's lines joined (blocks are
+    separated by blank lines; a cell ends at the first run of two spaces)."""
+    body = text.split("─\n", 1)[1].split("\nrepeat spread", 1)[0].split("\neffects:", 1)[0]
+    names = []
+    for block in body.split("\n\n"):
+        cells = [line[2:].split("  ", 1)[0] for line in block.splitlines() if line.strip()]
+        names.append("".join(c for c in cells if c))
+    return [name for name in names if name]
+
+
+def test_names_are_never_broken_inside_a_word_at_any_width() -> None:
+    """The flake of issue 24: the variant column's width follows the figures' widths, and rich
+    folded a long variant name mid-word when the figures were a digit wider."""
+    names = [
+        "--itl-ms=4,--tokens-per-chunk=1",
+        "--moe-runner-backend=flashinfer_cutedsl,--max-num-batched-tokens=16384",
+        "baseline",
+        "--enable-chunked-prefill/--kv-cache-dtype=fp8_e4m3",
+    ]
+    for scale in (1.0, 1234.5, 987654.3):
+        rows = []
+        for i, name in enumerate(names):
+            r = row(f"g/{name}", {}, 100.0 * scale, i)
+            r["name"] = f"g/{name}"
+            r["host"] = ["gpu-a", "a-long-host-name.lab.example"][i % 2]
+            rows.append(r)
+        doc = {"varied_fields": [], "experiments": rows, "repeats": [], "warnings": []}
+        for width in range(72, 161, 4):
+            text = render_compare_table(doc, width)
+            assert name_cells(text) == names, (width, scale, text)
+            for line in text.splitlines():
+                assert len(line) <= width, (width, line)

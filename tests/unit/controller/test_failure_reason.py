@@ -1,8 +1,9 @@
-"""Unit: the run's failure reason travels into the attempt's result and out on the wire."""
+"""Unit: the run's failure reason travels into the attempt (its column, and its result as
+before) and out on the wire."""
 
 from __future__ import annotations
 
-from tunelab.controller.dispatch import with_failure
+from tunelab.controller.dispatch import failure_name, with_failure
 from tunelab.controller.wire import failure_reason_pb
 from tunelab.v1 import run_pb2, server_pb2
 
@@ -18,13 +19,15 @@ def test_failure_reason_is_kept_beside_the_result() -> None:
         "failure_reason": "CUDA_OOM",
         "failure_line": "torch.OutOfMemoryError: CUDA out of memory",
     }
-    assert failure_reason_pb(kept) == server_pb2.FAILURE_REASON_CUDA_OOM
+    assert failure_name(run) == "CUDA_OOM"
+    assert failure_reason_pb(failure_name(run)) == server_pb2.FAILURE_REASON_CUDA_OOM
     assert with_failure(None, run_pb2.Run()) is None
+    assert failure_name(run_pb2.Run()) == ""
 
 
 def test_unknown_or_missing_reason_is_unspecified() -> None:
-    assert failure_reason_pb(None) == server_pb2.FAILURE_REASON_UNSPECIFIED
-    assert failure_reason_pb({"failure_reason": "FROM_A_NEWER_AGENT"}) == 0
+    assert failure_reason_pb("") == server_pb2.FAILURE_REASON_UNSPECIFIED
+    assert failure_reason_pb("FROM_A_NEWER_AGENT") == 0
 
 
 SPEC = """

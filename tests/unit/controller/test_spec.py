@@ -185,3 +185,9 @@ def test_port_auto_needs_the_port_placeholder_somewhere() -> None:
     in_env = no_port.replace("ready:", 'env: {PORT: "{port}"}\n  ready:')
     assert len(expand_text(in_env)) == 1
     assert len(expand_text(no_port.replace("ready:", "port: 8000\n  ready:"))) == 1
+
+
+def test_a_nul_in_a_host_label_value_is_refused() -> None:
+    with pytest.raises(SpecError) as bad:
+        expand_text(BASE + 'host: {labels: {pool: "a\\0b"}}\n')
+    assert "host.labels.pool" in str(bad.value)

@@ -155,3 +155,46 @@ def test_ten_thousand_variants_are_accepted() -> None:
     text = BASE + "matrix: {benchmark.seed: [" + ",".join(str(i) for i in range(2500)) + "]}\n"
     text += "repeat: 4\n"
     assert len(expand_text(text)) == 10_000
+
+
+def _distinct(count: int, anchor: str = "s") -> str:
+    """``count`` distinct matrix values, each a list holding the anchored big string."""
+    return ", ".join(f"[*{anchor}, {i}]" for i in range(count))
+
+
+def test_the_label_bomb_is_refused_by_bytes_before_any_label_is_built() -> None:
+    # two axes of 60 values, each holding one 4 KB string through an alias: a 10 KB file whose
+    # 3,600 variants carry 8 KB labels and copies (issue 23: 401 KB took the controller to 3 GB)
+    big = "A" * 4000
+    text = BASE + f"matrix:\n  server.flags.--a: [[&s {big}, -1], {_distinct(59)}]\n"
+    text += f"  server.flags.--b: [{_distinct(60)}]\n"
+    assert len(text) < 12_000
+    before = peak_rss_mb()
+    error, _ = refused(text)
+    assert "bytes of text in all (variants and their labels)" in error
+    assert peak_rss_mb() - before < 100
+
+
+def test_a_document_whose_aliases_expand_past_the_byte_budget_is_refused_while_composing() -> None:
+    big = "A" * 4000
+    row = "[" + ", ".join(["*s"] * 100) + "]"  # 400 KB once expanded
+    text = BASE + f"x: [&s {big}]\nmatrix:\n  server.flags.--a: [{', '.join([row] * 50)}]\n"
+    error, _ = refused(text)
+    assert "bytes of text once aliases are expanded" in error
+
+
+def test_argv_and_env_past_the_monitors_launch_limit_are_refused_at_submission() -> None:
+    # each value is within its own bound (32 KB), together they pass what the monitor reads:
+    # a 30 KB spec whose env expands to 1.2 MB (issue 23) failed only at dispatch
+    env = f"    V0: &big {'x' * 30000}\n" + "".join(f"    V{i}: *big\n" for i in range(1, 40))
+    text = BASE.replace("  ready:", f"  env:\n{env}  ready:")
+    assert len(text) < 32_000
+    error, _ = refused(text)
+    assert "argv and env take" in error and "as sent to the server's monitor" in error
+
+
+def test_the_launch_limit_is_the_monitors() -> None:
+    from tunelab.agent.servers.monitor import MAX_LAUNCH
+    from tunelab.common.specbounds import MAX_LAUNCH_BYTES
+
+    assert MAX_LAUNCH == MAX_LAUNCH_BYTES

@@ -57,6 +57,9 @@ def test_version_4_moves_the_waits_copied_onto_queued_rows_into_one_row_per_sele
     with sqlite3.connect(path) as conn:  # back to version 3: the wait copied onto each row
         conn.executescript(
             "DROP VIEW experiments_shown; DROP TABLE queue_waits; PRAGMA user_version = 3;"
+            # and without version 5's columns and table, which come after
+            "ALTER TABLE attempts DROP COLUMN failure_reason;"
+            "ALTER TABLE attempts DROP COLUMN failure_line; DROP TABLE submissions;"
             "UPDATE experiments SET message = 'waiting for a free host';"
             "UPDATE experiments SET message = 'attempt 1 lost on h; queued again' WHERE id = 'c';"
         )
@@ -124,7 +127,9 @@ def test_batched_reads_return_every_row(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "c.db")
     store.insert_experiments([row(f"x-{i}") for i in range(1200)])
     store.add_host(HostRow(name="h", address="h:1"))
-    created = store.create_attempts([(f"x-{i}", "h", []) for i in range(0, 1200, 2)], 1.0)
+    with store.scheduling_pass() as turn:
+        assert turn is not None
+        created = store.create_attempts([(f"x-{i}", "h", []) for i in range(0, 1200, 2)], 1.0, turn)
     assert len(created) == 600
     ids = [f"x-{i}" for i in range(1200)]
     attempts = store.attempts_for_many(ids)
@@ -212,3 +217,33 @@ def test_one_set_of_migrations_serves_both_engines() -> None:
     sqlite, postgres = load_migrations("sqlite"), load_migrations("postgresql")
     assert [m.version for m in sqlite] == [m.version for m in postgres]
     assert "AUTOINCREMENT" not in "".join(m.sql for m in postgres)
+
+
+def test_version_5_copies_failure_reasons_out_of_results_into_columns(tmp_path: Path) -> None:
+    path = tmp_path / "controller.db"
+    store = SqliteStore(path)
+    store.insert_experiments([row("a"), row("b")])
+    store.add_host(HostRow(name="h", address="h:1"))
+    failed = store.create_attempt("a", "h", [], 1.0)
+    plain = store.create_attempt("b", "h", [], 1.0)
+    reason = {"failure_reason": "CUDA_OOM", "failure_line": "CUDA out of memory", "points": []}
+    store.update_attempt(failed.id, result=reason)
+    store.update_attempt(plain.id, result={"points": []})
+    store.close()
+    with sqlite3.connect(path) as conn:  # back to version 4: the reason only inside the result
+        conn.executescript(
+            "ALTER TABLE attempts DROP COLUMN failure_reason;"
+            "ALTER TABLE attempts DROP COLUMN failure_line; DROP TABLE submissions;"
+            "PRAGMA user_version = 4;"
+        )
+
+    store = SqliteStore(path)
+
+    assert store.migrated_from == 4 and store.schema_version == LATEST
+    moved = store.get_attempt(failed.id)
+    assert moved is not None and (moved.failure_reason, moved.failure_line) == (
+        "CUDA_OOM",
+        "CUDA out of memory",
+    )
+    assert moved.result == reason  # the result itself is kept as it was
+    assert store.get_attempt(plain.id).failure_reason == ""  # type: ignore[union-attr]

@@ -16,6 +16,7 @@ from tunelab.controller.store import (
     HostRow,
     SqliteStore,
     StoreConflict,
+    StoreNotFound,
 )
 from tunelab.controller.store.models import selector_key
 
@@ -226,3 +227,45 @@ def test_a_waiting_queue_says_why(store: SqliteStore) -> None:
         "waiting: no matching host can take runs now: big UNREACHABLE (connection refused) "
         "(tunelab hosts ls)"
     )
+
+
+def test_a_submission_retried_with_its_request_id_queues_once(store: SqliteStore) -> None:
+    first = [ExperimentRow("r1", "g-first", "r", ExperimentState.QUEUED, {"host": {}})]
+    again = [ExperimentRow("r2", "g-again", "r", ExperimentState.QUEUED, {"host": {}})]
+    assert store.insert_experiments(first, request_id="cli-123") == "g-first"
+    assert store.insert_experiments(again, request_id="cli-123") == "g-first"  # the first group
+    assert [e.id for e in store.list_experiments()] == ["r1"]
+    assert [e.id for e in store.group_experiments("g-first")] == ["r1"]
+    assert store.insert_experiments(again, request_id="cli-456") == "g-again"
+    assert store.insert_experiments(again[:0]) == ""  # no request id: nothing remembered
+
+
+def test_a_missing_row_is_store_not_found(store: SqliteStore) -> None:
+    with pytest.raises(StoreNotFound, match="no host 'nope'"):
+        store.remove_host("nope")
+    with pytest.raises(StoreNotFound, match="no host 'nope'"):
+        store.update_host("nope", failures=1)
+    with pytest.raises(StoreNotFound, match="no experiment 'nope'"):
+        store.set_experiment_state("nope", ExperimentState.CANCELLED, [ExperimentState.QUEUED])
+    with pytest.raises(StoreNotFound, match="no attempt 'nope'"):
+        store.transition_attempt("nope", AttemptState.STARTING, [AttemptState.DISPATCHING])
+    assert not issubclass(StoreNotFound, KeyError)
+
+
+def test_a_failed_attempt_keeps_its_failure_reason_in_columns(store: SqliteStore) -> None:
+    queue(store)
+    host(store, "h1", 0)
+    (attempt,) = Scheduler(store).pass_once()
+    done, _ = store.finish_attempt(
+        attempt.id,
+        AttemptState.FAILED_STARTUP,
+        [AttemptState.DISPATCHING],
+        message="exited",
+        failure_reason="CUDA_OOM",
+        failure_line="torch.OutOfMemoryError: CUDA out of memory",
+    )
+    assert (done.failure_reason, done.failure_line) == (
+        "CUDA_OOM",
+        "torch.OutOfMemoryError: CUDA out of memory",
+    )
+    assert store.get_attempt(attempt.id).failure_reason == "CUDA_OOM"  # type: ignore[union-attr]

@@ -11,8 +11,8 @@ from structlog.testing import capture_logs
 from tunelab.agent.metrics.cache import ExpositionCache
 from tunelab.agent.metrics.endpoint import MetricsApp
 from tunelab.agent.metrics.energy import EnergyCollector, EnergyTracker
-from tunelab.agent.metrics.http import Request
 from tunelab.agent.metrics.self_metrics import ScrapeErrors
+from tunelab.common.httpserve import Request
 
 
 class Broken:

@@ -34,7 +34,7 @@ def add_audit_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     p = sub.add_parser(
         "audit",
         help="audit this host for GPU inference tuning (no daemon needed)",
-        description=__doc__,
+        description=__doc__.replace("``", ""),  # RST quotes are for the source, not --help
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(

@@ -23,8 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tunelab.agent.servers.process import spawn
 from tunelab.common.pyexec import python_module_argv
+from tunelab.common.spawn import spawn
 
 MODULE = "tunelab.agent.audit.cudaprobe"
 RECORD = "cuda-init.json"  # where a capture keeps the probe's answer (system.CAPTURE_DIR)
@@ -128,7 +128,7 @@ def _run(argv: list[str], timeout: float) -> tuple[int, bytes]:
     unreaped child, so the pid is ours) when it outlives ``timeout``."""
     with tempfile.TemporaryDirectory(prefix="tunelab-cuinit-") as tmp:
         out = Path(tmp) / "probe.out"
-        child = spawn(argv, {}, Path(tmp), out)
+        child = spawn(argv, cwd=Path(tmp), log=out)
         try:
             code = child.wait(timeout)
         except subprocess.TimeoutExpired:

@@ -11,6 +11,7 @@ Field layouts follow the PCI Express Base Specification (and Linux ``pci_regs.h`
 
 from __future__ import annotations
 
+import shlex
 import struct
 from dataclasses import dataclass
 
@@ -229,4 +230,4 @@ def setpci_readrq_command(bdf: str, size: int) -> str:
     mask = DEVCTL_READRQ_MASK
     if value & DEVCTL_FLR_BIT or mask & DEVCTL_FLR_BIT:  # impossible by construction; kept loud
         raise ValueError("refusing a DevCtl write that could initiate a function-level reset")
-    return f"setpci -s {bdf} CAP_EXP+8.w={value:04x}:{mask:04x}"
+    return f"setpci -s {shlex.quote(bdf)} CAP_EXP+8.w={value:04x}:{mask:04x}"

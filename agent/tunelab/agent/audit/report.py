@@ -45,7 +45,7 @@ def fix_script(report: Mapping[str, Any]) -> str:
         if remedy.get("reboot_required"):
             block.append("# a reboot is needed for the persistent fix")
         if command:
-            block += [part.strip() for part in command.split("; ") if part.strip()]
+            block += script_lines(command)
             fixed.append(str(check["id"]))
         else:
             block.append("# no runtime fix: see the persistent fix above")
@@ -60,6 +60,42 @@ def fix_script(report: Mapping[str, Any]) -> str:
             f"# tunelab-agent audit --only {','.join(fixed)}",
         ]
     return "\n".join(lines) + "\n"
+
+
+def script_lines(command: str) -> list[str]:
+    """One script line per ``; ``-separated part of a remediation command. Once a part starts a
+    comment (``cmd  # or: alt``), every later part is an alternative and stays commented; a part
+    holding a newline, a carriage return or a NUL (only a forged report has one) is commented
+    out whole, so it can never run. Values in commands are shell-quoted where the checks build
+    them (``shlex.quote``)."""
+    lines: list[str] = []
+    commented = False
+    for raw in command.split("; "):
+        part = raw.strip()
+        if not part:
+            continue
+        if any(c in part for c in "\n\r\0"):
+            lines.append("# refused (not one shell line): " + _one_line(part.replace("\0", " ")))
+            continue
+        if commented:
+            lines.append(f"# {part}")
+            continue
+        lines.append(part)
+        commented = _starts_comment(part)
+    return lines
+
+
+def _starts_comment(line: str) -> bool:
+    """Whether ``line`` holds a shell comment outside quotes (``#`` after whitespace)."""
+    quote = ""
+    for i, char in enumerate(line):
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char == "#" and (i == 0 or line[i - 1].isspace()):
+            return True
+    return False
 
 
 def _one_line(value: object) -> str:

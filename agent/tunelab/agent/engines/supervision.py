@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import Any
 
 from tunelab.agent.engines.failures import Failure
 from tunelab.agent.engines.leftovers import LeftoverTracker
@@ -17,7 +16,7 @@ from tunelab.agent.engines.phases import Phase
 from tunelab.agent.engines.profiles import profile_for
 from tunelab.agent.engines.watch import EngineWatch
 from tunelab.agent.servers.probe import ProbeResult, ReadinessProbe
-from tunelab.agent.servers.record import ServerRecord
+from tunelab.agent.servers.record import ServerChanges, ServerRecord
 
 
 class EngineSupervision:
@@ -37,7 +36,7 @@ class EngineSupervision:
         self._started = started
 
     # --- while starting --------------------------------------------------------------------------
-    def on_log(self, data: bytes, now: float) -> dict[str, Any] | None:
+    def on_log(self, data: bytes, now: float) -> ServerChanges | None:
         """Feed a log chunk; the fields to update when phase or progress changed."""
         update = self.watch.feed(data, now)
         if update.ready_hint:
@@ -58,7 +57,7 @@ class EngineSupervision:
             f"{phase}: {progress.label}" if progress and progress.phase == status.phase else phase
         )
 
-    def on_ready(self, now: float) -> dict[str, Any]:
+    def on_ready(self, now: float) -> ServerChanges:
         self.watch.ready(now)
         return self._fields()
 
@@ -66,7 +65,7 @@ class EngineSupervision:
     def on_scan(self, pids: Iterable[int]) -> None:
         self.leftovers.scan(pids)
 
-    def after_stop(self) -> dict[str, Any]:
+    def after_stop(self) -> ServerChanges:
         """Every process is gone: remove the files they left; the fields to update."""
         removed = self.leftovers.remove()
         self.watch.status.leftovers_removed.extend(removed)
@@ -75,19 +74,19 @@ class EngineSupervision:
     # --- failures --------------------------------------------------------------------------------
     def on_exit(
         self, exit_code: int | None, tail: list[str], pids: Iterable[int]
-    ) -> tuple[Failure, dict[str, Any]]:
+    ) -> tuple[Failure, ServerChanges]:
         killed = oom_killed(pids, monotonic_of(self._started))
         failure = self.watch.failed(exit_code, tail, killed)
         return failure, self._fields()
 
-    def on_timeout(self, tail: list[str], detail: str) -> tuple[Failure, dict[str, Any]]:
+    def on_timeout(self, tail: list[str], detail: str) -> tuple[Failure, ServerChanges]:
         failure = self.watch.timed_out(tail, detail)
         return failure, self._fields()
 
-    def _fields(self) -> dict[str, Any]:
+    def _fields(self) -> ServerChanges:
         status, progress = self.watch.snapshot()
         status.http_probes = self.probe_state.http_requests
-        fields: dict[str, Any] = {"engine": status}
+        fields: ServerChanges = {"engine": status}
         if progress is not None:
             fields["progress"] = progress
         return fields

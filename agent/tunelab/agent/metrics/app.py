@@ -28,11 +28,11 @@ from tunelab.agent.metrics.engines import (
 from tunelab.agent.metrics.gpu_collector import GpuCollector
 from tunelab.agent.metrics.gpu_source import GpuSource
 from tunelab.agent.metrics.host import HostCollector, HostSource
-from tunelab.agent.metrics.http import Limits
 from tunelab.agent.metrics.sampler import Sampler
 from tunelab.agent.metrics.self_metrics import AgentCollector, ScrapeErrors
 from tunelab.agent.metrics.servers import ListServers, ServerCollector, ServerSource
 from tunelab.agent.system import System
+from tunelab.common.httpserve import Limits
 
 log = structlog.get_logger(__name__)
 

@@ -5,7 +5,7 @@ gzip when accepted; ``name[]`` filtering as prometheus_client does it) and ``/me
 from the event loop; ``/metrics/engines`` fetches every engine when it is scraped, on the
 server's worker pool, so a slow engine never delays ``/metrics``. A scrape that fails is logged
 with its traceback, counted in ``tunelab_agent_scrape_errors_total{endpoint}``, and answered 500.
-The server's own bounds (connections, idle timeout, threads) are in ``metrics.http``.
+The server's own bounds (connections, idle timeout, threads) are in ``tunelab.common.httpserve``.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from prometheus_client.exposition import choose_encoder, gzip_accepted
 from tunelab.agent.metrics.cache import ExpositionCache
 from tunelab.agent.metrics.engines import CONTENT_TYPE
 from tunelab.agent.metrics.exposition import render
-from tunelab.agent.metrics.http import HttpServer, Limits, Request, Response
 from tunelab.agent.metrics.self_metrics import ScrapeErrors
 from tunelab.common.auth import split_host_port
+from tunelab.common.httpserve import HttpServer, Limits, Request, Response
 from tunelab.common.serving import BindError
 
 log = structlog.get_logger(__name__)

@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterable
 from prometheus_client.core import Metric
 
 from tunelab.agent.metrics.families import FamilyCollector, counter, gauge, info
-from tunelab.agent.metrics.http import ServerStats
 from tunelab.agent.metrics.sampler import Sampler
+from tunelab.common.httpserve import ServerStats
 
 
 class ScrapeErrors:

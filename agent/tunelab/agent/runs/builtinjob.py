@@ -1,20 +1,22 @@
-"""The built-in load generator as a run's benchmark: ``python -m tunelab.bench`` in its own
-process and session, followed through its progress and result files (so a restarted agent can
-pick it up again from the files and the recorded pid + create time)."""
+"""The built-in load generator as a run's benchmark: ``python -m tunelab.bench`` under a monitor
+of its own (:mod:`monitoredjob`, as servers run), followed through its progress and result files,
+so a restarted agent picks it up again through the monitor's socket and the files."""
 
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from tunelab.agent.runs.commandjob import BenchFailed
-from tunelab.agent.servers.process import ProcessId, stop_process_tree
-from tunelab.agent.statefile import read_json, write_json_atomic
+from tunelab.agent.runs.commandjob import STOP_GRACE, BenchFailed
+from tunelab.agent.runs.monitoredjob import JobFailed, MonitoredJob
 from tunelab.bench.config import BenchConfig
-from tunelab.bench.launcher import BenchFiles, spawn
+from tunelab.bench.launcher import BENCH_ENV, BenchFiles, bench_argv, prepare
 from tunelab.bench.progress import ProgressReader
+
+PROCESS_FILE = "bench-process.json"
 
 
 class BuiltinJob:
@@ -22,33 +24,36 @@ class BuiltinJob:
         self._config = BenchConfig.from_dict({**config, "label": label})
         self._files = BenchFiles(workdir)
         self._reader = ProgressReader(self._files.progress)
-        self._popen: Any = None
-        self._identity: ProcessId | None = None
+        self._job = MonitoredJob("bench", workdir, PROCESS_FILE)
 
     def start(self) -> None:
-        self._popen = spawn(self._config, self._files)
-        self._identity = ProcessId.of(self._popen.pid) or ProcessId(self._popen.pid, 0.0)
-        write_json_atomic(self._files.process, [self._identity.pid, self._identity.create_time])
+        prepare(self._config, self._files)
+        try:
+            self._job.start(
+                bench_argv(self._files),
+                cwd=self._files.workdir,
+                log_path=self._files.log,
+                env=BENCH_ENV,
+                field="spec.benchmark.builtin",
+                stop_grace=STOP_GRACE,
+            )
+        except JobFailed as exc:
+            raise BenchFailed(str(exc)) from exc
 
     def attach(self) -> bool:
-        try:
-            pid, create_time = read_json(self._files.process)
-        except (OSError, ValueError):
-            return False
-        self._identity = ProcessId(int(pid), float(create_time))
-        return True
+        return self._job.attach()
 
     def progress(self) -> dict[str, Any] | None:
         latest = self._reader.poll().latest
         return asdict(latest) if latest is not None else None
 
     def finished(self) -> bool:
-        if self._popen is not None:
-            return bool(self._popen.poll() is not None)
-        return self._identity is None or not self._identity.alive()
+        return self._job.finished()
 
     def result(self) -> dict[str, Any]:
         state = self._reader.poll()
+        if self._job.vanished:
+            raise BenchFailed(f"the load generator: {self._job.vanished}")
         try:
             document: dict[str, Any] = json.loads(self._files.result.read_text())
         except FileNotFoundError:
@@ -64,7 +69,5 @@ class BuiltinJob:
             )
         return document
 
-    def stop(self, grace: float) -> None:
-        if self._identity is not None and self._identity.alive():
-            reap = self._popen.poll if self._popen is not None else (lambda: None)
-            stop_process_tree(self._identity, (), grace, reap=reap)
+    def stop(self, grace: float, closing: threading.Event) -> None:
+        self._job.stop(grace, closing)

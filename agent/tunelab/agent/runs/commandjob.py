@@ -1,23 +1,22 @@
-"""A benchmark that is an external command: run it in the run's directory, output to
-``bench.log``, and read the JSON file it writes. Its pid + create time are kept on disk so a
-restarted agent can follow (and stop) it."""
+"""A benchmark that is an external command: run it under a monitor of its own in the run's
+directory (:mod:`monitoredjob`), output to ``bench.log``, and read the JSON file it writes. A
+restarted agent re-attaches to it through the monitor's socket."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
+import threading
 from pathlib import Path
 from typing import Any
 
 from tunelab.agent.errors import InvalidSpec
+from tunelab.agent.runs.monitoredjob import JobFailed, MonitoredJob
 from tunelab.agent.runs.record import CommandBench
-from tunelab.agent.servers.process import ProcessId, stop_process_tree
-from tunelab.agent.statefile import read_json, write_json_atomic
 
 PROCESS_FILE = "command-process.json"
 LOG_FILE = "bench.log"
 RESULT_FILE_FIELD = "spec.benchmark.command.result_file"
+STOP_GRACE = 10.0  # what the monitor grants when it is itself told to stop (SIGTERM)
 
 
 class BenchFailed(RuntimeError):
@@ -47,8 +46,7 @@ class CommandJob:
         self._bench = bench
         self._workdir = workdir
         self._subs = substitutions
-        self._popen: subprocess.Popen[bytes] | None = None
-        self._identity: ProcessId | None = None
+        self._job = MonitoredJob("bench", workdir, PROCESS_FILE)
 
     @property
     def result_path(self) -> Path:
@@ -62,47 +60,32 @@ class CommandJob:
     def start(self) -> None:
         self._workdir.mkdir(parents=True, exist_ok=True)
         self.result_path.unlink(missing_ok=True)
-        argv = [self._substitute(a) for a in self._bench.argv]
-        env = dict(os.environ)
-        env.update({k: self._substitute(v) for k, v in self._bench.env.items()})
-        with (self._workdir / LOG_FILE).open("ab") as log:
-            try:
-                self._popen = subprocess.Popen(
-                    argv,
-                    cwd=self._workdir,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                    close_fds=True,
-                )
-            except OSError as exc:
-                raise BenchFailed(f"cannot start {argv[0]!r}: {exc.strerror}") from exc
-        self._identity = ProcessId.of(self._popen.pid) or ProcessId(self._popen.pid, 0.0)
-        write_json_atomic(
-            self._workdir / PROCESS_FILE, [self._identity.pid, self._identity.create_time]
-        )
+        try:
+            self._job.start(
+                [self._substitute(a) for a in self._bench.argv],
+                cwd=self._workdir,
+                log_path=self._workdir / LOG_FILE,
+                env={k: self._substitute(v) for k, v in self._bench.env.items()},
+                field="spec.benchmark.command",
+                stop_grace=STOP_GRACE,
+            )
+        except JobFailed as exc:
+            raise BenchFailed(str(exc)) from exc
 
     def attach(self) -> bool:
         """Follow a command started by an earlier agent; False when none was started."""
-        try:
-            pid, create_time = read_json(self._workdir / PROCESS_FILE)
-        except (OSError, ValueError):
-            return False
-        self._identity = ProcessId(int(pid), float(create_time))
-        return True
+        return self._job.attach()
 
     def progress(self) -> dict[str, Any] | None:
         return None  # an external tool reports nothing the agent could read
 
     def finished(self) -> bool:
-        if self._popen is not None:
-            return self._popen.poll() is not None
-        return self._identity is None or not self._identity.alive()
+        return self._job.finished()
 
     def result(self) -> dict[str, Any]:
-        code = self._popen.returncode if self._popen is not None else None
+        if self._job.vanished:
+            raise BenchFailed(f"benchmark command: {self._job.vanished}")
+        code = self._job.exit_code
         if code not in (0, None):
             raise BenchFailed(f"benchmark command exited with {code}; see its log (stream bench)")
         try:
@@ -115,9 +98,5 @@ class CommandJob:
             return {"result": data}
         return data
 
-    def stop(self, grace: float) -> None:
-        if self._identity is None:
-            return
-        reap = self._popen.poll if self._popen is not None else (lambda: None)
-        if self._identity.alive():
-            stop_process_tree(self._identity, (), grace, reap=reap)
+    def stop(self, grace: float, closing: threading.Event) -> None:
+        self._job.stop(grace, closing)

@@ -6,26 +6,33 @@ from __future__ import annotations
 
 import contextlib
 import secrets
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, Unpack
 
 import structlog
 
+from tunelab.agent.engines import profiling as engine_profiling
+from tunelab.agent.engines.profiles import profile_for
+from tunelab.agent.engines.profiling import EnginePlan
 from tunelab.agent.errors import AgentError, Conflict, InvalidSpec, NotFound, storage_error
+from tunelab.agent.recordbook import RecordBook
 from tunelab.agent.runs.commandjob import RESULT_FILE_FIELD, BenchFailed, CommandJob, confined
-from tunelab.agent.runs.record import MAX_EVENTS, RunEvent, RunRecord, RunSpec
+from tunelab.agent.runs.datasetfile import resolve_dataset
+from tunelab.agent.runs.metrics import exported_progress
+from tunelab.agent.runs.record import MAX_EVENTS, RunChanges, RunEvent, RunRecord, RunSpec
 from tunelab.agent.runs.states import RunState, check_run_transition
+from tunelab.agent.runs.traces import TRACE_DIR, keep_traces
+from tunelab.agent.servers.ports import PortPool
 from tunelab.agent.servers.quarantine import QuarantineList
 from tunelab.agent.servers.record import ServerRecord
 from tunelab.agent.servers.registry import ServerRegistry
 from tunelab.agent.servers.spec import SERVER_NAME, ServerSpec
 from tunelab.agent.servers.states import ServerState
-from tunelab.agent.statefile import quarantine, read_json, write_json_atomic
+from tunelab.agent.statefile import read_json, write_json_atomic
 from tunelab.agent.statewriter import DurableWriter
 from tunelab.agent.watching import watch_versioned
 
@@ -44,17 +51,11 @@ class BenchJob(Protocol):
     def progress(self) -> dict[str, Any] | None: ...
     def finished(self) -> bool: ...
     def result(self) -> dict[str, Any]: ...
-    def stop(self, grace: float) -> None: ...
+    def stop(self, grace: float, closing: threading.Event) -> None: ...
 
 
 BuiltinJobFactory = Callable[[dict[str, Any], Path, str], BenchJob]
 ProvenanceHook = Callable[[RunSpec, ServerSpec | None], dict[str, Any]]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("0.0.0.0", 0))
-        return int(sock.getsockname()[1])
 
 
 class _Interrupted(Exception):
@@ -75,8 +76,12 @@ class RunExecutor:
         provenance: ProvenanceHook | None = None,
         writer: DurableWriter | None = None,
         quarantined: QuarantineList | None = None,
+        ports: PortPool | None = None,
+        datasets_dir: Path | None = None,
     ) -> None:
         self._dir = state_dir / "runs"
+        self._ports = ports or PortPool()
+        self._datasets_dir = datasets_dir or state_dir / "datasets"
         self._provenance = provenance
         self._dir.mkdir(parents=True, exist_ok=True)
         self._registry = registry
@@ -84,12 +89,23 @@ class RunExecutor:
         self._clock = clock
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
-        self._runs: dict[str, RunRecord] = {}
+        self._writer = writer or DurableWriter()
+        self.quarantined = quarantined if quarantined is not None else QuarantineList()
+        self._runs: RecordBook[RunRecord, RunState, RunEvent] = RecordBook(
+            kind="run",
+            id_field="run_id",
+            path_of=lambda run_id: self.run_dir(run_id) / RUN_FILE,
+            check=check_run_transition,
+            event=RunEvent,
+            max_events=MAX_EVENTS,
+            changed=self._changed,
+            writer=self._writer,
+            quarantined=self.quarantined,
+            clock=clock,
+        )
         self._jobs: dict[str, BenchJob] = {}
         self._threads: dict[str, threading.Thread] = {}
         self._closing = threading.Event()
-        self._writer = writer or DurableWriter()
-        self.quarantined = quarantined if quarantined is not None else QuarantineList()
 
     # --- paths and queries -------------------------------------------------------------------
 
@@ -108,10 +124,9 @@ class RunExecutor:
 
     def get(self, run_id: str) -> RunRecord:
         with self._lock:
-            record = self._runs.get(run_id)
-            if record is None:
+            if run_id not in self._runs:
                 raise NotFound(f"no run {run_id!r}")
-            return record.snapshot()
+            return self._runs[run_id].snapshot()
 
     def runs(self, include_finished: bool) -> list[RunRecord]:
         with self._lock:
@@ -128,13 +143,10 @@ class RunExecutor:
         return [r.run_id for r in self.runs(include_finished=False)]
 
     def live_progress(self) -> dict[str, dict[str, Any]]:
-        """Latest benchmark progress of each run that has one, oldest first, by experiment label
-        (or run id). Finished runs keep their last figures so counters do not drop mid-scrape."""
+        """Latest benchmark progress of each running run (and of runs finished in the last
+        FINISHED_LINGER seconds), oldest first, by experiment label or run id."""
         with self._lock:
-            ordered = sorted(self._runs.values(), key=lambda r: r.started_at)
-            return {
-                (r.spec.experiment or r.run_id): dict(r.progress) for r in ordered if r.progress
-            }
+            return exported_progress(list(self._runs.values()), self._clock())
 
     def watch(self, run_id: str, cancelled: Callable[[], bool]) -> Iterator[RunRecord]:
         self.get(run_id)
@@ -160,12 +172,13 @@ class RunExecutor:
             raise InvalidSpec("spec.max_duration_seconds", "must be >= 0")
         if spec.command is not None:
             confined(self.run_dir(run_id), spec.command.result_file, RESULT_FILE_FIELD)
+        if spec.builtin is not None and spec.builtin.get("dataset_path"):
+            spec = replace(spec, builtin=resolve_dataset(spec.builtin, self._datasets_dir))
         with self._lock:
             if self._closing.is_set():
                 raise Conflict("the agent is shutting down")
-            existing = self._runs.get(run_id)
-            if existing is not None:
-                return existing.snapshot(), False
+            if run_id in self._runs:
+                return self._runs[run_id].snapshot(), False
             now = self._clock()
             record = RunRecord(run_id=run_id, spec=spec, started_at=now, message="accepted")
             record.events.append(RunEvent(now, RunState.PENDING, "accepted"))
@@ -174,20 +187,17 @@ class RunExecutor:
                 write_json_atomic(path, record.to_dict())
             except OSError as exc:
                 raise storage_error(exc, path, "the run was not started") from exc
-            self._runs[run_id] = record
+            self._runs.add(run_id, record)
             self._launch(run_id)
             return record.snapshot(), True
 
     def cancel(self, run_id: str) -> RunRecord:
         with self._changed:
-            record = self._runs.get(run_id)
-            if record is None:
+            if run_id not in self._runs:
                 raise NotFound(f"no run {run_id!r}")
+            record = self._runs[run_id]
             if not record.state.is_terminal() and not record.cancel_requested:
-                record.cancel_requested = True
-                record.version += 1
-                self._persist(record)
-                self._changed.notify_all()
+                record = self._runs.update(run_id, {"cancel_requested": True}, persist=True)
             return record.snapshot()
 
     # --- the run thread ----------------------------------------------------------------------
@@ -268,8 +278,12 @@ class RunExecutor:
                 provenance=self._record_provenance(spec, server.spec),
             )
             return
-        port = spec.server.port or free_port()
-        server_spec = _with_port(spec.server, port)
+        port = (
+            self._ports.take(record.run_id, exclude={s.spec.port for s in self._registry.servers()})
+            if spec.server.auto_port
+            else spec.server.port
+        )
+        server_spec = self._with_engine_plan(record, _with_port(spec.server, port))
         server_id = f"{record.run_id}-server"
         self._transition(
             record.run_id,
@@ -295,7 +309,8 @@ class RunExecutor:
                 )
                 return
             if server.state.is_terminal():
-                tail = " | ".join(server.log_tail[-5:])
+                # one line for a person: argparse's usage continuation lines carry ~40 spaces
+                tail = " | ".join(" ".join(line.split()) for line in server.log_tail[-5:])
                 raise BenchFailed(
                     f"server {server.state.value}: {server.message}"
                     + (f" — {tail}" if tail else "")
@@ -316,6 +331,9 @@ class RunExecutor:
             config["url"] = (
                 str(config.get("url", "")).replace("{port}", subs["port"]) or subs["url"]
             )
+            engine_plan = self._engine_plan(record)
+            if engine_plan is not None:
+                config.update(engine_plan.bench)
             job = self._builtin_job(config, workdir, record.spec.experiment or record.run_id)
         with self._lock:
             self._jobs[record.run_id] = job
@@ -338,14 +356,62 @@ class RunExecutor:
                     last = progress
                 self._closing.wait(POLL)
         except _Interrupted:
-            job.stop(STOP_GRACE_BENCH)
+            job.stop(STOP_GRACE_BENCH, self._closing)
             raise
         progress = job.progress()
         if progress is not None:
             self._update(record.run_id, progress=progress)
-        result = job.result()
+        result = self._with_traces(record, job.result())
         self._write_result(record.run_id, result)  # on disk before reported
         self._transition(record.run_id, RunState.STOPPING, "benchmark finished", result=result)
+
+    # --- engine profiler and cache reset (issue 27; tunelab.agent.engines.profiling) ---------
+
+    def _engine_plan(self, record: RunRecord) -> EnginePlan | None:
+        """What the engine needs for the profile / cache reset the builtin benchmark asks for."""
+        bench = record.spec.builtin
+        if bench is None or (
+            int(bench.get("profile_point", -1)) < 0 and bench.get("reset_cache") is False
+        ):
+            return None
+        server = record.spec.server
+        if server is None:
+            with contextlib.suppress(NotFound):
+                server = self._registry.get(record.spec.server_id).spec
+        if server is None:
+            return None
+        engine = profile_for(server.engine, server.argv)
+        return engine_profiling.plan(
+            engine, tuple(server.argv), bench, self.run_dir(record.run_id) / TRACE_DIR
+        )
+
+    def _with_engine_plan(self, record: RunRecord, server: ServerSpec) -> ServerSpec:
+        engine_plan = self._engine_plan(record)
+        if engine_plan is None or not (engine_plan.argv or engine_plan.env):
+            return server
+        (self.run_dir(record.run_id) / TRACE_DIR).mkdir(mode=0o700, exist_ok=True)
+        return replace(
+            server, argv=(*server.argv, *engine_plan.argv), env={**server.env, **engine_plan.env}
+        ).validated()
+
+    def _with_traces(self, record: RunRecord, result: dict[str, Any]) -> dict[str, Any]:
+        """The result with the kept traces listed (``result["profile"]``) and their warnings."""
+        bench = record.spec.builtin or {}
+        engine_plan = self._engine_plan(record)
+        if engine_plan is None:
+            return result
+        warnings = list(engine_plan.warnings)
+        point = int(bench.get("profile_point", -1))
+        if point >= 0:
+            kept = keep_traces(self.run_dir(record.run_id), int(bench["profile_max_bytes"]))
+            points = result.get("points") or []
+            window = points[point].get("profile") if point < len(points) else None
+            warnings += kept["warnings"]
+            result = {**result, "profile": {**kept, "point": point, "window": window}}
+            result["profile"]["warnings"] = [w for w in warnings if w.startswith("profile")]
+        if warnings:
+            result["warnings"] = [*result.get("warnings", []), *warnings]
+        return result
 
     def _write_result(self, run_id: str, result: dict[str, Any]) -> None:
         """The result must be on disk before it is reported: on a full disk, wait (retrying)
@@ -373,7 +439,7 @@ class RunExecutor:
         with self._lock:
             job = self._jobs.get(run_id)
         if job is not None:
-            job.stop(STOP_GRACE_BENCH)
+            job.stop(STOP_GRACE_BENCH, self._closing)
         record = self.get(run_id)
         if record.server_id and record.spec.server is not None and not record.spec.keep_server:
             with contextlib.suppress(NotFound):  # removed by hand meanwhile: nothing to stop
@@ -381,30 +447,18 @@ class RunExecutor:
 
     # --- state changes -----------------------------------------------------------------------
 
-    def _transition(self, run_id: str, target: RunState, message: str, **updates: Any) -> None:
-        with self._changed:
-            record = self._runs[run_id]
-            check_run_transition(record.state, target)
-            for key, value in updates.items():
-                setattr(record, key, value)
-            record.state = target
-            record.message = message
-            record.events.append(RunEvent(self._clock(), target, message))
-            del record.events[:-MAX_EVENTS]
-            if target.is_terminal():
-                record.finished_at = self._clock()
-            record.version += 1
-            self._persist(record)
-            self._changed.notify_all()
-        log.info("run_state", run_id=run_id, state=target.value, detail=message)
+    def _transition(
+        self, run_id: str, target: RunState, message: str, **changes: Unpack[RunChanges]
+    ) -> None:
+        """Check and make one state change (a misspelt field fails mypy and raises TypeError)."""
+        if target.is_terminal():
+            changes = {**changes, "finished_at": self._clock()}
+        self._runs.transition(run_id, target, message, changes)
 
-    def _update(self, run_id: str, **updates: Any) -> None:
-        with self._changed:
-            record = self._runs[run_id]
-            for key, value in updates.items():
-                setattr(record, key, value)
-            record.version += 1
-            self._changed.notify_all()
+    def _update(
+        self, run_id: str, message: str | None = None, **changes: Unpack[RunChanges]
+    ) -> None:
+        self._runs.update(run_id, changes, message=message)
 
     def _finish(self, run_id: str, target: RunState, message: str) -> None:
         record = self.get(run_id)
@@ -415,10 +469,7 @@ class RunExecutor:
         self._transition(run_id, target, message)
         with self._lock:
             self._jobs.pop(run_id, None)
-
-    def _persist(self, record: RunRecord) -> None:
-        """Write the record; on a disk error keep going and let the writer retry it."""
-        self._writer.write(self.run_dir(record.run_id) / RUN_FILE, record.to_dict())
+        self._ports.release(run_id)
 
     # --- agent start and shutdown ------------------------------------------------------------
 
@@ -426,17 +477,8 @@ class RunExecutor:
         """Load every run; continue the unfinished ones where they stood."""
         resumed = []
         for path in sorted(self._dir.glob(f"*/{RUN_FILE}")):
-            try:
-                record = RunRecord.from_dict(read_json(path))
-                if record.run_id != path.parent.name:
-                    raise ValueError(f"run id {record.run_id!r} is not its folder's")
-            except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-                reason = f"{type(exc).__name__}: {exc}"
-                kept: Path | None = None
-                with contextlib.suppress(OSError):
-                    kept = quarantine(path, reason)
-                self.quarantined.add(path, reason, kept)
-                log.error("run_file_quarantined", path=str(path), kept=str(kept), error=reason)
+            record = self._runs.load(path, RunRecord.from_dict, lambda r: r.run_id)
+            if record is None:
                 continue
             result_path = path.parent / RESULT_FILE
             if result_path.exists():
@@ -445,8 +487,10 @@ class RunExecutor:
                 except ValueError:
                     record.result = None
             with self._lock:
-                self._runs[record.run_id] = record
+                self._runs.add(record.run_id, record)
                 if not record.state.is_terminal():
+                    if record.port and record.spec.server and record.spec.server.auto_port:
+                        self._ports.hold(record.run_id, record.port)  # its auto port
                     self._launch(record.run_id)
                     resumed.append(record.run_id)
         return resumed
@@ -474,6 +518,7 @@ def _with_port(spec: ServerSpec, port: int) -> ServerSpec:
     return replace(
         spec,
         port=port,
+        auto_port=False,
         argv=tuple(a.replace(placeholder, str(port)) for a in spec.argv),
         env={k: v.replace(placeholder, str(port)) for k, v in spec.env.items()},
     ).validated()

@@ -13,9 +13,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shutil
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import fields
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -24,10 +24,12 @@ from tunelab.agent.gpu import GpuBackend, GpuError
 from tunelab.agent.runs.modelfiles import describe_model
 from tunelab.agent.runs.record import RunSpec
 from tunelab.agent.servers.spec import ServerSpec
+from tunelab.bench.config import BenchConfig
 from tunelab.common import __version__
+from tunelab.common.redaction import REDACTED, Redactor
 
-REDACTED = "<redacted>"
-SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH|COOKIE", re.IGNORECASE)
+__all__ = ["REDACTED", "RunProvenance", "redact_argv", "redact_env"]
+
 MODEL_FLAGS = ("--model-path", "--model", "--model-name-or-path")
 # (what argv contains, engine name, distribution whose version is the engine's)
 ENGINES = (
@@ -62,28 +64,48 @@ BENCH_DATA_KEYS = (
     "preset",
     "ignore_eos",
     "temperature",
+    # the dataset (issue 26): its name, parameters and, for a file, its content hash
+    "dataset",
+    "input_dist",
+    "output_dist",
+    "input_sigma",
+    "output_sigma",
+    "output_range_ratio",
+    "prefix_len",
+    "prefix_groups",
+    "turns",
+    "think_time_s",
+    "file_format",
+    "file_output_len",
+    "trace_block_size",
+    "trace_sec_multiplier",
+    "trace_timed",
+    "dataset_sha256",
+    "dataset_file",
 )
+DATASET_KEYS = BENCH_DATA_KEYS[BENCH_DATA_KEYS.index("dataset") :]
+_DEFAULTS = {f.name: f.default for f in fields(BenchConfig)}
 SHEBANG_BYTES = 512
 
 
+def process_redactor(
+    argv: Sequence[str], env: Mapping[str, str], more_argv: Sequence[str] = ()
+) -> Redactor:
+    """A redactor that knows every secret a process is given (tunelab.common.redaction)."""
+    redactor = Redactor()
+    redactor.learn_argv(argv)
+    redactor.learn_argv(more_argv)
+    redactor.learn_env(env)
+    return redactor
+
+
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:
-    return {k: (REDACTED if SECRET_NAME.search(k) else v) for k, v in env.items()}
+    return process_redactor([], env).env(env)
 
 
 def redact_argv(argv: Sequence[str]) -> list[str]:
     """``--api-key X`` and ``--hf-token=X`` keep the flag and lose the value."""
-    out: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next:
-            out.append(REDACTED)
-            hide_next = False
-        elif arg.startswith("-") and SECRET_NAME.search(arg.split("=", 1)[0]):
-            out.append(f"{arg.split('=', 1)[0]}={REDACTED}" if "=" in arg else arg)
-            hide_next = "=" not in arg
-        else:
-            out.append(arg)
-    return out
+    return process_redactor(argv, {}).argv(argv)
 
 
 def model_path(argv: Sequence[str]) -> str:
@@ -174,23 +196,36 @@ def gpu_state(
     return system, devices
 
 
-def benchmark_provenance(spec: RunSpec) -> dict[str, Any]:
+def benchmark_provenance(spec: RunSpec, redactor: Redactor | None = None) -> dict[str, Any]:
     """Seed and dataset hash: the built-in generator synthesises its prompts from the settings
     hashed here, so equal hashes mean equal requests; a command benchmark hashes its argv."""
     if spec.builtin is not None:
-        shaping = {k: spec.builtin.get(k) for k in BENCH_DATA_KEYS}
+        # a dataset setting at its default is left out, so a random run hashes as it did
+        # before datasets existed (runs recorded then stay comparable)
+        shaping = {
+            k: spec.builtin.get(k)
+            for k in BENCH_DATA_KEYS
+            if k not in DATASET_KEYS or spec.builtin.get(k, _DEFAULTS.get(k)) != _DEFAULTS.get(k)
+        }
         text = json.dumps(shaping, sort_keys=True, default=str)
+        dataset = {k: spec.builtin[k] for k in DATASET_KEYS if k in spec.builtin}
         return {
             "kind": "builtin",
             "seed": spec.builtin.get("seed"),
             "dataset_sha256": hashlib.sha256(text.encode()).hexdigest(),
+            "dataset": {
+                "name": dataset.pop("dataset", "random"),
+                "file": dataset.pop("dataset_file", None),
+                "content_sha256": dataset.pop("dataset_sha256", "") or None,
+                "parameters": dataset,
+            },
         }
     argv = list(spec.command.argv) if spec.command else []
     text = json.dumps(argv)
     return {
         "kind": "command",
         "seed": None,
-        "argv": redact_argv(argv),
+        "argv": (redactor or process_redactor(argv, {})).argv(argv),
         "dataset_sha256": hashlib.sha256(text.encode()).hexdigest(),
     }
 
@@ -209,16 +244,19 @@ class RunProvenance:
     def __call__(self, spec: RunSpec, server: ServerSpec | None) -> dict[str, Any]:
         argv = list(server.argv) if server else []
         env = dict(server.env) if server else {}
+        bench_argv = list(spec.command.argv) if spec.command else []
+        bench_env = dict(spec.command.env) if spec.command else {}
+        redactor = process_redactor(argv, {**env, **bench_env}, bench_argv)
         system, gpus = gpu_state(self._gpu, env)
         return {
             "recorded_at": self._clock(),
-            "argv": redact_argv(argv),
-            "env": redact_env(env),
+            "argv": redactor.argv(argv),
+            "env": redactor.env(env),
             "cwd": server.cwd if server else "",
             "engine": engine_version(argv, env) if argv else {},
             "model": describe_model(_under(model_path(argv), server.cwd if server else "")),
             "system": system,
             "gpus": gpus,
             "tunelab_version": __version__,
-            "benchmark": benchmark_provenance(spec),
+            "benchmark": benchmark_provenance(spec, redactor),
         }

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, TypedDict
 
 from tunelab.agent.runs.states import RunState
 from tunelab.agent.servers.spec import ServerSpec
@@ -23,7 +23,7 @@ class CommandBench:
 
 @dataclass(frozen=True)
 class RunSpec:
-    server: ServerSpec | None  # started by the run (port 0 = pick a free one), or
+    server: ServerSpec | None  # started by the run (auto_port: the agent picks one), or
     server_id: str  # an existing READY server, used and left running
     builtin: dict[str, Any] | None  # tunelab.bench BenchConfig.to_dict(); url may hold {port}
     command: CommandBench | None
@@ -54,7 +54,7 @@ class RunSpec:
     def from_dict(cls, data: dict[str, Any]) -> RunSpec:
         command = data.get("command")
         return cls(
-            server=ServerSpec.from_dict(data["server"]) if data.get("server") else None,
+            server=_run_server(data.get("server")),
             server_id=str(data.get("server_id", "")),
             builtin=data.get("builtin"),
             command=CommandBench(
@@ -68,11 +68,33 @@ class RunSpec:
         )
 
 
+def _run_server(data: dict[str, Any] | None) -> ServerSpec | None:
+    """A run's server spec; port 0 in a file from before ``auto_port`` meant an auto port."""
+    if not data:
+        return None
+    spec = ServerSpec.from_dict(data)
+    return replace(spec, auto_port=True) if spec.port == 0 else spec
+
+
 @dataclass
 class RunEvent:
     at: float
     state: RunState
     message: str
+
+
+class RunChanges(TypedDict, total=False):
+    """The fields of a RunRecord that a transition or an update may set (the record book sets
+    state, message, events and version itself)."""
+
+    server_id: str
+    port: int
+    progress: dict[str, Any] | None
+    result: dict[str, Any] | None
+    finished_at: float
+    kill_failed: bool
+    cancel_requested: bool
+    provenance: dict[str, Any] | None
 
 
 @dataclass

@@ -28,38 +28,23 @@ import struct
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tunelab.agent.servers import identity
-from tunelab.agent.servers.argv import not_found
+from tunelab.agent.servers import ladder as stop_ladder
+from tunelab.agent.servers.ladder import Ladder, Phase
 from tunelab.agent.statefile import write_json_atomic
+from tunelab.common.spawn import SpawnRefused, spawn
 
 PR_SET_CHILD_SUBREAPER = 36
 SOCKET_NAME = "monitor.sock"
 EXIT_FILE = "exit.json"
 MAX_LAUNCH = 1 << 20
 MAX_REQUEST = 1 << 16
+REQUEST_DEADLINE = 1.0  # a whole request line, not each byte of it (a trickle held the monitor)
 IDLE_WAKE = 1.0  # retry a failed exit.json write this often
 STOP_WAKE = 0.02  # how often the ladder looks at the tree while stopping
-KILL_REPEAT = 0.5
-
-
-@dataclass
-class Ladder:
-    """The stop in progress. Phases: TERM (SIGTERM sent, grace running) → KILL → DONE."""
-
-    grace: float
-    kill_timeout: float
-    reason: str
-    requested_at: float = field(default_factory=time.monotonic)
-    phase: str = "TERM"
-    killed_at: float = 0.0
-    last_kill: float = 0.0
-    escalated: bool = False
-    kill_failed: bool = False
-    termed: set[tuple[int, float]] = field(default_factory=set)  # had their SIGTERM
 
 
 class Monitor:
@@ -81,36 +66,21 @@ class Monitor:
     # --- spawn -------------------------------------------------------------------------------
 
     def spawn(self) -> None:
-        env = dict(os.environ)
-        env.update(self.launch.get("env", {}))
         argv = list(self.launch["argv"])
-        cwd = self.launch["cwd"]
         try:
-            with open(self.launch["log"], "ab") as log:
-                self._popen = subprocess.Popen(
-                    argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    cwd=cwd,
-                    env=env,
-                    start_new_session=True,
-                    close_fds=True,
-                )
-        except FileNotFoundError:
-            if not Path(cwd).is_dir():
-                self._refuse("spec.cwd", f"{cwd} is not a directory")
-            else:
-                self._refuse("spec.argv[0]", not_found(argv[0], str(cwd)))
-            return
-        except PermissionError:
-            self._refuse("spec.argv[0]", f"{argv[0]!r} is not executable")
-            return
-        except NotADirectoryError:
-            self._refuse("spec.cwd", f"{cwd} is not a directory")
+            self._popen = spawn(
+                argv,
+                cwd=Path(self.launch["cwd"]),
+                log=Path(self.launch["log"]),
+                env=self.launch.get("env", {}),
+                field=str(self.launch.get("field", "spec")),
+            )
+        except SpawnRefused as exc:
+            self._refuse(exc.field, exc.problem)
             return
         except OSError as exc:
-            self._refuse("spec.argv[0]", f"cannot start {argv[0]!r}: {exc.strerror}")
+            field_name = f"{self.launch.get('field', 'spec')}.argv[0]"
+            self._refuse(field_name, f"cannot start {argv[0]!r}: {exc.strerror}")
             return
         self.pid = self._popen.pid
         stat = identity.read_stat(self.pid)
@@ -137,7 +107,7 @@ class Monitor:
                 self.write_exit()
                 if self.exit_written:
                     return
-            stopping = self.ladder is not None and self.ladder.phase != "DONE"
+            stopping = self.ladder is not None and self.ladder.phase is not Phase.DONE
             timeout = STOP_WAKE if stopping or self._confirming() else IDLE_WAKE
             for key, _ in selector.select(timeout):
                 if key.data == "signal":
@@ -188,47 +158,20 @@ class Monitor:
     def request_stop(self, grace: float, kill_timeout: float, reason: str) -> None:
         if self.ladder is not None:
             return
-        self.ladder = Ladder(max(0.0, grace), max(0.0, kill_timeout), reason)
-        self._signal_tree(self.ladder, signal.SIGTERM, self.scan())
+        self.ladder, signals = stop_ladder.begin(
+            grace, kill_timeout, reason, self.scan(), time.monotonic()
+        )
+        _send(signals)
 
     def advance_stop(self) -> None:
-        """One step of the ladder; also kills what a server that exited on its own left behind.
-
-        DONE is where an empty walk leaves the ladder, not a way past the grace: a later walk
-        that finds more (the first raced an exit, or a process appeared) resumes the ladder
-        where it stood, and a process seen for the first time during the grace gets its
-        SIGTERM then."""
+        """One step of the ladder (scan → step → signal_exact); also kills what a server that
+        exited on its own left behind (:mod:`ladder` has the rules)."""
         now = time.monotonic()
         tree = self.scan()
-        ladder = self.ladder
-        if ladder is None:  # the server exited by itself: its leftovers get no grace
-            ladder = self.ladder = Ladder(0.0, 10.0, "leftovers of an exited server")
-        if not tree:
-            ladder.phase = "DONE"
-            ladder.kill_failed = False
-            return
-        if ladder.phase == "DONE":
-            ladder.phase = "KILL" if ladder.escalated else "TERM"
-        if ladder.phase == "TERM":
-            if now - ladder.requested_at < ladder.grace:
-                self._signal_tree(ladder, signal.SIGTERM, tree)
-                return
-            ladder.phase, ladder.killed_at, ladder.escalated = "KILL", now, True
-        if now - ladder.last_kill >= KILL_REPEAT:
-            ladder.last_kill = now
-            self._signal_tree(ladder, signal.SIGKILL, tree)
-            ladder.kill_failed = now - ladder.killed_at > ladder.kill_timeout
-
-    @staticmethod
-    def _signal_tree(ladder: Ladder, sig: int, tree: dict[int, float]) -> None:
-        """SIGKILL goes to all of ``tree``; SIGTERM once to each process, so one first seen
-        during the grace gets its own, and one already shutting down is not signalled again."""
-        for pid, create_time in sorted(tree.items()):
-            if sig == signal.SIGTERM:
-                if (pid, create_time) in ladder.termed:
-                    continue
-                ladder.termed.add((pid, create_time))
-            identity.signal_exact(pid, create_time, sig)
+        if self.ladder is None:  # the server exited by itself: its leftovers get no grace
+            self.ladder = stop_ladder.for_leftovers(now)
+        self.ladder, signals = stop_ladder.step(self.ladder, tree, now)
+        _send(signals)
 
     # --- the socket --------------------------------------------------------------------------
 
@@ -271,7 +214,7 @@ class Monitor:
             "exit_code": self.exit_code,
             "exited_at": self.exited_at,
             "tree": [[pid, ct] for pid, ct in sorted(tree.items())],
-            "stop_phase": ladder.phase if ladder else "",
+            "stop_phase": ladder.phase.value if ladder else "",
             "escalated": bool(ladder and ladder.escalated),
             "kill_failed": bool(ladder and ladder.kill_failed and tree),
             "spec": self.launch.get("spec"),
@@ -286,7 +229,7 @@ class Monitor:
             "exit_code": self.exit_code,
             "exited_at": self.exited_at,
             "spawn_error": self.spawn_error,
-            "stop_requested": bool(ladder and ladder.reason != "leftovers of an exited server"),
+            "stop_requested": bool(ladder and not ladder.for_leftovers),
             "escalated": bool(ladder and ladder.escalated),
             "spec": self.launch.get("spec"),
         }
@@ -302,6 +245,12 @@ class Monitor:
             _say(f"cannot write {EXIT_FILE}: {exc}; retrying")
             return
         self.exit_written = True
+
+
+def _send(signals: tuple[stop_ladder.Signal, ...]) -> None:
+    """Each signal to exactly that process, verified at this moment."""
+    for sent in signals:
+        identity.signal_exact(sent.pid, sent.create_time, sent.sig)
 
 
 def _folder_removed() -> bool:
@@ -320,9 +269,15 @@ def _say(message: str) -> None:
         sys.stderr.flush()
 
 
-def _read_line(conn: socket.socket) -> bytes:
+def _read_line(conn: socket.socket, deadline: float = REQUEST_DEADLINE) -> bytes:
+    """One request line, all of it within ``deadline`` seconds (TimeoutError past it)."""
+    ends = time.monotonic() + deadline
     data = b""
     while b"\n" not in data and len(data) < MAX_REQUEST:
+        left = ends - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("request line not complete within its deadline")
+        conn.settimeout(left)
         chunk = conn.recv(4096)
         if not chunk:
             break

@@ -12,18 +12,21 @@ import contextlib
 import json
 import os
 import select
+import signal
 import socket
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tunelab.agent.errors import InvalidSpec
 from tunelab.agent.servers.monitor import EXIT_FILE, SOCKET_NAME
+from tunelab.agent.servers.peercheck import check_peer, check_socket_file
 from tunelab.agent.servers.process import ProcessId
 from tunelab.agent.statefile import read_json
 from tunelab.common.pyexec import python_module_argv
+from tunelab.common.spawn import spawn
 
 MONITOR_LOG = "monitor.log"
 HANDSHAKE_TIMEOUT = 30.0
@@ -81,6 +84,9 @@ def _dir_path(directory: Path, name: str) -> Iterator[str]:
 
 
 class MonitorClient:
+    """Talks to one server's monitor, after checking the socket's owner and peer uid
+    (``peercheck``)."""
+
     def __init__(self, server_dir: Path) -> None:
         self.server_dir = server_dir
 
@@ -95,7 +101,9 @@ class MonitorClient:
                 socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock,
             ):
                 sock.settimeout(timeout)
+                check_socket_file(path)
                 sock.connect(path)
+                check_peer(sock)
                 sock.sendall(json.dumps(request).encode() + b"\n")
                 data = b""
                 while not data.endswith(b"\n") and len(data) < MAX_REPLY:
@@ -105,7 +113,7 @@ class MonitorClient:
                     data += chunk
         except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError):
             return None
-        except OSError:  # timeout or reset: a monitor exists but did not answer now
+        except OSError:  # timeout, reset, an untrusted peer: a monitor exists, no answer now
             raise
         try:
             return MonitorStatus.of(json.loads(data))
@@ -129,6 +137,13 @@ class MonitorClient:
         return data if isinstance(data, dict) else None
 
 
+def kill_orphans(seen: Iterable[ProcessId]) -> list[int]:
+    """The one fallback for a monitor that vanished without an exit record (killed by someone):
+    SIGKILL each process the agent saw in its tree that still lives as that exact process
+    (pid + create time verified at the moment of signalling). Returns the pids signalled."""
+    return [p.pid for p in sorted(seen) if p.signal(signal.SIGKILL)]
+
+
 def launch_monitor(
     server_id: str, server_dir: Path, launch: dict[str, Any]
 ) -> tuple[subprocess.Popen[bytes], ProcessId]:
@@ -143,23 +158,19 @@ def launch_monitor(
                 Path(path).unlink()  # a dead monitor's socket: the caller checked none answers
             listener.bind(path)
         listener.listen(16)
-        with (server_dir / MONITOR_LOG).open("ab") as log:
-            popen = subprocess.Popen(
-                python_module_argv(
-                    "tunelab.agent.servers.monitor",
-                    "--server-id",
-                    server_id,
-                    "--listen-fd",
-                    str(listener.fileno()),
-                ),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                cwd=server_dir,
-                pass_fds=(listener.fileno(),),
-                start_new_session=True,
-                close_fds=True,
-            )
+        popen = spawn(
+            python_module_argv(
+                "tunelab.agent.servers.monitor",
+                "--server-id",
+                server_id,
+                "--listen-fd",
+                str(listener.fileno()),
+            ),
+            cwd=server_dir,
+            log=server_dir / MONITOR_LOG,
+            handshake=True,
+            pass_fds=(listener.fileno(),),
+        )
     finally:
         listener.close()
     if popen.stdin is None or popen.stdout is None:  # cannot happen with PIPE; for the types

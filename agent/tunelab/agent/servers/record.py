@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from tunelab.agent.engines.status import EngineStatus
 from tunelab.agent.servers.process import ProcessId
@@ -21,6 +21,25 @@ class ServerEvent:
     at: float
     state: ServerState
     message: str
+
+
+class ServerChanges(TypedDict, total=False):
+    """The fields of a ServerRecord that a transition or an update may set (the record book
+    sets state, message, events and version itself)."""
+
+    pid: int
+    create_time: float
+    exit_code: int | None
+    progress: LoadProgress | None
+    started_at: float
+    ready_at: float
+    finished_at: float
+    ready_seconds: float
+    log_tail: list[str]
+    descendants: set[ProcessId]
+    gpu_check_skipped: bool
+    adoptions: int
+    engine: EngineStatus
 
 
 @dataclass

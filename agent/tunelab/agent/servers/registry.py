@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import structlog
 
@@ -29,22 +29,25 @@ from tunelab.agent.errors import (
 )
 from tunelab.agent.gpu import GpuBackend
 from tunelab.agent.logfiles import last_lines
-from tunelab.agent.servers import process as proc_mod
-from tunelab.agent.servers.argv import with_python
+from tunelab.agent.recordbook import RecordBook
+from tunelab.agent.servers.identityproof import carries_server_id
 from tunelab.agent.servers.monitorclient import (
     MonitorClient,
     MonitorFailed,
     MonitorStatus,
+    kill_orphans,
     launch_monitor,
 )
+from tunelab.agent.servers.ports import port_in_use
 from tunelab.agent.servers.quarantine import QuarantineList
-from tunelab.agent.servers.record import MAX_EVENTS, ServerEvent, ServerRecord
+from tunelab.agent.servers.record import MAX_EVENTS, ServerChanges, ServerEvent, ServerRecord
 from tunelab.agent.servers.spec import MARKER_ENV, SERVER_NAME, ServerSpec
 from tunelab.agent.servers.states import ServerState, check_transition
 from tunelab.agent.servers.supervisor import ServerSupervisor, SupervisorSettings, describe_exit
-from tunelab.agent.statefile import quarantine, read_json, write_json_atomic
+from tunelab.agent.statefile import write_json_atomic
 from tunelab.agent.statewriter import DurableWriter
 from tunelab.agent.watching import watch_versioned
+from tunelab.common.spawn import with_python
 
 log = structlog.get_logger(__name__)
 
@@ -68,11 +71,21 @@ class ServerRegistry:
         self._settings = settings or SupervisorSettings()
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
-        self._records: dict[str, ServerRecord] = {}
         self._supervisors: dict[str, ServerSupervisor] = {}
         self._closed = False
         self._writer = writer or DurableWriter()
         self.quarantined = quarantined if quarantined is not None else QuarantineList()
+        self._records: RecordBook[ServerRecord, ServerState, ServerEvent] = RecordBook(
+            kind="server",
+            id_field="server_id",
+            path_of=lambda server_id: self.server_dir(server_id) / STATE_FILE,
+            check=check_transition,
+            event=ServerEvent,
+            max_events=MAX_EVENTS,
+            changed=self._changed,
+            writer=self._writer,
+            quarantined=self.quarantined,
+        )
 
     # --- paths -------------------------------------------------------------------------------
 
@@ -85,9 +98,8 @@ class ServerRegistry:
     # --- queries -----------------------------------------------------------------------------
 
     def _find(self, id_or_name: str) -> ServerRecord:
-        record = self._records.get(id_or_name)
-        if record is not None:
-            return record
+        if id_or_name in self._records:
+            return self._records[id_or_name]
         by_name = [r for r in self._records.values() if r.name == id_or_name]
         live = [r for r in by_name if r.state.is_live()]
         match = live or sorted(by_name, key=lambda r: r.started_at)[-1:]
@@ -101,6 +113,11 @@ class ServerRegistry:
 
     def view(self, server_id: str) -> ServerRecord:
         return self.get(server_id)
+
+    def state_of(self, server_id: str) -> ServerState:
+        """The state alone, without copying the record (the supervisor asks often)."""
+        with self._lock:
+            return self._records[server_id].state
 
     def servers(self, include_finished: bool = False) -> list[ServerRecord]:
         with self._lock:
@@ -146,7 +163,7 @@ class ServerRegistry:
                     raise Conflict(f"a live server is already named {name!r} ({other.id})")
                 if other.spec.port == spec.port:
                     raise PortInUse(f"port {spec.port} belongs to live server {other.id}")
-            if proc_mod.port_in_use(spec.port):
+            if port_in_use(spec.port):
                 raise PortInUse(f"port {spec.port} is already in use on this host; nothing started")
             cwd = Path(spec.cwd) if spec.cwd else self.server_dir(server_id)
             if spec.cwd and not cwd.is_dir():
@@ -160,7 +177,7 @@ class ServerRegistry:
                 events=[ServerEvent(now, ServerState.PENDING, "accepted")],
             )
             self._write_intent(record)
-            self._records[server_id] = record
+            self._records.add(server_id, record)
         failpoint("after-intent")
         launch = {
             "argv": with_python(spec.argv),
@@ -174,7 +191,7 @@ class ServerRegistry:
             monitor_popen, leader = launch_monitor(server_id, server_dir, launch)
         except InvalidSpec:
             with self._lock:
-                del self._records[server_id]
+                self._records.remove(server_id)
             shutil.rmtree(server_dir, ignore_errors=True)  # nothing ran: forget it entirely
             raise
         except (MonitorFailed, OSError) as exc:
@@ -254,37 +271,23 @@ class ServerRegistry:
 
     # --- the supervisor's side (RecordKeeper) ------------------------------------------------
 
-    def transition(self, server_id: str, target: ServerState, message: str, **updates: Any) -> None:
+    def transition(
+        self,
+        server_id: str,
+        target: ServerState,
+        message: str,
+        **changes: Unpack[ServerChanges],
+    ) -> None:
+        """Check and make one state change (a misspelt field fails mypy and raises TypeError)."""
         with self._changed:
-            record = self._records[server_id]
-            check_transition(record.state, target)
-            for key, value in updates.items():
-                setattr(record, key, value)
-            now = time.time()
-            record.state = target
-            record.message = message
-            record.events.append(ServerEvent(now, target, message))
-            del record.events[:-MAX_EVENTS]
-            record.version += 1
-            self._persist(record)
+            self._records.transition(server_id, target, message, changes)
             if target.is_terminal():
                 self._supervisors.pop(server_id, None)
-            self._changed.notify_all()
-        log.info("server_state", server_id=server_id, state=target.value, detail=message)
 
-    def update(self, server_id: str, *, persist: bool = False, **updates: Any) -> None:
-        with self._changed:
-            record = self._records[server_id]
-            for key, value in updates.items():
-                setattr(record, key, value)
-            record.version += 1
-            if persist:
-                self._persist(record)
-            self._changed.notify_all()
-
-    def _persist(self, record: ServerRecord) -> None:
-        """Write the record; on a disk error keep going and let the writer retry it."""
-        self._writer.write(self.server_dir(record.id) / STATE_FILE, record.to_dict())
+    def update(
+        self, server_id: str, *, persist: bool = False, **changes: Unpack[ServerChanges]
+    ) -> None:
+        self._records.update(server_id, changes, persist=persist)
 
     # --- agent start and shutdown ------------------------------------------------------------
 
@@ -308,12 +311,9 @@ class ServerRegistry:
                 record = recovered_record(server_dir.name, status, monitor.exit_record())
                 if record is None:
                     continue
-                with self._lock:
-                    self._records[record.id] = record
-                    self._persist(record)
+                self._records.add(record.id, record, persist=True)
             else:
-                with self._lock:
-                    self._records[record.id] = record
+                self._records.add(record.id, record)
             if record.state.is_terminal():
                 continue
             self._adopt(record, monitor, status)
@@ -327,21 +327,7 @@ class ServerRegistry:
             if MonitorClient(server_dir).has_socket():
                 self.quarantined.add(path, "state file missing beside a monitor socket", None)
             return None
-        try:
-            record = ServerRecord.from_dict(read_json(path))
-            if record.id != server_dir.name:
-                raise ValueError(f"id {record.id!r} does not match its folder {server_dir.name!r}")
-            return record
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            reason = f"{type(exc).__name__}: {exc}"
-            kept: Path | None = None
-            try:
-                kept = quarantine(path, reason)
-            except OSError as move_exc:
-                reason += f" (could not rename it: {move_exc})"
-            self.quarantined.add(path, reason, kept)
-            log.error("state_file_quarantined", path=str(path), kept=str(kept), error=reason)
-            return None
+        return self._records.load(path, ServerRecord.from_dict, lambda record: record.id)
 
     def _adopt(
         self, record: ServerRecord, monitor: MonitorClient, status: MonitorStatus | None
@@ -365,10 +351,18 @@ class ServerRegistry:
                 pid=status.leader.pid,
                 create_time=status.leader.create_time,
             )
+        leader = status.leader
+        if leader is not None and record.leader is not None and record.leader.pid != leader.pid:
+            log.warning(
+                "recorded_pid_differs_from_monitor",
+                server_id=record.id,
+                recorded=[record.leader.pid, record.leader.create_time],
+                monitor=[leader.pid, leader.create_time],
+            )
+            self.update(record.id, pid=leader.pid, create_time=leader.create_time)
         with self._lock:
-            current = self._records[record.id]
-            current.adoptions += 1
-            self._persist(current)
+            adoptions = self._records[record.id].adoptions + 1
+            current = self._records.update(record.id, {"adoptions": adoptions}, persist=True)
             supervisor = ServerSupervisor(
                 self, current, self.log_path(record.id), self._gpu, self._settings, monitor
             )
@@ -381,19 +375,19 @@ class ServerRegistry:
     def _finish_unmonitored(self, record: ServerRecord, monitor: MonitorClient) -> None:
         """No monitor answers: it finished (and wrote exit.json), never started, or was killed."""
         tail = last_lines(self.log_path(record.id), 20)
-        done = {"finished_at": time.time(), "log_tail": tail}
+        done: ServerChanges = {"finished_at": time.time(), "log_tail": tail}
         exit_record = monitor.exit_record()
         if exit_record is not None:
             code = exit_record.get("exit_code")
             code = code if isinstance(code, int) else None
             how = "exit code unknown" if code is None else describe_exit(code)
+            done["exit_code"] = code
             if record.state is ServerState.STOPPING:
                 after = "after SIGKILL" if exit_record.get("escalated") else "after SIGTERM"
                 self.transition(
                     record.id,
                     ServerState.STOPPED,
                     f"{record.message}; stopped {after} by its monitor while no agent ran ({how})",
-                    exit_code=code,
                     **done,
                 )
             else:
@@ -401,7 +395,6 @@ class ServerRegistry:
                     record.id,
                     ServerState.FAILED,
                     f"exited while the agent was not running ({how})",
-                    exit_code=code,
                     **done,
                 )
             return
@@ -413,7 +406,9 @@ class ServerRegistry:
                 **done,
             )
             return
-        killed = [p.pid for p in sorted(record.process_ids()) if p.signal(signal.SIGKILL)]
+        # the state file is advice: only a process that still carries this server's id is ours
+        proven = [p for p in record.process_ids() if carries_server_id(p.pid, record.id)]
+        killed = kill_orphans(proven)
         self.transition(
             record.id,
             ServerState.FAILED,

@@ -10,8 +10,9 @@ from tunelab.agent.engines.profiles import ENGINES
 from tunelab.agent.errors import InvalidSpec
 from tunelab.common.specbounds import (
     RESERVED_ENV,
+    ServerFields,
     SpecViolation,
-    check_server_spec,
+    check_server_fields,
 )
 from tunelab.common.specbounds import (
     SERVER_NAME as SERVER_NAME,  # re-exported: run ids and server ids share the rule
@@ -37,18 +38,26 @@ class ServerSpec:
     startup_timeout: float = DEFAULT_STARTUP_TIMEOUT
     stop_grace: float = DEFAULT_STOP_GRACE
     engine: str = ""  # an engine profile (vllm | sglang | generic); empty = detect from argv
+    auto_port: bool = False  # a run's server: the agent picks the port (port is 0 until then)
 
     def validated(self) -> ServerSpec:
         """Return self, or raise InvalidSpec naming the first bad field (the bounds are
-        ``tunelab.common.specbounds``', the same the controller checks at submission)."""
-        from tunelab.agent.wire import spec_to_pb  # wire imports this module; it knows both
-
+        ``tunelab.common.specbounds``', the same the controller checks at submission; checked
+        on the values themselves: this domain type knows nothing of the wire)."""
+        fields = ServerFields(
+            argv=self.argv,
+            port=self.port,
+            name=self.name,
+            env=self.env,
+            cwd=self.cwd,
+            ready_path=self.ready_path,
+            ready_model=self.ready_model,
+            startup_timeout_seconds=self.startup_timeout,
+            stop_grace_seconds=self.stop_grace,
+            auto_port=self.auto_port,
+        )
         try:
-            pb = spec_to_pb(self)
-        except ValueError as exc:  # e.g. a port beyond int32, from a hand-edited state file
-            raise InvalidSpec("spec", f"a value does not fit its field: {exc}") from None
-        try:
-            check_server_spec(pb)
+            check_server_fields(fields)
         except SpecViolation as exc:
             raise InvalidSpec(exc.field, exc.problem) from None
         if not self.ready_path:  # filled with the default from an empty message field
@@ -80,4 +89,5 @@ class ServerSpec:
             startup_timeout=float(data.get("startup_timeout", DEFAULT_STARTUP_TIMEOUT)),
             stop_grace=float(data.get("stop_grace", DEFAULT_STOP_GRACE)),
             engine=str(data.get("engine", "")),
+            auto_port=bool(data.get("auto_port", False)),
         )

@@ -1,9 +1,10 @@
 """Generation requests: parse an OpenAI request, then stream its chunks on a deadline schedule.
 
 Chunk ``j`` (0-based) leaves at ``arrival + TTFT + j·D`` computed from the arrival time each
-time, never by adding sleeps, so a late write does not delay the ones after it. Each chunk carries
-``tokens_per_chunk`` tokens (the last one the rest). Output text is made of plain words that need
-no JSON escaping, so chunks are assembled from string pieces without ``json.dumps``.
+time, never by adding sleeps, so a late write does not delay the ones after it; with the serving
+model on (``batching.BatchEngine``), at the end of the engine step that produced it. Each chunk
+carries ``tokens_per_chunk`` tokens (the last one the rest). Output text is made of plain words
+that need no JSON escaping, so chunks are assembled from string pieces without ``json.dumps``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from tunelab.bench.simulator.batching import BatchEngine
 from tunelab.bench.simulator.http import Connection
 from tunelab.bench.simulator.metrics import SimMetrics
 from tunelab.bench.simulator.options import Fault, SimSettings
@@ -121,6 +123,7 @@ class Generation:
         request_id: str,
         fault: Fault | None,
         arrival: float,
+        batch: BatchEngine | None = None,
     ) -> None:
         self.loop = scheduler.loop
         self.scheduler = scheduler
@@ -143,6 +146,8 @@ class Generation:
         self.last_write = 0.0
         self.role_sent = False
         self.done = False
+        self.batch = batch
+        self.counted = ""  # the metrics gauge it is counted in: running, waiting or none
         created = int(time.time())
         model = json.dumps(settings.model)
         self.model_json = model
@@ -162,21 +167,51 @@ class Generation:
             f'"created":{created},"model":{model},"choices":[],"usage":'
         )
 
+    # what the batch engine needs ----------------------------------------------------------------
+    @property
+    def prompt_work(self) -> int:
+        return max(1, self.req.prompt_tokens)
+
+    @property
+    def kv_tokens(self) -> int:
+        return self.req.prompt_tokens + self.total
+
+    def admitted(self) -> None:
+        self.counted = "running"
+
+    def step_chunk(self, deadline: float) -> None:
+        """The engine's step that produced this request's next chunk ended at ``deadline``."""
+        if self.done:
+            return
+        if self.req.stream:
+            self._emit(deadline)
+            return
+        self.next_chunk += 1
+        if self.next_chunk >= self.chunks:
+            self._whole(deadline)
+
     # schedule ---------------------------------------------------------------------------------
     def start(self) -> None:
-        self.metrics.running += 1
         self.metrics.prompt_tokens += self.req.prompt_tokens
         self.conn.on_close(self.cancel)
         if self.fault is not None and self.fault.kind == "hang":
+            self.metrics.running += 1
+            self.counted = "running"
             return  # hold the connection, answer nothing
-        if not self.req.stream:
-            when = self.arrival + self.ttft + (self.chunks - 1) * self.itl
-            self.scheduler.at(when, self._whole)
-            return
-        self.conn.start_stream(extra_headers={"x-request-id": self.request_id})
-        if self.req.chat and self.role_at >= 0:
-            self.scheduler.at(self.arrival + self.role_at, self._role_only)
-        self.scheduler.at(self.arrival + self.ttft, self._emit)
+        if self.batch is None:
+            self.metrics.running += 1
+            self.counted = "running"
+        if self.req.stream:
+            self.conn.start_stream(extra_headers={"x-request-id": self.request_id})
+            if self.req.chat and self.role_at >= 0:
+                self.scheduler.at(self.arrival + self.role_at, self._role_only)
+        if self.batch is not None:
+            self.counted = "waiting"  # the engine counts it there, then in running
+            self.batch.submit(self)
+        elif self.req.stream:
+            self.scheduler.at(self.arrival + self.ttft, self._emit_fixed)
+        else:
+            self.scheduler.at(self.arrival + self.ttft + (self.chunks - 1) * self.itl, self._whole)
 
     def cancel(self) -> None:
         """The client went away: stop writing and count the request as aborted."""
@@ -186,7 +221,11 @@ class Generation:
         if self.done:
             return
         self.done = True
-        self.metrics.running -= 1
+        if self.counted == "running":
+            self.metrics.running -= 1
+        elif self.counted == "waiting":
+            self.metrics.waiting -= 1
+        self.counted = ""
         self.metrics.finished[reason] = self.metrics.finished.get(reason, 0) + 1
         if reason != "abort":
             self.metrics.e2e.observe(self.loop.time() - self.arrival)
@@ -208,12 +247,21 @@ class Generation:
             event += ',"usage":' + self._usage(0)
         self.conn.send_chunk(("data: " + event + "}\n\n").encode())
 
-    def _emit(self) -> None:
+    def _emit_fixed(self) -> None:
+        """The fixed schedule: chunk j at arrival + TTFT + j·ITL."""
         if self.done:
             return
+        self._emit(self.arrival + self.ttft + self.next_chunk * self.itl)
+        if not self.done:
+            self.scheduler.at(
+                self.arrival + self.ttft + self.next_chunk * self.itl, self._emit_fixed
+            )
+
+    def _emit(self, deadline: float) -> None:
+        """Write chunk ``next_chunk``, due at ``deadline``."""
         j = self.next_chunk
         now = self.loop.time()
-        self.lateness.record(now - (self.arrival + self.ttft + j * self.itl))
+        self.lateness.record(now - deadline)
         count = min(self.per_chunk, self.total - self.sent_tokens)
         text = _text(self.sent_tokens, count)
         self.sent_tokens += count
@@ -250,8 +298,6 @@ class Generation:
         if self.fault is not None and self.fault.kind == "drop" and j + 1 >= self.drop_after:
             self.conn.close()
             self._finish("abort")
-            return
-        self.scheduler.at(self.arrival + self.ttft + self.next_chunk * self.itl, self._emit)
 
     def _account(self, now: float, tokens: int) -> None:
         if self.last_write == 0.0:
@@ -261,11 +307,14 @@ class Generation:
         self.last_write = now
         self.metrics.generation_tokens += tokens
 
-    def _whole(self) -> None:
+    def _whole(self, deadline: float | None = None) -> None:
+        """The whole answer, due at ``deadline`` (the fixed schedule's when None)."""
         if self.done:
             return
         now = self.loop.time()
-        self.lateness.record(now - (self.arrival + self.ttft + (self.chunks - 1) * self.itl))
+        if deadline is None:
+            deadline = self.arrival + self.ttft + (self.chunks - 1) * self.itl
+        self.lateness.record(now - deadline)
         text = _text(0, self.total)
         reason = "length" if self.total == self.req.max_tokens else "stop"
         if self.req.chat:

@@ -65,6 +65,8 @@ class SimMetrics(Collector):
         self.model = model
         self.lateness = lateness
         self.running = 0
+        self.waiting = 0  # requests queued for a batch slot (the serving model only)
+        self.kv_usage = 0.0  # share of --kv-cache-tokens held (the serving model only)
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.finished: dict[str, int] = {"length": 0, "stop": 0, "abort": 0}
@@ -91,10 +93,15 @@ class SimMetrics(Collector):
         running.add_metric([self.model], self.running)
         yield running
         waiting = GaugeMetricFamily(
-            "vllm:num_requests_waiting", "Requests waiting (never, here).", labels=labels
+            "vllm:num_requests_waiting", "Requests waiting for a batch slot.", labels=labels
         )
-        waiting.add_metric([self.model], 0)
+        waiting.add_metric([self.model], self.waiting)
         yield waiting
+        kv = GaugeMetricFamily(
+            "vllm:kv_cache_usage_perc", "KV-cache usage, 1 = full.", labels=labels
+        )
+        kv.add_metric([self.model], self.kv_usage)
+        yield kv
         prompt = CounterMetricFamily(
             "vllm:prompt_tokens", "Prompt tokens processed.", labels=labels
         )

@@ -68,6 +68,53 @@ class SimSettings:
     drop_after_chunks: int = 2
     faults: tuple[Fault, ...] = ()
     models_while_loading: bool = True  # SGLang lists the model before /health turns 200
+    profiler_config: str = ""  # vLLM's --profiler-config JSON: attaches /start_profile etc.
+    profile_stop_delay: float = 0.0
+    profile_trace_pad: int = 0
+    # The serving model (continuous batching, batching.py); all None = the fixed schedule.
+    max_num_seqs: int | None = None
+    step_ms_base: float | None = None  # None: --itl-ms
+    step_ms_per_seq: float | None = None
+    max_num_batched_tokens: int | None = None
+    prefill_ms_per_token: float | None = None
+    kv_cache_tokens: int | None = None
+    oom_above_seqs: int | None = None
+
+    @property
+    def batching(self) -> bool:
+        """Whether any serving-model flag was given (``--oom-above-seqs`` alone is not one)."""
+        return any(
+            v is not None
+            for v in (
+                self.max_num_seqs,
+                self.step_ms_base,
+                self.step_ms_per_seq,
+                self.max_num_batched_tokens,
+                self.prefill_ms_per_token,
+                self.kv_cache_tokens,
+            )
+        )
+
+    @property
+    def step_base_ms(self) -> float:
+        return self.itl_ms if self.step_ms_base is None else self.step_ms_base
+
+    @property
+    def step_per_seq_ms(self) -> float:
+        return self.step_ms_per_seq or 0.0
+
+    @property
+    def prefill_per_token_ms(self) -> float:
+        return self.prefill_ms_per_token or 0.0
+
+    @property
+    def fails_with_oom(self) -> bool:
+        """``--max-num-seqs`` above ``--oom-above-seqs``: start-up ends in a CUDA OOM."""
+        return (
+            self.oom_above_seqs is not None
+            and self.max_num_seqs is not None
+            and self.max_num_seqs > self.oom_above_seqs
+        )
 
     def fault_for(self, request_number: int) -> Fault | None:
         for fault in self.faults:
@@ -156,10 +203,81 @@ def add_sim_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="answer /v1/models 503 while loading (default: 200 at once, as SGLang does)",
     )
+    add_serving_model_arguments(p)
+    p.add_argument(
+        "--profiler-config",
+        default="",
+        help="vLLM's flag: JSON with torch_profiler_dir; attaches /start_profile, /stop_profile",
+    )
+    p.add_argument(
+        "--profile-stop-delay",
+        type=_non_negative,
+        default=0.0,
+        help="seconds /stop_profile takes (a slow trace flush)",
+    )
+    p.add_argument(
+        "--profile-trace-pad",
+        type=int,
+        default=0,
+        help="pad each written trace with about this many incompressible bytes",
+    )
     p.add_argument(
         "--tag",
         default="",
         help="ignored: a flag with no effect, for ablations that check a null result",
+    )
+
+
+def add_serving_model_arguments(p: argparse.ArgumentParser) -> None:
+    """The continuous-batching model's flags (docs/simulator.md); none given = fixed schedule."""
+    g = p.add_argument_group(
+        "serving model",
+        "continuous batching: any of these flags replaces the fixed TTFT + j*ITL schedule by "
+        "steps of B + S*running + P*prefill_tokens ms (--ttft-ms then no longer applies)",
+    )
+    g.add_argument(
+        "--max-num-seqs",
+        type=_positive_int,
+        metavar="N",
+        help="at most N requests hold a batch slot at once; the rest wait (default: no limit)",
+    )
+    g.add_argument(
+        "--step-ms-base",
+        type=_non_negative,
+        metavar="B",
+        help="fixed part of one engine step, ms (default: --itl-ms)",
+    )
+    g.add_argument(
+        "--step-ms-per-seq",
+        type=_non_negative,
+        metavar="S",
+        help="ms a step takes per running request (default 0)",
+    )
+    g.add_argument(
+        "--max-num-batched-tokens",
+        type=_positive_int,
+        metavar="T",
+        help="prompt tokens prefilled per step, in chunks (default: no limit)",
+    )
+    g.add_argument(
+        "--prefill-ms-per-token",
+        type=_non_negative,
+        metavar="P",
+        help="ms a step takes per prompt token it prefills (default 0)",
+    )
+    g.add_argument(
+        "--kv-cache-tokens",
+        type=_positive_int,
+        metavar="K",
+        help="KV cache size: a request holds prompt + output tokens; one that does not fit "
+        "waits (default: no limit)",
+    )
+    g.add_argument(
+        "--oom-above-seqs",
+        type=_positive_int,
+        metavar="M",
+        help="with --max-num-seqs above M, fail during start-up with a CUDA out-of-memory "
+        "error and exit 1",
     )
 
 
@@ -180,4 +298,14 @@ def settings_from_args(args: argparse.Namespace) -> SimSettings:
         drop_after_chunks=args.drop_after_chunks,
         faults=tuple(args.fault),
         models_while_loading=not args.no_models_while_loading,
+        profiler_config=args.profiler_config,
+        profile_stop_delay=args.profile_stop_delay,
+        profile_trace_pad=args.profile_trace_pad,
+        max_num_seqs=args.max_num_seqs,
+        step_ms_base=args.step_ms_base,
+        step_ms_per_seq=args.step_ms_per_seq,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        prefill_ms_per_token=args.prefill_ms_per_token,
+        kv_cache_tokens=args.kv_cache_tokens,
+        oom_above_seqs=args.oom_above_seqs,
     )

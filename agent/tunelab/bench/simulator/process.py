@@ -20,6 +20,7 @@ from pathlib import Path
 from types import TracebackType
 
 from tunelab.common.pyexec import python_module_argv
+from tunelab.common.spawn import spawn
 
 _LISTENING = re.compile(rb"listening on (http://[\d.]+:(\d+))")
 
@@ -38,10 +39,7 @@ class SimulatorProcess:
         if "--port" not in self.args:
             argv += ["--port", "0"]
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("wb") as log:
-            self.proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
-            )
+        self.proc = spawn(argv, cwd=self.log_path.parent, log=self.log_path, truncate_log=True)
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
             match = _LISTENING.search(self.log_path.read_bytes())

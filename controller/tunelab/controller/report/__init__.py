@@ -6,12 +6,23 @@ from pathlib import Path
 from typing import Any
 
 from tunelab.controller.report.page import render_report
+from tunelab.controller.report.search_page import render_search_report
 
-__all__ = ["render_report", "write_report"]
+__all__ = ["render_report", "render_search_report", "write_report", "write_search_report"]
+
+
+def _write(text: str, path: Path) -> None:
+    """Write the page next to its final name, then rename: a reader never sees half a file."""
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(text, encoding="utf-8")
+    partial.replace(path)
 
 
 def write_report(doc: dict[str, Any], path: Path, title: str) -> None:
-    """Write the page next to its final name, then rename: a reader never sees half a file."""
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(render_report(doc, title), encoding="utf-8")
-    partial.replace(path)
+    _write(render_report(doc, title), path)
+
+
+def write_search_report(
+    search: dict[str, Any], compare_doc: dict[str, Any], path: Path, title: str
+) -> None:
+    _write(render_search_report(search, compare_doc, title), path)

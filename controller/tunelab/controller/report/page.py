@@ -12,7 +12,7 @@ from collections import defaultdict
 from html import escape
 from typing import Any
 
-from tunelab.controller.effects import BETTER, METRIC_LABELS, NO_DIFFERENCE, WORSE
+from tunelab.controller.effects import BETTER, METRIC_LABELS, METRICS, NO_DIFFERENCE, WORSE
 from tunelab.controller.report.provenance import provenance_summary
 from tunelab.controller.report.svg import (
     PALETTE,
@@ -25,6 +25,10 @@ from tunelab.controller.report.svg import (
 )
 
 _REPEAT = re.compile(r"#\d+$")
+# the metrics the summary answers for, in this order (the rest are in the effects tables)
+SUMMARY_METRICS = ("output_throughput", "median_ttft_ms", "median_tpot_ms", "tokens_per_joule")
+OVERLAP = 0.01  # two lines within 1 % of each other at every point are drawn apart
+OFFSET_PX = 3.0
 VERDICT_COLORS = {BETTER: "#009e73", WORSE: "#d55e00", NO_DIFFERENCE: "#888"}
 NOT_ENOUGH_COLOR = "#e69f00"
 STYLE = """
@@ -37,6 +41,8 @@ td:first-child,th:first-child,td:last-child,th:last-child{text-align:left}
 .grid{display:flex;flex-wrap:wrap;gap:12px}figure{margin:8px 0}
 figcaption{font-size:13px;color:#555}svg text{font-size:11px;fill:#333}
 .warn{background:#fff4e0;padding:6px 10px;border-left:4px solid #e69f00}
+.answer{background:#f3f8fc;padding:8px 14px;border-left:4px solid #0072b2}
+.answer p{margin:4px 0}
 code{font-size:12px;word-break:break-all}.muted{color:#777}
 table.text td,table.text th{text-align:left}
 """
@@ -105,13 +111,71 @@ def _short(name: str) -> str:
     return name.split("/", 1)[1] if "/" in name else name
 
 
+def _baseline(doc: dict[str, Any], variants: dict[str, list[dict[str, Any]]]) -> str | None:
+    """The ablation's baseline variant (the one that varies nothing), if there is one."""
+    if doc.get("design") != "ablation":
+        return None
+    plain = [n for n, rows in variants.items() if all(not r.get("varied") for r in rows)]
+    return plain[0] if len(plain) == 1 else None
+
+
+def _pct(value: float) -> str:
+    return f"{round(100 * value, 1) or 0.0:+.1f}%"
+
+
+def _point(key: str) -> str:
+    if key == "all":
+        return "over the whole sweep"
+    return "at " + {"c": "c=", "r": "rate=", "p": "point "}.get(key[0], key[0]) + key[1:]
+
+
+def _apart(series: list[Series]) -> tuple[list[Series], list[str]]:
+    """Series lying on an earlier one (within OVERLAP at every shared point) are drawn a few
+    pixels lower, and said: a baseline must not hide under an identical no-op change."""
+    out: list[Series] = []
+    notes: list[str] = []
+    for s in series:
+        twin = next((o for o in out if _overlaps(o, s)), None)
+        if twin is None:
+            out.append(s)
+            continue
+        offset = twin.offset_px + OFFSET_PX
+        out.append(Series(s.name, s.points, s.color, s.line, s.dashed, offset))
+        notes.append(
+            f"{s.name} lies on {twin.name} (within {100 * OVERLAP:g}% at every point): "
+            f"drawn {offset:g} px lower."
+        )
+    return out, notes
+
+
+def _overlaps(a: Series, b: Series) -> bool:
+    pa, pb = dict(a.points), dict(b.points)
+    shared = pa.keys() & pb.keys()
+    return bool(shared) and all(
+        abs(pa[x] - pb[x]) <= OVERLAP * max(abs(pa[x]), abs(pb[x]), 1e-12) for x in shared
+    )
+
+
 def curves(doc: dict[str, Any]) -> str:
     variants = _variants(doc)
     colors = {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(variants)}
-    throughput = [
-        Series(_short(n), list(_point_means(rows, "output_throughput").items()), colors[n])
-        for n, rows in variants.items()
-    ]
+    base = _baseline(doc, variants)
+
+    def label(n: str) -> str:
+        short = _short(n)
+        return short if n != base or "baseline" in short else f"{short} (baseline)"
+
+    throughput, notes = _apart(
+        [
+            Series(
+                label(n),
+                list(_point_means(rows, "output_throughput").items()),
+                colors[n],
+                dashed=n == base,
+            )
+            for n, rows in variants.items()
+        ]
+    )
     concurrencies = sorted({c for s in throughput for c, _ in s.points})
     parts = []
     if any(s.points for s in throughput):
@@ -123,19 +187,22 @@ def curves(doc: dict[str, Any]) -> str:
             log_x=True,
             x_ticks=concurrencies,
         )
+        dashed = " The baseline is dashed." if base else ""
         parts.append(
             _figure(
                 "throughput",
                 chart,
-                "Output throughput against concurrency, mean over each variant's launches.",
+                "Output throughput against concurrency, mean over each variant's launches."
+                + dashed
+                + "".join(f" {n}" for n in notes),
             )
         )
     latency: list[Series] = []
     for name, rows in variants.items():
         tput, tpot = _point_means(rows, "output_throughput"), _point_means(rows, "median_tpot_ms")
-        latency.append(
-            Series(_short(name), [(tput[c], tpot[c]) for c in tput if c in tpot], colors[name])
-        )
+        points = [(tput[c], tpot[c]) for c in tput if c in tpot]
+        latency.append(Series(label(name), points, colors[name], line=True, dashed=name == base))
+    latency, latency_notes = _apart(latency)
     everything = [p for s in latency for p in s.points]
     if everything:
         front = Series("Pareto front", pareto_front(everything), "#000", dashed=True)
@@ -145,10 +212,64 @@ def curves(doc: dict[str, Any]) -> str:
                 "pareto",
                 chart,
                 "Median TPOT against output throughput, one point per "
-                "concurrency; the dashed line joins the points no other beats on both.",
+                "concurrency; the black dashed line joins the points no other beats on both."
+                + dashed
+                + "".join(f" {n}" for n in latency_notes),
             )
         )
     return "".join(parts) or "<p class='muted'>No closed-loop results to plot.</p>"
+
+
+def _effect_line(e: dict[str, Any]) -> str:
+    interval = (
+        f"95% interval {_pct(e['ci95'][0])} .. {_pct(e['ci95'][1])}" if e["ci95"] else "no interval"
+    )
+    return (
+        f"<b>{escape(e['change'])}</b>: {_pct(e['ratio'] - 1)} {escape(_point(e['point']))} "
+        f"({interval}; {escape(e['verdict'])})"
+    )
+
+
+def summary_section(doc: dict[str, Any]) -> str:
+    """The answer first: per metric, which change helped most, by how much, its interval and
+    verdict; and the worst change where one made it worse."""
+    effects = [e for e in doc.get("effects", []) if e["ratio"] is not None]
+    if not effects:
+        return (
+            "<div class='answer'><p>No ablation or matrix with a baseline: nothing to compare "
+            "against, so no answer to give (the curves below show each variant).</p></div>"
+        )
+    lines = []
+    for metric in SUMMARY_METRICS + tuple(m for m in METRICS if m not in SUMMARY_METRICS):
+        mine = [e for e in effects if e["metric"] == metric]
+        if not mine:
+            continue
+        sign = 1.0 if METRICS.get(metric, True) else -1.0
+
+        def gain(e: dict[str, Any], sign: float = sign) -> float:
+            return sign * (float(e["ratio"]) - 1)
+
+        label = escape(METRIC_LABELS.get(metric, metric))
+        helped = [e for e in mine if e["verdict"] == BETTER]
+        if helped:
+            line = f"<b>{label}</b>: helped most: {_effect_line(max(helped, key=gain))}"
+        else:
+            best = max(mine, key=gain)
+            line = (
+                f"<b>{label}</b>: no change helped meaningfully; best estimate {_effect_line(best)}"
+            )
+        hurt = [e for e in mine if e["verdict"] == WORSE]
+        if hurt:
+            line += f"; worst: {_effect_line(min(hurt, key=gain))}"
+        if metric in SUMMARY_METRICS:
+            lines.append(f"<p class='summary-line' data-metric='{escape(metric)}'>{line}</p>")
+    settings = doc.get("settings") or {}
+    note = (
+        f"<p class='muted'>better/worse: the 95% interval lies outside "
+        f"±{100 * float(settings.get('min_effect', 0.02)):g}%; every metric and point is in "
+        "Effects below.</p>"
+    )
+    return f"<div class='answer'>{''.join(lines)}{note}</div>"
 
 
 def _interval_color(verdict: str) -> str:
@@ -172,6 +293,7 @@ def effects_section(doc: dict[str, Any]) -> str:
                 e["ci95"][1],
                 _interval_color(e["verdict"]),
                 e["verdict"],
+                sets_axis=e["verdict"] in VERDICT_COLORS,
             )
             for e in effects
             if e["ci95"] and e["ratio"] is not None
@@ -326,13 +448,52 @@ def failures_section(doc: dict[str, Any]) -> str:
     return _table(["experiment", "state", "host", "reason"], rows, text=True)
 
 
+def profiles_section(doc: dict[str, Any]) -> str:
+    """Each variant's profile against the baseline's: per category and the kernels that changed
+    most, in time per output token (or per step / per second when tokens are unknown)."""
+    profiles = doc.get("profiles") or {}
+    parts = [f"<p class='warn'>{escape(n)}</p>" for n in profiles.get("notes", [])]
+    for d in profiles.get("diffs", []):
+        a, b = d["repeats"]
+        parts.append(
+            f"<h3>{escape(_short(d['variant']))} against {escape(_short(d['baseline']))}</h3>"
+            f"<p>{escape(d['basis'])} time in {escape(d['unit'])}; {b} variant and {a} baseline "
+            f"launch(es); GPU idle {_share(d['gpu_idle_share'][0])} → "
+            f"{_share(d['gpu_idle_share'][1])}</p>"
+        )
+        header = ["", "baseline", "variant", "change", "ratio", "95% interval of change"]
+        for title, rows in (("category", d["categories"]), ("kernel", d["kernels"])):
+            shown = [r for r in rows if r["a"] or r["b"]]
+            body = [
+                [
+                    escape(r["name"] if title == "category" else f"{r['name']} ({r['category']})"),
+                    f"{r['a']:.4f}",
+                    f"{r['b']:.4f}",
+                    f"{r['delta']:+.4f}",
+                    "-" if r["ratio"] is None else f"{r['ratio']:.2f}x",
+                    "-"
+                    if r["interval"] is None
+                    else f"{r['interval'][0]:+.4f} .. {r['interval'][1]:+.4f}",
+                ]
+                for r in shown
+            ]
+            parts.append(_table([title, *header[1:]], body, text=True))
+    return "".join(parts)
+
+
+def _share(value: Any) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
 def render_report(doc: dict[str, Any], title: str) -> str:
     n = len(doc["experiments"])
     design = doc.get("design", "none")
     sections = [
+        ("Summary", summary_section(doc)),
         ("Throughput and latency", curves(doc)),
         ("Effects", effects_section(doc)),
         ("GPU power, clocks, energy and the roofline", gpu_section(doc)),
+        *([("Profiles", profiles_section(doc))] if doc.get("profiles") else []),
         ("Provenance", provenance_section(doc)),
         ("Failures", failures_section(doc)),
     ]

@@ -24,6 +24,7 @@ class Series:
     color: str
     line: bool = True
     dashed: bool = False
+    offset_px: float = 0.0  # drawn this far below its true place (a line on top of another)
 
 
 def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
@@ -121,8 +122,9 @@ def xy_chart(
     )
     for i, s in enumerate(series):
         pts = sorted(s.points) if s.line else list(s.points)
+        dy = s.offset_px
         if s.line and len(pts) > 1:
-            path = " ".join(f"{ax.px(x):.1f},{ax.py(y):.1f}" for x, y in pts)
+            path = " ".join(f"{ax.px(x):.1f},{ax.py(y) + dy:.1f}" for x, y in pts)
             dash = ' stroke-dasharray="6 4"' if s.dashed else ""
             body.append(
                 f'<polyline points="{path}" fill="none" stroke="{s.color}" stroke-width="2"{dash}/>'
@@ -130,13 +132,19 @@ def xy_chart(
         for x, y in pts:
             tip = escape(f"{s.name}: {_fmt(x)} {x_label}, {_fmt(y)} {y_label}")
             body.append(
-                f'<circle class="datum" cx="{ax.px(x):.1f}" cy="{ax.py(y):.1f}" r="4" '
+                f'<circle class="datum" cx="{ax.px(x):.1f}" cy="{ax.py(y) + dy:.1f}" r="4" '
                 f'fill="{s.color}"><title>{tip}</title></circle>'
             )
         ly = TOP + 14 + 18 * i
-        body.append(
-            f'<rect x="{W - RIGHT + 12}" y="{ly - 9}" width="10" height="10" fill="{s.color}"/>'
-        )
+        if s.dashed:
+            body.append(
+                f'<line x1="{W - RIGHT + 8}" x2="{W - RIGHT + 24}" y1="{ly - 4}" y2="{ly - 4}" '
+                f'stroke="{s.color}" stroke-width="2" stroke-dasharray="4 3"/>'
+            )
+        else:
+            body.append(
+                f'<rect x="{W - RIGHT + 12}" y="{ly - 9}" width="10" height="10" fill="{s.color}"/>'
+            )
         body.append(f'<text x="{W - RIGHT + 27}" y="{ly}">{escape(s.name[:22])}</text>')
     return _frame(title, body)
 
@@ -149,14 +157,29 @@ class Interval:
     hi: float
     color: str
     note: str = ""
+    sets_axis: bool = True  # False: an undecided row, drawn as an arrow when it is off the axis
+
+
+def axis_bound(rows: Sequence[Interval], band: float) -> float:
+    """Half-width of the effects axis: the range where the answers are, not the widest interval.
+
+    Set by the rows that decide (``sets_axis``: better, worse, no meaningful difference): their
+    intervals and estimates (x1.25) fit. A row that decides nothing (too few repeats, a +767 %
+    interval) is drawn to the edge as an arrow with its numbers printed, so it cannot push the
+    real -50 % and +60 % onto zero. With no deciding row, every row sets it. Never under twice
+    the minimum effect, never over +-1000 %."""
+    deciding = [r for r in rows if r.sets_axis] or list(rows)
+    ends = [abs(v) for r in deciding for v in (r.lo, r.hi)]
+    bound = max([1.25 * abs(r.estimate) for r in deciding] + ends + [band * 2, 0.01])
+    return min(bound * 1.1, 10.0)
 
 
 def interval_chart(title: str, rows: Sequence[Interval], band: float) -> str:
-    """Horizontal intervals of relative change (0 = no change) with the +-band shaded."""
-    row_h, left, right = 22, 250, 40
+    """Horizontal intervals of relative change (0 = no change) with the +-band shaded; an end
+    beyond the axis (see ``axis_bound``) is an arrow at the edge with its value written."""
+    row_h, left, right = 22, 130, 170
     height = TOP + BOTTOM + row_h * max(len(rows), 1)
-    bound = max([abs(v) for r in rows for v in (r.lo, r.hi)] + [band * 2, 0.01])
-    bound = min(bound * 1.1, 10.0)
+    bound = axis_bound(rows, band)
 
     def px(v: float) -> float:
         return left + (max(-bound, min(bound, v)) + bound) / (2 * bound) * (W - left - right)
@@ -179,12 +202,31 @@ def interval_chart(title: str, rows: Sequence[Interval], band: float) -> str:
         body.append(
             f'<text x="{left - 8}" y="{y + 4:.1f}" text-anchor="end">{escape(r.label[:40])}</text>'
         )
-        body.append(
-            f'<g class="datum"><title>{tip}</title>'
-            f'<line x1="{px(r.lo):.1f}" x2="{px(r.hi):.1f}" y1="{y:.1f}" y2="{y:.1f}" '
-            f'stroke="{r.color}" stroke-width="3"/>'
-            f'<circle cx="{px(r.estimate):.1f}" cy="{y:.1f}" r="4.5" fill="{r.color}"/></g>'
-        )
+        marks = [
+            (
+                f'<line x1="{px(r.lo):.1f}" x2="{px(r.hi):.1f}" y1="{y:.1f}" y2="{y:.1f}" '
+                f'stroke="{r.color}" stroke-width="3"/>'
+            ),
+            f'<circle cx="{px(r.estimate):.1f}" cy="{y:.1f}" r="4.5" fill="{r.color}"/>',
+        ]
+        clipped = False
+        for end, sign in ((r.lo, -1), (r.hi, 1)):
+            if sign * end <= bound:
+                continue
+            clipped = True
+            tip_x = px(sign * bound)
+            marks.append(
+                f'<path class="clipped" d="M{tip_x:.1f},{y:.1f} l{-sign * 8},-5 v10 z" '
+                f'fill="{r.color}"/>'
+            )
+        if clipped:  # the numbers the arrows stand for, in the right margin
+            value = f"{100 * r.lo:+.0f}%..{100 * r.hi:+.0f}%"
+            if abs(r.estimate) > bound:
+                value = f"est {100 * r.estimate:+.0f}%: {value}"
+            marks.append(
+                f'<text class="clipped-value" x="{W - right + 8}" y="{y + 4:.1f}">{value}</text>'
+            )
+        body.append(f'<g class="datum"><title>{tip}</title>{"".join(marks)}</g>')
     body.append(
         f'<text x="{(left + W - right) / 2}" y="{height - 8}" text-anchor="middle">'
         f"change against the baseline (95% interval; grey: within the minimum effect)</text>"

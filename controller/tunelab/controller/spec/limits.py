@@ -6,6 +6,12 @@ So the YAML is composed by a loader that counts every node as the constructed da
 it (aliases counted at their full size, without building them), and the number of variants is
 computed arithmetically from the documents (matrix axes multiplied, ablation entries added,
 times ``repeat``) before a single variant is made.
+
+Counts alone miss the *label bomb* (issue 23): a 400 KB file whose matrix values are anchored
+strings repeated by aliases builds labels and variant copies of gigabytes. So bytes are counted
+too — every string at its length, an alias at its full expanded length: while composing (a
+document may expand to at most ``max_expanded_bytes``) and arithmetically before expansion
+(what all the variants and their labels would hold together must fit the same budget).
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ class SpecLimits:
     max_nodes: int = 200_000  # YAML nodes of a file with every alias expanded
     max_depth: int = 64
     max_values: int = 5_000_000  # nodes of a document x its variants: what expansion builds
+    max_expanded_bytes: int = 16 * 1024 * 1024  # text of all variants and labels together
 
 
 DEFAULT_LIMITS = SpecLimits()
@@ -51,9 +58,11 @@ class _BoundedLoader(yaml.SafeLoader):
         super().__init__(stream)
         self._depth = 0
         self._sizes: dict[int, int] = {}
+        self._bytes: dict[int, int] = {}
 
     def compose_document(self) -> yaml.Node | None:
         self._sizes.clear()  # node ids are only unique among the live nodes of one document
+        self._bytes.clear()
         return super().compose_document()
 
     def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
@@ -81,12 +90,20 @@ class _BoundedLoader(yaml.SafeLoader):
         elif isinstance(node, yaml.MappingNode):
             children = [n for pair in node.value for n in pair]
         total = 1
+        text = len(node.value) if isinstance(node, yaml.ScalarNode) else 2
         for child in children:
             total += self._sizes[id(child)]
+            text += self._bytes[id(child)] + 2
             if total > self.limits.max_nodes:
                 raise _TooLarge(
                     f"more than {self.limits.max_nodes} values once aliases are expanded"
                 )
+        if text > self.limits.max_expanded_bytes:
+            raise _TooLarge(
+                f"more than {self.limits.max_expanded_bytes} bytes of text once aliases are "
+                "expanded"
+            )
+        self._bytes[id(node)] = text
         return total
 
 
@@ -138,9 +155,48 @@ def value_count(value: Any, limit: int) -> int:
     return count
 
 
+def text_bytes(value: Any, limit: int) -> int:
+    """About how many bytes of text a constructed value holds (stops counting past ``limit``);
+    a value reached twice (an alias) counts twice, as a copy or a label of it would."""
+    count, todo = 0, [value]
+    while todo and count <= limit:
+        item = todo.pop()
+        if isinstance(item, Mapping):
+            count += 2
+            todo.extend(item.keys())
+            todo.extend(item.values())
+        elif isinstance(item, list):
+            count += 2
+            todo.extend(item)
+        elif isinstance(item, str):
+            count += len(item) + 2
+        else:
+            count += 8
+    return count
+
+
+def expanded_bytes(doc: Mapping[str, Any], variants: int, limit: int) -> int:
+    """What a document's variants and their labels hold together, computed before any is made:
+    each variant copies the base; each matrix value appears in its variants and their labels."""
+    base = {k: v for k, v in doc.items() if k not in ("matrix", "ablation")}
+    total = variants * text_bytes(base, limit)
+    matrix, ablation = doc.get("matrix"), doc.get("ablation")
+    if isinstance(matrix, Mapping):
+        for path, values in matrix.items():
+            axis = values if isinstance(values, list) and values else [values]
+            per_value = variants // len(axis)  # variants that hold each value of this axis
+            for value in axis:
+                total += 2 * per_value * (text_bytes(value, limit) + len(str(path)))
+                if total > limit:
+                    return total
+    elif isinstance(ablation, list):
+        total += 2 * text_bytes(ablation, limit)
+    return total
+
+
 def check_expansion(docs: list[Any], limits: SpecLimits, source: str = "") -> None:
     """Refuse a file whose documents would expand past the limits (arithmetic only)."""
-    total = values = 0
+    total = values = text = 0
     for doc in docs:
         if not isinstance(doc, Mapping):
             continue
@@ -167,6 +223,18 @@ def check_expansion(docs: list[Any], limits: SpecLimits, source: str = "") -> No
                         "",
                         f"expands to more than {limits.max_values} values in all "
                         f"({n} variants of a large document); make the document smaller",
+                    )
+                ],
+                source,
+            )
+        text += expanded_bytes(doc, n, limits.max_expanded_bytes)
+        if text > limits.max_expanded_bytes:
+            raise SpecError(
+                [
+                    SpecIssue(
+                        "",
+                        f"expands to more than {limits.max_expanded_bytes} bytes of text in all "
+                        f"(variants and their labels); use shorter values or fewer variants",
                     )
                 ],
                 source,

@@ -85,13 +85,43 @@ def to_run_spec(spec: dict[str, Any], run_name: str, gpus: list[int]) -> run_pb2
             seed=bench["seed"],
             url=bench["url"],
             preset=bench["preset"],
+            rates=bench.get("rates", []),
+            max_concurrency=bench.get("max_concurrency", 0),
+            ramp=bench.get("ramp", {}).get("strategy", ""),
+            ramp_start_rate=bench.get("ramp", {}).get("start_rate", 0.0),
+            ramp_end_rate=bench.get("ramp", {}).get("end_rate", 0.0),
+            warmup_seconds=bench.get("warmup_seconds", 0.0),
+            reset_cache_url=bench.get("reset_cache_url", ""),
         )
+        if bench.get("dataset"):
+            builtin.dataset.CopyFrom(run_pb2.DatasetSpec(**bench["dataset"]))
+        if "reset_cache" in bench:
+            builtin.reset_cache = bench["reset_cache"]
+        if "profile" in spec:
+            builtin.profile.CopyFrom(profile_spec(spec["profile"]))
+        if "find" in bench:  # a load search (search: load: find)
+            builtin.find_axis = bench["find"]["axis"]
+            builtin.find_max = bench["find"]["max"]
+            builtin.find_slo.update(bench["find"]["slo"])
         benchmark = run_pb2.BenchmarkSpec(builtin=builtin)
     return run_pb2.RunSpec(
         server=server_spec,
         benchmark=benchmark,
         max_duration_seconds=spec["max_duration"],
         experiment=run_name,
+    )
+
+
+def profile_spec(profile: dict[str, Any]) -> run_pb2.ProfileSpec:
+    return run_pb2.ProfileSpec(
+        point=profile["point"],
+        window_seconds=profile["window"],
+        window_requests=profile["requests"],
+        activities=profile["activities"],
+        max_bytes=profile["max_bytes"],
+        start_url=profile.get("start_url", ""),
+        stop_url=profile.get("stop_url", ""),
+        stop_timeout_seconds=profile["stop_timeout"],
     )
 
 

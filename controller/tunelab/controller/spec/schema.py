@@ -18,16 +18,45 @@ from tunelab.controller.spec.errors import SpecIssue
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$")
+LABEL_VALUE = re.compile(r"^[^\x00-\x1f\x7f]{0,253}$")  # no NUL, newline or other control
 
 TOP_KEYS = {"name", "priority", "host", "server", "benchmark", "max_duration", "repeat", "matrix",
-            "ablation", "max_attempts", "roofline"}  # fmt: skip
+            "ablation", "max_attempts", "roofline", "redact", "profile"}  # fmt: skip
 SERVER_KEYS = {"command", "flags", "env", "port", "ready", "stop_grace", "cwd", "engine"}
 ENGINES = ("vllm", "sglang", "generic")  # the agent's engine profiles
 READY_KEYS = {"path", "model", "timeout"}
 HOST_KEYS = {"name", "labels", "gpus"}
 BUILTIN_KEYS = {"api", "model", "concurrency", "rate", "burstiness", "requests", "duration",
                 "input_len", "output_len", "range_ratio", "warmup", "ignore_eos", "temperature",
-                "slo", "seed", "preset", "url"}  # fmt: skip
+                "slo", "seed", "preset", "url", "dataset", "max_concurrency",
+                "ramp", "reset_cache", "reset_cache_url", "find"}  # fmt: skip
+# benchmark.dataset (docs/workloads.md): key -> (kind, DatasetSpec field)
+DATASET_KEYS: dict[str, tuple[str, str]] = {
+    "name": ("string", "name"),
+    "input_dist": ("string", "input_dist"),
+    "output_dist": ("string", "output_dist"),
+    "input_sigma": ("number", "input_sigma"),
+    "output_sigma": ("number", "output_sigma"),
+    "output_range_ratio": ("number", "output_range_ratio"),
+    "prefix_len": ("integer", "prefix_len"),
+    "prefix_groups": ("integer", "prefix_groups"),
+    "turns": ("integer", "turns"),
+    "think_time": ("duration", "think_time_seconds"),
+    "path": ("string", "path"),
+    "format": ("string", "file_format"),
+    "output_len": ("integer", "file_output_len"),
+    "block_size": ("integer", "trace_block_size"),
+    "sec_multiplier": ("number", "trace_sec_multiplier"),
+    "timed": ("boolean", "trace_timed"),
+    "sha256": ("string", "sha256"),
+}
+RAMP_KEYS = {"strategy", "start_rate", "end_rate"}
+# `profile:` (docs/profiles.md): the engine's profiler around one load point's window
+PROFILE_KEYS = {"point", "window", "requests", "activities", "max_bytes", "start_url", "stop_url",
+                "stop_timeout"}  # fmt: skip
+FIND_KEYS = {"axis", "max", "slo"}
+FIND_SLO = ("p99_ttft_ms", "median_ttft_ms", "p99_tpot_ms", "median_tpot_ms", "p99_itl_ms",
+            "median_itl_ms", "p99_e2el_ms", "median_e2el_ms")  # fmt: skip
 COMMAND_KEYS = {"command", "result_file", "env"}
 SLO_KEYS = {"ttft_ms", "tpot_ms"}
 # what a decode step reads, when the agent cannot read it from the model's files (roofline.py)
@@ -296,14 +325,24 @@ def check_benchmark(check: Checker, raw: Any, default_model: str) -> dict[str, A
             check.integer(c, f"benchmark.concurrency[{i}]", 1, "BuiltinBenchmark.concurrency")
             for i, c in enumerate(concurrency_raw)
         ]
-    rate = (
-        check.number(bench["rate"], "benchmark.rate", 0.0, "BuiltinBenchmark.request_rate")
-        if "rate" in bench
-        else 0.0
-    )
-    if not concurrency and not rate:
+    rate = 0.0
+    rates: list[float] = []
+    if isinstance(bench.get("rate"), list):
+        rates = [
+            check.number(r, f"benchmark.rate[{i}]", 0.0, "BuiltinBenchmark.request_rate")
+            for i, r in enumerate(bench["rate"])
+        ]
+    elif "rate" in bench:
+        rate = check.number(bench["rate"], "benchmark.rate", 0.0, "BuiltinBenchmark.request_rate")
+    dataset = check_dataset(check, bench.get("dataset", {}))
+    ramp = check.mapping(bench.get("ramp", {}), "benchmark.ramp", RAMP_KEYS)
+    timed_trace = dataset.get("name") == "trace" and dataset.get("trace_timed", True)
+    find = _find(check, bench["find"]) if "find" in bench else None
+    if find is not None and (concurrency or rate or rates or ramp):
+        check.fail("benchmark.find", "a load search sets its own loads: no concurrency or rate")
+    if not (concurrency or rate or rates or ramp or timed_trace or find is not None):
         check.fail("benchmark", "set concurrency (a sweep list) or rate (requests/s)")
-    if concurrency and rate:
+    if concurrency and (rate or rates):
         check.fail("benchmark", "set concurrency or rate, not both")
     slo = check.mapping(bench.get("slo", {}), "benchmark.slo", SLO_KEYS)
     api = check.string(bench.get("api", "completions"), "benchmark.api")
@@ -324,17 +363,119 @@ def check_benchmark(check: Checker, raw: Any, default_model: str) -> dict[str, A
         "ignore_eos": check.boolean(bench.get("ignore_eos", True), "benchmark.ignore_eos"),
         "preset": check.string(bench.get("preset", ""), "benchmark.preset"),
         "url": check.string(bench.get("url", ""), "benchmark.url"),
+        "rates": rates,
+        "dataset": dataset,
+        "max_concurrency": check.integer(
+            bench.get("max_concurrency", 0), "benchmark.max_concurrency", 0
+        ),
+        "ramp": {
+            "strategy": check.string(ramp.get("strategy", ""), "benchmark.ramp.strategy"),
+            "start_rate": check.number(ramp.get("start_rate", 0), "benchmark.ramp.start_rate", 0),
+            "end_rate": check.number(ramp.get("end_rate", 0), "benchmark.ramp.end_rate", 0),
+        },
     }
+    if isinstance(bench.get("warmup"), str):  # "10s": a warm-up by time, instead of requests
+        out["warmup_seconds"] = check.duration(
+            bench.pop("warmup"), "benchmark.warmup", "BuiltinBenchmark.warmup_seconds"
+        )
+    if "reset_cache" in bench:  # kept only when given: unset is the agent's default
+        out["reset_cache"] = check.boolean(bench["reset_cache"], "benchmark.reset_cache")
+    if "reset_cache_url" in bench:
+        out["reset_cache_url"] = _server_path(check, bench["reset_cache_url"], "reset_cache_url")
     for key, default, minimum, field in BUILTIN_NUMBERS:
         source, name = (slo, key.removeprefix("slo_")) if key.startswith("slo_") else (bench, key)
         path = f"benchmark.slo.{name}" if source is slo else f"benchmark.{key}"
         read = check.integer if isinstance(default, int) else check.number
         out[key] = read(source.get(name, default), path, minimum, f"BuiltinBenchmark.{field}")
-    if not out["requests"] and not out["duration"]:
+    if find is not None:
+        out["find"] = find
+    if not out["requests"] and not out["duration"] and not timed_trace and find is None:
         check.fail("benchmark", "set requests (per point) or duration (per point)")
     if out["preset"] not in ("", "decode"):
         check.fail("benchmark.preset", f"must be decode or empty, got {out['preset']!r}")
     return out
+
+
+def check_dataset(check: Checker, raw: Any) -> dict[str, Any]:
+    """``benchmark.dataset``: DatasetSpec fields by name (the agent checks the values)."""
+    given = check.mapping(raw, "benchmark.dataset", set(DATASET_KEYS))
+    out: dict[str, Any] = {}
+    for key, value in given.items():
+        if key not in DATASET_KEYS:
+            continue  # reported by mapping()
+        kind, field = DATASET_KEYS[key]
+        path = f"benchmark.dataset.{key}"
+        if kind == "string":
+            out[field] = check.string(value, path)
+        elif kind == "integer":
+            out[field] = check.integer(value, path, 0)
+        elif kind == "number":
+            out[field] = check.number(value, path, 0.0)
+        elif kind == "duration":
+            out[field] = check.duration(value, path)
+        else:
+            out[field] = check.boolean(value, path)
+    return out
+
+
+def _server_path(check: Checker, value: Any, path: str) -> str:
+    text = check.string(value, path)
+    if text and not text.startswith(("/", "http://", "https://")):
+        check.fail(path, "must be a path on the server (/start_profile) or an http(s) URL")
+    return text
+
+
+def check_profile(check: Checker, raw: Any) -> dict[str, Any]:
+    """``profile:``; ``{window: 5s}`` alone works: point 0, cpu and gpu, a 500 MB cap."""
+    profile = check.mapping({} if raw is None else raw, "profile", PROFILE_KEYS)
+    activities = profile.get("activities", ["cpu", "gpu"])
+    if isinstance(activities, str):
+        activities = [activities]
+    if not isinstance(activities, list) or not activities:
+        check.fail("profile.activities", "must be a list of cpu and/or gpu")
+        activities = []
+    for i, activity in enumerate(activities):
+        if activity not in ("cpu", "gpu"):
+            check.fail(f"profile.activities[{i}]", f"must be cpu or gpu, got {activity!r}")
+    out: dict[str, Any] = {
+        "point": check.integer(profile.get("point", 0), "profile.point", 0, "ProfileSpec.point"),
+        "window": check.duration(
+            profile.get("window", 0), "profile.window", "ProfileSpec.window_seconds"
+        ),
+        "requests": check.integer(
+            profile.get("requests", 0), "profile.requests", 0, "ProfileSpec.window_requests"
+        ),
+        "activities": [str(a) for a in activities],
+        "max_bytes": check.integer(
+            profile.get("max_bytes", 500_000_000), "profile.max_bytes", 1, "ProfileSpec.max_bytes"
+        ),
+        "stop_timeout": check.duration(
+            profile.get("stop_timeout", "120s"),
+            "profile.stop_timeout",
+            "ProfileSpec.stop_timeout_seconds",
+        ),
+    }
+    for key in ("start_url", "stop_url"):
+        if key in profile:
+            out[key] = _server_path(check, profile[key], f"profile.{key}")
+    if out["window"] and out["requests"]:
+        check.fail("profile", "give window (seconds) or requests, not both")
+    return out
+
+
+def _find(check: Checker, raw: Any) -> dict[str, Any]:
+    """``benchmark.find``: {axis: concurrency|rate, max: N, slo: {p99_tpot_ms: 50}} — the
+    largest load meeting every SLO, found on one server (what ``search: load: find`` sets)."""
+    given = check.mapping(raw, "benchmark.find", FIND_KEYS)
+    axis = check.string(given.get("axis", ""), "benchmark.find.axis")
+    if axis not in ("concurrency", "rate"):
+        check.fail("benchmark.find.axis", f"must be concurrency or rate, got {axis!r}")
+    maximum = check.number(given.get("max", 0), "benchmark.find.max", 1.0, Range(1, 100_000))
+    slo_raw = check.mapping(given.get("slo", {}), "benchmark.find.slo", set(FIND_SLO))
+    slo = {k: check.number(v, f"benchmark.find.slo.{k}", 0.0) for k, v in slo_raw.items()}
+    if not slo:
+        check.fail("benchmark.find.slo", "give at least one latency limit")
+    return {"axis": axis, "max": maximum, "slo": slo}
 
 
 def check_host(check: Checker, raw: Any) -> dict[str, Any]:
@@ -350,7 +491,8 @@ def check_host(check: Checker, raw: Any) -> dict[str, Any]:
     return {
         "name": check.string(host["name"], "host.name", NAME) if "name" in host else "",
         "labels": {
-            str(k): check.string(_label_text(v), f"host.labels.{k}") for k, v in labels.items()
+            str(k): check.string(_label_text(v), f"host.labels.{k}", LABEL_VALUE)
+            for k, v in labels.items()
         },
         "gpus": check.integer(host.get("gpus", 0), "host.gpus", 0, HOST_GPUS),
     }
@@ -390,6 +532,15 @@ def check_experiment(raw: Any, prefix: str = "") -> tuple[dict[str, Any], list[S
         "repeat": check.integer(doc.get("repeat", 1), "repeat", 1, REPEAT),
         "max_attempts": check.integer(doc.get("max_attempts", 3), "max_attempts", 1, MAX_ATTEMPTS),
     }
+    if "redact" in doc:  # more names whose values never leave the controller (wire.py)
+        spec["redact"] = check.string_list(doc["redact"], "redact")
+    if "profile" in doc:
+        spec["profile"] = check_profile(check, doc["profile"])
+        if spec["benchmark"].get("kind") == "command":
+            check.fail("profile", "needs the built-in benchmark (it times the window)")
+        points = len(spec["benchmark"].get("concurrency") or [1])
+        if spec["profile"]["point"] >= points:
+            check.fail("profile.point", f"the sweep has {points} point(s); point counts from 0")
     if "roofline" in doc:
         given = check.mapping(doc["roofline"], "roofline", ROOFLINE_KEYS)
         spec["roofline"] = {k: check.number(v, f"roofline.{k}", 0.0) for k, v in given.items()}

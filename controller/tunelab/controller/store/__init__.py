@@ -1,10 +1,13 @@
-"""The controller's durable state: every SQL statement lives in this package."""
+"""The controller's durable state: every SQL statement lives in this package (statements.py)."""
 
 from tunelab.controller.store.base import (
+    FencingToken,
     Store,
     StoreConflict,
     StoreError,
+    StoreFenced,
     StoreFull,
+    StoreNotFound,
     StoreUnavailable,
 )
 from tunelab.controller.store.models import AttemptChange, AttemptRow, ExperimentRow, HostRow
@@ -14,11 +17,14 @@ __all__ = [
     "AttemptChange",
     "AttemptRow",
     "ExperimentRow",
+    "FencingToken",
     "HostRow",
     "SqliteStore",
     "Store",
     "StoreConflict",
     "StoreError",
+    "StoreFenced",
     "StoreFull",
+    "StoreNotFound",
     "StoreUnavailable",
 ]

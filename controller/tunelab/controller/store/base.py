@@ -1,11 +1,14 @@
-"""The store interface. SQLite implements it today; a PostgreSQL store can satisfy the same
-protocol later (the schema uses nothing SQLite-only beyond AUTOINCREMENT and partial indexes,
-which PostgreSQL has as SERIAL and partial unique indexes).
+"""The store interface, which both engines implement: ``SqliteStore`` (one file, one
+controller) and ``PostgresStore`` (several controllers on one database). Their shared
+statements are in ``statements.py``, written once for a ``Dialect`` (dialect.py); the
+transaction logic both run is ``core.SqlStore``.
 
 Errors::
 
     StoreError               the store cannot do what was asked
     ├── StoreConflict        a compare-and-set write found another state     FAILED_PRECONDITION
+    │   └── StoreFenced      the scheduling turn this write was for is lost  FAILED_PRECONDITION
+    ├── StoreNotFound        no such host, experiment or attempt             NOT_FOUND
     ├── StoreUnavailable     the database is read-only, deleted or replaced  UNAVAILABLE
     │                        (writes refused until a person restores it)
     └── StoreFull            the disk is full; the write was rolled back     RESOURCE_EXHAUSTED
@@ -15,10 +18,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from tunelab.controller.states import AttemptState, ExperimentState, HostState
 from tunelab.controller.store.models import AttemptChange, AttemptRow, ExperimentRow, HostRow
+from tunelab.controller.store.search_models import SearchStore
 
 
 class StoreError(RuntimeError):
@@ -29,6 +34,26 @@ class StoreConflict(StoreError):
     """A compare-and-set write found the row in another state (or owned by another attempt)."""
 
 
+class StoreFenced(StoreConflict):
+    """The scheduling turn a write was made under has passed to another controller (or its
+    session is gone): nothing of the write was committed."""
+
+
+class StoreNotFound(StoreError):
+    """No row with this key (host name, experiment id, attempt id)."""
+
+
+@dataclass(frozen=True)
+class FencingToken:
+    """Proof of one scheduling turn, handed to the writes of the pass it guards and checked in
+    their transaction. ``epoch`` rises each time a controller takes the turn; ``holder`` is
+    the database session holding it (PostgreSQL's backend pid; 0 for SQLite, whose one
+    controller always holds the turn)."""
+
+    epoch: int
+    holder: int = 0
+
+
 class StoreUnavailable(StoreError):
     """The database cannot be written (read-only, deleted or replaced under us)."""
 
@@ -37,7 +62,7 @@ class StoreFull(StoreError):
     """The disk holding the database is full; the transaction was rolled back."""
 
 
-class Store(Protocol):
+class Store(SearchStore, Protocol):
     # hosts
     def add_host(self, host: HostRow, replace: bool = False) -> HostRow: ...
     def remove_host(self, name: str) -> None: ...
@@ -49,7 +74,8 @@ class Store(Protocol):
     ) -> HostRow: ...
 
     # experiments
-    def insert_experiments(self, rows: Sequence[ExperimentRow]) -> None: ...
+    def insert_experiments(self, rows: Sequence[ExperimentRow], request_id: str = "") -> str: ...
+    def group_experiments(self, group: str) -> list[ExperimentRow]: ...
     def get_experiment(self, experiment_id: str) -> ExperimentRow | None: ...
     def get_experiments(self, experiment_ids: Sequence[str]) -> dict[str, ExperimentRow]: ...
     def find_experiment_by_name(self, name: str) -> ExperimentRow | None: ...
@@ -79,7 +105,7 @@ class Store(Protocol):
         self, experiment_id: str, host: str, gpus: list[int], now: float
     ) -> AttemptRow: ...
     def create_attempts(
-        self, placements: Sequence[tuple[str, str, list[int]]], now: float
+        self, placements: Sequence[tuple[str, str, list[int]]], now: float, fence: FencingToken
     ) -> list[AttemptRow]: ...
     def get_attempt(self, attempt_id: str) -> AttemptRow | None: ...
     def attempts_for(self, experiment_id: str) -> list[AttemptRow]: ...
@@ -102,8 +128,9 @@ class Store(Protocol):
     def events_for(self, ref: str) -> list[dict[str, Any]]: ...
 
     # several controllers on one database
-    def scheduling_pass(self) -> AbstractContextManager[bool]:
-        """Held across one scheduling pass; False: another controller is scheduling now."""
+    def scheduling_pass(self) -> AbstractContextManager[FencingToken | None]:
+        """This controller's scheduling turn, held across one control tick: a token for the
+        writes it guards, or None while another controller (or thread) holds the turn."""
         ...
 
     def now(self) -> float:

@@ -23,7 +23,14 @@ _READONLY, _IOERR, _FULL, _CANTOPEN = 8, 10, 13, 14  # SQLite primary result cod
 def create_private(path: Path) -> None:
     """Create (or tighten) the database and its side files as 0600 before SQLite opens them:
     SQLite gives ``-wal``/``-shm`` the mode it is given, and the umask decides the rest."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        where = Path(exc.filename) if exc.filename else path.parent
+        raise StoreUnavailable(
+            f"cannot create the database's folder {where}: {exc.strerror} "
+            "(give --db a file in a folder the controller can create or write)"
+        ) from None
     for name in ("", *SIDE_FILES):
         target = Path(f"{path}{name}")
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from tunelab.controller.store.base import Store, StoreUnavailable
 from tunelab.controller.store.sqlite import SqliteStore
 
 URL_SCHEMES = ("postgresql://", "postgres://")
@@ -28,11 +29,18 @@ def check_db(db: str) -> str | None:
     return None
 
 
-def open_store(db: str, secrets_file: Path | None = None) -> SqliteStore:
+def open_store(db: str, secrets_file: Path | None = None, turn_lease: float | None = None) -> Store:
     """The store for ``db``; host tokens go to ``secrets_file`` (default: ``<db>.secrets`` for a
-    file; for PostgreSQL the setting ``secrets_file``, or none kept)."""
+    file; for PostgreSQL the setting ``secrets_file``, or none kept). ``turn_lease``: how long a
+    frozen controller keeps PostgreSQL's scheduling turn (default: the store's, 3 s)."""
     if db.startswith(URL_SCHEMES):
-        from tunelab.controller.store.postgres import PostgresStore
+        try:
+            from tunelab.controller.store.postgres import LEASE, PostgresStore
+        except ImportError as exc:
+            raise StoreUnavailable(
+                f"--db {redact(db)}: PostgreSQL needs psycopg, which is not installed "
+                f"({exc}); install it with: pip install 'tunelab[postgresql]'"
+            ) from None
 
-        return PostgresStore(db, secrets_file)
+        return PostgresStore(db, secrets_file, lease=turn_lease or LEASE)
     return SqliteStore(Path(db).expanduser(), secrets_file)

@@ -75,6 +75,8 @@ class AttemptRow:
     progress: dict[str, Any] | None = None
     agent_instance_id: str = ""
     provenance: dict[str, Any] | None = None  # recorded by the agent before the server started
+    failure_reason: str = ""  # the agent's reason name without its prefix ("CUDA_OOM"), or ""
+    failure_line: str = ""  # the log line it was read from
 
 
 def selector_key(host: dict[str, Any]) -> str:

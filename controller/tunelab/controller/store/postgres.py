@@ -1,26 +1,33 @@
-"""PostgreSQL store: the same statements as the SQLite store, over pooled psycopg 3 connections,
-for several controllers on one database.
-
-Every statement in ``sqlite.py`` is portable SQL (``?`` placeholders become ``%s`` here), so
-this class replaces only the connection layer: the pool, transactions, errors, the migration
-dialect, and two things only a shared database needs:
+"""PostgreSQL engine of the controller store: several controllers on one database, over pooled
+psycopg 3 connections. The statements and transactions are core.SqlStore's over statements.py
+in the PostgreSQL dialect (built once, ``%s`` placeholders; no SQL text is rewritten per call);
+this module is the connection layer and what only a shared database needs:
 
 - **Writers are serialised.** Each write transaction first takes a transaction-level advisory
   lock, so the compare-and-set writes behave exactly as under SQLite's one writer; reads run in
-  parallel (MVCC). A controller killed mid-transaction releases the lock with its session.
-- **Scheduling passes are serialised.** ``scheduling_pass()`` holds a session advisory lock
-  across one pass (read the queue, place, commit); a controller that finds it held skips the
-  pass, so two controllers never place two runs on one free host.
+  parallel (MVCC). A controller killed mid-transaction releases the lock with its session; one
+  frozen mid-transaction (SIGSTOP, a VM paused) loses it after ``lease`` seconds, when the
+  server ends the session (``idle_in_transaction_session_timeout``).
+- **One scheduling turn at a time, as a lease.** ``scheduling_pass()`` holds a session advisory
+  lock across one control tick, on a connection of its own that a heartbeat thread keeps busy.
+  That session has ``idle_session_timeout = lease``: a controller that stops (frozen, or its
+  process starved) stops its heartbeat, the server ends the session after ``lease`` seconds and
+  with it the lock, and another controller takes the turn at its next tick.
+- **The turn is fenced.** Taking the turn bumps the epoch in ``meta``; the token handed to the
+  pass carries that epoch and the holding session's backend pid, and the pass's commit
+  (``create_attempts``) checks, in its own transaction, that the epoch is unchanged and that
+  this session still holds the lock. A controller that lost the turn (frozen, partitioned, its
+  session ended) commits nothing of its pass and so calls no agent for it.
 
 psycopg 3 (``psycopg[binary]``) is PostgreSQL's maintained Python driver; ``psycopg_pool`` is
-its pool. Times are seconds since the epoch in DOUBLE PRECISION, as in SQLite; ``now()`` reads
-the database server's clock, one clock for every controller.
+its pool. Times are seconds since the epoch in DOUBLE PRECISION, as in SQLite, and every one a
+store method writes is read from the database server's clock, one clock for every controller.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
+import os
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -31,20 +38,37 @@ import psycopg
 import psycopg_pool
 from psycopg.rows import dict_row
 
-from tunelab.controller.store.base import StoreConflict, StoreError, StoreFull, StoreUnavailable
+from tunelab.controller.store.base import (
+    FencingToken,
+    StoreError,
+    StoreFenced,
+    StoreFull,
+    StoreUnavailable,
+)
+from tunelab.controller.store.core import SqlStore
+from tunelab.controller.store.dialect import POSTGRESQL
 from tunelab.controller.store.factory import redact
 from tunelab.controller.store.migrations import migrate
+from tunelab.controller.store.searches import SearchSql
 from tunelab.controller.store.secrets import HostSecrets
-from tunelab.controller.store.sqlite import SqliteStore
+from tunelab.controller.store.statements import Statements
 
 WRITE_LOCK = 0x7475_6E65_0001  # "tune" + 1: one writer at a time
-SCHEDULE_LOCK = 0x7475_6E65_0002  # one scheduling pass at a time
+SCHEDULE_LOCK = 0x7475_6E65_0002  # one scheduling turn at a time
 MIGRATE_LOCK = 0x7475_6E65_0003
+LEASE = 3.0  # seconds a frozen controller keeps the turn (or a transaction) before it loses it
 
-
-@functools.lru_cache(maxsize=512)
-def _pg_sql(sql: str) -> str:
-    return sql.replace("%", "%%").replace("?", "%s")
+_STATEMENTS = Statements(POSTGRESQL)
+_SEARCH_SQL = SearchSql(POSTGRESQL)
+_BUMP_EPOCH = (
+    "INSERT INTO meta (key, value) VALUES ('scheduler_epoch', '1') ON CONFLICT (key) "
+    "DO UPDATE SET value = (meta.value::bigint + 1)::text RETURNING value"
+)
+# a bigint advisory key shows in pg_locks as (classid, objid) = (high, low) 32 bits, objsubid 1
+_TURN_HELD = (
+    "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND classid = %s "
+    "AND objid = %s AND objsubid = 1 AND granted AND pid = %s) AS held"
+)
 
 
 class _PgConnection:
@@ -54,21 +78,25 @@ class _PgConnection:
         self._conn = conn
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
-        return self._conn.execute(_pg_sql(sql), tuple(params))
+        return self._conn.execute(sql, tuple(params))
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
-        rows = list(rows)
-        if rows:
-            with self._conn.cursor() as cursor:
-                cursor.executemany(_pg_sql(sql), rows)
+        """One statement after another, each synced, not psycopg's pipelined executemany: a
+        backend waiting in the middle of a pipeline is not "idle in transaction", so a
+        controller frozen there would keep the write lock for ever."""
+        for row in rows:
+            self._conn.execute(sql, tuple(row))
 
 
-class PostgresDialect:
+class PostgresVersions:
+    """The schema version in ``meta``, under an advisory lock: two controllers starting at
+    once migrate once."""
+
     name = "postgresql"
 
     def begin(self, conn: Any) -> None:
         conn.execute("BEGIN")
-        conn.execute("SELECT pg_advisory_xact_lock(?)", (MIGRATE_LOCK,))
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATE_LOCK,))
 
     def version(self, conn: Any) -> int:
         if conn.execute("SELECT to_regclass('meta') AS t").fetchone()["t"] is None:
@@ -78,13 +106,13 @@ class PostgresDialect:
 
     def set_version(self, conn: Any, version: int) -> None:
         conn.execute(
-            "INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
+            "INSERT INTO meta (key, value) VALUES ('schema_version', %s) "
             "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
             (str(version),),
         )
 
 
-def translate_pg(exc: psycopg.Error, where: str) -> StoreError | None:
+def translate_pg(exc: psycopg.Error | psycopg_pool.PoolTimeout, where: str) -> StoreError | None:
     if isinstance(exc, psycopg.errors.DiskFull | psycopg.errors.OutOfMemory):
         return StoreFull(
             f"the database {where} is out of space; nothing of this request was stored"
@@ -96,32 +124,60 @@ def translate_pg(exc: psycopg.Error, where: str) -> StoreError | None:
     return None
 
 
-class PostgresStore(SqliteStore):
+def _session_options(**settings: float) -> str:
+    """libpq ``options``: server settings for every session of a connection, in ms."""
+    return " ".join(f"-c {name}={int(seconds * 1000)}" for name, seconds in settings.items())
+
+
+class PostgresStore(SqlStore):
     def __init__(
-        self, url: str, secrets_path: Path | None = None, pool_size: int = 8, timeout: float = 10
+        self,
+        url: str,
+        secrets_path: Path | None = None,
+        pool_size: int = 8,
+        timeout: float = 10,
+        lease: float = LEASE,
     ) -> None:
-        # not SqliteStore.__init__: no file, no pragmas; the statements are inherited
+        self.sql = _STATEMENTS
+        self.search_sql = _SEARCH_SQL
         self.url = url
-        self.path = Path("postgresql")  # not a file: messages use self.where
         self.where = redact(url)
-        self._identity = None
         self.secrets = HostSecrets(secrets_path)
-        self._turn = threading.RLock()  # re-entrant in its thread, refused to the others
-        self._turn_depth = 0
-        self._epoch: int | None = None
+        self.lease = lease
+        self._connect_kwargs: dict[str, Any] = {
+            "connect_timeout": 5,
+            # a dead peer (host gone, cable cut) is noticed by TCP within ~lease as well
+            "keepalives": 1,
+            "keepalives_idle": max(1, int(lease)),
+            "keepalives_interval": 1,
+            "keepalives_count": 3,
+        }
+        self._turn = threading.Lock()  # one turn per controller: its other threads are refused
+        self._turn_conn: psycopg.Connection[Any] | None = None
+        self._turn_conn_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._heartbeat: threading.Thread | None = None
         try:
             self._pool = psycopg_pool.ConnectionPool(
                 url,
                 min_size=1,
                 max_size=pool_size,
                 timeout=timeout,
-                kwargs={"autocommit": True, "row_factory": dict_row, "connect_timeout": 5},
+                kwargs={
+                    **self._connect_kwargs,
+                    "autocommit": True,
+                    "row_factory": dict_row,
+                    "options": _session_options(idle_in_transaction_session_timeout=lease),
+                },
                 open=False,
             )
             self._pool.open(wait=True, timeout=timeout)
             with self._pool.connection() as conn:
                 self.migrated_from, self.schema_version = migrate(
-                    _PgConnection(conn), {2: self._move_tokens_out}, PostgresDialect()
+                    _PgConnection(conn),
+                    PostgresVersions(),
+                    before={2: self._move_tokens_out},
+                    after={5: self._copy_failures_out},
                 )
         except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
             if hasattr(self, "_pool"):
@@ -129,7 +185,17 @@ class PostgresStore(SqliteStore):
             raise translate_pg(exc, self.where) or StoreError(f"{self.where}: {exc}") from None
 
     def close(self) -> None:
+        self._stop.set()
+        if self._heartbeat is not None:
+            self._heartbeat.join(5)
+        with self._turn_conn_lock:
+            if self._turn_conn is not None:
+                self._turn_conn.close()
+                self._turn_conn = None
         self._pool.close()
+
+    def _errors(self, exc: psycopg.Error | psycopg_pool.PoolTimeout) -> StoreError | None:
+        return translate_pg(exc, self.where)
 
     @contextmanager
     def _tx(self) -> Iterator[Any]:
@@ -139,7 +205,7 @@ class PostgresStore(SqliteStore):
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
                 yield _PgConnection(conn)
         except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
-            translated = translate_pg(exc, self.where)
+            translated = self._errors(exc)
             if translated is None:
                 raise
             raise translated from None
@@ -149,70 +215,100 @@ class PostgresStore(SqliteStore):
             with self._pool.connection() as conn:
                 return _PgConnection(conn).execute(sql, params).fetchall()
         except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
-            translated = translate_pg(exc, self.where)
+            translated = self._errors(exc)
             if translated is None:
                 raise
             raise translated from None
+
+    def now(self) -> float:
+        row = self._query("SELECT extract(epoch FROM clock_timestamp())::float8 AS now")
+        return float(row[0]["now"])
+
+    # --- the scheduling turn -----------------------------------------------------------------
+
+    def _session(self) -> psycopg.Connection[Any]:
+        """The turn's own connection (not the pool's): idle for ``lease`` seconds, the server
+        ends it. Opened on first use and again after it was lost."""
+        with self._turn_conn_lock:
+            if self._turn_conn is None or self._turn_conn.closed:
+                self._turn_conn = psycopg.connect(
+                    self.url,
+                    autocommit=True,
+                    row_factory=dict_row,
+                    application_name=f"tunelab-controller pid={os.getpid()} turn",
+                    options=_session_options(idle_session_timeout=self.lease),
+                    **self._connect_kwargs,
+                )
+            if self._heartbeat is None:
+                self._heartbeat = threading.Thread(
+                    target=self._beat, name="store-turn-heartbeat", daemon=True
+                )
+                self._heartbeat.start()
+            return self._turn_conn
+
+    def _beat(self) -> None:
+        """Keep the turn's session from idling out while this controller runs."""
+        while not self._stop.wait(self.lease / 4):
+            with self._turn_conn_lock:
+                conn = self._turn_conn
+            if conn is None or conn.closed:
+                continue
+            with contextlib.suppress(psycopg.Error):  # a lost session: the next turn reopens
+                conn.execute("SELECT 1")
+
+    def _drop_session(self) -> None:
+        with self._turn_conn_lock:
+            if self._turn_conn is not None:
+                with contextlib.suppress(psycopg.Error):
+                    self._turn_conn.close()
+                self._turn_conn = None
 
     @contextmanager
-    def scheduling_pass(self) -> Iterator[bool]:
-        """True while this controller holds the scheduling lock; False: another one does.
-
-        Re-entrant in the thread that holds it (a control tick holds it and its scheduling
-        pass asks again). Each acquisition bumps the fencing epoch in ``meta``; the pass's
-        commit (``create_attempts``) checks it in the same transaction, so a controller whose
-        session (and with it the lock) was lost mid-pass cannot commit, and calls no agent."""
+    def scheduling_pass(self) -> Iterator[FencingToken | None]:
+        """A token while this controller holds the scheduling turn; None while another
+        controller (or another thread of this one) does. Taken once per control tick."""
         if not self._turn.acquire(blocking=False):
-            yield False  # another thread of this controller holds the turn
+            yield None
             return
         try:
-            if self._turn_depth:
-                self._turn_depth += 1
-                try:
-                    yield True
-                finally:
-                    self._turn_depth -= 1
+            try:
+                conn = self._session()
+                row = conn.execute(
+                    "SELECT pg_try_advisory_lock(%s) AS ok, pg_backend_pid() AS pid",
+                    (SCHEDULE_LOCK,),
+                ).fetchone()
+            except psycopg.Error as exc:
+                self._drop_session()
+                raise self._errors(exc) or StoreError(f"{self.where}: {exc}") from None
+            if row is None or not row["ok"]:
+                yield None
                 return
-            with self._pool.connection() as conn:
-                got: Any = conn.execute("SELECT pg_try_advisory_lock(%s) AS ok", (SCHEDULE_LOCK,))
-                if not got.fetchone()["ok"]:
-                    yield False
-                    return
+            try:
+                with self._tx() as tx:
+                    epoch = int(tx.execute(_BUMP_EPOCH).fetchone()["value"])
+                yield FencingToken(epoch=epoch, holder=int(row["pid"]))
+            finally:
                 try:
-                    self._epoch = self._bump_epoch()
-                    self._turn_depth = 1
-                    yield True
-                finally:
-                    self._turn_depth = 0
-                    self._epoch = None
-                    with contextlib.suppress(psycopg.Error):  # a dead session has let go
-                        conn.execute("SELECT pg_advisory_unlock(%s)", (SCHEDULE_LOCK,))
-        except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
-            # the turn's own session (taking the pool's connection, the lock) names the
-            # database like every other call does, so the log says why the queue stopped
-            translated = translate_pg(exc, self.where)
-            if translated is None:
-                raise
-            raise translated from None
+                    conn.execute("SELECT pg_advisory_unlock(%s)", (SCHEDULE_LOCK,))
+                except psycopg.Error:
+                    self._drop_session()  # a lost session has let go of the lock with it
         finally:
             self._turn.release()
 
-    def _bump_epoch(self) -> int:
-        with self._tx() as conn:
-            row = conn.execute(
-                "INSERT INTO meta (key, value) VALUES ('scheduler_epoch', '1') ON CONFLICT (key) "
-                "DO UPDATE SET value = (meta.value::bigint + 1)::text RETURNING value"
-            ).fetchone()
-        return int(row["value"])
-
-    def _fence(self, conn: Any) -> None:
-        """In the transaction that commits a pass: still the epoch this controller took?"""
-        row = conn.execute("SELECT value FROM meta WHERE key = 'scheduler_epoch'").fetchone()
+    def _check_fence(self, conn: Any, fence: FencingToken) -> None:
+        """In the transaction that commits a pass: still the epoch this turn took, and still
+        held by the session that took it?"""
+        row = conn.execute(self.sql.scheduler_epoch).fetchone()
         current = int(row["value"]) if row else 0
-        if self._epoch is None or current != self._epoch:
-            raise StoreConflict(
+        held = conn.execute(
+            _TURN_HELD, (SCHEDULE_LOCK >> 32, SCHEDULE_LOCK & 0xFFFFFFFF, fence.holder)
+        ).fetchone()["held"]
+        if current != fence.epoch or not held:
+            raise StoreFenced(
                 f"fenced: the scheduling turn passed to another controller (epoch {current}, "
-                f"this one holds {self._epoch}); nothing of this pass was committed"
+                f"this pass ran in {fence.epoch}"
+                + ("" if held else ", and its session no longer holds the turn")
+                + "); nothing of this pass was committed"
             )
 
     def _after_import(self, conn: Any) -> None:
@@ -222,7 +318,3 @@ class PostgresStore(SqliteStore):
                 f"SELECT setval(pg_get_serial_sequence('{table}', '{column}'), "  # noqa: S608
                 f"COALESCE((SELECT MAX({column}) FROM {table}), 0) + 1, false)"
             )
-
-    def now(self) -> float:
-        row = self._query("SELECT extract(epoch FROM clock_timestamp())::float8 AS now")
-        return float(row[0]["now"])

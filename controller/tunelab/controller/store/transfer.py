@@ -9,22 +9,39 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from tunelab.controller.store.base import StoreConflict
-from tunelab.controller.store.sqlite import SqliteStore
+from tunelab.controller.store.core import SqlStore
+from tunelab.controller.store.statements import Statements
 
-TABLES = ("hosts", "experiments", "attempts", "events")  # in the order foreign keys need
+TABLES = (
+    "hosts",
+    "experiments",
+    "attempts",
+    "events",
+    "submissions",
+    "searches",
+    "search_trials",
+)  # in the order foreign keys need
 FORMAT = "tunelab-store-export"
 BATCH = 500
 
 
-def export_lines(store: SqliteStore) -> Iterator[str]:
+def export_lines(store: SqlStore) -> Iterator[str]:
     yield json.dumps({"format": FORMAT, "schema_version": store.schema_version})
     for table in TABLES:
-        order = {"experiments": "seq", "events": "id", "hosts": "name", "attempts": "id"}[table]
+        order = {
+            "experiments": "seq",
+            "events": "id",
+            "hosts": "name",
+            "attempts": "id",
+            "submissions": "request_id",
+            "searches": "grp",
+            "search_trials": "grp, number",
+        }[table]
         for row in store._query(f"SELECT * FROM {table} ORDER BY {order}"):  # noqa: S608
             yield json.dumps({"table": table, "row": dict(row)}, sort_keys=True)
 
 
-def import_lines(store: SqliteStore, lines: Iterable[str]) -> dict[str, int]:
+def import_lines(store: SqlStore, lines: Iterable[str]) -> dict[str, int]:
     """Rows imported per table; refused (nothing written) unless the target store is empty."""
     it = iter(lines)
     header = json.loads(next(it, "{}"))
@@ -52,30 +69,32 @@ def import_lines(store: SqliteStore, lines: Iterable[str]) -> dict[str, int]:
             if TABLES.index(table) < done:
                 raise ValueError(f"line {number}: {table} after {TABLES[done]}")
             if TABLES.index(table) > done:
-                _flush(conn, pending)
+                _flush(store.sql, conn, pending)
                 done = TABLES.index(table)
             key = (table, tuple(row))
             pending.setdefault(key, []).append(tuple(row.values()))
             counts[table] += 1
             if len(pending[key]) >= BATCH:
-                _insert(conn, key, pending.pop(key))
-        _flush(conn, pending)
+                _insert(store.sql, conn, key, pending.pop(key))
+        _flush(store.sql, conn, pending)
         store._after_import(conn)
     return counts
 
 
-def _flush(conn: Any, pending: dict[tuple[str, tuple[str, ...]], list[tuple[Any, ...]]]) -> None:
+def _flush(
+    sql: Statements, conn: Any, pending: dict[tuple[str, tuple[str, ...]], list[tuple[Any, ...]]]
+) -> None:
     for key in list(pending):
-        _insert(conn, key, pending.pop(key))
+        _insert(sql, conn, key, pending.pop(key))
 
 
-def _insert(conn: Any, key: tuple[str, tuple[str, ...]], rows: list[tuple[Any, ...]]) -> None:
+def _insert(
+    sql: Statements, conn: Any, key: tuple[str, tuple[str, ...]], rows: list[tuple[Any, ...]]
+) -> None:
     table, columns = key
     for column in columns:
         if not column.replace("_", "").isalnum():
             raise ValueError(f"bad column name {column!r}")
-    marks = ", ".join("?" for _ in columns)
-    conn.executemany(
-        f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})",  # noqa: S608
-        rows,
-    )
+    for start in range(0, len(rows), BATCH):  # multi-row INSERTs: one statement per batch
+        chunk = rows[start : start + BATCH]
+        conn.execute(sql.insert_rows(table, columns, len(chunk)), [v for r in chunk for v in r])

@@ -6,6 +6,7 @@ must first ramp its clock or wake from a deep idle state; these checks find both
 
 from __future__ import annotations
 
+import shlex
 import struct
 from collections import defaultdict
 
@@ -138,7 +139,7 @@ def boost(ctx: AuditContext) -> Finding:
     wrong = [path for path, value in present.items() if value != knobs[path]]
     if not wrong:
         return Finding(Status.PASS, "boost enabled", "boost on (no_turbo=0, boost=1)", evidence)
-    fixes = "; ".join(f"echo {knobs[path]} > {path}" for path in wrong)
+    fixes = "; ".join(f"echo {knobs[path]} > {shlex.quote(path)}" for path in wrong)
     return Finding(
         Status.WARN,
         "boost disabled: " + ", ".join(f"{p}={present[p]}" for p in wrong),

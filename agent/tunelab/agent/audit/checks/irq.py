@@ -10,6 +10,7 @@ irqbalance runs and the vectors sit on one CPU, or when they sit outside the GPU
 from __future__ import annotations
 
 import re
+import shlex
 
 from tunelab.agent.audit.context import AuditContext
 from tunelab.agent.audit.model import Evidence, Finding, Remediation, Status, ev, skip
@@ -129,7 +130,7 @@ def _pin_fix(ctx: AuditContext, irqs: dict[int, str]) -> Remediation:
     lines = []
     for irq, bdf in sorted(irqs.items()):
         local = ctx.pci.function(bdf).attr("local_cpulist") or "<local CPUs>"
-        lines.append(f"echo {local} > /proc/irq/{irq}/smp_affinity_list")
+        lines.append(f"echo {shlex.quote(local)} > /proc/irq/{int(irq)}/smp_affinity_list")
     return Remediation(
         command="systemctl enable --now irqbalance  # or pin: " + "; ".join(lines[:4]),
         persistent="enable irqbalance (its hint policy keeps vectors on the device's node), or "

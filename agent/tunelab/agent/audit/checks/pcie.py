@@ -8,6 +8,7 @@ sysfs attributes any user can read (``checks.pcielink``).
 from __future__ import annotations
 
 import itertools
+import shlex
 from dataclasses import dataclass, field
 
 from tunelab.agent.audit.context import AuditContext
@@ -220,7 +221,7 @@ def acs(ctx: AuditContext) -> Finding:
         "ACS off on bridges above GPUs (keep it on only for VM passthrough)",
         walk.evidence,
         Remediation(
-            command="; ".join(f"setpci -s {bdf} ECAP_ACS+6.w=0000" for bdf in enabled),
+            command="; ".join(f"setpci -s {shlex.quote(bdf)} ECAP_ACS+6.w=0000" for bdf in enabled),
             persistent="disable ACS in the BIOS, or run the setpci lines from a boot-time unit",
         ),
     )

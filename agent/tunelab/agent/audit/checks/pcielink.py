@@ -14,6 +14,7 @@ Two different faults, judged from sysfs attributes any user can read:
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 
 from tunelab.agent.audit.context import AuditContext
@@ -171,7 +172,9 @@ def _judge(
     if status is Status.WARN and not trained_low:
         ports = sorted({limit.port for limit in limits})
         fix = Remediation(
-            command="; ".join(f"lspci -vv -s {port} | grep -E 'LnkCap|LnkSta'" for port in ports),
+            command="; ".join(
+                f"lspci -vv -s {shlex.quote(port)} | grep -E 'LnkCap|LnkSta'" for port in ports
+            ),
             persistent=RELOCATE[attr],
             reboot_required=True,
         )

@@ -9,6 +9,7 @@ reads the node's live numbers at every container start.
 from __future__ import annotations
 
 import re
+import shlex
 
 from tunelab.agent.audit import devnodes
 from tunelab.agent.audit.context import AuditContext
@@ -120,8 +121,8 @@ def lxc_device_rules(ctx: AuditContext) -> Finding:
         verdicts.append((status, text))
         if status is Status.FAIL:
             fixes.append(
-                f"edit {path} so its allow rules name the live majors, then "
-                f"pct stop {conf.ctid} && pct start {conf.ctid}"
+                f"edit {shlex.quote(str(path))} so its allow rules name the live majors, then "
+                f"pct stop {shlex.quote(str(conf.ctid))} && pct start {shlex.quote(str(conf.ctid))}"
             )
         if status is not Status.PASS and conf.nvidia_sources:
             persistent.append(

@@ -1,3 +1,3 @@
--- Placeholder on branch i-slurm for migration 0007, which another branch owns (b-store: 0005,
--- e-search: 0007). The lead drops this file when the owner's migration is merged.
+-- Placeholder on branch i-slurm for migration 0007, which another branch may own; its
+-- Slurm tables are 0009 as the lead asked. The lead drops this file when 0007/0008 are merged.
 SELECT 1;

@@ -1,9 +1,13 @@
-"""A small HTTP/1.1 server for the metrics endpoint, with every resource bounded.
+"""A small HTTP/1.1 server for the metrics endpoints of both daemons, with every resource bounded.
 
 ``http.server``'s ThreadingMixIn starts one thread per connection: 3,000 idle keep-alive
 connections were 3,012 threads. Here one asyncio event-loop thread owns every connection, and:
 
-- at most ``max_connections`` are open; one more is answered ``503`` and closed at once;
+- at most ``max_connections`` are open, and at most ``max_per_client`` from one source address.
+  A new connection past either cap takes the place of an *idle* one (waiting for its next
+  request; of the client holding the most connections, least recently used first), else of a
+  slow one (a request head still arriving), so a fresh scrape always gets its answer; only
+  when every connection has a handler running is the new one answered ``503`` and closed;
 - a connection with no request for ``idle_timeout`` seconds is closed, and so is one whose
   request head is not complete ``request_timeout`` seconds after it began (slow senders);
 - a request head over ``MAX_HEAD`` bytes is answered ``431``, and so is a client that pipelines
@@ -66,10 +70,11 @@ class Limits:
     idle_timeout: float = 30.0
     request_timeout: float = 10.0
     workers: int = 4
+    max_per_client: int = 16
 
     def __post_init__(self) -> None:
-        if self.max_connections < 1 or self.workers < 1:
-            raise ValueError("max_connections and workers must be >= 1")
+        if self.max_connections < 1 or self.workers < 1 or self.max_per_client < 1:
+            raise ValueError("max_connections, max_per_client and workers must be >= 1")
         if self.idle_timeout <= 0 or self.request_timeout <= 0:
             raise ValueError("timeouts must be > 0")
 
@@ -79,8 +84,9 @@ class ServerStats:
     """What the endpoint has done (written on the loop thread only)."""
 
     open: int = 0
-    rejected: int = 0  # answered 503: over max_connections
+    rejected: int = 0  # answered 503: over a cap with every connection mid-request
     timed_out: int = 0  # closed idle, or with a request head that never completed
+    evicted: int = 0  # closed to make room for a new connection (idle ones first)
 
 
 def encode(response: Response, keep_alive: bool, head_only: bool = False) -> bytes:
@@ -130,32 +136,56 @@ class _Connection(asyncio.Protocol):
         self.counted = False
         self.timer: asyncio.TimerHandle | None = None
         self.head_timer = False
+        self.client = ""
+        self.last_active = 0.0
+
+    @property
+    def idle(self) -> bool:
+        """Waiting for its next request: nothing half-received, no handler running."""
+        return not self.busy and not self.buffer and not self.head_timer
 
     # --- asyncio callbacks (loop thread) --------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport = cast(asyncio.Transport, transport)
-        stats = self.server.stats
-        if stats.open >= self.server.limits.max_connections:
-            stats.rejected += 1
+        peer = transport.get_extra_info("peername")
+        self.client = str(peer[0]) if isinstance(peer, tuple) and peer else "?"
+        self.last_active = asyncio.get_running_loop().time()
+        if not self.server.make_room(self.client):
+            self.server.stats.rejected += 1
             reply = Response(503, b"too many connections; retry later\n")
             transport.write(encode(reply, keep_alive=False))
             transport.close()
             return
-        stats.open += 1
+        self.server.stats.open += 1
         self.counted = True
         self.server.connections.add(self)
+        self.server.by_client.setdefault(self.client, set()).add(self)
         transport.set_write_buffer_limits(high=1 << 20)
         self._arm(self.server.limits.idle_timeout, head=False)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._forget()
+        self.transport = None
+        if self.timer is not None:
+            self.timer.cancel()
+
+    def _forget(self) -> None:
         if self.counted:
             self.server.stats.open -= 1
             self.counted = False
             self.server.connections.discard(self)
-        self.transport = None
-        if self.timer is not None:
-            self.timer.cancel()
+            mine = self.server.by_client.get(self.client)
+            if mine is not None:
+                mine.discard(self)
+                if not mine:
+                    del self.server.by_client[self.client]
+
+    def evict(self) -> None:
+        """Make room: closed now and no longer counted (its reply, if any, is already sent)."""
+        self.server.stats.evicted += 1
+        self._forget()
+        self.close()
 
     def pause_writing(self) -> None:
         self.paused = True
@@ -220,6 +250,7 @@ class _Connection(asyncio.Protocol):
         if transport is None:
             return
         transport.write(encode(response, request.keep_alive, request.method == "HEAD"))
+        self.last_active = asyncio.get_running_loop().time()
         if not request.keep_alive:
             self.close()
             return
@@ -275,6 +306,7 @@ class HttpServer:
         self.limits = limits or Limits()
         self.stats = ServerStats()
         self.connections: set[_Connection] = set()
+        self.by_client: dict[str, set[_Connection]] = {}
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._socket = socket.create_server((host, port), family=family, backlog=256)
         self._socket.setblocking(False)
@@ -287,6 +319,23 @@ class HttpServer:
         self._thread = threading.Thread(
             target=self._run, name=f"{self.thread_prefix}-loop", daemon=True
         )
+
+    def make_room(self, client: str) -> bool:
+        """Room for one more connection from ``client``: True, evicting one if a cap is reached
+        (see the module docstring); False when every candidate is mid-request."""
+        mine = self.by_client.get(client, set())
+        if len(mine) >= self.limits.max_per_client:
+            victim = _victim(mine, {client: len(mine)})
+            if victim is None:
+                return False
+            victim.evict()
+        if self.stats.open >= self.limits.max_connections:
+            counts = {c: len(conns) for c, conns in self.by_client.items()}
+            victim = _victim(self.connections, counts)
+            if victim is None:
+                return False
+            victim.evict()
+        return True
 
     def call(self, request: Request) -> Response:
         """The handler, with a bug in it answered 500 and logged (never a dead connection)."""
@@ -325,3 +374,14 @@ class HttpServer:
         for connection in list(self.connections):
             connection.close()
         self._loop.stop()
+
+
+def _victim(candidates: set[_Connection], counts: Mapping[str, int]) -> _Connection | None:
+    """The connection to close for a new one: idle before slow, the busiest client's first,
+    least recently active first; never one whose handler is running."""
+    idle = [c for c in candidates if c.idle]
+    slow = [c for c in candidates if not c.idle and not c.busy]
+    for group in (idle, slow):
+        if group:
+            return min(group, key=lambda c: (-counts.get(c.client, 0), c.last_active))
+    return None

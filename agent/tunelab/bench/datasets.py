@@ -1,0 +1,288 @@
+"""Datasets: what each request of a point asks for. Every one is deterministic from the seed
+(request ``i`` of point ``p`` depends on ``seed``, ``p`` and ``i`` only) and downloads nothing.
+
+- ``random``: prompts of random text; input and output lengths each drawn from ``uniform``
+  (vLLM's range ratio: ``[L(1-r), L(1+r)]``) or ``lognormal`` (mean ``L``, shape ``sigma``),
+  with an optional shared prefix of ``prefix_len`` tokens before every prompt (vLLM's
+  ``--random-prefix-len``: the input is prefix + drawn length);
+- ``shared-prefix``: ``prefix_groups`` distinct prefixes of ``prefix_len`` tokens, each followed
+  by a unique suffix of ``input_len`` tokens; request ``i`` uses prefix ``i mod K``, so the
+  groups interleave (vLLM's ``prefix_repetition`` shuffles instead);
+- ``multi-turn``: conversations of ``turns`` turns; turn ``t``'s prompt is the whole history
+  (every earlier user message and the answer the server actually gave) plus a new user message
+  of ``input_len`` tokens; see :mod:`tunelab.bench.sweep` for the pacing;
+- ``file``: prompts read from a file (:mod:`tunelab.bench.promptfiles`), in a seeded order,
+  cycled when the point asks for more than the file has;
+- ``trace``: a request trace's rows in order, prompts synthesised to the recorded lengths from
+  blocks of ``trace_block_size`` tokens, one block per hash id, so rows that share hash ids
+  share those blocks (and their prefix-cache entries); sent at the recorded times.
+
+With a tokenizer every synthetic length is exact in tokens (prompts are assembled from the
+tokenizer's whole-word tokens, which concatenate without merging); without one, a length is a
+number of common English words, about one token each, and the result says so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tunelab.bench import promptfiles
+from tunelab.bench.tokens import TokenPrompts
+
+if TYPE_CHECKING:
+    from tunelab.bench.config import BenchConfig
+
+DATASETS = ("random", "shared-prefix", "multi-turn", "file", "trace")
+DISTRIBUTIONS = ("uniform", "lognormal")
+APPROXIMATE = (
+    "approximate: without --tokenizer a length of N is N common words, about one token each; "
+    "the server's own count is in input_tokens"
+)
+LOGNORMAL_CAP = 64  # a lognormal draw is cut at 64 x its mean
+# the settings each dataset reads (its parameters in the provenance)
+PARAMETERS: dict[str, tuple[str, ...]] = {
+    "random": ("input_len", "output_len", "range_ratio", "output_range_ratio", "input_dist",
+               "output_dist", "input_sigma", "output_sigma", "prefix_len"),
+    "shared-prefix": ("input_len", "output_len", "range_ratio", "output_range_ratio",
+                      "input_dist", "output_dist", "input_sigma", "output_sigma", "prefix_len",
+                      "prefix_groups"),
+    "multi-turn": ("input_len", "output_len", "range_ratio", "output_range_ratio", "input_dist",
+                   "output_dist", "input_sigma", "output_sigma", "prefix_len", "turns",
+                   "think_time_s"),
+    "file": ("dataset_path", "file_format", "file_output_len", "output_len"),
+    "trace": ("dataset_path", "trace_block_size", "trace_sec_multiplier", "trace_timed"),
+}  # fmt: skip
+
+_WORDS = (
+    "time year people way day man thing woman life child world school state family student "
+    "group country problem hand part place case week company system program question work "
+    "government number night point home water room mother area money story fact month lot "
+    "right study book eye job word business issue side kind head house service friend father "
+    "power hour game line end member law car city community name president team minute idea "
+    "kid body information back parent face others level office door health person art war "
+    "history party result change morning reason research girl guy moment air teacher force "
+    "education foot boy age policy music market sense nation plan college interest death "
+    "experience effect use class control care field development role effort rate heart drug "
+    "show leader light voice wife police mind price report decision son view relationship "
+    "town"
+)
+VOCABULARY = _WORDS.split(" ")
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One request's content: text (or chat messages), lengths, and where it belongs."""
+
+    text: str
+    input_len: int  # tokens asked for (words without a tokenizer); files: counted/estimated
+    output_len: int  # max_tokens
+    group: int | None = None  # prefix group (shared-prefix; trace: first hash id)
+    at: float | None = None  # trace: seconds from the trace's first row
+    messages: tuple[tuple[str, str], ...] | None = None  # a chat file's (role, content)
+
+
+@dataclass(frozen=True)
+class Turn:
+    text: str  # the new user message
+    input_len: int  # its length (the prompt is the history plus this)
+    output_len: int
+
+
+class TextSource:
+    """Random text of an exact token count (with a tokenizer) or of N words (without)."""
+
+    def __init__(self, tokens: TokenPrompts | None) -> None:
+        self.tokens = tokens
+        self._pieces = tokens.word_texts if tokens is not None else []
+        self.exact = tokens is not None
+
+    def text(self, rng: random.Random, n: int) -> str:
+        if n <= 0:
+            return ""
+        if self.tokens is None:
+            return " ".join(rng.choices(VOCABULARY, k=n))
+        if self._pieces:
+            return "".join(rng.choices(self._pieces, k=n))
+        return self.tokens.prompt(rng, n)  # no whole-word tokens: vLLM's decode/re-encode
+
+    def join(self, parts: list[str]) -> str:
+        parts = [p for p in parts if p]
+        return "".join(parts) if self.tokens is not None and self._pieces else " ".join(parts)
+
+    def count(self, text: str) -> int:
+        """Tokens with a tokenizer; words (the estimate) without one."""
+        return self.tokens.count(text) if self.tokens is not None else len(text.split())
+
+
+def draw_length(base: int, dist: str, ratio: float, sigma: float, rng: random.Random) -> int:
+    """A length around ``base``: uniform in ``[floor(L(1-r)), ceil(L(1+r))]`` (vLLM's range
+    ratio) or lognormal with mean ``L`` and shape ``sigma`` (cut to ``[1, 64 L]``)."""
+    if dist == "lognormal" and sigma > 0:
+        mu = math.log(base) - sigma * sigma / 2.0
+        return max(1, min(LOGNORMAL_CAP * base, round(rng.lognormvariate(mu, sigma))))
+    if ratio <= 0:
+        return base
+    low = max(1, math.floor(base * (1 - ratio)))
+    high = max(low, math.ceil(base * (1 + ratio)))
+    return rng.randint(low, high)
+
+
+class Dataset:
+    """The requests of a run, built once per bench process from its config."""
+
+    def __init__(self, config: BenchConfig, tokens: TokenPrompts | None) -> None:
+        self.config = config
+        self.source = TextSource(tokens)
+        self.name = config.dataset
+        self.problems: list[str] = []
+        self.sha256 = ""
+        self._items: list[promptfiles.FileItem] = []
+        self._order: list[int] = []
+        self._rows: list[promptfiles.TraceRow] = []
+        self._blocks: dict[tuple[int, int], str] = {}
+        self._trace_t0 = 0.0
+        self._trace_scale = 1.0
+        if self.name in ("file", "trace"):
+            loaded = promptfiles.load(
+                config.dataset_path, "trace" if self.name == "trace" else config.file_format
+            )
+            self.sha256 = loaded.sha256
+            self.problems = loaded.problems
+            if self.name == "file":
+                if not loaded.items:
+                    raise promptfiles.DatasetFileError(
+                        config.dataset_path, "is a trace, not a prompt file; use the trace dataset"
+                    )
+                self._items = loaded.items
+                self._order = list(range(len(self._items)))
+                random.Random(f"file:{config.seed}").shuffle(self._order)
+            else:
+                self._rows = loaded.rows
+                self._trace_t0 = min(r.timestamp for r in self._rows)
+                auto = 0.001 if loaded.timestamp_field == "timestamp_ms" else 1.0
+                self._trace_scale = config.trace_sec_multiplier or auto
+        else:
+            self.sha256 = hashlib.sha256(
+                json.dumps(self.parameters(), sort_keys=True).encode()
+            ).hexdigest()
+
+    # what the result says about it ----------------------------------------------------------
+    def parameters(self) -> dict[str, Any]:
+        return {k: getattr(self.config, k) for k in PARAMETERS[self.name]}
+
+    @property
+    def size(self) -> int:
+        """Rows of a file or trace (0: synthetic, unbounded)."""
+        return len(self._items) or len(self._rows)
+
+    @property
+    def lengths_exact(self) -> bool:
+        return self.source.exact
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "parameters": self.parameters(),
+            "seed": self.config.seed,
+            "sha256": self.sha256,
+            "rows": self.size or None,
+            "lengths_exact": self.lengths_exact,
+            "lengths": "exact (tokenizer)" if self.lengths_exact else APPROXIMATE,
+            "malformed": len(self.problems),
+        }
+
+    def warnings(self) -> list[str]:
+        out = []
+        if self.problems:
+            shown = "; ".join(self.problems[:10])
+            more = f" and {len(self.problems) - 10} more" if len(self.problems) > 10 else ""
+            out.append(f"{self.config.dataset_path}: skipped {shown}{more}")
+        return out
+
+    # requests ---------------------------------------------------------------------------------
+    def _lengths(self, rng: random.Random) -> tuple[int, int]:
+        cfg = self.config
+        out_ratio = cfg.range_ratio if cfg.output_range_ratio < 0 else cfg.output_range_ratio
+        n_in = draw_length(cfg.input_len, cfg.input_dist, cfg.range_ratio, cfg.input_sigma, rng)
+        n_out = draw_length(cfg.output_len, cfg.output_dist, out_ratio, cfg.output_sigma, rng)
+        return n_in, n_out
+
+    def prefix(self, group: int) -> str:
+        """Shared prefix ``group``: the same text at every point and request."""
+        if not self.config.prefix_len:
+            return ""
+        rng = random.Random(f"prefix:{self.config.seed}:{group}")
+        return self.source.text(rng, self.config.prefix_len)
+
+    def prompt(self, point_index: int, index: int) -> Prompt:
+        cfg = self.config
+        rng = random.Random(f"{cfg.seed}:{point_index}:{index}")
+        if self.name == "file":
+            return self._file_prompt(index, rng)
+        if self.name == "trace":
+            return self._trace_prompt(index)
+        n_in, n_out = self._lengths(rng)
+        group = (index % cfg.prefix_groups) if self.name == "shared-prefix" else 0
+        text = self.source.join([self.prefix(group), self.source.text(rng, n_in)])
+        has_prefix = cfg.prefix_len > 0
+        return Prompt(text, cfg.prefix_len + n_in, n_out, group if has_prefix else None)
+
+    def conversation(self, point_index: int, index: int) -> list[Turn]:
+        """The user messages of conversation ``index`` (multi-turn); the first carries the
+        shared prefix, if any."""
+        rng = random.Random(f"{self.config.seed}:{point_index}:conversation:{index}")
+        turns = []
+        for t in range(self.config.turns):
+            n_in, n_out = self._lengths(rng)
+            text = self.source.text(rng, n_in)
+            if t == 0 and self.config.prefix_len:
+                text = self.source.join([self.prefix(0), text])
+                n_in += self.config.prefix_len
+            turns.append(Turn(text, n_in, n_out))
+        return turns
+
+    def _file_prompt(self, index: int, rng: random.Random) -> Prompt:
+        cfg = self.config
+        item = self._items[self._order[index % len(self._items)]]
+        output = cfg.file_output_len or item.output_len
+        if output is None and item.reply is not None:
+            output = max(1, self.source.count(item.reply))
+        return Prompt(
+            item.prompt, self.source.count(item.prompt), output or cfg.output_len, None, None,
+            item.messages,
+        )  # fmt: skip
+
+    def _trace_prompt(self, index: int) -> Prompt:
+        row = self._rows[index % len(self._rows)]
+        size = self.config.trace_block_size
+        parts: list[str] = []
+        left = row.input_length
+        for h in row.hash_ids:
+            if left <= 0:
+                break
+            n = min(size, left)
+            parts.append(self._block(h, n))
+            left -= n
+        if left > 0:  # fewer hash ids than the length needs: a unique tail
+            rng = random.Random(f"trace-tail:{self.config.seed}:{row.line}")
+            parts.append(self.source.text(rng, left))
+        at = self.arrival(index)
+        group = row.hash_ids[0] if row.hash_ids else None
+        return Prompt(self.source.join(parts), row.input_length, row.output_length, group, at)
+
+    def arrival(self, index: int) -> float:
+        """Trace row ``index``'s send time: seconds after the first row, scaled."""
+        row = self._rows[index % len(self._rows)]
+        return (row.timestamp - self._trace_t0) * self._trace_scale
+
+    def _block(self, hash_id: int, n: int) -> str:
+        key = (hash_id, n)
+        if key not in self._blocks:
+            rng = random.Random(f"block:{self.config.seed}:{hash_id}:{n}")
+            self._blocks[key] = self.source.text(rng, n)
+        return self._blocks[key]

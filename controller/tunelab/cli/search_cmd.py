@@ -1,0 +1,193 @@
+"""``tunelab search show | cancel``, and following a search for ``submit --wait``, ``wait`` and
+``report``: the controller's search document (docs/search.md) read through GetSearch."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+from typing import Any
+
+from tunelab.cli.clients import ControllerClient
+from tunelab.cli.common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    add_controller_args,
+    add_json_arg,
+    is_terminal,
+    print_json,
+)
+
+TIMEOUT = 15.0
+POLL = 1.0
+STOP = threading.Event()  # never set by the CLI itself: a wait that Ctrl-C interrupts
+
+
+def get_search(client: ControllerClient, group: str) -> dict[str, Any] | None:
+    """The search document, or None when ``group`` is no search (an ordinary group)."""
+    response = client.get_search(group)
+    if response is None:
+        return None
+    found: dict[str, Any] = json.loads(response.search_json)
+    return found
+
+
+def _progress(doc: dict[str, Any]) -> str:
+    trials = doc["trials"]
+    ended = sum(1 for t in trials if t["state"] != "RUNNING")
+    best = doc.get("best")
+    best_text = (
+        f"best {doc['objective'].get('maximize') or doc['objective'].get('minimize')} "
+        f"{best['objective']:g} (trial {best['trial']})"
+        if best
+        else "no feasible point yet"
+    )
+    return (
+        f"{doc['state']}: {ended}/{len(trials)} trials ended "
+        f"(budget {doc['budget']['trials']}), {best_text}"
+    )
+
+
+def follow_search(client: ControllerClient, group: str, quiet: bool) -> dict[str, Any]:
+    """Poll the search until it ends; one progress line per change (none under --json)."""
+    last = ""
+    while True:
+        doc = get_search(client, group)
+        if doc is None:
+            raise LookupError(group)
+        line = _progress(doc)
+        if not quiet and line != last:
+            end = "\r" if is_terminal() else "\n"
+            print(line.ljust(len(last)), end=end, flush=True)
+            last = line
+        if doc["state"] != "RUNNING":
+            if not quiet and is_terminal():
+                print()
+            return doc
+        STOP.wait(POLL)
+
+
+def _number(value: Any) -> str:
+    return "-" if value is None else f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _params(params: dict[str, Any]) -> str:
+    return ", ".join(f"{p.split('.')[-1] if p.startswith('server.flags.') else p}={v}"
+                     for p, v in params.items())  # fmt: skip
+
+
+def render_search(doc: dict[str, Any]) -> str:
+    """The table: rank, parameters, load found, objective with its interval, SLO margins and
+    state or failure reason; then the answer with its evidence when the search is done."""
+    lines = [f"search {doc['group']} ({doc['name']}): {doc['state']} — {doc['message']}"]
+    objective = doc["objective"].get("maximize") or doc["objective"].get("minimize")
+    ranked = sorted(
+        (t for t in doc["trials"] if t["objective"] is not None),
+        key=lambda t: t["objective"],
+        reverse="maximize" in doc["objective"],
+    )
+    rank = {t["number"]: i + 1 for i, t in enumerate(ranked)}
+    rows = [["rank", "trial", "parameters", "load", objective, "95% interval", "SLO margin",
+             "state"]]  # fmt: skip
+    for t in sorted(doc["trials"], key=lambda t: (rank.get(t["number"], 10**9), t["number"])):
+        interval = t.get("interval")
+        margins = t.get("slo_margins") or {}
+        rows.append(
+            [
+                str(rank.get(t["number"], "-")),
+                f"{t['number']}" + (f" (rung {t['rung']})" if t["rung"] else ""),
+                _params(t["params"]),
+                ", ".join(f"{k} {v:g}" for k, v in (t.get("load") or {}).items() if v is not None)
+                or "-",
+                _number(t["objective"]),
+                f"[{interval[0]:.4g}, {interval[1]:.4g}]" if interval else "-",
+                ", ".join(f"{k} {v:+.0%}" for k, v in margins.items() if v is not None) or "-",
+                t["failure_reason"] or t["state"]
+                if t["state"] != "DONE"
+                else ("DONE" if t["objective"] is not None else "no load met the SLOs"),
+            ]
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    rec = doc.get("recommendation")
+    best = doc.get("best")
+    if best and rec:
+        lines.append("")
+        lines.append(f"best configuration (trial {best['trial']}): {_params(best['params'])}")
+        interval = best.get("interval")
+        lines.append(
+            f"  {objective} {best['objective']:.4g}"
+            + (f" [95% {interval[0]:.4g}, {interval[1]:.4g}]" if interval else "")
+            + f" at {', '.join(f'{k} {v:g}' for k, v in best['load'].items())}"
+        )
+        effect = rec["effect"]
+        if effect.get("interval"):
+            lo, hi = effect["interval"]
+            lines.append(
+                f"  vs the default {_params(effect['against'])}: "
+                f"{effect['relative_change']:+.1%} [95% {lo:+.1%}, {hi:+.1%}] — {effect['verdict']}"
+            )
+        elif effect.get("relative_change") is not None:
+            lines.append(
+                f"  vs the default {_params(effect['against'])}: "
+                f"{effect['relative_change']:+.1%} — {effect['verdict']}"
+            )
+        else:
+            lines.append(f"  vs the default: {effect['verdict']}")
+        lines.append(f"  server argv: {' '.join(rec['argv'])}")
+        lines.append(f"  spec snippet: {json.dumps(rec['spec'])}")
+    return "\n".join(lines)
+
+
+def finished(doc: dict[str, Any], as_json: bool) -> int:
+    if as_json:
+        print_json(doc)
+    else:
+        print(render_search(doc))
+    return EXIT_OK if doc["state"] == "DONE" else EXIT_FAILED
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    client = ControllerClient.for_args(args)
+    doc = get_search(client, args.group)
+    if doc is None:
+        from tunelab.cli.common import EXIT_NOT_FOUND, CliError
+
+        raise CliError(f"no search {args.group!r}", EXIT_NOT_FOUND)
+    if args.json:
+        print_json(doc)
+        return EXIT_OK
+    while args.watch and doc["state"] == "RUNNING":  # a live table: redrawn until it ends
+        if is_terminal():
+            print("\x1b[H\x1b[2J" + render_search(doc), flush=True)
+        STOP.wait(POLL * 2)
+        doc = get_search(client, args.group) or doc
+    print(("\x1b[H\x1b[2J" if args.watch and is_terminal() else "") + render_search(doc))
+    return EXIT_OK
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    response = ControllerClient.for_args(args).cancel_search(args.group)
+    doc = json.loads(response.search_json)
+    if args.json:
+        print_json(doc)
+    else:
+        print(f"cancel requested for search {args.group}; its running trials stop", file=sys.stderr)
+    return EXIT_OK
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    search = sub.add_parser("search", help="a search's trials and its answer (search: specs)")
+    actions = search.add_subparsers(dest="search_command", metavar="ACTION", required=True)
+    show = actions.add_parser("show", help="rank, parameters, load found, objective, SLO margins")
+    show.add_argument("group", metavar="GROUP", help="the g-... that submit printed")
+    show.add_argument("--watch", action="store_true", help="redraw the table until the search ends")
+    add_json_arg(show, "the search document")
+    add_controller_args(show)
+    show.set_defaults(handler=cmd_show)
+    cancel = actions.add_parser("cancel", help="stop a search and its running trials")
+    cancel.add_argument("group", metavar="GROUP", help="the g-... that submit printed")
+    add_json_arg(cancel, "the search document")
+    add_controller_args(cancel)
+    cancel.set_defaults(handler=cmd_cancel)

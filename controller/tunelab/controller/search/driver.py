@@ -1,0 +1,294 @@
+"""The search driver, called once per control-loop tick (inside the scheduling turn): for each
+running search, record what finished trials taught, end the search when its budget is spent,
+it was cancelled or the strategy has nothing more to try, else queue the next trials.
+
+Trials are ordinary experiments of the search's group, so the scheduler places them on every
+matching host with the usual leases, fencing and exactly-once dispatch. Everything the driver
+knows is re-read from the store each tick; a restarted controller resumes where it stopped.
+
+Failures teach: a failed trial is recorded with its reason and never proposed again; after an
+OOM, every candidate with a larger value of an ordered integer flag (the others equal) is
+recorded as SKIPPED ("implied OOM by trial N") instead of being launched.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import structlog
+
+from tunelab.controller.search.space import SearchSpec
+from tunelab.controller.search.strategies import Proposal, TrialView, better, key, strategy_for
+from tunelab.controller.search.trials import outcome, trial_label, trial_spec
+from tunelab.controller.states import ExperimentState
+from tunelab.controller.store.base import Store, StoreConflict, StoreError
+from tunelab.controller.store.models import ExperimentRow, selector_key
+from tunelab.controller.store.search_models import SearchRow, TrialRow
+
+log = structlog.get_logger(__name__)
+OOM_REASONS = {"CUDA_OOM", "OOM_KILLED"}
+# failures of the host, not of the configuration: launched again (at most MAX_RETRIES times);
+# every other failure (OOM, bad argument, start-up timeout, ...) is recorded and never retried
+RETRIED_REASONS = {"ADDRESS_IN_USE"}
+MAX_RETRIES = 2
+MAX_ASK_ROUNDS = 20  # asks per tick while skipped proposals keep filling the slots
+
+
+def superseded(t: TrialRow, trials: Sequence[TrialRow]) -> bool:
+    """A failure that says nothing of the configuration, launched again since."""
+    return t.failure_reason in RETRIED_REASONS and any(
+        o.number > t.number and o.rung == t.rung and key(o.params) == key(t.params) for o in trials
+    )
+
+
+def views(trials: Sequence[TrialRow]) -> list[TrialView]:
+    """What the strategy sees: every trial but those relaunched after an environment failure."""
+    return [
+        TrialView(t.number, t.params, t.rung, t.state, t.objective, tuple(t.samples))
+        for t in trials
+        if not superseded(t, trials)
+    ]
+
+
+def counted(trials: Sequence[TrialRow]) -> int:
+    """Launches the trial budget counts: a relaunch after a failure of the host counts once."""
+    return sum(1 for t in trials if t.experiment_id and not superseded(t, trials))
+
+
+def retries(trials: Sequence[TrialRow]) -> list[Proposal]:
+    """Trials to launch again: failed for the environment (the port was taken), not yet
+    relaunched, fewer than MAX_RETRIES times for these parameters at this rung."""
+    out = []
+    for t in trials:
+        if t.state != "FAILED" or t.failure_reason not in RETRIED_REASONS:
+            continue
+        if superseded(t, trials):
+            continue
+        same = [o for o in trials if o.rung == t.rung and key(o.params) == key(t.params)]
+        if sum(1 for o in same if o.failure_reason in RETRIED_REASONS) <= MAX_RETRIES:
+            out.append(Proposal(t.params, t.rung))
+    return out
+
+
+def implied_oom(
+    spec: SearchSpec, params: dict[str, Any], trials: Sequence[TrialRow]
+) -> TrialRow | None:
+    """The OOM trial that implies ``params`` would run out of memory too, if any."""
+    ordered = [p.path for p in spec.space if p.ordered_int]
+    for t in trials:
+        if t.failure_reason not in OOM_REASONS:
+            continue
+        for path in ordered:
+            others_equal = all(t.params.get(k) == v for k, v in params.items() if k != path)
+            if others_equal and params[path] > t.params[path]:
+                return t
+    return None
+
+
+def best_trial(spec: SearchSpec, trials: Sequence[TrialRow]) -> TrialRow | None:
+    """The feasible trial with the best objective (a candidate's latest launch carries the
+    mean over all of its launches in ``samples``)."""
+    best: TrialRow | None = None
+    for t in trials:
+        if t.state != "DONE" or t.objective is None:
+            continue
+        if best is None or better(spec, t.objective, best.objective or 0.0):
+            best = t
+    return best
+
+
+class SearchDriver:
+    def __init__(self, store: Store, clock: Callable[[], float]) -> None:
+        self._store = store
+        self._clock = clock
+
+    def tick(self) -> int:
+        """Advance every running search; returns how many trials were queued."""
+        queued = 0
+        for search in self._store.running_searches():
+            try:
+                queued += self.advance(search)
+            except StoreConflict as exc:  # another controller moved it: the next tick re-reads
+                log.info("search_conflict", group=search.group, error=str(exc))
+            except StoreError:
+                raise  # the database is away: the loop says so and retries
+            except Exception as exc:  # one broken search must not stop the queue's other work
+                log.exception("search_advance_failed", group=search.group)
+                self._store.finish_search(
+                    search.group, "FAILED", f"the search could not go on: {exc}", self._clock()
+                )
+        return queued
+
+    def advance(self, search: SearchRow) -> int:
+        spec = SearchSpec.from_dict(search.spec)
+        trials = self._collect(spec, self._store.search_trials(search.group))
+        now = self._clock()
+        running = [t for t in trials if t.state == "RUNNING"]
+        if search.cancel_requested:
+            self._stop_running(running, "search cancelled")
+            self._finish(search, spec, trials, "CANCELLED", "cancelled")
+            return 0
+        if spec.max_seconds and now - search.submitted_at >= spec.max_seconds:
+            self._stop_running(running, "search duration budget spent")
+            self._finish(search, spec, trials, None, f"duration budget {spec.max_seconds:g}s spent")
+            return 0
+        launched = counted(trials)
+        slots = min(spec.parallel - len(running), spec.max_trials - launched)
+        exhausted = False
+        new: list[TrialRow] = []
+        experiments: list[ExperimentRow] = []
+        strategy = strategy_for(spec.strategy)
+        number = max((t.number for t in trials), default=0)
+        for proposal in retries(trials)[: max(0, slots)]:
+            number += 1
+            trial, experiment = self._trial(search, spec, trials, proposal, number)
+            trial.details["message"] = "launched again: the last try failed for the host"
+            new.append(trial)
+            if experiment is not None:
+                experiments.append(experiment)
+                slots -= 1
+        for _ in range(MAX_ASK_ROUNDS):
+            if slots <= 0:
+                break
+            answer = strategy.ask(spec, views([*trials, *new]), slots)
+            exhausted = answer.exhausted
+            for proposal in answer.proposals:
+                number += 1
+                trial, experiment = self._trial(search, spec, [*trials, *new], proposal, number)
+                new.append(trial)
+                if experiment is not None:
+                    experiments.append(experiment)
+                    slots -= 1
+            if exhausted or not answer.proposals or all(t.experiment_id for t in new):
+                break
+        if new:
+            self._store.add_trials(new, experiments)
+            log.info("search_trials_queued", group=search.group, count=len(experiments))
+        all_trials = [*trials, *new]
+        still = [t for t in all_trials if t.state == "RUNNING"]
+        budget_spent = counted(all_trials) >= spec.max_trials
+        if not still and (exhausted or budget_spent):
+            why = (
+                f"budget of {spec.max_trials} trials spent"
+                if budget_spent and not exhausted
+                else "every candidate tried"
+            )
+            self._finish(search, spec, all_trials, None, why)
+        return len(experiments)
+
+    def _trial(
+        self,
+        search: SearchRow,
+        spec: SearchSpec,
+        trials: Sequence[TrialRow],
+        proposal: Proposal,
+        number: int,
+    ) -> tuple[TrialRow, ExperimentRow | None]:
+        now = self._clock()
+        row = TrialRow(search.group, number, proposal.params, "RUNNING", now, proposal.rung)
+        cause = implied_oom(spec, proposal.params, trials)
+        if cause is not None:
+            row.state, row.finished_at = "SKIPPED", now
+            row.failure_reason = "IMPLIED_OOM"
+            row.details = {"message": f"implied OOM by trial {cause.number}"}
+            return row, None
+        doc, issues = trial_spec(search.base, spec, proposal.params, proposal.rung)
+        if issues:
+            row.state, row.finished_at = "SKIPPED", now
+            row.failure_reason = "BAD_ARGUMENT"
+            row.details = {"message": "; ".join(str(i) for i in issues)}
+            return row, None
+        experiment = ExperimentRow(
+            id=f"x-{secrets.token_hex(8)}",
+            group=search.group,
+            name=f"{search.name}/t{number}",
+            state=ExperimentState.QUEUED,
+            spec=doc,
+            priority=doc["priority"],
+            varied={p: str(v) for p, v in proposal.params.items()},
+            selector_key=selector_key(doc["host"]),
+            gpus_needed=int(doc["host"].get("gpus") or 0),
+            max_attempts=doc["max_attempts"],
+            submitted_at=now,
+        )
+        row.experiment_id = experiment.id
+        row.details = {"label": trial_label(proposal.params)}
+        return row, experiment
+
+    def _collect(self, spec: SearchSpec, trials: list[TrialRow]) -> list[TrialRow]:
+        """Record the outcome of every trial whose experiment has ended."""
+        running = [t for t in trials if t.state == "RUNNING" and t.experiment_id]
+        if not running:
+            return trials
+        experiments = self._store.get_experiments([t.experiment_id or "" for t in running])
+        ended = [t for t in running if t.experiment_id in experiments]
+        ended = [t for t in ended if experiments[t.experiment_id or ""].state.is_terminal()]
+        attempts = self._store.attempts_for_many([t.experiment_id or "" for t in ended])
+        for t in ended:
+            exp = experiments[t.experiment_id or ""]
+            found = outcome(spec, exp, attempts[exp.id])
+            t.state, t.failure_reason = found.state, found.failure_reason
+            t.details = {**t.details, **found.details}
+            t.finished_at = self._clock()
+            t.samples = list(found.samples)  # this launch's own
+            if found.objective is not None:  # the objective pools the candidate's launches
+                pooled = [
+                    s
+                    for o in trials
+                    if o.number <= t.number and key(o.params) == key(t.params)
+                    for s in (o.samples if o.number < t.number else t.samples)
+                ]
+                t.objective = round(sum(pooled) / len(pooled), 6)
+            self._store.finish_trial(t)
+        return trials
+
+    def _stop_running(self, running: Sequence[TrialRow], why: str) -> None:
+        for t in running:
+            if t.experiment_id is None:
+                continue
+            exp = self._store.get_experiment(t.experiment_id)
+            if exp is not None and exp.state is ExperimentState.QUEUED:
+                try:
+                    self._store.set_experiment_state(
+                        exp.id,
+                        ExperimentState.CANCELLED,
+                        [ExperimentState.QUEUED],
+                        finished_at=self._clock(),
+                        message=why,
+                        cancel_requested=True,
+                    )
+                except StoreConflict:
+                    self._store.request_cancel(exp.id)
+            elif exp is not None and exp.state is ExperimentState.RUNNING:
+                self._store.request_cancel(exp.id)
+            t.state, t.failure_reason, t.finished_at = "CANCELLED", "CANCELLED", self._clock()
+            t.details = {**t.details, "message": why}
+            self._store.finish_trial(t)
+
+    def _finish(
+        self,
+        search: SearchRow,
+        spec: SearchSpec,
+        trials: Sequence[TrialRow],
+        state: str | None,
+        why: str,
+    ) -> None:
+        best = best_trial(spec, trials)
+        done = sum(1 for t in trials if t.state in ("DONE", "FAILED"))
+        if best is not None:
+            summary = (
+                f"{why}; best: trial {best.number} "
+                f"{trial_label({p.path: best.params[p.path] for p in spec.space})} "
+                f"({spec.objective} {best.objective:g})"
+            )
+        else:
+            failed = sum(1 for t in trials if t.state == "FAILED")
+            summary = (
+                f"{why}; no feasible point: none of {done} finished trials met the SLOs "
+                f"{spec.slo}" + (f" ({failed} failed)" if failed else "")
+            )
+        target = state or ("DONE" if best is not None else "FAILED")
+        self._store.finish_search(search.group, target, summary, self._clock())
+        log.info("search_finished", group=search.group, state=target, message=summary)

@@ -1,0 +1,306 @@
+"""``search:`` in an experiment spec: the space, objective, SLOs, load, budget and strategy,
+validated into a frozen :class:`SearchSpec` (docs/search.md documents every key).
+
+A parameter is a dotted spec path (as in ``matrix:``) with a list of values, an integer range
+``{int: [lo, hi], log: true}`` or a float range ``{float: [lo, hi]}``. The space's first point
+(each list's first value, each range's low end) is the default the answer is compared with.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tunelab.controller.spec.errors import SpecIssue
+from tunelab.controller.spec.schema import Checker
+
+SEARCH_KEYS = {"space", "objective", "slo", "load", "budget", "strategy", "eta", "parallel",
+               "seed", "grid_points"}  # fmt: skip
+STRATEGIES = ("grid", "random", "successive-halving", "tpe")
+# objective/SLO name -> (field of a result point, or of the run for tokens_per_joule; higher better)
+METRICS: dict[str, tuple[str, bool]] = {
+    "output_throughput": ("output_throughput", True),
+    "request_throughput": ("request_throughput", True),
+    "total_token_throughput": ("total_token_throughput", True),
+    "goodput": ("request_goodput", True),
+    "tokens_per_joule": ("tokens_per_joule", True),
+    "ttft_p99_ms": ("p99_ttft_ms", False),
+    "ttft_median_ms": ("median_ttft_ms", False),
+    "tpot_p99_ms": ("p99_tpot_ms", False),
+    "tpot_median_ms": ("median_tpot_ms", False),
+    "itl_p99_ms": ("p99_itl_ms", False),
+    "itl_median_ms": ("median_itl_ms", False),
+}
+LATENCY_METRICS = tuple(k for k, (_, up) in METRICS.items() if not up)
+MAX_TRIALS = 10_000
+MAX_FIND = 100_000
+
+
+@dataclass(frozen=True)
+class Param:
+    """One axis: ``values`` for a list, else a range of ``kind`` int or float."""
+
+    path: str
+    kind: str  # "choice", "int", "float"
+    values: tuple[Any, ...] = ()
+    low: float = 0.0
+    high: float = 0.0
+    log: bool = False
+
+    @property
+    def default(self) -> Any:
+        if self.kind == "choice":
+            return self.values[0]
+        return int(self.low) if self.kind == "int" else self.low
+
+    @property
+    def ordered_int(self) -> bool:
+        """An integer axis, where "larger" means something (the implied-OOM skip)."""
+        if self.kind == "int":
+            return True
+        return self.kind == "choice" and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in self.values
+        )
+
+    def grid(self, points: int) -> tuple[Any, ...]:
+        """The values a grid visits: a list's own, a range's ``points`` spread over it."""
+        if self.kind == "choice":
+            return self.values
+        n = max(2, points)
+        if self.log:
+            lo, hi = math.log(self.low), math.log(self.high)
+            raw = [math.exp(lo + (hi - lo) * i / (n - 1)) for i in range(n)]
+        else:
+            raw = [self.low + (self.high - self.low) * i / (n - 1) for i in range(n)]
+        if self.kind == "int":
+            return tuple(dict.fromkeys(round(v) for v in raw))
+        return tuple(round(v, 6) for v in raw)
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.kind == "choice":
+            return {"path": self.path, "values": list(self.values)}
+        return {"path": self.path, self.kind: [self.low, self.high], "log": self.log}
+
+
+@dataclass(frozen=True)
+class Load:
+    """``find`` (bisection to the largest load meeting every SLO) or a fixed list."""
+
+    axis: str  # "concurrency" or "rate"
+    find: bool
+    maximum: float = 0.0
+    values: tuple[float, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.find:
+            return {self.axis: "find", "max": self.maximum}
+        return {self.axis: list(self.values)}
+
+
+@dataclass(frozen=True)
+class SearchSpec:
+    space: tuple[Param, ...]
+    objective: str
+    maximize: bool
+    slo: dict[str, float]
+    load: Load
+    strategy: str
+    max_trials: int
+    max_seconds: float = 0.0  # 0: no wall-clock budget
+    eta: int = 3
+    parallel: int = 4
+    seed: int = 0
+    grid_points: int = 4
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def default_params(self) -> dict[str, Any]:
+        return {p.path: p.default for p in self.space}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "space": [p.to_dict() for p in self.space],
+            "objective": {("maximize" if self.maximize else "minimize"): self.objective},
+            "slo": dict(self.slo),
+            "load": self.load.to_dict(),
+            "strategy": self.strategy,
+            "budget": {"trials": self.max_trials, "duration_seconds": self.max_seconds},
+            "eta": self.eta,
+            "parallel": self.parallel,
+            "seed": self.seed,
+            "grid_points": self.grid_points,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SearchSpec:
+        space = []
+        for p in data["space"]:
+            if "values" in p:
+                space.append(Param(p["path"], "choice", tuple(p["values"])))
+            else:
+                kind = "int" if "int" in p else "float"
+                space.append(Param(p["path"], kind, (), p[kind][0], p[kind][1], p["log"]))
+        ((direction, objective),) = data["objective"].items()
+        load = data["load"]
+        axis = "concurrency" if "concurrency" in load else "rate"
+        find = load[axis] == "find"
+        return cls(
+            space=tuple(space),
+            objective=objective,
+            maximize=direction == "maximize",
+            slo=dict(data["slo"]),
+            load=Load(axis, find, load.get("max", 0.0), () if find else tuple(load[axis])),
+            strategy=data["strategy"],
+            max_trials=data["budget"]["trials"],
+            max_seconds=data["budget"]["duration_seconds"],
+            eta=data["eta"],
+            parallel=data["parallel"],
+            seed=data["seed"],
+            grid_points=data["grid_points"],
+        )
+
+
+def _param(check: Checker, path: str, raw: Any) -> Param | None:
+    where = f"search.space.{path}"
+    if isinstance(raw, list):
+        if not raw:
+            check.fail(where, "must be a non-empty list of values")
+            return None
+        if len({repr(v) for v in raw}) != len(raw):
+            check.fail(where, "lists a value twice")
+        return Param(path, "choice", tuple(raw))
+    if not isinstance(raw, Mapping):
+        check.fail(where, "must be a list of values, {int: [lo, hi]} or {float: [lo, hi]}")
+        return None
+    given = check.mapping(raw, where, {"int", "float", "log"})
+    kinds = [k for k in ("int", "float") if k in given]
+    if len(kinds) != 1:
+        check.fail(where, "give exactly one of int: [lo, hi] or float: [lo, hi]")
+        return None
+    kind = kinds[0]
+    bounds = given[kind]
+    if not isinstance(bounds, list) or len(bounds) != 2:
+        check.fail(f"{where}.{kind}", "must be [low, high]")
+        return None
+    read = check.integer if kind == "int" else check.number
+    low, high = (read(b, f"{where}.{kind}[{i}]") for i, b in enumerate(bounds))
+    log = check.boolean(given.get("log", False), f"{where}.log")
+    if not low < high:
+        check.fail(f"{where}.{kind}", f"low must be below high, got [{low}, {high}]")
+    if log and low <= 0:
+        check.fail(f"{where}.log", "a log range must start above 0")
+    return Param(path, kind, (), float(low), float(high), log)
+
+
+def _load(check: Checker, raw: Any) -> Load:
+    load = check.mapping(raw, "search.load", {"concurrency", "rate", "max"})
+    axes = [a for a in ("concurrency", "rate") if a in load]
+    if len(axes) != 1:
+        check.fail("search.load", "give concurrency or rate (find, or a list of values)")
+        return Load("concurrency", False, 0.0, (1.0,))
+    axis = axes[0]
+    value = load[axis]
+    if value == "find":
+        if "max" not in load:
+            check.fail("search.load.max", "is required with find (the largest load to try)")
+        maximum = check.number(load.get("max", 1), "search.load.max", 1.0)
+        if maximum > MAX_FIND:
+            check.fail("search.load.max", f"must be <= {MAX_FIND}, got {maximum:g}")
+        if axis == "concurrency" and maximum != int(maximum):
+            check.fail("search.load.max", "a concurrency is an integer")
+        return Load(axis, True, maximum)
+    if "max" in load:
+        check.fail("search.load.max", "goes with find only")
+    values = value if isinstance(value, list) else [value]
+    if not values:
+        check.fail(f"search.load.{axis}", "must be find or a non-empty list")
+    read = check.integer if axis == "concurrency" else check.number
+    out = tuple(float(read(v, f"search.load.{axis}[{i}]", 1)) for i, v in enumerate(values))
+    if axis == "rate" and len(out) > 1:
+        check.fail("search.load.rate", "one fixed rate per trial (or rate: find)")
+    return Load(axis, False, 0.0, out)
+
+
+def parse_search(raw: Any, prefix: str = "") -> tuple[SearchSpec | None, list[SpecIssue]]:
+    """Validate a ``search:`` mapping; returns (spec, issues): spec is None when issues."""
+    check = Checker(prefix)
+    doc = check.mapping(raw, "search", SEARCH_KEYS)
+    if not isinstance(raw, Mapping):
+        return None, check.issues
+    for key in ("space", "objective", "load", "budget"):
+        if key not in doc:
+            check.fail(f"search.{key}", "is required")
+    space_raw = doc.get("space", {})
+    params: list[Param] = []
+    if not isinstance(space_raw, Mapping) or not space_raw:
+        check.fail("search.space", "must map dotted field paths to values or ranges")
+    else:
+        for path, values in space_raw.items():
+            if str(path).split(".")[0] not in ("server", "benchmark"):
+                check.fail(f"search.space.{path}", "must start with server. or benchmark.")
+                continue
+            param = _param(check, str(path), values)
+            if param is not None:
+                params.append(param)
+    objective, maximize = "output_throughput", True
+    given = check.mapping(doc.get("objective", {}), "search.objective", {"maximize", "minimize"})
+    if len(given) != 1:
+        check.fail("search.objective", "give maximize: METRIC or minimize: METRIC")
+    else:
+        ((direction, name),) = given.items()
+        objective, maximize = (
+            check.string(name, f"search.objective.{direction}"),
+            (direction == "maximize"),
+        )
+        if objective not in METRICS:
+            check.fail(
+                f"search.objective.{direction}",
+                f"unknown metric {objective!r} (one of: {', '.join(METRICS)})",
+            )
+    slo_raw = check.mapping(doc.get("slo", {}), "search.slo", set(LATENCY_METRICS))
+    slo = {k: check.number(v, f"search.slo.{k}", 0.0) for k, v in slo_raw.items()}
+    for key, limit in slo.items():
+        if limit <= 0:
+            check.fail(f"search.slo.{key}", "must be > 0")
+    load = _load(check, doc.get("load", {}))
+    if load.find and not slo:
+        check.fail("search.load", "find needs an slo: the largest load that meets it is found")
+    budget = check.mapping(doc.get("budget", {}), "search.budget", {"trials", "duration"})
+    if "trials" not in budget:
+        check.fail("search.budget.trials", "is required (the most trials to launch)")
+    trials = check.integer(budget.get("trials", 1), "search.budget.trials", 1)
+    if trials > MAX_TRIALS:
+        check.fail("search.budget.trials", f"must be <= {MAX_TRIALS}, got {trials}")
+    seconds = (
+        check.duration(budget["duration"], "search.budget.duration")
+        if "duration" in budget
+        else 0.0
+    )
+    strategy = check.string(doc.get("strategy", "grid"), "search.strategy")
+    if strategy not in STRATEGIES:
+        check.fail("search.strategy", f"must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+    if strategy == "grid" and any(p.kind != "choice" for p in params) and "grid_points" not in doc:
+        pass  # ranges are spread over grid_points values (default 4)
+    eta = check.integer(doc.get("eta", 3), "search.eta", 2)
+    parallel = check.integer(doc.get("parallel", 4), "search.parallel", 1)
+    seed = check.integer(doc.get("seed", 0), "search.seed", 0)
+    grid_points = check.integer(doc.get("grid_points", 4), "search.grid_points", 2)
+    if check.issues:
+        return None, check.issues
+    spec = SearchSpec(
+        space=tuple(params),
+        objective=objective,
+        maximize=maximize,
+        slo=slo,
+        load=load,
+        strategy=strategy,
+        max_trials=trials,
+        max_seconds=seconds,
+        eta=min(eta, 100),
+        parallel=min(parallel, 1024),
+        seed=seed,
+        grid_points=min(grid_points, 100),
+    )
+    return spec, []

@@ -1,0 +1,170 @@
+"""From a proposal to a queue entry's spec, and from a finished experiment back to what the search
+learns: the objective at the load found, SLO margins, the failure reason, the GPU-seconds used.
+
+A trial's spec is the search document without ``search:``, the proposal's parameters applied as
+``matrix:`` applies them, and the benchmark's load set from ``search.load`` (a fixed list, or
+``find``: the agent's sweep bisects for the largest load that meets the SLOs on one server).
+Successive halving's rung r multiplies the benchmark's length (requests or duration) by η^r.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tunelab.controller.search.space import METRICS, SearchSpec
+from tunelab.controller.spec.errors import SpecIssue
+from tunelab.controller.spec.expand import apply_change, change_label
+from tunelab.controller.spec.render import run_spec_issue
+from tunelab.controller.spec.schema import check_experiment
+from tunelab.controller.states import AttemptState, ExperimentState
+from tunelab.controller.store.models import AttemptRow, ExperimentRow
+
+FAILED_STATES = {
+    AttemptState.FAILED_STARTUP: "FAILED_STARTUP",
+    AttemptState.FAILED_BENCHMARK: "FAILED_BENCHMARK",
+    AttemptState.TIMED_OUT: "TIMED_OUT",
+    AttemptState.LOST: "LOST",
+    AttemptState.CANCELLED: "CANCELLED",
+}
+
+
+def trial_label(params: Mapping[str, Any]) -> str:
+    return ",".join(change_label(p, v) for p, v in params.items())
+
+
+def trial_document(
+    base: Mapping[str, Any], search: SearchSpec, params: Mapping[str, Any], rung: int
+) -> dict[str, Any]:
+    """The raw experiment document of one trial."""
+    doc = dict(base)
+    for path, value in params.items():
+        doc = apply_change(doc, path, value)
+    bench = dict(doc.get("benchmark") or {})
+    for key in ("concurrency", "rate", "find"):
+        bench.pop(key, None)
+    load = search.load
+    if load.find:
+        bench["find"] = {
+            "axis": load.axis,
+            "max": load.maximum,
+            "slo": {METRICS[k][0]: v for k, v in search.slo.items()},
+        }
+    elif load.axis == "concurrency":
+        bench["concurrency"] = [int(v) for v in load.values]
+    else:
+        bench["rate"] = load.values[0]
+    scale = search.eta**rung
+    if scale > 1:
+        if isinstance(bench.get("requests"), int):
+            bench["requests"] = bench["requests"] * scale
+        if isinstance(bench.get("duration"), int | float):
+            bench["duration"] = bench["duration"] * scale
+    doc["benchmark"] = bench
+    doc["repeat"] = 1
+    return doc
+
+
+def trial_spec(
+    base: Mapping[str, Any], search: SearchSpec, params: Mapping[str, Any], rung: int
+) -> tuple[dict[str, Any], list[SpecIssue]]:
+    """The normalized spec of one trial, checked as the agent will check it."""
+    try:
+        doc = trial_document(base, search, params, rung)
+    except ValueError as exc:
+        return {}, [SpecIssue("search.space", str(exc))]
+    spec, issues = check_experiment(doc)
+    if not issues:
+        problem = run_spec_issue(spec)
+        if problem is not None:
+            issues.append(problem)
+    return spec, issues
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a finished trial taught: ``objective`` None when it failed or no load met the SLOs."""
+
+    state: str  # DONE, FAILED, CANCELLED
+    objective: float | None = None
+    samples: tuple[float, ...] = ()
+    failure_reason: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+def _value(point: Mapping[str, Any], name: str, run: Mapping[str, Any]) -> float | None:
+    source = run if name == "tokens_per_joule" else point
+    value = source.get(METRICS[name][0])
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
+def margins(search: SearchSpec, point: Mapping[str, Any]) -> dict[str, float | None]:
+    """Per SLO, (limit - value) / limit: >= 0 meets it; None: the point lacks the figure."""
+    out: dict[str, float | None] = {}
+    for name, limit in search.slo.items():
+        value = _value(point, name, {})
+        out[name] = None if value is None else round((limit - value) / limit, 4)
+    return out
+
+
+def meets(search: SearchSpec, point: Mapping[str, Any]) -> bool:
+    return all(m is not None and m >= 0 for m in margins(search, point).values())
+
+
+def _load_of(point: Mapping[str, Any]) -> dict[str, Any]:
+    if point.get("concurrency"):
+        return {"concurrency": point["concurrency"]}
+    return {"rate": point.get("request_rate")}
+
+
+def gpu_seconds(attempts: Sequence[AttemptRow]) -> float:
+    """Wall time of every attempt from dispatch to its end, times its GPUs (at least one)."""
+    total = 0.0
+    for a in attempts:
+        if a.finished_at is not None:
+            start = a.dispatched_at or a.created_at
+            total += max(0.0, a.finished_at - start) * max(1, len(a.gpus))
+    return round(total, 3)
+
+
+def outcome(search: SearchSpec, exp: ExperimentRow, attempts: Sequence[AttemptRow]) -> Outcome:
+    """The outcome of a trial whose experiment is terminal."""
+    last = attempts[-1] if attempts else None
+    used = {"gpu_seconds": gpu_seconds(attempts), "experiment": exp.id}
+    if exp.state is ExperimentState.CANCELLED:
+        return Outcome("CANCELLED", failure_reason="CANCELLED", details=used)
+    result = (last.result if last else None) or {}
+    if exp.state is not ExperimentState.SUCCEEDED or last is None:
+        reason = str(result.get("failure_reason") or "")
+        if not reason and last is not None:
+            reason = FAILED_STATES.get(last.state, last.state.value)
+        used["message"] = (last.message if last else "") or exp.message
+        return Outcome("FAILED", failure_reason=reason or "FAILED", details=used)
+    run = (last.gpu_summary or {}) if last else {}
+    points = [p for p in result.get("points", []) if isinstance(p, Mapping)]
+    found = result.get("load_search")
+    if isinstance(found, Mapping):  # load: find — the agent's bisection chose the answer
+        answer = [p for p in points if p.get("point_index") in found.get("answer_points", [])]
+        feasible = answer if found.get("met") else []
+    else:
+        feasible = [p for p in points if meets(search, p)]
+    scored = [(v, p) for p in feasible if (v := _value(p, search.objective, run)) is not None]
+    if not scored:
+        closest = points[0] if points else {}
+        used["slo_margins"] = margins(search, closest)
+        used["load"] = _load_of(closest) if closest else {}
+        used["message"] = "no load met the SLOs"
+        return Outcome("DONE", None, failure_reason="", details=used)
+    if isinstance(found, Mapping):
+        samples = tuple(v for v, _ in scored)
+        best_point = scored[-1][1]
+    else:
+        best_value, best_point = (max if search.maximize else min)(scored, key=lambda s: s[0])
+        samples = (best_value,)
+    used["slo_margins"] = margins(search, best_point)
+    used["load"] = _load_of(best_point)
+    objective = sum(samples) / len(samples)
+    return Outcome("DONE", round(objective, 6), samples, details=used)

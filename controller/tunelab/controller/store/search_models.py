@@ -1,0 +1,51 @@
+"""The searches' rows and the store's part for them (migration 7; statements in searches.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from tunelab.controller.store.models import ExperimentRow
+
+
+@dataclass
+class SearchRow:
+    group: str
+    name: str
+    state: str
+    spec: dict[str, Any]  # SearchSpec.to_dict()
+    base: dict[str, Any]  # the raw experiment document without search:
+    submitted_at: float
+    message: str = ""
+    cancel_requested: bool = False
+    finished_at: float | None = None
+
+
+@dataclass
+class TrialRow:
+    group: str
+    number: int
+    params: dict[str, Any]
+    state: str
+    created_at: float
+    rung: int = 0
+    experiment_id: str | None = None
+    objective: float | None = None
+    samples: list[float] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+    failure_reason: str = ""
+    finished_at: float | None = None
+
+
+class SearchStore(Protocol):
+    def insert_search(self, row: SearchRow) -> None: ...
+    def get_search(self, group: str) -> SearchRow | None: ...
+    def running_searches(self) -> list[SearchRow]: ...
+    def search_trials(self, group: str) -> list[TrialRow]: ...
+    def add_trials(
+        self, trials: Sequence[TrialRow], experiments: Sequence[ExperimentRow]
+    ) -> None: ...
+    def finish_trial(self, trial: TrialRow) -> None: ...
+    def finish_search(self, group: str, state: str, message: str, now: float) -> SearchRow: ...
+    def request_search_cancel(self, group: str) -> SearchRow | None: ...

@@ -1,0 +1,242 @@
+"""The searches' transactions (migration 6), mixed into ``core.SqlStore`` so both engines have
+them; their statements are built once per dialect in ``SearchSql`` (as ``statements.py``
+builds the rest), so nothing rewrites SQL text per call.
+
+States are data (as in ``states.py``): a search is RUNNING until DONE, FAILED or CANCELLED; a
+trial is RUNNING until DONE, FAILED or CANCELLED, or born SKIPPED (implied by another's OOM).
+Every change is a compare-and-set on the state with an event row in the same transaction.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+
+from tunelab.controller.store.base import StoreConflict, StoreNotFound
+from tunelab.controller.store.dialect import Dialect
+from tunelab.controller.store.models import ExperimentRow
+from tunelab.controller.store.search_models import SearchRow, TrialRow
+
+SEARCH_STATES = ("RUNNING", "DONE", "FAILED", "CANCELLED")
+TRIAL_STATES = ("RUNNING", "DONE", "FAILED", "SKIPPED", "CANCELLED")
+SEARCH_MOVES = {("RUNNING", "DONE"), ("RUNNING", "FAILED"), ("RUNNING", "CANCELLED")}
+TRIAL_MOVES = {("RUNNING", "DONE"), ("RUNNING", "FAILED"), ("RUNNING", "CANCELLED")}
+
+
+def check_move(moves: set[tuple[str, str]], current: str, target: str, what: str) -> None:
+    if (current, target) not in moves:
+        raise StoreConflict(f"{what} is {current}; it cannot become {target}")
+
+
+TRIAL_COLUMNS = (
+    "grp, number, params_json, rung, experiment_id, state, objective, samples_json, "
+    "details_json, failure_reason, created_at, finished_at"
+)
+
+
+class SearchSql:
+    """The searches' statements for one dialect."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        p = dialect.mark
+        self.insert_search = (
+            "INSERT INTO searches (grp, name, state, spec_json, base_json, message, "
+            f"submitted_at) VALUES ({dialect.marks(7)})"
+        )
+        self.get_search = f"SELECT * FROM searches WHERE grp = {p}"
+        self.running = "SELECT * FROM searches WHERE state = 'RUNNING' ORDER BY submitted_at"
+        self.trials = f"SELECT * FROM search_trials WHERE grp = {p} ORDER BY number"
+        self.search_state = f"SELECT state FROM searches WHERE grp = {p}"
+        self.insert_trial = (
+            f"INSERT INTO search_trials ({TRIAL_COLUMNS}) VALUES ({dialect.marks(12)})"
+        )
+        self.trial_state = f"SELECT state FROM search_trials WHERE grp = {p} AND number = {p}"
+        self.finish_trial = (
+            f"UPDATE search_trials SET state = {p}, objective = {p}, samples_json = {p}, "
+            f"details_json = {p}, failure_reason = {p}, finished_at = {p} "
+            f"WHERE grp = {p} AND number = {p} AND state = 'RUNNING'"
+        )
+        self.finish_search = (
+            f"UPDATE searches SET state = {p}, message = {p}, finished_at = {p} "
+            f"WHERE grp = {p} AND state = 'RUNNING'"
+        )
+        self.cancel_search = (
+            f"UPDATE searches SET cancel_requested = 1 WHERE grp = {p} AND state = 'RUNNING'"
+        )
+        self.dialect = dialect
+
+    def taken_numbers(self, n: int) -> str:
+        return (
+            f"SELECT number FROM search_trials WHERE grp = {self.dialect.mark} "
+            f"AND number IN ({self.dialect.marks(n)})"
+        )
+
+
+def _search(row: Any) -> SearchRow:
+    return SearchRow(
+        group=row["grp"],
+        name=row["name"],
+        state=row["state"],
+        spec=json.loads(row["spec_json"]),
+        base=json.loads(row["base_json"]),
+        submitted_at=row["submitted_at"],
+        message=row["message"],
+        cancel_requested=bool(row["cancel_requested"]),
+        finished_at=row["finished_at"],
+    )
+
+
+def _trial(row: Any) -> TrialRow:
+    return TrialRow(
+        group=row["grp"],
+        number=row["number"],
+        params=json.loads(row["params_json"]),
+        state=row["state"],
+        created_at=row["created_at"],
+        rung=row["rung"],
+        experiment_id=row["experiment_id"],
+        objective=row["objective"],
+        samples=json.loads(row["samples_json"]),
+        details=json.loads(row["details_json"]),
+        failure_reason=row["failure_reason"],
+        finished_at=row["finished_at"],
+    )
+
+
+class SearchStatements:
+    """Mixed into ``core.SqlStore``: uses its ``_tx``, ``_query``, ``_event`` and experiment
+    insert, and ``search_sql``, built for the store's dialect when it opens."""
+
+    search_sql: SearchSql
+
+    def _tx(self) -> AbstractContextManager[Any]:
+        raise NotImplementedError
+
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        raise NotImplementedError
+
+    def _event(
+        self, conn: Any, kind: str, ref: str, src: str | None, dst: str | None, msg: str
+    ) -> None:
+        raise NotImplementedError
+
+    def _insert_experiment_rows(self, conn: Any, rows: Sequence[ExperimentRow]) -> None:
+        raise NotImplementedError
+
+    def insert_search(self, row: SearchRow) -> None:
+        with self._tx() as conn:
+            conn.execute(
+                self.search_sql.insert_search,
+                (
+                    row.group,
+                    row.name,
+                    row.state,
+                    json.dumps(row.spec, sort_keys=True),
+                    json.dumps(row.base, sort_keys=True),
+                    row.message,
+                    row.submitted_at,
+                ),
+            )
+            self._event(conn, "search", row.group, None, row.state, "submitted")
+
+    def get_search(self, group: str) -> SearchRow | None:
+        rows = self._query(self.search_sql.get_search, (group,))
+        return _search(rows[0]) if rows else None
+
+    def running_searches(self) -> list[SearchRow]:
+        rows = self._query(self.search_sql.running)
+        return [_search(r) for r in rows]
+
+    def search_trials(self, group: str) -> list[TrialRow]:
+        rows = self._query(self.search_sql.trials, (group,))
+        return [_trial(r) for r in rows]
+
+    def add_trials(self, trials: Sequence[TrialRow], experiments: Sequence[ExperimentRow]) -> None:
+        """New trials and their experiments in one transaction: a trial is queued exactly once
+        (a second writer of the same numbers fails on the primary key and writes nothing)."""
+        if not trials:
+            return
+        with self._tx() as conn:
+            group = trials[0].group
+            state = conn.execute(self.search_sql.search_state, (group,)).fetchone()
+            if state is None or state["state"] != "RUNNING":
+                raise StoreConflict(f"search {group} is not running")
+            taken = conn.execute(
+                self.search_sql.taken_numbers(len(trials)), (group, *[t.number for t in trials])
+            ).fetchall()
+            if taken:
+                raise StoreConflict(f"search {group}: trial numbers taken meanwhile")
+            self._insert_experiment_rows(conn, experiments)
+            for values in [
+                (
+                    t.group,
+                    t.number,
+                    json.dumps(t.params, sort_keys=True),
+                    t.rung,
+                    t.experiment_id,
+                    t.state,
+                    t.objective,
+                    json.dumps(t.samples),
+                    json.dumps(t.details, sort_keys=True),
+                    t.failure_reason,
+                    t.created_at,
+                    t.finished_at,
+                )
+                for t in trials
+            ]:  # one statement each: never a batch left open on the wire (core._insert_rows)
+                conn.execute(self.search_sql.insert_trial, values)
+            for t in trials:
+                self._event(conn, "search", group, None, t.state, f"trial {t.number}: {t.params}")
+
+    def finish_trial(self, trial: TrialRow) -> None:
+        """A running trial's outcome, written once (compare-and-set on RUNNING)."""
+        with self._tx() as conn:
+            current = conn.execute(
+                self.search_sql.trial_state, (trial.group, trial.number)
+            ).fetchone()
+            if current is None:
+                raise StoreNotFound(f"{trial.group} trial {trial.number}")
+            check_move(TRIAL_MOVES, current["state"], trial.state, f"trial {trial.number}")
+            conn.execute(
+                self.search_sql.finish_trial,
+                (
+                    trial.state,
+                    trial.objective,
+                    json.dumps(trial.samples),
+                    json.dumps(trial.details, sort_keys=True),
+                    trial.failure_reason,
+                    trial.finished_at,
+                    trial.group,
+                    trial.number,
+                ),
+            )
+            self._event(
+                conn,
+                "search",
+                trial.group,
+                "RUNNING",
+                trial.state,
+                f"trial {trial.number}: {trial.failure_reason or trial.objective}",
+            )
+
+    def finish_search(self, group: str, state: str, message: str, now: float) -> SearchRow:
+        with self._tx() as conn:
+            current = conn.execute(self.search_sql.search_state, (group,)).fetchone()
+            if current is None:
+                raise StoreNotFound(f"no search {group}")
+            check_move(SEARCH_MOVES, current["state"], state, f"search {group}")
+            conn.execute(self.search_sql.finish_search, (state, message, now, group))
+            self._event(conn, "search", group, current["state"], state, message)
+        found = self.get_search(group)
+        if found is None:
+            raise StoreNotFound(f"no search {group}")
+        return found
+
+    def request_search_cancel(self, group: str) -> SearchRow | None:
+        with self._tx() as conn:
+            n = conn.execute(self.search_sql.cancel_search, (group,)).rowcount
+            if n:
+                self._event(conn, "search", group, None, None, "cancel requested")
+        return self.get_search(group)

@@ -1,0 +1,130 @@
+"""E2E: a search on real processes — the controller, agents and simulator servers on loopback.
+examples/search-sim.yaml through `submit --wait` prints the best configuration with its evidence;
+two agents share the trials; a controller killed with SIGKILL mid-search resumes it without
+running a finished trial again."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.e2e.conftest import Lab
+from tests.support.daemon_proc import REPO
+from tunelab.v1 import controller_pb2
+
+EXAMPLE = REPO / "examples" / "search-sim.yaml"
+SEQS = "server.flags.--max-num-seqs"
+
+
+def search_doc(lab: Lab, group: str) -> dict[str, Any]:
+    assert lab.controller is not None
+    response = lab.controller.stub().GetSearch(
+        controller_pb2.GetSearchRequest(group=group), timeout=10
+    )
+    found: dict[str, Any] = json.loads(response.search_json)
+    return found
+
+
+def test_the_example_search_prints_the_best_configuration_and_two_agents_share_it(
+    lab: Lab,
+) -> None:
+    controller = lab.start_controller()
+    lab.add_agent("sim-a", labels="pool=demo")
+    lab.add_agent("sim-b", labels="pool=demo")
+    result = controller.cli("submit", str(EXAMPLE), "--wait", timeout=400)
+    assert result.returncode == 0, result.stdout + result.stderr + controller.log()[-3000:]
+    out = result.stdout
+    group = re.search(r"search (g-[0-9a-f]+)", out)
+    assert group, out
+    assert "best configuration (trial " in out and "--max-num-seqs=64" in out, out
+    assert "vs the default --max-num-batched-tokens=512, --max-num-seqs=8:" in out, out
+    assert "server argv: " in out and "--max-num-seqs 64" in out
+    doc = search_doc(lab, group.group(1))
+    assert doc["state"] == "DONE"
+    assert doc["best"]["params"][SEQS] == 64
+    assert 32 <= doc["best"]["load"]["concurrency"] <= 128  # past the cap, TTFT bounds it
+    trials = {(t["params"][SEQS], t["params"]["server.flags.--max-num-batched-tokens"]): t
+              for t in doc["trials"]}  # fmt: skip
+    assert trials[(128, 512)]["failure_reason"] == "CUDA_OOM"
+    assert trials[(128, 4096)]["state"] == "SKIPPED"  # implied by the OOM at 128, 512
+    assert doc["recommendation"]["effect"]["relative_change"] > 1.5  # ~5x the 8 sequences
+    hosts = {
+        e["attempts"][0]["host"]
+        for e in controller.cli_json("ls", "--group", group.group(1))
+        if e["attempts"]
+    }
+    assert hosts == {"sim-a", "sim-b"}, "both agents ran trials"
+    shown = controller.cli_json("search", "show", group.group(1))
+    assert set(shown) >= {"state", "best", "trials"} and shown["best"] == doc["best"]
+
+
+def test_a_controller_killed_mid_search_resumes_without_rerunning_a_finished_trial(
+    lab: Lab, tmp_path: Path
+) -> None:
+    controller = lab.start_controller()
+    agent = lab.add_agent("sim-a", labels="pool=demo")
+    spec = yaml.safe_load(EXAMPLE.read_text())
+    spec["search"]["space"] = {SEQS: [8, 16, 32, 64]}
+    spec["search"]["parallel"] = 1
+    path = tmp_path / "search.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    submitted = controller.cli("submit", str(path), "--json")
+    assert submitted.returncode == 0, submitted.stderr
+    group = json.loads(submitted.stdout)["search_group"]
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        before = search_doc(lab, group)
+        if sum(1 for t in before["trials"] if t["state"] == "DONE") >= 2:
+            break
+        time.sleep(0.2)
+    else:
+        raise AssertionError(f"two trials never finished: {before}")
+    finished_before = {t["number"]: t for t in before["trials"] if t["state"] == "DONE"}
+    controller.kill9()  # SIGKILL: no shutdown path runs
+    controller.start()
+    result = controller.cli("wait", group, "--json", timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    after = json.loads(result.stdout)
+    assert after["state"] == "DONE" and after["best"]["params"] == {SEQS: 64}
+    for number, trial in finished_before.items():  # finished trials are kept as they were
+        assert after["trials"][number - 1] == trial
+    experiments = [t["experiment"] for t in after["trials"]]
+    assert len(experiments) == len(set(experiments)) == 4
+    started = agent.log().count('"event": "server_started"')
+    assert started == 4, f"each trial's server started once, got {started}"
+
+
+def test_search_cancel_stops_the_trials_and_wait_says_so(lab: Lab, tmp_path: Path) -> None:
+    controller = lab.start_controller()
+    lab.add_agent("sim-a", labels="pool=demo")
+    path = tmp_path / "search.yaml"
+    path.write_text(EXAMPLE.read_text())
+    group = json.loads(controller.cli("submit", str(path), "--json").stdout)["search_group"]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # one trial placed on the agent, the next queued
+        running = [e for e in controller.cli_json("ls", "--group", group) if e["attempts"]]
+        if running:
+            break
+        time.sleep(0.2)
+    cancelled = controller.cli("search", "cancel", group)
+    assert cancelled.returncode == 0, cancelled.stderr
+    watched = controller.cli("search", "show", group, "--watch", timeout=120)
+    assert watched.returncode == 0 and f"search {group} (sim-search): CANCELLED" in watched.stdout
+    result = controller.cli("wait", group, "--json", timeout=120)
+    assert result.returncode == 1, result.stdout + result.stderr  # not DONE
+    doc = json.loads(result.stdout)
+    assert doc["state"] == "CANCELLED" and doc["message"].startswith("cancelled")
+    assert {t["state"] for t in doc["trials"]} <= {"CANCELLED", "DONE", "FAILED"}
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # the running trial's experiment is stopped two-phase
+        states = {e["state"] for e in controller.cli_json("ls", "--group", group)}
+        if states <= {"CANCELLED", "SUCCEEDED", "FAILED"}:
+            break
+        time.sleep(0.3)
+    assert states <= {"CANCELLED", "SUCCEEDED", "FAILED"}, states
+    assert controller.cli("search", "show", "g-0000000000000000").returncode == 4

@@ -1,0 +1,124 @@
+"""A real vLLM 0.32 (CPU) profiled by the agent, and its prefix cache reset between points.
+
+One run: the agent adds --profiler-config (a vLLM argv it detects), profiles point 0's whole
+window, resets the prefix cache before each point (two points on one server: the default, which
+sets VLLM_SERVER_DEV_MODE=1), keeps the gzipped trace, and leaves the server up (keep_server)
+so the reset is checked on vLLM's own counters: a repeated 300-token prompt hits the prefix
+cache, and after /reset_prefix_cache the same prompt hits nothing. Prints the figures for the
+closing note: trace size, the summary's top ops, throughput of the profiled point against the
+unprofiled one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import urllib.request
+from pathlib import Path
+
+from tests.engines.conftest import Agent, vllm_spec, watch
+from tests.integration.test_agent_runs import wait_run
+from tests.support.ports import free_port
+from tunelab.controller.profiles.summary import summarize
+from tunelab.v1 import agent_pb2, run_pb2, server_pb2
+
+R = run_pb2
+
+
+def _hits(port: int) -> float:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    match = re.search(r"^vllm:prefix_cache_hits_total\{[^}]*\} (\S+)$", text, re.MULTILINE)
+    assert match, "no vllm:prefix_cache_hits_total sample"
+    return float(match.group(1))
+
+
+def _complete(port: int, prompt: str) -> None:
+    body = json.dumps({"model": "tiny", "prompt": prompt, "max_tokens": 2}).encode()
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/completions", body, {"Content-Type": "application/json"}
+    )
+    urllib.request.urlopen(request, timeout=60).read()
+
+
+def _post(port: int, path: str) -> int:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", b"", method="POST")
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return int(response.status)
+
+
+def test_profiled_point_and_cache_reset_on_real_vllm(
+    agent: Agent, venv: Path, tiny_model: Path, compile_cache: Path, tmp_path: Path
+) -> None:
+    port = free_port()
+    server = vllm_spec(venv, tiny_model, port, compile_cache, "--enforce-eager")
+    builtin = R.BuiltinBenchmark(
+        model="tiny", concurrency=[2, 2], requests=8, input_len=32, output_len=32,
+        profile=R.ProfileSpec(point=0),
+    )  # fmt: skip
+    spec = R.RunSpec(
+        server=server, benchmark=R.BenchmarkSpec(builtin=builtin), max_duration_seconds=900,
+        keep_server=True,
+    )  # fmt: skip
+    agent.stub.StartRun(agent_pb2.StartRunRequest(run_id="vp1", spec=spec), timeout=30)
+    final = wait_run(agent.stub, "vp1", timeout=900)
+    assert final.state == R.RUN_STATE_SUCCEEDED, final.message
+    try:
+        argv = list(final.server.spec.argv)
+        assert "--profiler-config" in argv
+        assert final.server.spec.env["VLLM_SERVER_DEV_MODE"] == "1"
+        result = json.loads(final.result_json)
+        profiled, plain = result["points"]
+        assert [p["cache_reset"]["ok"] for p in (profiled, plain)] == [True, True]
+        profile = result["profile"]
+        assert profile["window"]["ok"] is True, profile
+        assert profile["traces"], profile["warnings"]
+        assert all(".json" in t["name"] for t in profile["traces"])  # tables are other_files
+        files = []
+        for trace in profile["traces"]:
+            chunks = agent.stub.FetchProfile(
+                agent_pb2.FetchProfileRequest(run_id="vp1", name=trace["name"]), timeout=120
+            )
+            path = tmp_path / trace["name"]
+            path.write_bytes(b"".join(c.data for c in chunks))
+            assert path.stat().st_size == trace["size_bytes"]
+            files.append(path)
+        save = os.environ.get("TUNELAB_PROFILE_SAVE")  # keep the real traces (fixtures, figures)
+        if save:
+            Path(save).mkdir(parents=True, exist_ok=True)
+            for kept in (agent.proc.state_dir / "runs" / "vp1" / "traces").iterdir():
+                shutil.copy(kept, save)
+            (Path(save) / "result.json").write_text(final.result_json)
+        summary = summarize(files, top=8, output_tokens=profile["window"]["output_tokens"])
+        assert summary.cpu_ms > 0 and summary.top
+        print(f"\ntraces: {[(t['name'], t['size_bytes']) for t in profile['traces']]}")
+        print(f"wall {summary.wall_ms:.1f} ms, CPU op time {summary.cpu_ms:.1f} ms, steps "
+              f"{summary.steps}")  # fmt: skip
+        for t in summary.top:
+            print(f"  {t.self_ms:10.3f} ms {t.calls:6d} {t.share:6.1%} {t.category:16} {t.name}")
+        print(
+            f"output tok/s profiled {profiled['output_throughput']:.1f}, unprofiled "
+            f"{plain['output_throughput']:.1f} (overhead "
+            f"{1 - profiled['output_throughput'] / plain['output_throughput']:+.1%})"
+        )
+
+        # the reset, on vLLM's own counter: a repeated long prompt hits, after a reset it does not
+        prompt = " ".join(f"w{i % 50}" for i in range(120))  # 128+ tokens: one full KV block
+        _complete(port, prompt)
+        before = _hits(port)
+        _complete(port, prompt)
+        warm = _hits(port)
+        assert warm > before, "a repeated long prompt should hit the prefix cache"
+        assert _post(port, "/reset_prefix_cache") == 200
+        _complete(port, prompt)
+        assert _hits(port) == warm, "after a reset the same prompt must not hit"
+    finally:
+        agent.stub.StopServer(agent_pb2.StopServerRequest(id=final.server_id), timeout=60)
+        watch(agent.stub, final.server_id)
+        assert (
+            agent.stub.GetServer(
+                agent_pb2.GetServerRequest(id=final.server_id), timeout=10
+            ).server.state
+            == server_pb2.SERVER_STATE_STOPPED
+        )

@@ -1,0 +1,98 @@
+"""The engine profile's plan for a profile and a cache reset, and how traces are kept."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from pathlib import Path
+
+from tunelab.agent.engines.profiles import GENERIC, SGLANG, VLLM
+from tunelab.agent.engines.profiling import plan
+from tunelab.agent.runs.traces import keep_traces, listed
+
+TRACES = Path("/state/runs/r1/traces")
+
+
+def bench(**fields: object) -> dict[str, object]:
+    return {"concurrency": [1], "profile_point": -1, "reset_cache": None, **fields}
+
+
+def test_vllm_profile_adds_its_flag_and_urls_and_no_dev_mode() -> None:
+    p = plan(VLLM, ("vllm", "serve", "m"), bench(profile_point=0), TRACES)
+    assert p.argv[0] == "--profiler-config"
+    assert json.loads(p.argv[1]) == {
+        "profiler": "torch", "torch_profiler_dir": str(TRACES),
+        "torch_profiler_use_gzip": True, "torch_profiler_with_stack": False,
+    }  # fmt: skip
+    assert p.env == {} and p.warnings == ()
+    assert p.bench == {"profile_start_url": "/start_profile", "profile_stop_url": "/stop_profile"}
+
+
+def test_vllm_keeps_a_users_own_profiler_config_with_a_warning() -> None:
+    p = plan(
+        VLLM, ("vllm", "serve", "m", "--profiler-config", "{}"), bench(profile_point=0), TRACES
+    )
+    assert p.argv == () and "its traces are not collected" in p.warnings[0]
+
+
+def test_reset_defaults_on_for_several_points_on_vllm_and_sglang_only() -> None:
+    several = bench(concurrency=[1, 8])
+    assert plan(VLLM, (), several, TRACES).env == {"VLLM_SERVER_DEV_MODE": "1"}
+    assert plan(VLLM, (), several, TRACES).bench == {"reset_cache_url": "/reset_prefix_cache"}
+    assert plan(SGLANG, (), several, TRACES).bench == {"reset_cache_url": "/flush_cache"}
+    assert plan(SGLANG, (), several, TRACES).env == {}
+    assert plan(VLLM, (), bench(), TRACES).env == {}  # one point: no reset, no dev mode
+    quiet = plan(GENERIC, (), several, TRACES)
+    assert (quiet.bench, quiet.warnings) == ({}, ())  # the default says nothing on generic
+    off = plan(VLLM, (), bench(concurrency=[1, 8], reset_cache=False), TRACES)
+    assert off.env == {} and off.bench == {}
+
+
+def test_an_explicit_reset_on_generic_without_a_url_warns() -> None:
+    p = plan(GENERIC, (), bench(reset_cache=True), TRACES)
+    assert p.warnings == ("reset_cache: a generic server needs benchmark.reset_cache_url",)
+    assert plan(GENERIC, (), bench(reset_cache=True, reset_cache_url="/r"), TRACES).warnings == ()
+
+
+def test_sglang_profile_is_an_env_and_a_start_body() -> None:
+    p = plan(SGLANG, (), bench(profile_point=0, profile_activities=["gpu"]), TRACES)
+    assert p.env == {"SGLANG_TORCH_PROFILER_DIR": str(TRACES)}
+    assert json.loads(p.bench["profile_start_body"]) == {
+        "output_dir": str(TRACES), "activities": ["GPU"],
+    }  # fmt: skip
+
+
+def test_generic_profile_needs_its_urls() -> None:
+    p = plan(GENERIC, (), bench(profile_point=0), TRACES)
+    assert p.env == {"TUNELAB_PROFILE_DIR": str(TRACES)} and p.warnings
+    ok = plan(GENERIC, (), bench(profile_point=0, profile_start_url="/a", profile_stop_url="/b"),
+              TRACES)  # fmt: skip
+    assert ok.warnings == ()
+
+
+def test_keep_traces_gzips_bounds_and_skips_what_is_no_trace(tmp_path: Path) -> None:
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    (folder / "a.pt.trace.json").write_text('{"traceEvents": []}')
+    (folder / "b.pt.trace.json.gz").write_bytes(gzip.compress(b"x" * 10) + os.urandom(4000))
+    (folder / "c.pt.trace.json.gz").write_bytes(gzip.compress(b"{}"))
+    os.symlink("/etc/passwd", folder / "d.json.gz")
+    (folder / "sub").mkdir()
+    kept = keep_traces(tmp_path, max_bytes=3000)
+    names = [t["name"] for t in kept["traces"]]
+    assert names == ["a.pt.trace.json.gz", "c.pt.trace.json.gz"]
+    assert json.loads(gzip.decompress((folder / names[0]).read_bytes())) == {"traceEvents": []}
+    assert (
+        not (folder / "a.pt.trace.json").exists() and not (folder / "b.pt.trace.json.gz").exists()
+    )
+    assert kept["total_bytes"] == sum(t["size_bytes"] for t in kept["traces"])
+    warnings = "\n".join(kept["warnings"])
+    assert "b.pt.trace.json.gz" in warnings and "over the cap of 3000" in warnings
+    assert "'d.json.gz'" in warnings and "'sub'" in warnings
+    assert Path("/etc/passwd").exists()  # a link is skipped, never followed or deleted through
+    assert listed({"profile": kept}) == set(names)
+
+
+def test_no_trace_folder_is_a_warning(tmp_path: Path) -> None:
+    assert keep_traces(tmp_path, 100)["warnings"] == ["profile: no trace was written"]

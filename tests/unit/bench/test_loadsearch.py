@@ -1,0 +1,58 @@
+"""The load-search planner: ladder, bisection, a confirming repeat, and the step down when the
+repeat breaks an SLO — against a server model whose p99 TPOT is known at every load."""
+
+from __future__ import annotations
+
+from tunelab.bench.loadsearch import LoadSearch, meets, probe_count_bound
+
+
+def point(tpot: float) -> dict[str, float]:
+    return {"completed": 10, "failed": 0, "p99_tpot_ms": tpot}
+
+
+def run(
+    search: LoadSearch, tpot_at: dict[float, list[float]] | None = None, slope: float = 1.0
+) -> list[float]:
+    loads = []
+    while (load := search.next_load()) is not None:
+        loads.append(load)
+        queued = (tpot_at or {}).get(load)
+        tpot = queued.pop(0) if queued else 10 + slope * load
+        search.tell(load, point(tpot))
+    return loads
+
+
+def test_a_concurrency_search_brackets_bisects_and_confirms() -> None:
+    # TPOT = 10 + c ms: c <= 40 meets 50 ms
+    search = LoadSearch("concurrency", 1024, {"p99_tpot_ms": 50})
+    loads = run(search)
+    assert loads[:7] == [1, 2, 4, 8, 16, 32, 64]  # the ladder stops at the first miss
+    assert search.answer() in range(36, 41)  # within 1/8 of the true 40
+    assert loads[-1] == search.answer() and loads.count(search.answer()) == 2  # confirmed
+    doc = search.document({search.answer(): [0, 1]})
+    assert doc["met"] and doc["confirmed"] and doc["answer_points"] == [0, 1]
+    assert len(loads) <= probe_count_bound(1024)
+
+
+def test_the_maximum_is_the_answer_when_every_load_meets_the_slo() -> None:
+    search = LoadSearch("concurrency", 16, {"p99_tpot_ms": 500})
+    assert run(search) == [1, 2, 4, 8, 16, 16]
+    assert search.answer() == 16
+
+
+def test_a_failed_confirmation_steps_down_to_the_next_load_that_met_the_slo() -> None:
+    search = LoadSearch("concurrency", 8, {"p99_tpot_ms": 50})
+    loads = run(search, {8: [20, 90]})  # 8 met once, then the repeat broke it
+    assert loads == [1, 2, 4, 8, 8]
+    assert search.answer() == 4 and search.confirmed is False
+
+
+def test_no_load_meets_the_slo() -> None:
+    search = LoadSearch("rate", 64, {"p99_tpot_ms": 5})
+    assert run(search) == [1.0]
+    assert search.answer() is None and not search.document({})["met"]
+
+
+def test_a_point_with_failed_requests_never_meets_the_slo() -> None:
+    assert not meets({"p99_tpot_ms": 50}, {"completed": 9, "failed": 1, "p99_tpot_ms": 1})
+    assert not meets({"p99_tpot_ms": 50}, {"completed": 9, "failed": 0})
