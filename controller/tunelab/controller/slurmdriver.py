@@ -27,6 +27,7 @@ import os
 import re
 import secrets
 import shlex
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -92,11 +93,16 @@ class SlurmDriver:
         self._cancelled: set[str] = set()  # job ids scancel was sent for, this process
         self._reported: set[str] = set()  # attempts whose job has reported, this process
         self._key: bytes | None = None
+        self._key_lock = threading.Lock()
         self.submitted = 0
 
     # --- tokens ------------------------------------------------------------------------------
 
     def _report_key(self) -> bytes:
+        with self._key_lock:  # the loop's first submit and a gRPC thread's report may meet
+            return self._load_key()
+
+    def _load_key(self) -> bytes:
         if self._key is None:
             self._dir.mkdir(parents=True, exist_ok=True, mode=0o700)
             path = self._dir / KEY_FILE
