@@ -15,6 +15,7 @@ shared, both figures include queueing for CPU: they are ceilings, not floors.
 from __future__ import annotations
 
 import argparse
+import shutil
 import sqlite3
 import statistics
 import sys
@@ -116,6 +117,7 @@ def main() -> int:
     finally:
         controller.terminate()
         cluster.close()
+        shutil.rmtree(root, ignore_errors=True)
     return 0
 
 
