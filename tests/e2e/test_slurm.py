@@ -275,3 +275,33 @@ def test_a_job_submitted_just_before_a_crash_is_adopted_by_name_not_submitted_ag
     assert "sbatch" not in cli.calls
     agents.close()
     store.close()
+
+
+def test_kill9_while_the_job_runs_then_restart_takes_its_reports_and_result_once(
+    lab: Lab, slurm: SlurmCluster
+) -> None:
+    controller = start(lab, slurm)
+    running = spec("running")
+    running["server"]["flags"]["--startup-seconds"] = 3
+    (submitted,) = lab.submit(running)
+    experiment_id = submitted["id"]
+
+    def job_running() -> str:
+        experiment = controller.experiment(experiment_id)
+        if not experiment.attempts:
+            return ""
+        jobs = jobs_named(slurm, experiment.attempts[0].id)
+        return jobs[0] if jobs and slurm.job_state(jobs[0]) == "RUNNING" else ""
+
+    job = wait_for("the job to run", job_running)
+    attempt_id = controller.experiment(experiment_id).attempts[0].id
+    controller.kill9()  # the job's reports fail meanwhile; run-once keeps going and retries
+    controller.start()
+    final = wait_for(
+        "the result",
+        lambda: (
+            (e := controller.experiment(experiment_id)).state == X.EXPERIMENT_STATE_SUCCEEDED and e
+        ),
+    )
+    assert [a.id for a in final.attempts] == [attempt_id]
+    assert jobs_named(slurm, attempt_id) == [job]
