@@ -124,13 +124,22 @@ class SlurmCli:
         return parse_queue(self._run(["squeue", "--me", "-h", "-o", QUEUE_FORMAT]))
 
     def job_end(self, job_id: str) -> JobEnd:
-        """How a job that left the queue ended, from ``scontrol show job`` (kept by slurmctld
-        for MinJobAge after the end); "" when Slurm no longer knows it."""
+        """How a job that left the queue ended: ``scontrol show job`` (slurmctld keeps a job
+        for MinJobAge after its end), else ``sacct`` where accounting is on; state "" when
+        Slurm no longer knows the job."""
         try:
-            out = self._run(["scontrol", "show", "job", "-o", job_id])
+            end = parse_job_end(self._run(["scontrol", "show", "job", "-o", job_id]))
         except SlurmError:
-            return JobEnd("", "")
-        return parse_job_end(out)
+            end = JobEnd("", "")
+        if end.state:
+            return end
+        try:
+            out = self._run(
+                ["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "State,ExitCode,Reason"]
+            )
+        except SlurmError:  # no accounting (or no sacct): Slurm has forgotten the job
+            return end
+        return parse_sacct(out)
 
     def check_partition(self, partition: str) -> None:
         """Raises SlurmError naming the partition when Slurm does not know it."""
@@ -166,6 +175,17 @@ def parse_job_end(text: str) -> JobEnd:
     return JobEnd(
         fields.get("JobState", ""), fields.get("ExitCode", ""), "" if reason == "None" else reason
     )
+
+
+def parse_sacct(text: str) -> JobEnd:
+    """``sacct -n -P -X -o State,ExitCode,Reason`` → the allocation's end (``CANCELLED by 0``
+    reads as CANCELLED)."""
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) == 3 and parts[0]:
+            reason = "" if parts[2] == "None" else parts[2]
+            return JobEnd(parts[0].split()[0], parts[1], reason)
+    return JobEnd("", "")
 
 
 def sbatch_args(

@@ -12,6 +12,7 @@ from tunelab.controller.slurm import (
     is_slurm,
     parse_job_end,
     parse_queue,
+    parse_sacct,
     sbatch_args,
 )
 from tunelab.controller.states import HostState
@@ -71,3 +72,10 @@ def test_a_pool_takes_up_to_max_jobs_attempts_without_gpu_indices(tmp_path: Path
     assert len(first) == 3 and all(a.host == "pool" and a.gpus == [] for a in first)
     assert scheduler.pass_once() == []  # max_jobs reached: the rest wait
     store.close()
+
+
+def test_sacct_gives_the_end_of_a_job_that_slurmctld_has_forgotten() -> None:
+    end = parse_sacct("CANCELLED by 0|0:15|None\n")
+    assert (end.state, end.exit_code, end.reason) == ("CANCELLED", "0:15", "")
+    assert parse_sacct("OUT_OF_MEMORY|0:125|None").state == "OUT_OF_MEMORY"
+    assert parse_sacct("").state == ""
