@@ -16,12 +16,14 @@ import pytest
 
 from tests.support.daemon_proc import REPO
 
-PACKAGES = ["chromium", "prometheus", "postgresql", "curl", "systemd"]
+PACKAGES = ["chromium", "prometheus", "postgresql", "curl", "systemd", "slurm-wlm", "munge"]
 PROGRAMS = {
     "chromium": ["chromium"],
     "prometheus": ["prometheus", "promtool"],
     "curl": ["curl"],
     "systemd": ["systemd-analyze"],
+    "slurm-wlm": ["slurmctld", "sbatch"],
+    "munge": ["munged"],
 }
 PG_LIB = Path("/usr/lib/postgresql")
 UNSHARE = shutil.which("unshare")
@@ -37,6 +39,8 @@ for pkg in "$@"; do
     prometheus) progs="prometheus promtool" ;;
     curl) progs="curl" ;;
     systemd) progs="systemd-analyze" ;;
+    slurm-wlm) progs="slurmctld sbatch" ;;
+    munge) progs="munged" ;;
     postgresql) /bin/mkdir -p /usr/lib/postgresql/99/bin; progs="" ;
                 : > /usr/lib/postgresql/99/bin/initdb ;;
     *) progs="" ;;
@@ -100,7 +104,9 @@ class Machine:
         if as_uid:
             inner = [UNSHARE, "--user", f"--map-user={as_uid}", f"--map-group={as_uid}", *inner]
         # mount a tmpfs over PostgreSQL's binaries (kept empty unless this case has it)
+        # and over /usr/sbin, where the Slurm and munge daemons are looked for beside PATH
         setup = "/bin/mount -t tmpfs tmpfs /usr/lib/postgresql"
+        setup += " && /bin/mount -t tmpfs tmpfs /usr/sbin"
         if postgres:
             setup += " && /bin/mkdir -p /usr/lib/postgresql/15/bin"
             setup += " && : > /usr/lib/postgresql/15/bin/initdb"
@@ -123,12 +129,14 @@ def test_as_root_installs_every_missing_package_noninteractively_after_an_update
         "DEBIAN_FRONTEND=noninteractive install -y -qq --no-install-recommends "
         + " ".join(PACKAGES)
     )
-    assert "deps: installed chromium prometheus postgresql curl systemd" in done.stdout
+    assert (
+        "deps: installed chromium prometheus postgresql curl systemd slurm-wlm munge" in done.stdout
+    )
 
 
 def test_as_root_installs_only_what_is_missing(tmp_path: Path) -> None:
     machine = Machine(tmp_path)
-    machine.provide("chromium", "curl", "systemd")
+    machine.provide("chromium", "curl", "systemd", "slurm-wlm", "munge")
     done = machine.run(postgres=True)
     assert done.returncode == 0, done.stdout + done.stderr
     assert machine.calls()[-1].endswith("--no-install-recommends prometheus")
@@ -136,7 +144,7 @@ def test_as_root_installs_only_what_is_missing(tmp_path: Path) -> None:
 
 def test_nothing_missing_calls_no_apt_get(tmp_path: Path) -> None:
     machine = Machine(tmp_path)
-    machine.provide("chromium", "prometheus", "curl", "systemd")
+    machine.provide("chromium", "prometheus", "curl", "systemd", "slurm-wlm", "munge")
     done = machine.run(postgres=True)
     assert done.returncode == 0, done.stdout + done.stderr
     assert machine.calls() == []
@@ -145,7 +153,7 @@ def test_nothing_missing_calls_no_apt_get(tmp_path: Path) -> None:
 
 def test_promtool_missing_counts_as_prometheus_missing(tmp_path: Path) -> None:
     machine = Machine(tmp_path)
-    machine.provide("chromium", "prometheus", "curl", "systemd")
+    machine.provide("chromium", "prometheus", "curl", "systemd", "slurm-wlm", "munge")
     (machine.bin / "promtool").unlink()
     done = machine.run(postgres=True)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -161,7 +169,7 @@ def test_non_root_stops_with_one_line_whose_command_works_as_written(tmp_path: P
     lines = [line for line in done.stderr.splitlines() if line.startswith("deps:")]
     assert len(lines) == 1, done.stderr
     line = lines[0]
-    missing = "chromium prometheus postgresql systemd"
+    missing = "chromium prometheus postgresql systemd slurm-wlm munge"
     assert line.startswith(f"deps: missing {missing}; as root run: sudo ")
     command = line.split("as root run: sudo ", 1)[1]
     # the printed command, run as root (sudo's part done by the namespace), installs them all

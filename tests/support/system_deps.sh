@@ -5,6 +5,7 @@
 #   postgresql  the store tests' throwaway server (tests/support/postgres.py: /usr/lib/postgresql/*/bin)
 #   curl        the runnable README/docs blocks
 #   systemd     systemd-analyze verify on deploy/systemd (tests/e2e/test_deploy.py)
+#   slurm-wlm, munge  a real single-node Slurm for the Slurm pool tests (tests/support/slurm.py)
 # mkdocs is not here: it comes from pip with the dev extra.
 # As root, missing packages are installed with apt-get (update first, noninteractive). As anyone
 # else it stops with one line giving the exact command to run; it never calls sudo itself.
@@ -19,12 +20,15 @@ missing_packages() {
   compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing+=(postgresql)
   have curl || missing+=(curl)
   have systemd-analyze || missing+=(systemd)
+  # the daemons are in /usr/sbin, which a non-root PATH may lack
+  { have slurmctld || [ -x /usr/sbin/slurmctld ]; } && have sbatch || missing+=(slurm-wlm)
+  have munged || [ -x /usr/sbin/munged ] || missing+=(munge)
   echo "${missing[*]}"
 }
 
 missing=$(missing_packages)
 if [ -z "$missing" ]; then
-  echo "deps: chromium, prometheus, postgresql, curl, systemd-analyze found"
+  echo "deps: chromium, prometheus, postgresql, curl, systemd-analyze, slurm, munge found"
   exit 0
 fi
 

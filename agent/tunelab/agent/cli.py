@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from tunelab.agent.audit.cli import add_audit_parser
+from tunelab.agent.runonce import add_run_once_parser
 from tunelab.common import __version__
 from tunelab.common.serving import run_daemon_command
 
@@ -41,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _serve_parser(sub)
     add_audit_parser(sub)
+    add_run_once_parser(sub)
     return parser
 
 

@@ -318,7 +318,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
     client = ControllerClient.for_args(args)
     request = controller_pb2.StreamExperimentLogsRequest(
         id=args.id,
-        stream="bench" if args.bench else "server",
+        stream="job" if args.job else "bench" if args.bench else "server",
         follow=args.follow,
         tail_lines=args.tail or 0,
     )
@@ -505,6 +505,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     logs.add_argument("id", help="experiment id or name")
     logs.add_argument("-f", "--follow", action="store_true", help="keep printing until it ends")
     logs.add_argument("--bench", action="store_true", help="the load generator's log")
+    logs.add_argument(
+        "--job", action="store_true", help="a Slurm job's own output (its run-once's log)"
+    )
     logs.add_argument("--tail", type=int, help="start N lines before the end")
     add_controller_args(logs)
     logs.set_defaults(handler=cmd_logs)

@@ -22,6 +22,7 @@ from tunelab.cli.common import (
     with_default_port,
 )
 from tunelab.common.auth import AuthConfigError, read_token
+from tunelab.common.durations import parse_duration
 from tunelab.v1 import controller_pb2
 
 
@@ -123,6 +124,42 @@ def set_metrics_url_hint(host: str) -> str:
     """The command that fixes a host's metrics URL, as it runs (URL is the agent's address
     with its --metrics-port, e.g. http://10.0.0.5:9473/metrics)."""
     return f"tunelab hosts set {host or 'NAME'} --metrics-url URL"
+
+
+def _slurm_time(text: str) -> str:
+    """``2h``, ``90m``, ``1h30m`` → Slurm's ``H:MM:SS``; empty stays empty (the partition's)."""
+    if not text:
+        return ""
+    try:
+        seconds = int(parse_duration(text))
+    except ValueError as exc:
+        raise CliError(f"--time: {exc}", EXIT_USAGE) from None
+    if seconds < 60:
+        raise CliError("--time: Slurm counts whole minutes; give at least 1m", EXIT_USAGE)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def cmd_add_slurm(args: argparse.Namespace) -> int:
+    request = controller_pb2.AddHostRequest(
+        name=args.name,
+        labels=_labels(args.label),
+        replace=args.replace,
+        slurm=controller_pb2.SlurmPool(
+            partition=args.partition,
+            account=args.account or "",
+            qos=args.qos or "",
+            gpus_per_node=args.gpus_per_node,
+            time_limit=_slurm_time(args.time or ""),
+            sbatch_args=args.sbatch_arg,
+            max_jobs=args.max_jobs,
+        ),
+    )
+    host = ControllerClient.for_args(args).add_host(request).host
+    if args.json:
+        print_json(host_json(host))
+    else:
+        print(f"added Slurm pool {host.name} ({host.address}): {host.state_reason}")
+    return EXIT_OK
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
@@ -253,6 +290,27 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_json_arg(change, "the host")
     add_controller_args(change)
     change.set_defaults(handler=cmd_set)
+    slurm = hsub.add_parser(
+        "add-slurm",
+        help="register a Slurm partition as a pool (the controller must run on a submit host)",
+    )
+    slurm.add_argument("name", help="the pool's name in the registry (letters, digits, . _ -)")
+    slurm.add_argument("--partition", required=True, help="the Slurm partition jobs go to")
+    slurm.add_argument("--account", help="sbatch --account")
+    slurm.add_argument("--qos", help="sbatch --qos")
+    slurm.add_argument(
+        "--gpus-per-node", type=int, default=0, help="GPUs a node has (selectors' gpus: N)"
+    )
+    slurm.add_argument("--time", help="each job's time limit, e.g. 2h (default: the partition's)")
+    slurm.add_argument(
+        "--sbatch-arg", action="append", default=[], metavar="ARG", help="extra sbatch flag"
+    )
+    slurm.add_argument("--max-jobs", type=int, default=16, help="attempts in Slurm at once")
+    slurm.add_argument("--label", action="append", default=[], metavar="K=V", help="pool label")
+    slurm.add_argument("--replace", action="store_true", help="change an existing pool")
+    add_json_arg(slurm, "the pool")
+    add_controller_args(slurm)
+    slurm.set_defaults(handler=cmd_add_slurm)
 
     ls = hsub.add_parser("ls", help="hosts with state, GPUs, labels, last seen, current run")
     add_json_arg(ls, "the hosts")

@@ -57,6 +57,9 @@ class ControllerConfig:
     db_turn_lease: float = (
         3.0  # PostgreSQL: a frozen controller keeps the scheduling turn this long
     )
+    slurm_dir: str = ""  # job scripts, specs, tokens, logs; default <db>.slurm (shared with nodes)
+    slurm_report_address: str = ""  # HOST:PORT a Slurm job dials to report; default listen
+    slurm_agent_command: str = "tunelab-agent"  # how a job starts the agent on its node
 
     def auth(self) -> ServerAuth:
         return ServerAuth.from_files(
@@ -91,6 +94,14 @@ class ControllerConfig:
     def secret_files(self) -> tuple[Path | None, ...]:
         """Files whose contents are secrets: masked in the log wherever they appear."""
         return (self.token_file, self.agent_token_file)
+
+    def slurm_path(self) -> Path:
+        """Where Slurm jobs' files live: ``slurm_dir``, else beside the SQLite file."""
+        if self.slurm_dir:
+            return Path(self.slurm_dir).expanduser()
+        if is_url(self.db):
+            return Path(default_db()).parent / "slurm"
+        return Path(f"{Path(self.db).expanduser()}.slurm")
 
     def redacted(self) -> dict[str, str]:
         values = {f.name: str(getattr(self, f.name)) for f in fields(self)}

@@ -24,9 +24,12 @@ from tunelab.controller.scheduler import Scheduler
 from tunelab.controller.scrape import MetricsScraper, ScrapeTarget
 from tunelab.controller.search.driver import SearchDriver
 from tunelab.controller.service import SERVICE_NAME, ControllerService
+from tunelab.controller.slurm import SlurmCli
+from tunelab.controller.slurmdriver import SlurmDriver
 from tunelab.controller.spec.limits import SpecLimits
 from tunelab.controller.states import AttemptState
 from tunelab.controller.store import StoreError
+from tunelab.controller.store.core import SqlStore
 from tunelab.controller.store.factory import open_store, redact
 from tunelab.v1 import controller_pb2_grpc
 
@@ -57,6 +60,18 @@ class ControllerApp:
             on_agent_error=self.metrics.count_agent_error,
             clock=self.store.now,  # leases by the database's clock: one clock for every controller
         )
+        self.slurm_cli = SlurmCli()
+        self.slurm: SlurmDriver | None = None
+        if isinstance(self.store, SqlStore):  # both engines' stores; not a test's fake
+            self.slurm = SlurmDriver(
+                self.store,
+                self.driver,
+                self.slurm_cli,
+                config.slurm_path(),
+                config.slurm_report_address or config.listen,
+                config.slurm_agent_command,
+                clock=self.store.now,
+            )
         self.loop = ControlLoop(
             HostMonitor(
                 self.store,
@@ -66,8 +81,9 @@ class ControllerApp:
                 on_active_runs=self.driver.fence,
                 clock=self.store.now,
             ),
-            Scheduler(self.store, clock=self.store.now),
+            Scheduler(self.store, clock=self.store.now, pools=self._pool_capacity),
             self.driver,
+            slurm=self.slurm,
             tick=config.tick,
             attempt_poll_interval=config.attempt_poll_interval,
             workers=config.workers,
@@ -85,6 +101,13 @@ class ControllerApp:
         return MlflowExporter(
             self.store, lambda: MlflowSink(uri, experiment), interval=config.mlflow_interval
         )
+
+    def _pool_capacity(self) -> dict[str, int]:
+        """Slurm pools' max_jobs, by name, for the scheduling pass."""
+        return {
+            name: int(config.get("max_jobs", 16))
+            for name, config in (self.slurm.pools() if self.slurm else {}).items()
+        }
 
     def _scrape_targets(self) -> list[ScrapeTarget]:
         hosts = {h.name: h for h in self.store.list_hosts()}
@@ -110,6 +133,7 @@ class ControllerApp:
             default_metrics_port=self.config.default_metrics_port,
             spec_limits=SpecLimits(max_variants=self.config.max_variants),
             clock=self.store.now,  # every timestamp of a row by the database's clock
+            slurm=self.slurm,
         )
         self.daemon = start_daemon(
             listen=self.config.listen,

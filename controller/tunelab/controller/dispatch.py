@@ -30,6 +30,7 @@ from tunelab.controller.scrape import (
     benchmark_energy,
     tokens_per_joule,
 )
+from tunelab.controller.slurm import is_slurm
 from tunelab.controller.spec.render import to_run_spec
 from tunelab.controller.states import ATTEMPT_LIVE, AttemptState
 from tunelab.controller.store import AttemptChange, AttemptRow, HostRow, Store, StoreConflict
@@ -93,6 +94,8 @@ class AttemptDriver:
         hosts = {h.name: h for h in self._store.list_hosts()}
         for attempt in self._store.live_attempts():
             host = hosts.get(attempt.host)
+            if host is not None and is_slurm(host.address):
+                continue  # a Slurm job: the SlurmDriver follows it
             if calls is None:
                 self.drive(attempt, host)
             else:
@@ -194,6 +197,8 @@ class AttemptDriver:
             host, spec = hosts.get(attempt.host), specs.get(attempt.experiment_id)
             if host is None or spec is None:
                 continue  # removed meanwhile: the next drive_all settles it
+            if is_slurm(host.address):
+                continue  # submitted by the SlurmDriver
             if calls is None:
                 self._dispatch_one(attempt, host, spec)
                 continue
@@ -261,6 +266,15 @@ class AttemptDriver:
                 )
                 self._store.record_event("attempt", run_id, message, attempt.state.value)
                 log.warning("stale_run_fenced", attempt=run_id, host=host.name)
+
+    # --- the Slurm path (slurmdriver.py) ------------------------------------------------------
+
+    def apply_run(self, attempt: AttemptRow, host: HostRow, run: run_pb2.Run) -> None:
+        """A run as a Slurm job's one-shot agent reported it: applied as any look at a run."""
+        self._apply(attempt, host, run)
+
+    def finish(self, attempt: AttemptRow, target: AttemptState, message: str) -> None:
+        self._finish(attempt, target, message)
 
     # --- follow ------------------------------------------------------------------------------
 

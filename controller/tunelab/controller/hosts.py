@@ -15,6 +15,7 @@ import structlog
 from tunelab.controller import hoststate
 from tunelab.controller.agent_client import AgentClient
 from tunelab.controller.inflight import InFlight, poll_key
+from tunelab.controller.slurm import is_slurm
 from tunelab.controller.store import HostRow, Store
 
 log = structlog.get_logger(__name__)
@@ -43,6 +44,8 @@ class HostMonitor:
         ``calls``, poll inline (tests)."""
         now = self._clock()
         for host in self._store.list_hosts():
+            if is_slurm(host.address):
+                continue  # a Slurm pool has no agent: Slurm's queue speaks for it
             if not force and self._next_poll.get(host.name, 0.0) > now:
                 continue
             if calls is None:

@@ -15,6 +15,7 @@ from tunelab.controller.dispatch import AttemptDriver
 from tunelab.controller.hosts import HostMonitor
 from tunelab.controller.inflight import InFlight
 from tunelab.controller.scheduler import Scheduler
+from tunelab.controller.slurmdriver import SlurmDriver
 from tunelab.controller.store import FencingToken, StoreError
 
 log = structlog.get_logger(__name__)
@@ -32,7 +33,9 @@ class ControlLoop:
         workers: int = 32,
         on_pass: Callable[[float], None] = lambda seconds: None,
         searches: Callable[[], int] = lambda: 0,
+        slurm: SlurmDriver | None = None,
     ) -> None:
+        self._slurm = slurm
         self._monitor = monitor
         self._scheduler = scheduler
         self._driver = driver
@@ -97,6 +100,9 @@ class ControlLoop:
         if created:
             self._driver.dispatch_new(created, self._scheduler.last_specs, self.calls)
         now = time.monotonic()
-        if now - self._last_drive >= self._attempt_poll:
+        due = now - self._last_drive >= self._attempt_poll
+        if self._slurm is not None and (due or created):
+            self._slurm.tick()  # one squeue; submits this pass's Slurm attempts
+        if due:
             self._last_drive = now
             self._driver.drive_all(self.calls)

@@ -32,8 +32,10 @@ class Occupancy:
         """Nothing more fits: a whole-host run holds it, or every GPU is taken."""
         return host in self.whole or (gpu_count > 0 and len(self.gpus[host]) >= gpu_count)
 
-    def add(self, host: str, gpus: list[int]) -> None:
+    def add(self, host: str, gpus: list[int], pooled: bool = False) -> None:
         self.count[host] += 1
+        if pooled:
+            return  # a Slurm pool: counted only (max_jobs), never held whole
         if gpus:
             self.gpus[host].update(gpus)
         else:
@@ -52,19 +54,29 @@ def matches(selector: Mapping[str, Any], host: HostRow) -> bool:
 
 
 def place(
-    experiment: ExperimentRow, hosts: list[HostRow], busy: Occupancy
+    experiment: ExperimentRow,
+    hosts: list[HostRow],
+    busy: Occupancy,
+    pools: Mapping[str, int] | None = None,
 ) -> tuple[str, list[int]] | None:
     """A host (and GPU indices) for ``experiment`` now, or None. Hosts the experiment was lost
-    on are used only when no other host fits; among equals, the least loaded host wins."""
+    on are used only when no other host fits; among equals, the least loaded host wins. A
+    Slurm pool (in ``pools``: name → max_jobs) takes attempts up to its max_jobs, with no GPU
+    indices: Slurm grants the GPUs."""
     needed = experiment.gpus_needed
+    pools = pools or {}
     options: list[tuple[bool, int, str, list[int]]] = []
     for host in hosts:  # already filtered by matches()
         if host.name in busy.whole:
             continue
-        if needed == 0:
-            if busy.count[host.name]:
+        if host.name in pools:
+            if busy.count[host.name] >= pools[host.name]:
                 continue
             gpus: list[int] = []
+        elif needed == 0:
+            if busy.count[host.name]:
+                continue
+            gpus = []
         else:
             free = [i for i in range(host.gpu_count) if i not in busy.gpus[host.name]]
             if len(free) < needed:
@@ -84,9 +96,15 @@ PREFETCH = 64
 
 
 class Scheduler:
-    def __init__(self, store: Store, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        store: Store,
+        clock: Callable[[], float] = time.time,
+        pools: Callable[[], Mapping[str, int]] = dict,
+    ) -> None:
         self._store = store
         self._clock = clock
+        self._pools = pools  # Slurm pools: name -> max_jobs
         self.last_specs: dict[str, dict[str, Any]] = {}  # experiment id -> spec, of the last pass
 
     def _following(
@@ -143,8 +161,9 @@ class Scheduler:
         hosts = [h for h in registered if h.state.takes_work()]
         hosts_by_name = {h.name: h for h in hosts}
         busy = Occupancy()
+        pools = self._pools()
         for attempt in self._store.live_attempts():
-            busy.add(attempt.host, attempt.gpus)
+            busy.add(attempt.host, attempt.gpus, attempt.host in pools)
         heap = [(-e.priority, e.seq, e) for e in self._store.queued_heads()]
         heapq.heapify(heap)
         plan: list[tuple[str, str, list[int]]] = []
@@ -159,7 +178,7 @@ class Scheduler:
             if fitting is None:
                 fitting = [h for h in hosts if matches(experiment.selector, h)]
                 candidates[experiment.selector_key] = fitting
-            spot = None if experiment.cancel_requested else place(experiment, fitting, busy)
+            spot = None if experiment.cancel_requested else place(experiment, fitting, busy, pools)
             if spot is None and not experiment.cancel_requested:
                 waits[experiment.selector_key] = self._why_waiting(experiment, registered)
                 continue  # nothing fits this selector now; its later entries would not fit either
@@ -167,8 +186,13 @@ class Scheduler:
                 host, gpus = spot
                 plan.append((experiment.id, host, gpus))
                 specs[experiment.id] = experiment.spec
-                busy.add(host, gpus)
-                if busy.full(host, hosts_by_name[host].gpu_count):  # no selector can use it now
+                busy.add(host, gpus, host in pools)
+                full = (
+                    busy.count[host] >= pools[host]
+                    if host in pools
+                    else busy.full(host, hosts_by_name[host].gpu_count)
+                )
+                if full:  # no selector can use it now
                     for fitting_hosts in candidates.values():
                         fitting_hosts[:] = [h for h in fitting_hosts if h.name != host]
             following = self._following(experiment, buffers)

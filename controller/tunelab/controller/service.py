@@ -23,6 +23,9 @@ from tunelab.controller.hoststate import change_host, drain
 from tunelab.controller.mlflowplan import MLFLOW_EVENT
 from tunelab.controller.search.submit import SearchSubmission, search_from_text
 from tunelab.controller.search.summary import search_document
+from tunelab.controller.slurm import SlurmError, is_slurm
+from tunelab.controller.slurmdriver import BadReportToken, ReportRefused, SlurmDriver
+from tunelab.controller.slurmlogs import STREAMS, job_log_chunks
 from tunelab.controller.spec import SpecError, expand_text
 from tunelab.controller.spec.errors import SpecIssue
 from tunelab.controller.spec.limits import DEFAULT_LIMITS, SpecLimits
@@ -77,6 +80,9 @@ STATUS_BY_ERROR: StatusTable = (
     (StoreConflict, grpc.StatusCode.FAILED_PRECONDITION),
     (StoreUnavailable, grpc.StatusCode.FAILED_PRECONDITION),  # a person must restore the file
     (StoreFull, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (BadReportToken, grpc.StatusCode.UNAUTHENTICATED),
+    (ReportRefused, grpc.StatusCode.FAILED_PRECONDITION),
+    (SlurmError, grpc.StatusCode.FAILED_PRECONDITION),
 )
 _errors = StatusMapper(STATUS_BY_ERROR, proxy="agent", daemon="controller")
 _unary, _stream = _errors.unary, _errors.stream
@@ -92,7 +98,9 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         default_metrics_port: int = 9473,
         clock: Callable[[], float] = time.time,
         spec_limits: SpecLimits = DEFAULT_LIMITS,
+        slurm: SlurmDriver | None = None,
     ) -> None:
+        self._slurm = slurm
         self._store = store
         self._agents = agents
         self._wake = wake
@@ -301,6 +309,23 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             )
         attempt = attempts[-1]
         host = self._host(attempt.host)
+        if is_slurm(host.address) and self._slurm is not None:
+            if request.stream not in STREAMS:
+                raise InvalidRequest("stream: expected server, bench or job")
+
+            def finished() -> bool:
+                now = self._store.get_attempt(attempt.id)
+                return now is None or now.state.is_terminal()
+
+            yield from job_log_chunks(
+                self._slurm.job_folder(attempt.id),
+                request.stream,
+                tail_lines=request.tail_lines,
+                follow=request.follow,
+                finished=finished,
+                active=context.is_active,
+            )
+            return
         proxied = agent_pb2.StreamLogsRequest(
             run_id=attempt.id,
             stream=request.stream or "server",
@@ -378,6 +403,8 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             raise InvalidRequest(
                 "name: expected 1-63 letters, digits, '.', '_' or '-', starting alnum"
             )
+        if request.HasField("slurm"):
+            return controller_pb2.AddHostResponse(host=self._host_pb(self._add_pool(request)))
         try:
             host, _ = split_host_port(request.address)
         except ValueError as exc:
@@ -440,6 +467,21 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             raise NotFoundError(f"no host {request.name!r} (tunelab hosts ls lists them)") from None
         self._wake(True)
         return controller_pb2.UpdateHostResponse(host=self._host_pb(self._host(request.name)))
+
+    def _add_pool(self, request: controller_pb2.AddHostRequest) -> HostRow:
+        if self._slurm is None:
+            raise InvalidRequest("slurm: this controller does not run Slurm jobs")
+        saved = self._slurm.add_pool(request, self._clock())
+        self._wake(True)
+        return saved
+
+    @_unary
+    def ReportRun(
+        self, request: controller_pb2.ReportRunRequest, context: grpc.ServicerContext
+    ) -> controller_pb2.ReportRunResponse:
+        if self._slurm is None:
+            raise BadReportToken("this controller runs no Slurm jobs")
+        return self._slurm.report(request)
 
     @_unary
     def RemoveHost(

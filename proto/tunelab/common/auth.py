@@ -27,7 +27,9 @@ from tunelab.common.capacity import HEALTH_CHECK, with_behavior
 from tunelab.common.keepalive import DEFAULT_KEEPALIVE, Keepalive
 
 AUTH_HEADER = "authorization"
-UNAUTHENTICATED_METHODS = frozenset({HEALTH_CHECK})
+# ReportRun carries its own per-attempt token, checked by the controller against the attempt.
+REPORT_RUN = "/tunelab.v1.Controller/ReportRun"
+UNAUTHENTICATED_METHODS = frozenset({HEALTH_CHECK, REPORT_RUN})
 
 
 def bearer(token: str) -> tuple[str, str]:

@@ -10,6 +10,7 @@ from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from tunelab.v1 import agent_pb2 as _agent_pb2
 from tunelab.v1 import audit_pb2 as _audit_pb2
+from tunelab.v1 import run_pb2 as _run_pb2
 from tunelab.v1 import server_pb2 as _server_pb2
 import builtins as _builtins
 import sys
@@ -716,6 +717,7 @@ class AddHostRequest(_message.Message):
     TOKEN_FIELD_NUMBER: _builtins.int
     METRICS_URL_FIELD_NUMBER: _builtins.int
     REPLACE_FIELD_NUMBER: _builtins.int
+    SLURM_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     address: _builtins.str
     token: _builtins.str
@@ -725,6 +727,10 @@ class AddHostRequest(_message.Message):
     replace: _builtins.bool
     @_builtins.property
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    @_builtins.property
+    def slurm(self) -> Global___SlurmPool:
+        """set: a Slurm partition instead of an agent (address unused)"""
+
     def __init__(
         self,
         *,
@@ -734,14 +740,59 @@ class AddHostRequest(_message.Message):
         token: _builtins.str = ...,
         metrics_url: _builtins.str = ...,
         replace: _builtins.bool = ...,
+        slurm: Global___SlurmPool | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["slurm", b"slurm"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "labels", b"labels", "metrics_url", b"metrics_url", "name", b"name", "replace", b"replace", "token", b"token"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "labels", b"labels", "metrics_url", b"metrics_url", "name", b"name", "replace", b"replace", "slurm", b"slurm", "token", b"token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___AddHostRequest: _TypeAlias = AddHostRequest  # noqa: Y015
+
+@_typing.final
+class SlurmPool(_message.Message):
+    """A Slurm pool: where and how the controller submits one job per attempt."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITION_FIELD_NUMBER: _builtins.int
+    ACCOUNT_FIELD_NUMBER: _builtins.int
+    QOS_FIELD_NUMBER: _builtins.int
+    GPUS_PER_NODE_FIELD_NUMBER: _builtins.int
+    TIME_LIMIT_FIELD_NUMBER: _builtins.int
+    SBATCH_ARGS_FIELD_NUMBER: _builtins.int
+    MAX_JOBS_FIELD_NUMBER: _builtins.int
+    partition: _builtins.str
+    account: _builtins.str
+    qos: _builtins.str
+    gpus_per_node: _builtins.int
+    time_limit: _builtins.str
+    """sbatch --time, e.g. 2:00:00"""
+    max_jobs: _builtins.int
+    """attempts in Slurm at once (default 16)"""
+    @_builtins.property
+    def sbatch_args(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """extra sbatch flags, passed as given"""
+
+    def __init__(
+        self,
+        *,
+        partition: _builtins.str = ...,
+        account: _builtins.str = ...,
+        qos: _builtins.str = ...,
+        gpus_per_node: _builtins.int = ...,
+        time_limit: _builtins.str = ...,
+        sbatch_args: _abc.Iterable[_builtins.str] | None = ...,
+        max_jobs: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["account", b"account", "gpus_per_node", b"gpus_per_node", "max_jobs", b"max_jobs", "partition", b"partition", "qos", b"qos", "sbatch_args", b"sbatch_args", "time_limit", b"time_limit"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SlurmPool: _TypeAlias = SlurmPool  # noqa: Y015
 
 @_typing.final
 class AddHostResponse(_message.Message):
@@ -1097,3 +1148,53 @@ class CancelSearchResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CancelSearchResponse: _TypeAlias = CancelSearchResponse  # noqa: Y015
+
+@_typing.final
+class ReportRunRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ATTEMPT_ID_FIELD_NUMBER: _builtins.int
+    TOKEN_FIELD_NUMBER: _builtins.int
+    RUN_FIELD_NUMBER: _builtins.int
+    SLURM_JOB_ID_FIELD_NUMBER: _builtins.int
+    attempt_id: _builtins.str
+    token: _builtins.str
+    """the attempt's token, handed to its job only"""
+    slurm_job_id: _builtins.str
+    @_builtins.property
+    def run(self) -> _run_pb2.Run: ...
+    def __init__(
+        self,
+        *,
+        attempt_id: _builtins.str = ...,
+        token: _builtins.str = ...,
+        run: _run_pb2.Run | None = ...,
+        slurm_job_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["run", b"run"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt_id", b"attempt_id", "run", b"run", "slurm_job_id", b"slurm_job_id", "token", b"token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReportRunRequest: _TypeAlias = ReportRunRequest  # noqa: Y015
+
+@_typing.final
+class ReportRunResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CANCEL_FIELD_NUMBER: _builtins.int
+    cancel: _builtins.bool
+    """the controller wants the run stopped"""
+    def __init__(
+        self,
+        *,
+        cancel: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancel", b"cancel"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReportRunResponse: _TypeAlias = ReportRunResponse  # noqa: Y015

@@ -115,6 +115,11 @@ class ControllerStub:
                 request_serializer=tunelab_dot_v1_dot_controller__pb2.CancelSearchRequest.SerializeToString,
                 response_deserializer=tunelab_dot_v1_dot_controller__pb2.CancelSearchResponse.FromString,
                 _registered_method=True)
+        self.ReportRun = channel.unary_unary(
+                '/tunelab.v1.Controller/ReportRun',
+                request_serializer=tunelab_dot_v1_dot_controller__pb2.ReportRunRequest.SerializeToString,
+                response_deserializer=tunelab_dot_v1_dot_controller__pb2.ReportRunResponse.FromString,
+                _registered_method=True)
 
 
 class ControllerServicer:
@@ -217,6 +222,14 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReportRun(self, request, context):
+        """From `tunelab-agent run-once` inside a Slurm job: the run as it stands. Authenticated by the
+        attempt's own token (in the request), not the controller's bearer token.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -299,6 +312,11 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.CancelSearch,
                     request_deserializer=tunelab_dot_v1_dot_controller__pb2.CancelSearchRequest.FromString,
                     response_serializer=tunelab_dot_v1_dot_controller__pb2.CancelSearchResponse.SerializeToString,
+            ),
+            'ReportRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportRun,
+                    request_deserializer=tunelab_dot_v1_dot_controller__pb2.ReportRunRequest.FromString,
+                    response_serializer=tunelab_dot_v1_dot_controller__pb2.ReportRunResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -733,6 +751,33 @@ class Controller:
             '/tunelab.v1.Controller/CancelSearch',
             tunelab_dot_v1_dot_controller__pb2.CancelSearchRequest.SerializeToString,
             tunelab_dot_v1_dot_controller__pb2.CancelSearchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tunelab.v1.Controller/ReportRun',
+            tunelab_dot_v1_dot_controller__pb2.ReportRunRequest.SerializeToString,
+            tunelab_dot_v1_dot_controller__pb2.ReportRunResponse.FromString,
             options,
             channel_credentials,
             insecure,

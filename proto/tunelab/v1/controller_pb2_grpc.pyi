@@ -49,6 +49,10 @@ class ControllerStub:
     GetSearch: _grpc.UnaryUnaryMultiCallable[_controller_pb2.GetSearchRequest, _controller_pb2.GetSearchResponse]
     """A search (`search:` in a spec): its state, best configuration and trials (docs/search.md)."""
     CancelSearch: _grpc.UnaryUnaryMultiCallable[_controller_pb2.CancelSearchRequest, _controller_pb2.CancelSearchResponse]
+    ReportRun: _grpc.UnaryUnaryMultiCallable[_controller_pb2.ReportRunRequest, _controller_pb2.ReportRunResponse]
+    """From `tunelab-agent run-once` inside a Slurm job: the run as it stands. Authenticated by the
+    attempt's own token (in the request), not the controller's bearer token.
+    """
 
 @_typing.type_check_only
 class ControllerAsyncStub(ControllerStub):
@@ -70,6 +74,10 @@ class ControllerAsyncStub(ControllerStub):
     GetSearch: _aio.UnaryUnaryMultiCallable[_controller_pb2.GetSearchRequest, _controller_pb2.GetSearchResponse]  # type: ignore[assignment]
     """A search (`search:` in a spec): its state, best configuration and trials (docs/search.md)."""
     CancelSearch: _aio.UnaryUnaryMultiCallable[_controller_pb2.CancelSearchRequest, _controller_pb2.CancelSearchResponse]  # type: ignore[assignment]
+    ReportRun: _aio.UnaryUnaryMultiCallable[_controller_pb2.ReportRunRequest, _controller_pb2.ReportRunResponse]  # type: ignore[assignment]
+    """From `tunelab-agent run-once` inside a Slurm job: the run as it stands. Authenticated by the
+    attempt's own token (in the request), not the controller's bearer token.
+    """
 
 class ControllerServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -184,5 +192,15 @@ class ControllerServicer(metaclass=_abc_1.ABCMeta):
         request: _controller_pb2.CancelSearchRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_controller_pb2.CancelSearchResponse, _abc.Awaitable[_controller_pb2.CancelSearchResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ReportRun(
+        self,
+        request: _controller_pb2.ReportRunRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_controller_pb2.ReportRunResponse, _abc.Awaitable[_controller_pb2.ReportRunResponse]]:
+        """From `tunelab-agent run-once` inside a Slurm job: the run as it stands. Authenticated by the
+        attempt's own token (in the request), not the controller's bearer token.
+        """
 
 def add_ControllerServicer_to_server(servicer: ControllerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

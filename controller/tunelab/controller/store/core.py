@@ -36,6 +36,7 @@ from tunelab.controller.store.rows import (
 )
 from tunelab.controller.store.searches import SearchStatements
 from tunelab.controller.store.secrets import HostSecrets
+from tunelab.controller.store.slurmbook import SlurmStatements
 from tunelab.controller.store.statements import (
     ATTEMPT_INSERT_COLUMNS,
     EVENT_INSERT_COLUMNS,
@@ -47,7 +48,7 @@ from tunelab.controller.store.statements import (
 _HOST_STATE_COLUMNS = frozenset({"state", "drain", "quarantined"})
 
 
-class SqlStore(SearchStatements, ABC):
+class SqlStore(SearchStatements, SlurmStatements, ABC):
     """What both engines share; not a store by itself (no connection)."""
 
     sql: Statements
