@@ -29,6 +29,8 @@ from tunelab.controller.store.models import selector_key
 from tunelab.v1 import controller_pb2
 
 X = controller_pb2
+
+
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[SlurmCluster]:
     missing = slurm_missing()
