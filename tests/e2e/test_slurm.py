@@ -14,7 +14,7 @@ import grpc
 import pytest
 import yaml
 
-from tests.e2e.conftest import Lab, sim_experiment
+from tests.e2e.conftest import NVML_BUSY, Lab, sim_experiment
 from tests.support.controller_proc import ControllerProcess
 from tests.support.slurm import SlurmCluster, slurm_missing
 from tunelab.controller.agent_client import GrpcAgentClient
@@ -56,6 +56,8 @@ def start(lab: Lab, slurm: SlurmCluster) -> Any:
     controller = lab.start_controller(
         SLURM_CONF=str(slurm.conf),
         TUNELAB_CONTROLLER_SLURM_AGENT_COMMAND=f"{sys.executable} -m tunelab.agent",
+        # the jobs inherit it (--export=ALL): run-once answers GPU queries from a real capture
+        TUNELAB_AGENT_NVML_SNAPSHOT=str(NVML_BUSY),
     )
     added = controller.cli(
         "hosts", "add-slurm", "cluster", "--partition", "gpu", "--gpus-per-node", "4",
@@ -109,6 +111,9 @@ def test_a_matrix_runs_as_one_slurm_job_per_experiment_and_each_succeeds_once(
         (attempt,) = experiment["attempts"]
         assert attempt["host"] == "cluster"
         assert [p["concurrency"] for p in attempt["result"]["points"]] == [1, 4]
+        # GPU figures from the job's own reports (the controller cannot scrape a node)
+        gpu = attempt["gpu_summary"]
+        assert gpu["samples"] >= 2 and gpu["mean_power_watts_total"] > 0, gpu
         (job,) = jobs_named(slurm, attempt["id"])
         # the job reports its result, then exits: Slurm says COMPLETED a moment later
         wait_for(f"job {job} to complete", lambda j=job: slurm.job_state(j) == "COMPLETED")

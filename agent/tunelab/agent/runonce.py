@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import tempfile
 import threading
@@ -30,9 +31,12 @@ from types import FrameType
 import grpc
 import structlog
 from google.protobuf import json_format
+from prometheus_client import CollectorRegistry, generate_latest
 
 from tunelab.agent.errors import NotFound
-from tunelab.agent.gpu import open_backend
+from tunelab.agent.gpu import GpuBackend, open_backend
+from tunelab.agent.metrics.app import AgentMetrics, MetricsSettings
+from tunelab.agent.metrics.servers import ListServers
 from tunelab.agent.runs.builtinjob import BuiltinJob
 from tunelab.agent.runs.executor import RunExecutor
 from tunelab.agent.runs.provenance import RunProvenance
@@ -41,6 +45,7 @@ from tunelab.agent.runs.states import RunState
 from tunelab.agent.servers.registry import ServerRegistry
 from tunelab.agent.servers.supervisor import SupervisorSettings
 from tunelab.agent.wire import run_spec_from_pb, run_to_pb
+from tunelab.common import __version__
 from tunelab.common.auth import ClientAuth, read_token
 from tunelab.common.logsetup import configure_logging
 from tunelab.v1 import controller_pb2, controller_pb2_grpc, run_pb2
@@ -93,17 +98,93 @@ class LogMirror:
         self.copy()
 
 
+GPU_METRICS_LIMIT = 64 << 10  # bytes of tunelab_gpu_* text per report
+
+
+class GpuFigures:
+    """The job's GPU families as the daemon's /metrics has them, sampled by the same code
+    (``AgentMetrics`` with no HTTP), for each report: the controller cannot scrape a node."""
+
+    def __init__(self, gpu: GpuBackend, list_servers: ListServers, instance: str) -> None:
+        self._metrics = AgentMetrics(
+            MetricsSettings(listen=""),
+            gpu=gpu,
+            list_servers=list_servers,
+            registry=CollectorRegistry(),
+            last_audit=lambda: None,
+            version=__version__,
+            instance_id=instance,
+            started_at=time.time(),
+        )
+
+    def start(self) -> None:
+        self._metrics.start()
+
+    def close(self) -> None:
+        self._metrics.close()
+
+    def text(self) -> str:
+        """The ``tunelab_gpu_*`` lines (with their HELP/TYPE), at most GPU_METRICS_LIMIT; only
+        the GPUs Slurm granted the job (``SLURM_JOB_GPUS``, the node's indices) when the page
+        has them (NVML sees every GPU of the node)."""
+        if not self._metrics.gpu_source.enabled:
+            return ""
+        lines = [
+            line
+            for line in generate_latest(self._metrics.registry).decode().splitlines()
+            if _family(line).startswith("tunelab_gpu_")
+        ]
+        granted = {g for g in os.environ.get("SLURM_JOB_GPUS", "").split(",") if g.strip()}
+        seen = {m.group(1) for m in map(_GPU_LABEL.search, lines) if m}
+        if granted & seen:
+            lines = [
+                line
+                for line in lines
+                if (m := _GPU_LABEL.search(line)) is None or m.group(1) in granted
+            ]
+        kept, size = [], 0
+        for line in lines:
+            size += len(line) + 1
+            if size > GPU_METRICS_LIMIT:
+                break
+            kept.append(line)
+        return "\n".join(kept) + "\n" if kept else ""
+
+
+_GPU_LABEL = re.compile(r'[{,]gpu="([^"]*)"')
+
+
+def _family(line: str) -> str:
+    """The metric a line of the text format is about (a sample, or its HELP/TYPE comment)."""
+    if line.startswith("# "):
+        parts = line.split(" ", 3)
+        return parts[2] if len(parts) > 2 else ""
+    return line
+
+
 class Reporter:
-    def __init__(self, address: str, attempt_id: str, token: str, job_id: str) -> None:
+    def __init__(
+        self,
+        address: str,
+        attempt_id: str,
+        token: str,
+        job_id: str,
+        gpu_metrics: Callable[[], str] = str,
+    ) -> None:
         self._channel = ClientAuth().channel(address)
         self._stub = controller_pb2_grpc.ControllerStub(self._channel)
         self._attempt, self._token, self._job = attempt_id, token, job_id
+        self.gpu_metrics = gpu_metrics
 
     def send(self, run: run_pb2.Run, timeout: float = 10.0) -> bool:
         """One report; True when the controller asks for a cancel. Raises Refused when the
         controller will not take it, grpc.RpcError on a transport failure."""
         request = controller_pb2.ReportRunRequest(
-            attempt_id=self._attempt, token=self._token, run=run, slurm_job_id=self._job
+            attempt_id=self._attempt,
+            token=self._token,
+            run=run,
+            slurm_job_id=self._job,
+            gpu_metrics=self.gpu_metrics(),
         )
         try:
             response = self._stub.ReportRun(request, timeout=timeout)
@@ -133,7 +214,11 @@ def add_run_once_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     p.add_argument(
         "--log-dir", type=Path, help="copy server.log and bench.log here (default: --spec's folder)"
     )
-    p.add_argument("--nvml-snapshot", help="answer GPU queries from a captured NVML snapshot")
+    p.add_argument(
+        "--nvml-snapshot",
+        default=os.environ.get("TUNELAB_AGENT_NVML_SNAPSHOT"),
+        help="answer GPU queries from a captured NVML snapshot ($TUNELAB_AGENT_NVML_SNAPSHOT)",
+    )
     p.set_defaults(handler=run_once_command)
 
 
@@ -179,6 +264,9 @@ def run_once(
     signal.signal(signal.SIGINT, on_term)
     instance = f"run-once-{os.getpid()}"
     mirror = LogMirror(runs, attempt_id, log_dir) if log_dir is not None else None
+    figures = GpuFigures(gpu, registry.servers, instance)
+    reporter.gpu_metrics = figures.text
+    figures.start()
     try:
         runs.start(attempt_id, run_spec_from_pb(spec_pb))
         if mirror is not None:
@@ -188,6 +276,7 @@ def run_once(
     finally:
         if mirror is not None:
             mirror.close()
+        figures.close()
         runs.close()
         registry.close()
     if stop.is_set():

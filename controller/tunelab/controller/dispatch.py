@@ -269,8 +269,18 @@ class AttemptDriver:
 
     # --- the Slurm path (slurmdriver.py) ------------------------------------------------------
 
-    def apply_run(self, attempt: AttemptRow, host: HostRow, run: run_pb2.Run) -> None:
-        """A run as a Slurm job's one-shot agent reported it: applied as any look at a run."""
+    def apply_run(
+        self, attempt: AttemptRow, host: HostRow, run: run_pb2.Run, gpu_metrics: str = ""
+    ) -> None:
+        """A run as a Slurm job's one-shot agent reported it: applied as any look at a run,
+        its GPU figures (the job's own ``tunelab_gpu_*`` page) recorded as a scrape would be,
+        before a final state takes the summary."""
+        if gpu_metrics and self._scraper is not None:
+            benchmarking = run.state == run_pb2.RUN_STATE_BENCHMARKING
+            where = f"Slurm job of {attempt.id}"
+            self._scraper.record_text(
+                ScrapeTarget(attempt.id, where, attempt.gpus, benchmarking), gpu_metrics
+            )
         self._apply(attempt, host, run)
 
     def finish(self, attempt: AttemptRow, target: AttemptState, message: str) -> None:

@@ -248,6 +248,18 @@ class MetricsScraper:
         with self._lock:
             self._record(target, page, now)
 
+    def record_text(self, target: ScrapeTarget, text: str) -> None:
+        """A page that came to the controller instead of being fetched (a Slurm job's report):
+        the same summaries as a scrape; a page that does not parse counts as a failed scrape."""
+        try:
+            page: dict[str, GpuReading] | str = parse_gpu_readings(text)
+        except ValueError as exc:
+            self.errors += 1
+            page = f"the job's GPU figures did not parse: {exc}"
+        now = self._clock()
+        with self._lock:
+            self._record(target, page, now)
+
     def _record(self, target: ScrapeTarget, page: dict[str, GpuReading] | str, at: float) -> None:
         summary = self._summaries.setdefault(target.attempt_id, AttemptGpuSummary(target.gpus))
         summary.metrics_url = target.url

@@ -298,7 +298,7 @@ class SlurmDriver:
                 f"first report from Slurm job {request.slurm_job_id or '?'}: run-once is up",
                 attempt.state.value,
             )
-        self._attempts.apply_run(attempt, host, request.run)
+        self._attempts.apply_run(attempt, host, request.run, request.gpu_metrics)
         experiment = self._store.get_experiment(attempt.experiment_id)
         return controller_pb2.ReportRunResponse(
             cancel=experiment is not None and experiment.cancel_requested

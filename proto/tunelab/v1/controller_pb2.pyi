@@ -1157,10 +1157,16 @@ class ReportRunRequest(_message.Message):
     TOKEN_FIELD_NUMBER: _builtins.int
     RUN_FIELD_NUMBER: _builtins.int
     SLURM_JOB_ID_FIELD_NUMBER: _builtins.int
+    GPU_METRICS_FIELD_NUMBER: _builtins.int
     attempt_id: _builtins.str
     token: _builtins.str
     """the attempt's token, handed to its job only"""
     slurm_job_id: _builtins.str
+    gpu_metrics: _builtins.str
+    """The job's GPU figures now: the agent's tunelab_gpu_* families in Prometheus text format (at
+    most 64 KiB), fed to the same summaries a daemon's /metrics scrape feeds (the controller
+    cannot reach a node, so the node sends them).
+    """
     @_builtins.property
     def run(self) -> _run_pb2.Run: ...
     def __init__(
@@ -1170,10 +1176,11 @@ class ReportRunRequest(_message.Message):
         token: _builtins.str = ...,
         run: _run_pb2.Run | None = ...,
         slurm_job_id: _builtins.str = ...,
+        gpu_metrics: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["run", b"run"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt_id", b"attempt_id", "run", b"run", "slurm_job_id", b"slurm_job_id", "token", b"token"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt_id", b"attempt_id", "gpu_metrics", b"gpu_metrics", "run", b"run", "slurm_job_id", b"slurm_job_id", "token", b"token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
