@@ -4,6 +4,7 @@ reports and a controller kill -9 are settled by Slurm's own account."""
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -314,3 +315,33 @@ def test_kill9_while_the_job_runs_then_restart_takes_its_reports_and_result_once
     )
     assert [a.id for a in final.attempts] == [attempt_id]
     assert jobs_named(slurm, attempt_id) == [job]
+
+
+def test_a_search_runs_its_trials_as_slurm_jobs_and_names_the_best(
+    lab: Lab, slurm: SlurmCluster
+) -> None:
+    controller = start(lab, slurm)
+    base = spec("slurm-search")
+    base["benchmark"].pop("concurrency")
+    base["search"] = {
+        "space": {"server.flags.--itl-ms": [8, 4]},
+        "objective": {"maximize": "output_throughput"},
+        "load": {"concurrency": [2]},
+        "budget": {"trials": 2},
+        "strategy": "grid",
+        "parallel": 2,
+    }
+    path = lab.root / "slurm-search.yaml"
+    path.write_text(yaml.safe_dump(base, sort_keys=False))
+    done = controller.cli("submit", str(path), "--wait", "--json", timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    doc = json.loads(done.stdout)
+    assert doc["state"] == "DONE", doc
+    assert [t["state"] for t in doc["trials"]] == ["DONE", "DONE"]
+    # the faster decode step wins, and each trial ran as one Slurm job of its own
+    assert doc["best"]["params"] == {"server.flags.--itl-ms": 4}, doc["best"]
+    listed = controller.cli_json("ls", "--group", doc["group"])
+    assert len(listed) == 2
+    for experiment in listed:
+        (attempt,) = controller.experiment(experiment["id"]).attempts
+        assert len(jobs_named(slurm, attempt.id)) == 1
