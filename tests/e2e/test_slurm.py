@@ -118,6 +118,9 @@ def test_a_matrix_runs_as_one_slurm_job_per_experiment_and_each_succeeds_once(
         (job,) = jobs_named(slurm, attempt["id"])
         # the job reports its result, then exits: Slurm says COMPLETED a moment later
         wait_for(f"job {job} to complete", lambda j=job: slurm.job_state(j) == "COMPLETED")
+        # the job-completion log, read when scontrol and sacct have forgotten the job, says so
+        log_end = SlurmCli(env=slurm.env()).completion_log_end(job)
+        assert (log_end.state, log_end.exit_code) == ("COMPLETED", "0:0"), log_end
     # logs: the server's and the load generator's, copied to the job folder by run-once
     server_log = controller.cli("logs", done[0]["id"])
     assert server_log.returncode == 0 and "sim" in server_log.stdout, server_log.stderr

@@ -17,6 +17,7 @@ import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 SCHEME = "slurm:"
@@ -125,7 +126,8 @@ class SlurmCli:
 
     def job_end(self, job_id: str) -> JobEnd:
         """How a job that left the queue ended: ``scontrol show job`` (slurmctld keeps a job
-        for MinJobAge after its end), else ``sacct`` where accounting is on; state "" when
+        for MinJobAge after its end), else ``sacct`` where accounting is on, else the
+        job-completion log where slurmctld writes one that this host can read; state "" when
         Slurm no longer knows the job."""
         try:
             end = parse_job_end(self._run(["scontrol", "show", "job", "-o", job_id]))
@@ -137,9 +139,35 @@ class SlurmCli:
             out = self._run(
                 ["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "State,ExitCode,Reason"]
             )
-        except SlurmError:  # no accounting (or no sacct): Slurm has forgotten the job
-            return end
-        return parse_sacct(out)
+        except SlurmError:  # no accounting (or no sacct)
+            out = ""
+        counted = parse_sacct(out)
+        return counted if counted.state else self.completion_log_end(job_id)
+
+    def completion_log(self) -> Path | None:
+        """The job-completion log slurmctld writes (``JobCompType=jobcomp/filetxt``), if any."""
+        try:
+            config = parse_config(self._run(["scontrol", "show", "config"]))
+        except SlurmError:
+            return None
+        location = config.get("JobCompLoc", "")
+        if config.get("JobCompType") != "jobcomp/filetxt" or not location.startswith("/"):
+            return None
+        return Path(location)
+
+    def completion_log_end(self, job_id: str) -> JobEnd:
+        """A job's end as the job-completion log has it (its last line for the job; the log's
+        last 4 MiB are read), or state "" when there is no log or no line for it here."""
+        path = self.completion_log()
+        if path is None:
+            return JobEnd("", "")
+        try:
+            with path.open("rb") as log:
+                log.seek(max(0, log.seek(0, os.SEEK_END) - COMPLETION_LOG_TAIL))
+                text = log.read().decode("utf-8", errors="replace")
+        except OSError:  # on slurmctld's host, not this one, or not readable by us
+            return JobEnd("", "")
+        return parse_jobcomp(text, job_id)
 
     def check_partition(self, partition: str) -> None:
         """Raises SlurmError naming the partition when Slurm does not know it."""
@@ -153,6 +181,27 @@ class SlurmCli:
 
 
 QUEUE_FORMAT = "%i|%j|%T|%r"
+COMPLETION_LOG_TAIL = 4 << 20
+
+
+def parse_config(text: str) -> dict[str, str]:
+    """``scontrol show config`` → its ``Name = value`` lines."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        name, sep, value = line.partition("=")
+        if sep and name.strip() and " " not in name.strip():
+            out[name.strip()] = value.strip()
+    return out
+
+
+def parse_jobcomp(text: str, job_id: str) -> JobEnd:
+    """jobcomp/filetxt lines (``JobId=7 ... JobState=COMPLETED ... ExitCode=0:0``) → the last
+    line's end for ``job_id``."""
+    for line in reversed(text.splitlines()):
+        fields = dict(w.split("=", 1) for w in line.split() if "=" in w)
+        if fields.get("JobId") == job_id and fields.get("JobState"):
+            return JobEnd(fields["JobState"].split()[0], fields.get("ExitCode", ""), "")
+    return JobEnd("", "")
 
 
 def parse_queue(text: str) -> dict[str, QueuedJob]:

@@ -8,9 +8,12 @@ from tests.unit.controller.test_store_scheduler import queue
 from tunelab.cli.hosts_cmd import _slurm_time
 from tunelab.controller.scheduler import Scheduler
 from tunelab.controller.slurm import (
+    JobEnd,
     SlurmPoolConfig,
     is_slurm,
+    parse_config,
     parse_job_end,
+    parse_jobcomp,
     parse_queue,
     parse_sacct,
     sbatch_args,
@@ -79,3 +82,21 @@ def test_sacct_gives_the_end_of_a_job_that_slurmctld_has_forgotten() -> None:
     assert (end.state, end.exit_code, end.reason) == ("CANCELLED", "0:15", "")
     assert parse_sacct("OUT_OF_MEMORY|0:125|None").state == "OUT_OF_MEMORY"
     assert parse_sacct("").state == ""
+
+
+def test_the_job_completion_log_gives_the_end_of_a_job_both_have_forgotten() -> None:
+    log = (
+        "JobId=7 UserId=root(0) GroupId=root(0) Name=tunelab-x-1-a1 JobState=FAILED "
+        "Partition=gpu ExitCode=1:0\n"
+        "JobId=8 UserId=root(0) GroupId=root(0) Name=tunelab-x-2-a1 JobState=CANCELLED by 0 "
+        "Partition=gpu ExitCode=0:15\n"
+        "JobId=7 UserId=root(0) GroupId=root(0) Name=tunelab-x-1-a1 JobState=NODE_FAIL "
+        "Partition=gpu ExitCode=0:0\n"
+    )
+    assert parse_jobcomp(log, "7") == JobEnd("NODE_FAIL", "0:0", "")  # its last line
+    assert parse_jobcomp(log, "8").state == "CANCELLED"
+    assert parse_jobcomp(log, "9") == JobEnd("", "")
+    config = parse_config(
+        "JobCompLoc              = /var/log/slurm/jobcomp.log\nJobCompType = jobcomp/filetxt\n"
+    )
+    assert config == {"JobCompLoc": "/var/log/slurm/jobcomp.log", "JobCompType": "jobcomp/filetxt"}
