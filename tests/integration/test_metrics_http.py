@@ -101,7 +101,14 @@ def test_when_every_connection_is_mid_request_a_new_one_is_answered_503() -> Non
         busy = [connect(server) for _ in range(limits.max_connections)]
         for sock in busy:
             sock.sendall(b"GET /slow HTTP/1.1\r\nConnection: close\r\n\r\n")
-        wait_until(lambda: all(c.busy for c in list(server.connections)))
+        # every one accepted and mid-request (all() of the first three alone let the fourth
+        # wait in the backlog, and the new connection took its slot: a read that timed out)
+        wait_until(
+            lambda: (
+                len(conns := list(server.connections)) == limits.max_connections
+                and all(c.busy for c in conns)
+            )
+        )
         assert read_all(connect(server)).startswith(b"HTTP/1.1 503 ")
         assert all(b"GET /slow" in read_all(sock) for sock in busy)  # all still answered
         for sock in busy:
