@@ -66,6 +66,13 @@ def test_a_forged_real_pid_and_start_time_is_not_killed_when_the_monitor_is_gone
 def test_carries_server_id_reads_the_environment_of_the_process(tmp_path: Path) -> None:
     marked = subprocess.Popen(["sleep", "30"], env={"TUNELAB_SERVER_ID": "srv-x", "PATH": "/bin"})
     try:
+        # Popen returns once the exec has begun (vfork wakes the parent at exec_mmap), but the
+        # kernel records where the new environment lies a moment later (create_elf_tables):
+        # until then /proc/PID/environ reads empty. Wait for the exec to finish, not a guess.
+        environ = Path(f"/proc/{marked.pid}/environ")
+        deadline = time.monotonic() + 10
+        while not environ.read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.001)
         assert carries_server_id(marked.pid, "srv-x")
         assert not carries_server_id(marked.pid, "srv-y")
         assert not carries_server_id(marked.pid, "srv")  # the whole value, not a prefix
