@@ -20,6 +20,7 @@ from tests.support.servers import FAKE_SERVER
 from tunelab.agent.config import AgentConfig
 from tunelab.agent.daemon import AgentApp
 from tunelab.agent.gpu import GpuBackend, GpuProcess, NoGpuBackend, SnapshotBackend
+from tunelab.agent.runs.record import CommandBench, RunSpec
 from tunelab.agent.servers.spec import ServerSpec
 from tunelab.agent.servers.states import ServerState
 from tunelab.v1 import agent_pb2, agent_pb2_grpc
@@ -122,17 +123,31 @@ def test_metrics_registry_takes_other_collectors(
     assert "tunelab_bench_requests_created" not in text
 
 
-def test_the_endpoint_reports_its_connections_and_a_live_server_reads_energy_every_tick(
+def test_the_endpoint_reports_its_connections_and_only_a_run_reads_energy_every_tick(
     snapshot_app: tuple[AgentApp, SnapshotBackend],
 ) -> None:
     app, backend = snapshot_app
     backend.processes = []  # no compute process: the counter is read with the slow fields
     text = wait_for(app, "tunelab_agent_http_connections 1.0")  # this scrape's own connection
     assert "tunelab_agent_http_rejected_total 0.0" in text
+    server_id = start_fake(app, "llama")  # an idle READY server that no run measures
     reads = app.metrics.gpu_source.energy_reads
-    start_fake(app, "llama")  # a live server: every GPU counts as having work
     time.sleep(3.2)
-    assert app.metrics.gpu_source.energy_reads >= reads + 2
+    assert app.metrics.gpu_source.energy_reads <= reads + 1  # a slow read at most (15 s)
+    spec = RunSpec(
+        server=None,
+        server_id=server_id,
+        builtin=None,
+        command=CommandBench(argv=("sleep", "30"), result_file="result.json"),
+        max_duration=0,
+    )
+    run, _ = app.runs.start("measured", spec)  # a run: every GPU counts as having work
+    try:
+        reads = app.metrics.gpu_source.energy_reads
+        time.sleep(3.2)
+        assert app.metrics.gpu_source.energy_reads >= reads + 2
+    finally:
+        app.runs.cancel(run.run_id)
 
 
 def test_a_host_without_a_driver_exports_host_and_server_metrics_and_says_so_once(

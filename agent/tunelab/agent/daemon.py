@@ -97,6 +97,7 @@ class AgentApp:
             version=__version__,
             instance_id=self.identity.instance_id,
             started_at=self.identity.started_at,
+            measuring=self.runs.has_active,
         )
         self.daemon: Daemon | None = None
 

@@ -115,6 +115,7 @@ class GpuFigures:
             version=__version__,
             instance_id=instance,
             started_at=time.time(),
+            measuring=lambda: True,  # the job exists for its one run
         )
 
     def start(self) -> None:

@@ -174,23 +174,23 @@ def test_each_field_is_read_at_its_own_cadence() -> None:
 
 
 @pytest.mark.parametrize(
-    ("processes", "servers_alive", "energy_fast", "reads"),
+    ("processes", "measuring", "energy_fast", "reads"),
     [
         # no work: t = 0 and 1 (does the counter move at all?), then with the slow fields (15)
         (False, False, True, 3),
-        (False, True, True, 21),  # a server is alive (no CUDA context yet): every fast tick
+        (False, True, True, 21),  # a run in progress (no CUDA context yet): every fast tick
         (True, False, True, 21),  # a compute process on the GPU: every fast tick
         (True, True, False, 3),  # power integration chosen: the counter stays slow
     ],
 )
 def test_the_energy_counter_is_read_every_fast_tick_only_on_a_gpu_with_work(
-    processes: bool, servers_alive: bool, energy_fast: bool, reads: int
+    processes: bool, measuring: bool, energy_fast: bool, reads: int
 ) -> None:
     backend = CountingBackend(snapshot("h200-busy-full.json"))
     if not processes:
         backend.processes = []
     clock = Clock()
-    source = GpuSource(backend, busy=lambda: servers_alive, energy_fast=energy_fast, clock=clock)
+    source = GpuSource(backend, busy=lambda: measuring, energy_fast=energy_fast, clock=clock)
     sampler = Sampler([source], 1.0, 15.0, clock=clock)
     for _ in range(21):
         sampler.tick()

@@ -2,7 +2,7 @@
 
 NVML's total-energy counter is the truth, but one read blocks ~3-4 ms per GPU (the H200
 capture), so it is read at the fast cadence only on GPUs that have work (a compute process, or
-any server of the agent alive), and at the slow cadence otherwise. Between two reads the
+a run of the agent in progress), and at the slow cadence otherwise. Between two reads the
 counter advances at the last power reading (read every fast tick, a few µs), integrated by the
 trapezoid rule, and a scrape extrapolates from the newest reading to the moment it is served
 (with the power read at that moment when ``live_power`` is given), at most

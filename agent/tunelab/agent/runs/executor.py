@@ -141,6 +141,11 @@ class RunExecutor:
     def is_finished(self, run_id: str) -> bool:
         return self.get(run_id).state.is_terminal()
 
+    def has_active(self) -> bool:
+        """Whether any run is in progress (the metrics read energy counters fast then)."""
+        with self._lock:
+            return any(not r.state.is_terminal() for r in self._runs.values())
+
     def active_run_ids(self) -> list[str]:
         return [r.run_id for r in self.runs(include_finished=False)]
 
