@@ -9,6 +9,7 @@ once through a pidfd, and turns what the monitor reports into state transitions.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import select
 import signal
@@ -36,6 +37,12 @@ LOG_TAIL_LINES = 20
 DESCENDANT_SCAN_INTERVAL = 1.0  # how often the monitor is asked for the tree
 STOP_POLL = 0.02  # how often a stop asks the monitor whether the tree is gone
 MONITOR_RETRY = 1.0  # a monitor that did not answer is asked again after this
+# The leftover scan reads every process's maps and fds (thousands of lines for a CUDA process):
+# each second while the engine makes its files (start-up and its first minute of serving), then
+# every 15 s, and at once whenever the tree gains a process and before a stop.
+LEFTOVER_SCAN_EARLY = 1.0
+LEFTOVER_SCAN_SETTLED = 15.0
+LEFTOVER_SETTLE = 60.0
 MAX_LOG_READ = 1 << 20
 WRONG_MODEL_GRACE = 5.0
 CRASH_BACKOFF = 0.5  # a crashed pass is retried after this, doubling up to the max
@@ -99,6 +106,9 @@ class ServerSupervisor:
         self._stop_reason = ""
         self._fail_after_stop = False
         self._wrong_model_since: float | None = None
+        self._next_leftover_scan = 0.0
+        # an adopted READY server settled long ago; a new one settles a minute after READY
+        self._settles_at = 0.0 if record.state is ServerState.READY else math.inf
         # issue 13: phases, failure reasons, probe etiquette, leftovers; fed by the hooks below
         self._engine = EngineSupervision(record, monitor_popen is None, settings.probe_interval)
         self._log_pos = max(0, _size(log_path) - 65536) if monitor_popen is None else 0
@@ -222,7 +232,13 @@ class ServerSupervisor:
             return _NO_ANSWER
 
     def _track(self, status: MonitorStatus) -> None:
-        self._engine.on_scan(p.pid for p in status.tree)
+        now = time.monotonic()
+        if now >= self._next_leftover_scan or not status.tree <= self._seen:
+            self._engine.on_scan(p.pid for p in status.tree)
+            settled = now >= self._settles_at
+            self._next_leftover_scan = now + (
+                LEFTOVER_SCAN_SETTLED if settled else LEFTOVER_SCAN_EARLY
+            )
         if status.exit_code is not None:
             self._exit_code = status.exit_code
         if not status.tree <= self._seen:
@@ -258,6 +274,7 @@ class ServerSupervisor:
 
     def _on_ready(self) -> None:
         now = time.time()
+        self._settles_at = time.monotonic() + LEFTOVER_SETTLE
         self._read_progress()
         changes: ServerChanges = {
             **self._engine.on_ready(now),
