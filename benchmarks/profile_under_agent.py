@@ -184,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
             (args.out / "profile_under_agent.md").write_text(text)
             (args.out / "summary.json").write_text(json.dumps(summary.to_json(), indent=1))
             (args.out / "key_averages.json").write_text(key_averages.read_text())
+            for path in files:
+                (args.out / path.name).write_bytes(path.read_bytes())
     return 0
 
 

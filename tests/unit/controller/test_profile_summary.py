@@ -81,6 +81,25 @@ def test_exact_summary_of_a_small_trace(tmp_path: Path) -> None:
     }  # fmt: skip
 
 
+def test_an_op_whose_only_child_has_its_name_is_one_call_as_key_averages_counts_it(
+    tmp_path: Path,
+) -> None:
+    """torch merges such a child into its parent (aten::div_ dispatching to aten::div_, seen
+    in a real CPU trace: 580 events, 290 calls); a same-name child beside another is its own."""
+    events = [
+        _x("aten::div_", "cpu_op", 0, 100),  # -> div_ -> div_: one call, 100 us of self time
+        _x("aten::div_", "cpu_op", 10, 80),
+        _x("aten::div_", "cpu_op", 20, 40),
+        _x("aten::add_", "cpu_op", 200, 100),  # two children, one of its name: three calls
+        _x("aten::add_", "cpu_op", 210, 20),
+        _x("aten::mul", "cpu_op", 240, 20),
+        _x("aten::add_", "cpu_op", 270, 20),
+    ]
+    top = {t["name"]: t for t in summarize([write(tmp_path / "t.json", events)]).to_json()["top"]}
+    assert (top["aten::div_"]["calls"], top["aten::div_"]["self_ms"]) == (1, 0.1)
+    assert (top["aten::add_"]["calls"], top["aten::add_"]["self_ms"]) == (3, 0.08)
+
+
 def test_order_gzip_and_the_bare_array_form_do_not_change_the_summary(tmp_path: Path) -> None:
     events = small_trace()
     plain = summarize([write(tmp_path / "a.json", events)]).to_json()

@@ -331,23 +331,30 @@ def summarize(
 
 
 def _cpu_self_times(spans: _Spans, self_ns: dict[int, int], calls: dict[int, int]) -> None:
-    """Self time of each op on one thread: its duration less its direct children's."""
-    stack: list[list[int]] = []  # [end, name id, children's time, start]
+    """Self time of each op on one thread: its duration less its direct children's. An op
+    whose only child has its own name (``aten::div_`` dispatching to ``aten::div_``) is one
+    call, as torch's ``key_averages()`` counts it (it merges such a child into its parent)."""
+    stack: list[list[int]] = []  # [end, name id, children's time, start, children, same name]
     for start, end, name in spans.in_order():
         while stack and stack[-1][0] <= start:
-            _close(stack.pop(), self_ns)
+            _close(stack.pop(), self_ns, calls)
         if stack:
             parent = stack[-1]
             parent[2] += min(end, parent[0]) - start
-        stack.append([end, name, 0, start])
+            parent[4] += 1
+            if parent[4] == 1:
+                parent[5] = int(parent[1] == name)
+        stack.append([end, name, 0, start, 0, 0])
         calls[name] = calls.get(name, 0) + 1
     while stack:
-        _close(stack.pop(), self_ns)
+        _close(stack.pop(), self_ns, calls)
 
 
-def _close(frame: list[int], self_ns: dict[int, int]) -> None:
-    end, name, children, start = frame
+def _close(frame: list[int], self_ns: dict[int, int], calls: dict[int, int]) -> None:
+    end, name, children, start, count, same = frame
     self_ns[name] = self_ns.get(name, 0) + max(end - start - children, 0)
+    if count == 1 and same:
+        calls[name] -= 1  # its only child, of its own name, was the same call
 
 
 def _assemble(
