@@ -280,6 +280,10 @@ def test_the_committed_h200_trace_has_its_exact_summary() -> None:
     for entry in gpu:
         assert entry.self_ms == pytest.approx(rows[entry.name]["self_device_us"] / 1000, abs=0.001)
         assert entry.calls == rows[entry.name]["calls"]
+    cpu = [t for t in s.top if t.kind == "cpu"]  # ops, and the runtime's launches beside them
+    assert {"cudaLaunchKernel", "cuLaunchKernelEx"} <= {t.name for t in cpu}
+    for entry in cpu:
+        assert entry.calls == rows[entry.name]["calls"], entry.name
 
 
 def test_the_diff_of_two_h200_traces_shows_attention_moving_to_gemm_and_softmax() -> None:

@@ -5,8 +5,11 @@ Definitions (docs/profiles.md says the same):
 - **GPU events** are complete events (``ph: X``) of category ``kernel``, ``gpu_memcpy`` or
   ``gpu_memset``; their device is ``args.device`` (else ``pid``), their stream ``args.stream``
   (else ``tid``). A kernel's self time is its duration.
-- **CPU ops** are complete events of category ``cpu_op`` (``Operator`` in old traces). An op's
-  self time is its duration less the time of the ops nested in it on the same thread.
+- **CPU ops** are complete events of category ``cpu_op`` (``Operator`` in old traces) and the
+  CUDA runtime and driver calls (``cuda_runtime``, ``cuda_driver``: ``cudaLaunchKernel``,
+  ``cuLaunchKernelEx``), as torch's ``key_averages()`` lists them. An op's self time is its
+  duration less the time of the ops and calls nested in it on the same thread, so an
+  ``aten::mm``'s launch is the launch's time, not the op's (a launch-bound server shows here).
 - **Wall time** of a file is the span of all its complete events; with several files (one per
   rank or process) ``wall_ms`` is the longest.
 - **GPU idle share**: for each device, 1 - (union of its GPU events' intervals) / wall time;
@@ -38,7 +41,7 @@ from tunelab.controller.profiles.categories import CATEGORIES, categorize
 from tunelab.controller.profiles.traceread import iter_events
 
 GPU_EVENT_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
-CPU_OP_CATEGORIES = frozenset({"cpu_op", "operator"})
+CPU_OP_CATEGORIES = frozenset({"cpu_op", "operator", "cuda_runtime", "cuda_driver"})
 # vLLM 0.32 names each engine step execute_context_<n>(<tokens>)_generation_<m>(<tokens>): n
 # prefill and m decode requests in the batch; a step with n = 0 is a pure decode step.
 STEP_MARKERS = ("execute_context_", "execute_model", "gpu_model_runner: forward", "ProfilerStep#")
