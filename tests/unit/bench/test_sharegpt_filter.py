@@ -108,3 +108,12 @@ def test_a_file_the_rule_empties_is_refused(tmp_path: Path) -> None:
     config = parse("--dataset-name", "sharegpt", "--dataset-path", str(short))
     with pytest.raises(DatasetFileError, match="dropped all 1 conversations"):
         Dataset(config, None)
+
+
+def test_relative_paths_are_taken_from_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """vLLM opens --dataset-path from where it runs; tunelab's generator runs elsewhere."""
+    monkeypatch.chdir(FILE.parent)
+    config = parse("--dataset-name", "sharegpt", "--dataset-path", FILE.name, "--tokenizer", "t")
+    assert config.dataset_path == str(FILE) and config.tokenizer == str(FILE.parent / "t")
