@@ -16,12 +16,14 @@ for each concurrency C: each client runs a closed loop of ``waves x C`` requests
 Usage::
 
     .venv/bin/python benchmarks/client_accuracy_overhead.py \\
-        [--concurrency 1,64,256,1024] [--guidellm .venv-bench/bin/guidellm] [--out FILE.md]
+        [--concurrency 1,64,256,1024] [--guidellm .venv-guidellm/bin/guidellm] [--out FILE.md]
 
-guidellm 0.8.1 lives in its own venv (``.venv-bench``: ``pip install torch==2.13.0`` first, the
-CPU wheel, then ``pip install guidellm==0.8.1``). It needs a tokenizer: this script builds a
-word-level one from Faker's word list (the text guidellm's synthetic prompts are made of) with
-that venv's ``tokenizers``/``transformers``; nothing is downloaded (``HF_HUB_OFFLINE=1``).
+guidellm 0.8.1 lives in its own venv (``benchmarks/setup_peers.sh`` makes ``.venv-guidellm``:
+``pip install torch==2.13.0`` first, the CPU wheel, then ``pip install guidellm==0.8.1``).
+``benchmarks/peer_loadgen.py`` adds AIPerf to the comparison, with server and client pinned.
+It needs a tokenizer: this script builds a word-level one from Faker's word list (the text
+guidellm's synthetic prompts are made of) with that venv's ``tokenizers``/``transformers``;
+nothing is downloaded (``HF_HUB_OFFLINE=1``).
 """
 
 from __future__ import annotations
@@ -34,27 +36,35 @@ import resource
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tunelab.bench.config import BenchConfig  # noqa: E402
+from tunelab.bench.datasets import VOCABULARY  # noqa: E402
 from tunelab.bench.launcher import BenchFiles, bench_argv  # noqa: E402
 from tunelab.bench.simulator.process import SimulatorProcess  # noqa: E402
 
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 TOKENIZER_SCRIPT = """
 import sys
-from faker.providers.lorem.en_US import Provider
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
+try:
+    from faker.providers.lorem.en_US import Provider
+    words = Provider.word_list
+except ImportError:  # a venv without guidellm's faker: the words given
+    words = sys.argv[2].split()
 vocab = {"[UNK]": 0, "[BOS]": 1, "[EOS]": 2, ".": 3, ",": 4}
-for word in Provider.word_list:
+for word in words:
     vocab.setdefault(word, len(vocab))
     vocab.setdefault(word.capitalize(), len(vocab))
 tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
@@ -99,18 +109,67 @@ def child_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+@dataclass(frozen=True)
+class Measured:
+    cpu_s: float  # the client's process tree: reaped (rusage) or sampled, whichever is more
+    wall_s: float
+    peak_rss_mib: float  # the largest sum of RSS over the tree, sampled every 0.1 s
+
+
+class TreeSampler(threading.Thread):
+    """Samples a process and its descendants: peak summed RSS, and each one's CPU time (so
+    workers that are never reaped by the client, or are reparented, still count)."""
+
+    def __init__(self, pid: int, interval: float = 0.1) -> None:
+        super().__init__(daemon=True)
+        self.pid = pid
+        self.interval = interval
+        self.peak_rss = 0
+        self.cpu: dict[int, float] = {}
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            try:
+                root = psutil.Process(self.pid)
+                tree = [root, *root.children(recursive=True)]
+            except psutil.Error:
+                tree = []
+            rss = 0
+            for proc in tree:
+                try:
+                    with proc.oneshot():
+                        rss += proc.memory_info().rss
+                        times = proc.cpu_times()
+                        self.cpu[proc.pid] = times.user + times.system
+                except psutil.Error:
+                    continue
+            self.peak_rss = max(self.peak_rss, rss)
+            self.done.wait(self.interval)
+
+
 def run_measured(
-    argv: list[str], log: Path, env: dict[str, str] | None = None
-) -> tuple[float, float]:
-    """Run a client to completion; (CPU seconds of it and its reaped descendants, wall seconds)."""
+    argv: list[str], log: Path, env: dict[str, str] | None = None, pin: list[str] | None = None
+) -> Measured:
+    """Run a client to completion (under ``pin``, e.g. ``taskset -c 1``): its CPU seconds with
+    its descendants', wall seconds and peak RSS."""
     cpu0, wall0 = child_cpu(), time.perf_counter()
     with log.open("wb") as out:
-        code = subprocess.run(
-            argv, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
-        ).returncode
+        proc = subprocess.Popen(
+            [*(pin or []), *argv],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+        )
+        sampler = TreeSampler(proc.pid)
+        sampler.start()
+        code = proc.wait()
+        sampler.done.set()
+        sampler.join()
     if code != 0:
         raise RuntimeError(f"{argv[0]} exited {code}; see {log}")
-    return child_cpu() - cpu0, time.perf_counter() - wall0
+    cpu = max(child_cpu() - cpu0, sum(sampler.cpu.values()))
+    return Measured(cpu, time.perf_counter() - wall0, sampler.peak_rss / 2**20)
 
 
 def sim_stats(url: str) -> dict[str, Any]:
@@ -119,23 +178,37 @@ def sim_stats(url: str) -> dict[str, Any]:
     return stats
 
 
+def build_tokenizer(python: Path, out: Path) -> None:
+    """The word-level tokenizer (Faker's words, else tunelab's own) with that venv's
+    transformers, saved as a Hugging Face tokenizer folder; nothing is downloaded."""
+    subprocess.run(
+        [str(python), "-c", TOKENIZER_SCRIPT, str(out), " ".join(VOCABULARY)],
+        check=True,
+        env={**os.environ, **OFFLINE},
+    )
+
+
 class Clients:
-    def __init__(self, work: Path, workload: Workload, guidellm: Path | None) -> None:
+    def __init__(
+        self,
+        work: Path,
+        workload: Workload,
+        guidellm: Path | None,
+        pin: list[str] | None = None,
+        tokenizer_python: Path | None = None,
+    ) -> None:
         self.work = work
         self.workload = workload
         self.guidellm = guidellm
+        self.pin = pin or []  # a prefix for every client's argv (taskset -c N)
         self.tokenizer = work / "tokenizer"
-        if guidellm is not None:
-            python = guidellm.parent / "python"
-            subprocess.run(
-                [str(python), "-c", TOKENIZER_SCRIPT, str(self.tokenizer)],
-                check=True,
-                env={**os.environ, **OFFLINE},
-            )
+        python = guidellm.parent / "python" if guidellm is not None else tokenizer_python
+        if python is not None:
+            build_tokenizer(python, self.tokenizer)
 
     def tunelab(
         self, url: str, concurrency: int, requests: int, tag: str
-    ) -> tuple[dict[str, Any], float, float]:
+    ) -> tuple[dict[str, Any], Measured]:
         files = BenchFiles(self.work / f"tunelab-{tag}")
         files.workdir.mkdir(parents=True, exist_ok=True)
         config = BenchConfig(
@@ -148,13 +221,13 @@ class Clients:
             request_timeout_s=300,
         ).with_preset()
         files.config.write_text(json.dumps(config.to_dict()))
-        cpu, wall = run_measured(bench_argv(files), files.log)
+        run = run_measured(bench_argv(files), files.log, pin=self.pin)
         point: dict[str, Any] = json.loads(files.result.read_text())["points"][0]
-        return point, cpu, wall
+        return point, run
 
     def run_guidellm(
         self, url: str, concurrency: int, requests: int, tag: str
-    ) -> tuple[dict[str, Any], float, float]:
+    ) -> tuple[dict[str, Any], Measured]:
         if self.guidellm is None:
             raise RuntimeError("guidellm not configured")
         out = self.work / f"guidellm-{tag}.json"
@@ -173,9 +246,9 @@ class Clients:
             "--output", f"kind=json,path={out}",
             "--disable-console-interactive",
         ]  # fmt: skip
-        cpu, wall = run_measured(argv, self.work / f"guidellm-{tag}.log", OFFLINE)
+        run = run_measured(argv, self.work / f"guidellm-{tag}.log", OFFLINE, self.pin)
         bench: dict[str, Any] = json.loads(out.read_text())["benchmarks"][0]
-        return bench, cpu, wall
+        return bench, run
 
 
 def measure(clients: Clients, client: str, concurrency: int, requests: int) -> Outcome:
@@ -185,7 +258,7 @@ def measure(clients: Clients, client: str, concurrency: int, requests: int) -> O
     outcome = Outcome(client, concurrency, requests)
     with SimulatorProcess(args, clients.work / f"sim-{client}-{tag}.log") as sim:
         if client == "tunelab":
-            point, cpu, wall = clients.tunelab(sim.url, concurrency, requests, tag)
+            point, run = clients.tunelab(sim.url, concurrency, requests, tag)
             outcome.completed = point["completed"]
             outcome.ttft_ms = point["mean_ttft_ms"]
             outcome.tpot_ms = point["mean_tpot_ms"]
@@ -195,7 +268,7 @@ def measure(clients: Clients, client: str, concurrency: int, requests: int) -> O
                     point["client_check"]["reasons"]
                 )
         else:
-            bench, cpu, wall = clients.run_guidellm(sim.url, concurrency, requests, tag)
+            bench, run = clients.run_guidellm(sim.url, concurrency, requests, tag)
             metrics = bench["metrics"]
             outcome.completed = metrics["request_totals"]["successful"]
             outcome.ttft_ms = metrics["time_to_first_token_ms"]["successful"]["mean"]
@@ -204,8 +277,8 @@ def measure(clients: Clients, client: str, concurrency: int, requests: int) -> O
             outcome.output_tps = tokens / bench["duration"] if bench["duration"] else 0.0
         outcome.sim_lateness = sim_stats(sim.url)["write_lateness"]
     outcome.chunks = outcome.completed * wl.output_len
-    outcome.cpu_s = cpu
-    outcome.wall_s = wall
+    outcome.cpu_s = run.cpu_s
+    outcome.wall_s = run.wall_s
     return outcome
 
 
@@ -288,7 +361,7 @@ def main() -> int:
     p.add_argument("--output-len", type=int, default=64)
     p.add_argument("--waves", type=int, default=1, help="R = waves x C; runs of R and 2R")
     p.add_argument("--min-requests", type=int, default=2)
-    p.add_argument("--guidellm", type=Path, default=REPO / ".venv-bench" / "bin" / "guidellm")
+    p.add_argument("--guidellm", type=Path, default=REPO / ".venv-guidellm" / "bin" / "guidellm")
     p.add_argument("--skip-guidellm", action="store_true")
     p.add_argument("--out", type=Path, help="write the Markdown report here")
     args = p.parse_args()

@@ -169,6 +169,8 @@ def test_metrics_count_like_vllm(sim: SimulatorProcess) -> None:
     assert any(line.startswith("vllm:inter_token_latency_seconds_bucket") for line in lines)
     stats = json.loads(get(sim.url + "/sim/stats")[1])
     assert stats["requests"] == 2 and stats["write_lateness"]["writes"] == 2
+    # the server's own window: its tokens, from the first arrival to the last token written
+    assert stats["served"]["tokens"] == 6 and stats["served"]["seconds"] > 0
 
 
 def test_faults(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ APIS = ("completions", "chat")
 DATASETS = ("random", "shared-prefix", "multi-turn", "file", "trace")
 DISTRIBUTIONS = ("uniform", "lognormal")
 FILE_FORMATS = ("auto", "sharegpt", "chat", "jsonl")
+FILE_FILTERS = ("", "vllm")
 RAMPS = ("", "linear", "exponential")
 PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el", "client_queue_time",
                       "e2el_including_client_queue")  # fmt: skip
@@ -89,6 +90,9 @@ class BenchConfig:
     dataset_path: str = ""  # file / trace
     file_format: str = "auto"  # auto | sharegpt | chat | jsonl
     file_output_len: int = 0  # file: max_tokens for every prompt (vLLM --sharegpt-output-len)
+    # file: "" keeps every usable prompt; "vllm" drops ShareGPT conversations by vLLM's length
+    # rule (vllm bench serve --dataset-name sharegpt; tunelab.bench.datasets.vllm_length_valid)
+    file_filter: str = ""
     trace_block_size: int = 512  # trace: tokens per hash id (mooncake: 512; vLLM default 16)
     trace_sec_multiplier: float = 0.0  # trace: seconds per timestamp unit (0: ms or s by field)
     trace_timed: bool = True  # trace: send at the recorded times (vLLM --self-timed)
@@ -370,6 +374,7 @@ class BenchConfig:
             self.file_format in FILE_FORMATS, "file_format", "must be auto, sharegpt, chat or jsonl"
         )
         check(self.file_output_len >= 0, "file_output_len", "must be >= 0")
+        check(self.file_filter in FILE_FILTERS, "file_filter", 'must be "" or "vllm"')
         check(1 <= self.trace_block_size <= 1_000_000, "trace_block_size", "must be >= 1")
         check(
             math.isfinite(self.trace_sec_multiplier) and self.trace_sec_multiplier >= 0,

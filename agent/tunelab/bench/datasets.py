@@ -12,7 +12,9 @@
   (every earlier user message and the answer the server actually gave) plus a new user message
   of ``input_len`` tokens; see :mod:`tunelab.bench.sweep` for the pacing;
 - ``file``: prompts read from a file (:mod:`tunelab.bench.promptfiles`), in a seeded order,
-  cycled when the point asks for more than the file has;
+  cycled when the point asks for more than the file has; with ``file_filter="vllm"`` (set by
+  ``--dataset-name sharegpt``) conversations are first dropped by vLLM's length rule
+  (:func:`vllm_length_valid`);
 - ``trace``: a request trace's rows in order, prompts synthesised to the recorded lengths from
   blocks of ``trace_block_size`` tokens, one block per hash id, so rows that share hash ids
   share those blocks (and their prefix-cache entries); sent at the recorded times.
@@ -24,6 +26,7 @@ number of common English words, about one token each, and the result says so.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -44,6 +47,10 @@ APPROXIMATE = (
     "the server's own count is in input_tokens"
 )
 LOGNORMAL_CAP = 64  # a lognormal draw is cut at 64 x its mean
+# vLLM's is_valid_sequence defaults (vllm/benchmarks/datasets.py, ShareGPTDataset.sample)
+VLLM_MIN_LEN = 4
+VLLM_MAX_PROMPT_LEN = 1024
+VLLM_MAX_TOTAL_LEN = 2048
 # the settings each dataset reads (its parameters in the provenance)
 PARAMETERS: dict[str, tuple[str, ...]] = {
     "random": ("input_len", "output_len", "range_ratio", "output_range_ratio", "input_dist",
@@ -54,7 +61,7 @@ PARAMETERS: dict[str, tuple[str, ...]] = {
     "multi-turn": ("input_len", "output_len", "range_ratio", "output_range_ratio", "input_dist",
                    "output_dist", "input_sigma", "output_sigma", "prefix_len", "turns",
                    "think_time_s"),
-    "file": ("dataset_path", "file_format", "file_output_len", "output_len"),
+    "file": ("dataset_path", "file_format", "file_output_len", "file_filter", "output_len"),
     "trace": ("dataset_path", "trace_block_size", "trace_sec_multiplier", "trace_timed"),
 }  # fmt: skip
 
@@ -91,6 +98,10 @@ class Turn:
     text: str  # the new user message
     input_len: int  # its length (the prompt is the history plus this)
     output_len: int
+
+
+def _words(text: str) -> int:
+    return len(text.split())
 
 
 class TextSource:
@@ -132,6 +143,27 @@ def draw_length(base: int, dist: str, ratio: float, sigma: float, rng: random.Ra
     return rng.randint(low, high)
 
 
+def vllm_length_valid(prompt_len: int, output_len: int, skip_min_output: bool) -> bool:
+    """vLLM's ``is_valid_sequence`` with its defaults, as ``vllm bench serve --dataset-name
+    sharegpt`` applies it: a prompt of at least 4 and at most 1024 tokens, an output of at least
+    4 (not checked when ``--sharegpt-output-len`` sets it), prompt + output at most 2048."""
+    return not (
+        prompt_len < VLLM_MIN_LEN
+        or (not skip_min_output and output_len < VLLM_MIN_LEN)
+        or prompt_len > VLLM_MAX_PROMPT_LEN
+        or prompt_len + output_len > VLLM_MAX_TOTAL_LEN
+    )
+
+
+@dataclass(frozen=True)
+class Filtered:
+    """What vLLM's ShareGPT length rule left of a file."""
+
+    kept: int
+    dropped: int
+    lengths: str  # "tokenizer" (vLLM's count, special tokens included) or "words" (estimate)
+
+
 class Dataset:
     """The requests of a run, built once per bench process from its config."""
 
@@ -147,6 +179,7 @@ class Dataset:
         self._blocks: dict[tuple[int, int], str] = {}
         self._trace_t0 = 0.0
         self._trace_scale = 1.0
+        self.filtered: Filtered | None = None
         if self.name in ("file", "trace"):
             loaded = promptfiles.load(
                 config.dataset_path, "trace" if self.name == "trace" else config.file_format
@@ -159,6 +192,8 @@ class Dataset:
                         config.dataset_path, "is a trace, not a prompt file; use the trace dataset"
                     )
                 self._items = loaded.items
+                if config.file_filter == "vllm":
+                    self._items = self._vllm_filter(loaded.items)
                 self._order = list(range(len(self._items)))
                 random.Random(f"file:{config.seed}").shuffle(self._order)
             else:
@@ -170,6 +205,33 @@ class Dataset:
             self.sha256 = hashlib.sha256(
                 json.dumps(self.parameters(), sort_keys=True).encode()
             ).hexdigest()
+
+    def _vllm_filter(self, items: list[promptfiles.FileItem]) -> list[promptfiles.FileItem]:
+        """vLLM's ShareGPT rule: each conversation's first turn (the prompt) and second (the
+        reply, whose length is the output unless ``file_output_len`` fixes it) measured as
+        ``tokenizer(text).input_ids`` counts them; without a tokenizer, in words (approximate).
+        A kept item carries vLLM's output length, so max_tokens is what vLLM would send."""
+        tokens = self.source.tokens
+        count = tokens.count_with_special if tokens is not None else _words
+        fixed = self.config.file_output_len
+        kept = []
+        for item in items:
+            out = fixed or (count(item.reply) if item.reply is not None else item.output_len)
+            if out is None:  # not a ShareGPT pair: no reply to measure; the run's length
+                out = self.config.output_len
+            if vllm_length_valid(count(item.prompt), out, skip_min_output=fixed > 0):
+                kept.append(dataclasses.replace(item, output_len=out))
+        self.filtered = Filtered(
+            len(kept), len(items) - len(kept), "tokenizer" if tokens is not None else "words"
+        )
+        if not kept:
+            raise promptfiles.DatasetFileError(
+                self.config.dataset_path,
+                f"vLLM's ShareGPT length rule dropped all {len(items)} conversations "
+                f"(prompt {VLLM_MIN_LEN}..{VLLM_MAX_PROMPT_LEN} tokens, output >= "
+                f"{VLLM_MIN_LEN}, prompt + output <= {VLLM_MAX_TOTAL_LEN})",
+            )
+        return kept
 
     # what the result says about it ----------------------------------------------------------
     def parameters(self) -> dict[str, Any]:
@@ -194,6 +256,7 @@ class Dataset:
             "lengths_exact": self.lengths_exact,
             "lengths": "exact (tokenizer)" if self.lengths_exact else APPROXIMATE,
             "malformed": len(self.problems),
+            "filtered": None if self.filtered is None else dataclasses.asdict(self.filtered),
         }
 
     def warnings(self) -> list[str]:
@@ -202,6 +265,13 @@ class Dataset:
             shown = "; ".join(self.problems[:10])
             more = f" and {len(self.problems) - 10} more" if len(self.problems) > 10 else ""
             out.append(f"{self.config.dataset_path}: skipped {shown}{more}")
+        f = self.filtered
+        if f is not None and f.dropped:
+            how = "tokens" if f.lengths == "tokenizer" else "words (no --tokenizer: approximate)"
+            out.append(
+                f"{self.config.dataset_path}: vLLM's ShareGPT length rule dropped {f.dropped} of "
+                f"{f.kept + f.dropped} conversations (lengths in {how})"
+            )
         return out
 
     # requests ---------------------------------------------------------------------------------

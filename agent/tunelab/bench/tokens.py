@@ -72,6 +72,11 @@ class TokenPrompts:
     def count(self, text: str) -> int:
         return len(self._tok.encode(text, add_special_tokens=False).ids)
 
+    def count_with_special(self, text: str) -> int:
+        """Tokens as ``tokenizer(text).input_ids`` counts them (the post-processor's BOS/EOS
+        included): vLLM's ShareGPT length filter measures this way."""
+        return len(self._tok.encode(text, add_special_tokens=True).ids)
+
     def prompt(self, rng: random.Random, length: int) -> str:
         """Text that encodes to exactly ``length`` tokens (the closest found after a bound)."""
         if self._words:

@@ -266,6 +266,9 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
             raise CliError("--url (or vLLM's --base-url / --host / --port) is required", EXIT_USAGE)
         _check_required(args)
         settings = {**common, **_native_settings(args), **_native_dataset(args)}
+    for key in ("dataset_path", "tokenizer"):  # the generator runs in a folder of its own
+        if settings.get(key):
+            settings[key] = str(Path(settings[key]).resolve())
     try:
         return BenchConfig(**settings).with_preset()
     except BenchConfigError as exc:

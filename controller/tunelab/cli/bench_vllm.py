@@ -197,7 +197,8 @@ def vllm_settings(args: argparse.Namespace) -> dict[str, Any]:
             requests=k * (n // k),  # vLLM: num_prompts // num_prefixes per prefix
         )
     elif name == "sharegpt":
-        s.update(dataset_path=args.dataset_path, file_format="sharegpt")
+        # vLLM's ShareGPTDataset drops conversations by length (datasets.vllm_length_valid)
+        s.update(dataset_path=args.dataset_path, file_format="sharegpt", file_filter="vllm")
         s["file_output_len"] = args.sharegpt_output_len or 0
     elif name == "custom":
         s.update(dataset_path=args.dataset_path, file_format="jsonl")

@@ -77,6 +77,7 @@ BENCH_DATA_KEYS = (
     "think_time_s",
     "file_format",
     "file_output_len",
+    "file_filter",
     "trace_block_size",
     "trace_sec_multiplier",
     "trace_timed",

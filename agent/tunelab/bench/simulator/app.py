@@ -176,6 +176,7 @@ class SimApp:
             "running": self.metrics.running,
             "waiting": self.metrics.waiting,
             "generation_tokens": self.metrics.generation_tokens,
+            "served": self.metrics.window(),
             "write_lateness": self.lateness.summary(),
             **self.profiler.stats(),
         }

@@ -306,6 +306,7 @@ class Generation:
             self.metrics.itl.observe(now - self.last_write)
         self.last_write = now
         self.metrics.generation_tokens += tokens
+        self.metrics.served(self.arrival, now)
 
     def _whole(self, deadline: float | None = None) -> None:
         """The whole answer, due at ``deadline`` (the fixed schedule's when None)."""
@@ -332,6 +333,7 @@ class Generation:
             f'"choices":[{choice}],"usage":{self._usage(self.total)}}}'
         )
         self.metrics.generation_tokens += self.total
+        self.metrics.served(self.arrival, now)
         self.metrics.ttft.observe(now - self.arrival)
         self.conn.send_response(200, body.encode(), extra_headers={"x-request-id": self.request_id})
         self._finish(reason)

@@ -9,6 +9,7 @@ histogram is one ``bisect`` and an increment: no locks, the event loop is the on
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -69,6 +70,10 @@ class SimMetrics(Collector):
         self.kv_usage = 0.0  # share of --kv-cache-tokens held (the serving model only)
         self.prompt_tokens = 0
         self.generation_tokens = 0
+        # the server's own window (event-loop clock): the first arrival of a request that got
+        # tokens, and the last token written; /sim/stats reports tokens over it
+        self.first_arrival = math.inf
+        self.last_token = 0.0
         self.finished: dict[str, int] = {"length": 0, "stop": 0, "abort": 0}
         self.errors_injected: dict[str, int] = {}
         self.ttft = Histogram(TTFT_BUCKETS)
@@ -76,6 +81,15 @@ class SimMetrics(Collector):
         self.e2e = Histogram(E2E_BUCKETS)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
+
+    def served(self, arrival: float, now: float) -> None:
+        self.first_arrival = min(self.first_arrival, arrival)
+        self.last_token = now
+
+    def window(self) -> dict[str, float]:
+        """Output tokens and the seconds from the first arrival to the last token written."""
+        seconds = max(0.0, self.last_token - self.first_arrival) if self.last_token else 0.0
+        return {"tokens": self.generation_tokens, "seconds": seconds}
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
