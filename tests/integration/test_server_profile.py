@@ -262,3 +262,30 @@ def test_a_vllm_server_gets_its_profiler_config_and_a_window_counted_in_requests
     account = json.loads(done.stdout)["server_profile"]
     assert account["ok"] is True and account["requests"] >= 5, account
     assert account["warnings"] == []
+
+
+def test_an_agent_killed_in_the_window_stops_the_profiler_at_its_restart(
+    agent: AgentProcess,
+) -> None:
+    """Intent before effect: the window's stop is on disk before its start is sent, so the next
+    agent sends it and lists the trace (the server itself outlives the agent)."""
+    doc, port = start(agent, "--profile", "--engine", "generic")
+    server_id = doc["id"]
+    stream = _open_profile(agent, server_id, 300)
+    assert next(stream).done is False
+    assert sim_stats(port)["profiling"] is True
+    agent.kill9()
+    stream.cancel()  # type: ignore[attr-defined]
+    assert sim_stats(port)["profiling"] is True  # nobody stopped it
+    agent.restart()
+    checks = 0
+    while not (agent.state_dir / "servers" / server_id / "profiles.json").exists():
+        threading.Event().wait(0.1)
+        checks += 1
+        assert checks < 600, agent.log()
+    (entry,) = listing(agent, server_id)
+    assert sim_stats(port)["profiling"] is False
+    assert any("agent restarted during the window" in str(w) for w in entry["warnings"])  # type: ignore[union-attr]
+    (trace,) = entry["traces"]  # type: ignore[misc]
+    assert fetch(agent, server_id=server_id, name=str(trace["name"]))  # type: ignore[index]
+    assert not (agent.state_dir / "servers" / server_id / "profile-open.json").exists()

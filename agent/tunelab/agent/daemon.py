@@ -109,6 +109,9 @@ class AgentApp:
         adopted = self.registry.adopt_existing()
         if adopted:
             log.info("servers_adopted", ids=adopted)
+        left_open = self.profiler.recover()  # windows an earlier agent left open: stopped now
+        if left_open:
+            log.warning("profiles_left_open", ids=left_open)
         resumed = self.runs.adopt_existing()
         if resumed:
             log.info("runs_resumed", ids=resumed)

@@ -15,6 +15,9 @@ left profiling by us.
 - ``window_requests`` counts the requests the engine completed, from its own ``/metrics``
   counter (vLLM ``vllm:request_success_total``, SGLang ``sglang:num_requests_total``), bounded
   by ``window_seconds`` (at most ``MAX_WINDOW_S``).
+- Intent before effect: the window's stop URL is written to ``servers/<id>/profile-open.json``
+  before the start is sent and removed once the profile is listed; an agent that restarts finds
+  it (``recover``), sends that stop, keeps the traces and lists them with a warning.
 - Every profile's listing is appended to ``servers/<id>/profiles.json`` (atomically) before it
   is answered: those names, and only those, ``FetchProfile(server_id=...)`` opens, relative to
   the trace folder. The traces stay after the server stops and go with its folder.
@@ -38,15 +41,16 @@ from typing import Any
 import structlog
 from prometheus_client.parser import text_string_to_metric_families
 
-from tunelab.agent.engines.profiles import EngineProfile, profile_for
+from tunelab.agent.engines.profiles import profile_for
 from tunelab.agent.engines.profiling import ProfilerCalls, profiler_calls
-from tunelab.agent.errors import Conflict, InvalidSpec
+from tunelab.agent.errors import Conflict, InvalidSpec, storage_error
 from tunelab.agent.runs.traces import keep_traces, listed_in
 from tunelab.agent.servers.registry import ServerRegistry
 from tunelab.agent.servers.states import ServerState
 from tunelab.agent.statefile import read_json, write_json_atomic
 from tunelab.bench.profiling import (
     START_TIMEOUT_S,
+    HttpOutcome,
     ProfileWindow,
     post,
     stop_profile,
@@ -55,6 +59,7 @@ from tunelab.bench.profiling import (
 log = structlog.get_logger(__name__)
 
 PROFILES_FILE = "profiles.json"
+OPEN_FILE = "profile-open.json"  # the open window's stop, written before its start is sent
 MAX_WINDOW_S = 600.0
 DEFAULT_MAX_BYTES = 500 * 1000 * 1000
 MAX_BYTES = 1 << 40
@@ -223,9 +228,24 @@ class ServerProfiler:
             session.outcome.started_at = time.time()
             self._open[server.id] = session
         base = f"http://127.0.0.1:{server.spec.port}"
+        before = frozenset(_names(self._registry.trace_dir(server.id)))
+        intent = {
+            "profile_id": session.outcome.profile_id,
+            "stop_url": _url(base, calls.stop_url),
+            "stop_timeout_seconds": request.stop_timeout_seconds,
+            "max_bytes": request.max_bytes,
+            "before": sorted(before),
+            "started_at": time.time(),
+        }
+        try:  # intent before effect: an agent that dies in the window stops it at its restart
+            write_json_atomic(self._registry.server_dir(server.id) / OPEN_FILE, intent)
+        except OSError as exc:
+            with self._lock:
+                self._open.pop(server.id, None)
+            raise storage_error(exc, self._registry.server_dir(server.id), "not profiled") from exc
         session.thread = threading.Thread(
             target=self._run,
-            args=(session, request, engine, calls, base, counter),
+            args=(session, request, calls, base, counter, before),
             name=f"profile-{server.id}",
             daemon=True,
         )
@@ -257,16 +277,14 @@ class ServerProfiler:
         self,
         session: _Session,
         request: ProfileRequest,
-        engine: EngineProfile,
         calls: ProfilerCalls,
         base: str,
         counter: str | None,
+        before: frozenset[str],
     ) -> None:
         outcome = session.outcome
         server_id = outcome.server_id
-        trace_dir = self._registry.trace_dir(server_id)
         try:
-            before = frozenset(_names(trace_dir))
             start_url, stop_url = _url(base, calls.start_url), _url(base, calls.stop_url)
             metrics_url = base + "/metrics"
             first = _completed(metrics_url, counter) if counter else None
@@ -298,6 +316,7 @@ class ServerProfiler:
             warnings += outcome.kept.get("warnings", [])
             outcome.warnings = warnings
             self._append_listing(server_id, outcome)
+            (self._registry.server_dir(server_id) / OPEN_FILE).unlink(missing_ok=True)
         except OSError as exc:  # the listing could not be written: say so, never hide it
             outcome.warnings.append(f"profile: could not record the profile: {exc}")
         except Exception as exc:  # a thread's last word: logged, and reported to the caller
@@ -341,6 +360,67 @@ class ServerProfiler:
                 now = _completed(metrics_url, counter)
                 if now is not None and now - first >= request.window_requests:
                     return ""
+
+    # --- an agent restarted during a window ---------------------------------------------------
+
+    def recover(self) -> list[str]:
+        """Finish every window an earlier agent left open (its ``profile-open.json``): send the
+        stop it would have sent, keep the traces, list them with a warning. On threads of their
+        own (a stop may take minutes); returns the server ids."""
+        found: list[str] = []
+        for server in self._registry.servers(include_finished=True):
+            path = self._registry.server_dir(server.id) / OPEN_FILE
+            try:
+                intent = read_json(path)
+            except FileNotFoundError:
+                continue
+            except (OSError, ValueError) as exc:
+                log.warning("profile_intent_unreadable", path=str(path), error=str(exc))
+                continue
+            if not isinstance(intent, dict):
+                continue
+            session = _Session(ProfileOutcome(server.id, str(intent.get("profile_id", "p?"))))
+            with self._lock:
+                self._open[server.id] = session
+            session.thread = threading.Thread(
+                target=self._finish_left_open,
+                args=(session, intent, server.state.is_live()),
+                name=f"profile-recover-{server.id}",
+                daemon=True,
+            )
+            session.thread.start()
+            found.append(server.id)
+        return found
+
+    def _finish_left_open(self, session: _Session, intent: dict[str, Any], live: bool) -> None:
+        outcome = session.outcome
+        server_id = outcome.server_id
+        try:
+            outcome.started_at = float(intent.get("started_at") or 0.0)
+            warnings = ["profile: the agent restarted during the window; ended at its restart"]
+            stop_url = str(intent.get("stop_url", ""))
+            if live and stop_url.startswith(("http://", "https://")):
+                timeout = float(intent.get("stop_timeout_seconds") or DEFAULT_STOP_TIMEOUT_S)
+                outcome.window.start = HttpOutcome(True, None, "", 0.0)  # sent by the last agent
+                outcome.window.stop = asyncio.run(stop_profile(stop_url, None, timeout))
+                if not outcome.window.stop.ok:
+                    warnings.append(str(outcome.window.warning()))
+            before = frozenset(str(n) for n in intent.get("before", []))
+            max_bytes = int(intent.get("max_bytes") or DEFAULT_MAX_BYTES)
+            server_dir = self._registry.server_dir(server_id)
+            outcome.kept = keep_traces(server_dir, max_bytes, before)
+            outcome.warnings = [*warnings, *outcome.kept.get("warnings", [])]
+            self._append_listing(server_id, outcome)
+            (server_dir / OPEN_FILE).unlink(missing_ok=True)
+        except (OSError, ValueError, TypeError) as exc:
+            log.warning("profile_recovery_failed", server_id=server_id, error=str(exc))
+        finally:
+            with self._lock:
+                self._open.pop(server_id, None)
+            with session.changed:
+                outcome.done = True
+                session.changed.notify_all()
+            log.info("server_profile_recovered", server_id=server_id, **outcome.to_dict())
 
     # --- the listings (profiles.json) ---------------------------------------------------------
 
