@@ -298,14 +298,14 @@ class ServerProfiler:
                 session.notify()
                 if outcome.window.start.ok:
                     why = self._wait_window(session, request, metrics_url, counter, first)
+                    last = _completed(metrics_url, counter) if counter else None
+                    if first is not None and last is not None:  # in the window, not the stop
+                        outcome.requests = int(last - first)
             finally:  # a stop whenever a start was sent, whatever happened in between
                 outcome.window.window_seconds = time.monotonic() - began
                 outcome.window.stop = asyncio.run(
                     stop_profile(stop_url, None, request.stop_timeout_seconds)
                 )
-            if counter and first is not None:
-                last = _completed(metrics_url, counter)
-                outcome.requests = -1 if last is None else int(last - first)
             warnings = [*calls.warnings]
             if why:
                 warnings.append(f"profile: {why}")
