@@ -177,8 +177,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
         outcome = _run_profile(client, args, request)
     except KeyboardInterrupt:
         raise CliError(
-            "stopped: the agent ended the window and stopped the profiler; its traces are kept "
-            f"on the agent (tunelab server status {args.id})",
+            "stopped: the agent ends the window, sends the stop and keeps the traces on the "
+            f"agent host, in the server's profile_dir (tunelab server status {args.id} --json)",
             EXIT_INTERRUPTED,
         ) from None
     account = outcome_json(outcome)
