@@ -14,7 +14,9 @@ after the benchmark the agent keeps what is there:
   deleted (relative to the folder) and named in a warning, never half kept.
 
 The listing is returned for the run's result (``result["profile"]``): that list is the only
-thing ``FetchProfile`` will open, by name, relative to the same folder.
+thing ``FetchProfile`` will open, by name, relative to the same folder. A server started with
+``--profile`` keeps its traces the same way in ``servers/<id>/traces/``, one listing per profile
+(``tunelab.agent.servers.profiler``).
 """
 
 from __future__ import annotations
