@@ -15,6 +15,10 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
+import threading
+import time
 import urllib.request
 from pathlib import Path
 
@@ -122,3 +126,59 @@ def test_profiled_point_and_cache_reset_on_real_vllm(
             ).server.state
             == server_pb2.SERVER_STATE_STOPPED
         )
+
+
+def test_server_start_profile_and_server_profile_on_real_vllm(
+    agent: Agent, venv: Path, tiny_model: Path, compile_cache: Path, tmp_path: Path
+) -> None:
+    """`tunelab server start --profile` + `tunelab server profile --requests N` (counted on
+    vLLM's own vllm:request_success_total) through the CLI, while a client sends load."""
+    port = free_port()
+    spec = vllm_spec(venv, tiny_model, port, compile_cache, "--enforce-eager")
+    env_flags = [f"--env={k}={v}" for k, v in spec.env.items()]
+
+    def tunelab(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "tunelab.cli", *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=600)
+
+    began = time.monotonic()
+    started = tunelab(
+        "server", "start", "--agent", agent.proc.address, "--port", str(port), "--profile",
+        "--startup-timeout", "5m", "--grace", "30s", "--wait", "--json", *env_flags,
+        "--", *spec.argv,
+    )  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    doc = json.loads(started.stdout)
+    assert doc["state"] == "READY" and doc["profilable"] is True and doc["engine"] == "vllm"
+    ready = time.monotonic()
+    stop = threading.Event()
+
+    def load() -> None:
+        while not stop.is_set():
+            _complete(port, "hello there")
+
+    client = threading.Thread(target=load, daemon=True)
+    client.start()
+    try:
+        out = tmp_path / "out"
+        profiled = tunelab(
+            "server", "profile", "--agent", agent.proc.address, doc["id"], "--requests", "4",
+            "--out", str(out), "--json", "--top", "8",
+        )  # fmt: skip
+    finally:
+        stop.set()
+        client.join(120)
+        agent.stub.StopServer(agent_pb2.StopServerRequest(id=doc["id"]), timeout=120)
+    assert profiled.returncode == 0, profiled.stderr + profiled.stdout
+    result = json.loads(profiled.stdout)
+    account = result["server_profile"]
+    assert account["ok"] is True and account["requests"] >= 4, account
+    assert result["top"] and result["cpu_ms"] > 0
+    saved = sorted((out / account["profile_id"]).iterdir())
+    assert any(p.name.endswith(".json.gz") for p in saved)
+    print(
+        f"\nserver profile on vLLM: start {ready - began:.1f} s, profile "
+        f"{time.monotonic() - ready:.1f} s (window {account['window_seconds']:.1f} s, "
+        f"{account['requests']} requests), traces "
+        f"{[(t['name'], t['size_bytes']) for t in account['traces']]}"
+    )

@@ -61,6 +61,11 @@ def test_calls_without_or_with_a_wrong_token_are_refused(token_agent: AgentProce
     )
     stream = anonymous.WatchServer(agent_pb2.WatchServerRequest(id="x"), timeout=5)
     assert _code(lambda: next(iter(stream))) == grpc.StatusCode.UNAUTHENTICATED
+    # ProfileServer starts something on a server: it needs the token like the rest
+    profile = anonymous.ProfileServer(
+        agent_pb2.ProfileServerRequest(id="x", window_seconds=1), timeout=5
+    )
+    assert _code(lambda: next(iter(profile))) == grpc.StatusCode.UNAUTHENTICATED
     # nothing was started by the refused StartServer
     listed = token_agent.stub().ListServers(
         agent_pb2.ListServersRequest(include_finished=True), timeout=5

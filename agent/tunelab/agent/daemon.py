@@ -20,6 +20,7 @@ from tunelab.agent.runs.builtinjob import BuiltinJob
 from tunelab.agent.runs.executor import RunExecutor
 from tunelab.agent.runs.metrics import BenchMetricsCollector
 from tunelab.agent.runs.provenance import RunProvenance
+from tunelab.agent.servers.profiler import ServerProfiler
 from tunelab.agent.servers.quarantine import QuarantineList, StateHealthCollector
 from tunelab.agent.servers.registry import ServerRegistry
 from tunelab.agent.servers.supervisor import SupervisorSettings
@@ -68,6 +69,7 @@ class AgentApp:
             writer=self.state_writer,
             quarantined=self.quarantined,
         )
+        self.profiler = ServerProfiler(self.registry)
         self.runs = RunExecutor(
             config.state_dir,
             self.registry,
@@ -108,6 +110,9 @@ class AgentApp:
         adopted = self.registry.adopt_existing()
         if adopted:
             log.info("servers_adopted", ids=adopted)
+        left_open = self.profiler.recover()  # windows an earlier agent left open: stopped now
+        if left_open:
+            log.warning("profiles_left_open", ids=left_open)
         resumed = self.runs.adopt_existing()
         if resumed:
             log.info("runs_resumed", ids=resumed)
@@ -119,6 +124,7 @@ class AgentApp:
             audit=self.audit,
             runs=self.runs,
             gpu_memory_by_server=self.metrics.gpu_memory_by_server,
+            profiler=self.profiler,
         )
         self.daemon = start_daemon(
             listen=self.config.listen,
@@ -152,6 +158,7 @@ class AgentApp:
         if self.daemon is not None:
             self.daemon.stop(grace)
         self.metrics.close()
+        self.profiler.close()  # every open window stopped (its server is never left profiling)
         self.runs.close()
         self.registry.close()
         self.state_writer.close()

@@ -22,6 +22,7 @@ from tunelab.agent.gpu import GpuBackend, GpuError
 from tunelab.agent.logfiles import read_log_chunks, tail_offset
 from tunelab.agent.runs.record import RunRecord, RunSpec
 from tunelab.agent.runs.traces import TraceNotFound, listed, read_trace
+from tunelab.agent.servers.profiler import ProfileOutcome, ProfileRequest, ServerProfiler
 from tunelab.agent.servers.registry import ServerRegistry
 from tunelab.agent.wire import (
     audit_report_to_pb,
@@ -101,9 +102,11 @@ class AgentService(agent_pb2_grpc.AgentServicer):
         audit: AuditProvider | None = None,
         runs: RunProvider | None = None,
         gpu_memory_by_server: Callable[[], Mapping[str, int]] | None = None,
+        profiler: ServerProfiler | None = None,
     ) -> None:
         self._identity = identity
         self._registry = registry
+        self._profiler = profiler or ServerProfiler(registry)
         self._gpu = gpu
         self._audit = audit
         self._runs = runs
@@ -164,11 +167,31 @@ class AgentService(agent_pb2_grpc.AgentServicer):
     # --- servers -----------------------------------------------------------------------------
 
     def _server_pb(self, record: Any) -> Any:
-        return server_to_pb(
+        pb = server_to_pb(
             record,
             str(self._registry.log_path(record.id)),
             self._gpu_memory().get(record.id, 0),
         )
+        if record.spec.profile:
+            pb.profile_dir = str(self._registry.trace_dir(record.id))
+            pb.profiling = self._profiler.is_profiling(record.id)
+        return pb
+
+    @_stream
+    def ProfileServer(
+        self, request: agent_pb2.ProfileServerRequest, context: grpc.ServicerContext
+    ) -> Iterator[agent_pb2.ProfileServerResponse]:
+        settings = ProfileRequest(
+            window_seconds=request.window_seconds,
+            window_requests=request.window_requests,
+            activities=tuple(request.activities),
+            max_bytes=request.max_bytes,
+            start_url=request.start_url,
+            stop_url=request.stop_url,
+            stop_timeout_seconds=request.stop_timeout_seconds,
+        )
+        for outcome in self._profiler.profile(request.id, settings, _Cancellation(context)):
+            yield _profile_pb(outcome)
 
     @_unary
     def StartServer(
@@ -298,18 +321,22 @@ class AgentService(agent_pb2_grpc.AgentServicer):
     def FetchProfile(
         self, request: agent_pb2.FetchProfileRequest, context: grpc.ServicerContext
     ) -> Iterator[agent_pb2.FetchProfileResponse]:
-        """A kept trace by the name the run's result lists; never a path from the request."""
-        runs = self._require_runs(context)
-        record = runs.get(request.run_id)
+        """A kept trace by the name the run's result (or the server's profiles) lists; never a
+        path from the request."""
+        if bool(request.run_id) == bool(request.server_id):
+            raise InvalidSpec("server_id", "set exactly one of run_id and server_id")
+        if request.server_id:
+            server_id = self._registry.get(request.server_id).id
+            folder = self._registry.server_dir(server_id)
+            allowed = self._profiler.kept_names(server_id)
+        else:
+            runs = self._require_runs(context)
+            record = runs.get(request.run_id)
+            folder = runs.run_dir(record.run_id)
+            allowed = listed(record.result)
         cancelled = _Cancellation(context)
         try:
-            chunks = read_trace(
-                runs.run_dir(record.run_id),
-                request.name,
-                listed(record.result),
-                request.offset,
-                request.max_bytes,
-            )
+            chunks = read_trace(folder, request.name, allowed, request.offset, request.max_bytes)
             for offset, data, size, eof in chunks:
                 if cancelled():
                     return
@@ -324,6 +351,29 @@ class AgentService(agent_pb2_grpc.AgentServicer):
         return agent_pb2.CancelRunResponse(
             run=self._run_pb(self._require_runs(context).cancel(request.run_id))
         )
+
+
+def _profile_pb(outcome: ProfileOutcome) -> agent_pb2.ProfileServerResponse:
+    data = outcome.to_dict()
+    return agent_pb2.ProfileServerResponse(
+        server_id=outcome.server_id,
+        profile_id=outcome.profile_id,
+        done=outcome.done,
+        ok=outcome.ok if outcome.done else False,
+        started_at=outcome.started_at,
+        window_seconds=data["window_seconds"],
+        requests=data["requests"],
+        traces=[
+            agent_pb2.ProfileTraceFile(name=t["name"], size_bytes=t["size_bytes"])
+            for t in data["traces"]
+        ],
+        other_files=[
+            agent_pb2.ProfileTraceFile(name=t["name"], size_bytes=t["size_bytes"])
+            for t in data["other_files"]
+        ],
+        total_bytes=data["total_bytes"],
+        warnings=data["warnings"],
+    )
 
 
 def _cpu_count() -> int:

@@ -63,6 +63,7 @@ def spec_from_pb(pb: server_pb2.ServerSpec, auto_port: bool = False) -> ServerSp
         else DEFAULT_STOP_GRACE,
         engine=pb.engine,
         auto_port=auto_port and (pb.auto_port or pb.port == 0),
+        profile=pb.profile,
     )
 
 
@@ -79,6 +80,7 @@ def spec_to_pb(spec: ServerSpec) -> server_pb2.ServerSpec:
         stop_grace_seconds=spec.stop_grace,
         engine=spec.engine,
         auto_port=spec.auto_port,
+        profile=spec.profile,
     )
 
 
@@ -193,6 +195,10 @@ def run_spec_from_pb(pb: run_pb2.RunSpec) -> RunSpec:
     except SpecViolation as exc:
         raise InvalidSpec(exc.field, exc.problem) from None
     server = spec_from_pb(pb.server, auto_port=True).validated() if pb.HasField("server") else None
+    if server is not None and server.profile:
+        raise InvalidSpec(
+            "spec.server.profile", "a run profiles through benchmark.builtin.profile (profile:)"
+        )
     builtin = None
     command = None
     kind = pb.benchmark.WhichOneof("kind")

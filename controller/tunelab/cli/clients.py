@@ -240,3 +240,15 @@ class AgentClient(_Client):
         self, request: agent_pb2.WatchServerRequest
     ) -> Stream[agent_pb2.WatchServerResponse]:
         return cast(Stream[Any], self._stub.WatchServer(request))
+
+    def profile_server(
+        self, request: agent_pb2.ProfileServerRequest, timeout: float
+    ) -> Stream[agent_pb2.ProfileServerResponse]:
+        """The profile's stream: the start's answer, then its outcome (``timeout``: the window,
+        the stop and the keeping of the traces)."""
+        return cast(Stream[Any], self._stub.ProfileServer(request, timeout=timeout))
+
+    def fetch_profile(
+        self, request: agent_pb2.FetchProfileRequest, timeout: float
+    ) -> Stream[agent_pb2.FetchProfileResponse]:
+        return cast(Stream[Any], self._stub.FetchProfile(request, timeout=timeout))

@@ -21,6 +21,7 @@ import argparse
 import json
 import re
 import tempfile
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -114,7 +115,7 @@ def trace_files(path: Path) -> list[Path]:
     return [path]
 
 
-def _summarize(files: list[Path], label: str, top: int, tokens: int | None) -> ProfileSummary:
+def summarize_files(files: list[Path], label: str, top: int, tokens: int | None) -> ProfileSummary:
     from tunelab.controller.profiles import TraceError
     from tunelab.controller.profiles.summary import summarize
 
@@ -177,39 +178,57 @@ class _Fetcher:
     def _fetch_one(self, attempt_id: str, name: str, folder: Path) -> Path:
         from tunelab.v1 import controller_pb2
 
-        if Path(name).name != name or name.startswith("."):
-            raise CliError(f"the controller listed an odd trace name {name!r}", EXIT_FAILED)
         limit = self.args.max_size
         request = controller_pb2.FetchExperimentProfileRequest(
             id=attempt_id, name=name, max_bytes=limit + 1
         )
-        target = folder / name
-        partial = folder / f".{name}.partial"
+        client = self.client()
+        return save_trace(
+            lambda: client.fetch_experiment_profile(request, FETCH_TIMEOUT),
+            name,
+            folder,
+            limit,
+            (client.target, client.daemon),
+        )
 
-        def run() -> None:
-            received = 0
-            with partial.open("wb") as out:
-                for chunk in self.client().fetch_experiment_profile(request, FETCH_TIMEOUT):
-                    if chunk.size > limit:
-                        raise CliError(
-                            f"{name} is {chunk.size} bytes, over --max-size {limit}", EXIT_FAILED
-                        )
-                    if chunk.offset != received:
-                        raise CliError(f"{name}: the stream skipped bytes", EXIT_FAILED)
-                    out.write(chunk.data)
-                    received += len(chunk.data)
 
+def save_trace(
+    stream: Callable[[], Iterable[Any]],
+    name: str,
+    folder: Path,
+    limit: int,
+    peer: tuple[str, str],
+) -> Path:
+    """One trace's chunks (``FetchProfileResponse``-shaped) into ``folder/name``, whole or not at
+    all (a partial file is removed); ``limit`` bytes at most; ``peer``: (target, daemon)."""
+    if Path(name).name != name or name.startswith(".") or not name:
+        raise CliError(f"the {peer[1]} listed an odd trace name {name!r}", EXIT_FAILED)
+    target = folder / name
+    partial = folder / f".{name}.partial"
+
+    def run() -> None:
+        received = 0
+        with partial.open("wb") as out:
+            for chunk in stream():
+                if chunk.size > limit:
+                    raise CliError(
+                        f"{name} is {chunk.size} bytes, over --max-size {limit}", EXIT_FAILED
+                    )
+                if chunk.offset != received:
+                    raise CliError(f"{name}: the stream skipped bytes", EXIT_FAILED)
+                out.write(chunk.data)
+                received += len(chunk.data)
+
+    try:
         try:
-            try:
-                run()
-            except grpc.RpcError as exc:
-                client = self.client()
-                raise rpc_error(exc, client.target, client.daemon, FETCH_TIMEOUT) from exc
-        except BaseException:
-            partial.unlink(missing_ok=True)
-            raise
-        partial.replace(target)
-        return target
+            run()
+        except grpc.RpcError as exc:
+            raise rpc_error(exc, peer[0], peer[1], FETCH_TIMEOUT) from exc
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    partial.replace(target)
+    return target
 
 
 def _side(
@@ -219,10 +238,10 @@ def _side(
     args: argparse.Namespace,
     tokens: int | None,
 ) -> list[ProfileSummary]:
-    out = [_summarize(trace_files(t), str(t), args.top, tokens) for t in traces]
+    out = [summarize_files(trace_files(t), str(t), args.top, tokens) for t in traces]
     for key in keys:
         files, window_tokens = fetcher.fetch(key)
-        out.append(_summarize(files, key, args.top, window_tokens))
+        out.append(summarize_files(files, key, args.top, window_tokens))
     return out
 
 
@@ -243,7 +262,7 @@ def ablation_profiles(args: argparse.Namespace, rows: list[dict[str, Any]]) -> d
             name = re.sub(r"#\d+$", "", str(row["name"]))
             try:
                 files, tokens = fetcher.fetch(str(row["id"]))
-                summary = _summarize(files, str(row["name"]), args.top, tokens)
+                summary = summarize_files(files, str(row["name"]), args.top, tokens)
             except CliError as exc:
                 notes.append(f"{row['name']}: {exc}")
                 continue

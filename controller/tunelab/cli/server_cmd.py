@@ -9,6 +9,7 @@ from typing import Any
 
 import grpc
 
+from tunelab.cli import server_profile
 from tunelab.cli.clients import AgentClient
 from tunelab.cli.common import (
     EXIT_FAILED,
@@ -76,6 +77,9 @@ def server_json(server: server_pb2.Server) -> dict[str, Any]:
         "failure_line": server.failure_line or None,
         "probe_requests": server.probe_requests,
         "leftovers_removed": list(server.leftovers_removed),
+        "profilable": server.spec.profile,  # started with --profile: `server profile` works
+        "profiling": server.profiling,  # a profile's window is open now
+        "profile_dir": server.profile_dir or None,  # where the agent keeps its traces
     }
 
 
@@ -131,6 +135,7 @@ def cmd_start(args: argparse.Namespace) -> int:
         startup_timeout_seconds=_duration("--startup-timeout", args.startup_timeout),
         stop_grace_seconds=_duration("--grace", args.grace),
         engine=args.engine or "",
+        profile=args.profile,
     )
     client = AgentClient.for_args(args)
     response = client.start_server(agent_pb2.StartServerRequest(id=args.id or "", spec=spec))
@@ -271,6 +276,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         if server.state not in FAILED_STATES:  # failed ones printed their log tail above
             if server.message:
                 print(f"  {server.message}")
+            if server.spec.profile:
+                now = "; profiling now" if server.profiling else ""
+                print(f"  profilable (tunelab server profile {server.id}){now}")
             for tail in list(server.log_tail) or _last_lines(client, server.id):
                 print(f"  | {tail}")
     return EXIT_FAILED if server.state in FAILED_STATES else EXIT_OK
@@ -393,6 +401,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     start.add_argument("--startup-timeout", default="20m", help="startup budget (default 20m)")
     start.add_argument("--grace", default="30s", help="SIGTERM grace on stop (default 30s)")
     start.add_argument("--wait", action="store_true", help="follow the load until READY or FAILED")
+    start.add_argument(
+        "--profile",
+        action="store_true",
+        help="start it ready to be profiled (the engine's profiler flags, a trace folder of the "
+        "agent's): then `tunelab server profile ID`",
+    )
     start.add_argument("--json", action="store_true", help="print one JSON object")
     start.add_argument(
         "argv",
@@ -433,3 +447,5 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     stop.add_argument("--grace", help="override the SIGTERM grace period")
     stop.add_argument("--json", action="store_true", help="print one JSON object")
     stop.set_defaults(handler=cmd_stop)
+
+    server_profile.register(ssub)

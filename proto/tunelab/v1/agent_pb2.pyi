@@ -692,17 +692,21 @@ Global___CancelRunResponse: _TypeAlias = CancelRunResponse  # noqa: Y015
 
 @_typing.final
 class FetchProfileRequest(_message.Message):
-    """One kept profiler trace of a run, in chunks. The name is one of those the run's result lists
-    (result.profile.traces[].name); nothing outside the run's trace folder can be named.
+    """One kept profiler trace of a run or a server, in chunks. The name is one of those the run's
+    result lists (result.profile.traces[].name) or a ProfileServer answer listed; nothing outside
+    that run's or server's trace folder can be named. Exactly one of run_id and server_id.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
 
     RUN_ID_FIELD_NUMBER: _builtins.int
+    SERVER_ID_FIELD_NUMBER: _builtins.int
     NAME_FIELD_NUMBER: _builtins.int
     OFFSET_FIELD_NUMBER: _builtins.int
     MAX_BYTES_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
+    server_id: _builtins.str
+    """a server's trace (id or name), from ProfileServer"""
     name: _builtins.str
     offset: _builtins.int
     """byte offset to start at"""
@@ -712,13 +716,14 @@ class FetchProfileRequest(_message.Message):
         self,
         *,
         run_id: _builtins.str = ...,
+        server_id: _builtins.str = ...,
         name: _builtins.str = ...,
         offset: _builtins.int = ...,
         max_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_bytes", b"max_bytes", "name", b"name", "offset", b"offset", "run_id", b"run_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_bytes", b"max_bytes", "name", b"name", "offset", b"offset", "run_id", b"run_id", "server_id", b"server_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -755,3 +760,145 @@ class FetchProfileResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___FetchProfileResponse: _TypeAlias = FetchProfileResponse  # noqa: Y015
+
+@_typing.final
+class ProfileServerRequest(_message.Message):
+    """Profile a READY server that was started with spec.profile, while its own load runs: the
+    engine's start URL, a window, the stop URL (sent whenever a start was sent), then the traces
+    kept in the server's trace folder (gzipped, capped). One profile at a time per server.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    WINDOW_SECONDS_FIELD_NUMBER: _builtins.int
+    WINDOW_REQUESTS_FIELD_NUMBER: _builtins.int
+    ACTIVITIES_FIELD_NUMBER: _builtins.int
+    MAX_BYTES_FIELD_NUMBER: _builtins.int
+    START_URL_FIELD_NUMBER: _builtins.int
+    STOP_URL_FIELD_NUMBER: _builtins.int
+    STOP_TIMEOUT_SECONDS_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    """server id or name"""
+    window_seconds: _builtins.float
+    """the window (at most 600); 0 with window_requests: by count"""
+    window_requests: _builtins.int
+    """end after this many requests the engine completed (its"""
+    max_bytes: _builtins.int
+    """cap on this profile's kept traces; 0 = 500 MB"""
+    start_url: _builtins.str
+    """generic engines: a path (/start) or a URL on the server"""
+    stop_url: _builtins.str
+    stop_timeout_seconds: _builtins.float
+    """0 = 120"""
+    @_builtins.property
+    def activities(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """/metrics counter: vllm, sglang); window_seconds bounds it
+        "cpu", "gpu"; empty: both
+        """
+
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        window_seconds: _builtins.float = ...,
+        window_requests: _builtins.int = ...,
+        activities: _abc.Iterable[_builtins.str] | None = ...,
+        max_bytes: _builtins.int = ...,
+        start_url: _builtins.str = ...,
+        stop_url: _builtins.str = ...,
+        stop_timeout_seconds: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activities", b"activities", "id", b"id", "max_bytes", b"max_bytes", "start_url", b"start_url", "stop_timeout_seconds", b"stop_timeout_seconds", "stop_url", b"stop_url", "window_requests", b"window_requests", "window_seconds", b"window_seconds"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ProfileServerRequest: _TypeAlias = ProfileServerRequest  # noqa: Y015
+
+@_typing.final
+class ProfileTraceFile(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    SIZE_BYTES_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """fetch it with FetchProfile(server_id, name)"""
+    size_bytes: _builtins.int
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        size_bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "size_bytes", b"size_bytes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ProfileTraceFile: _TypeAlias = ProfileTraceFile  # noqa: Y015
+
+@_typing.final
+class ProfileServerResponse(_message.Message):
+    """First when the profiler answered the start (done false), last with the outcome (done true)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SERVER_ID_FIELD_NUMBER: _builtins.int
+    DONE_FIELD_NUMBER: _builtins.int
+    OK_FIELD_NUMBER: _builtins.int
+    STARTED_AT_FIELD_NUMBER: _builtins.int
+    WINDOW_SECONDS_FIELD_NUMBER: _builtins.int
+    REQUESTS_FIELD_NUMBER: _builtins.int
+    TRACES_FIELD_NUMBER: _builtins.int
+    OTHER_FILES_FIELD_NUMBER: _builtins.int
+    TOTAL_BYTES_FIELD_NUMBER: _builtins.int
+    WARNINGS_FIELD_NUMBER: _builtins.int
+    PROFILE_ID_FIELD_NUMBER: _builtins.int
+    server_id: _builtins.str
+    done: _builtins.bool
+    ok: _builtins.bool
+    """started, stopped, and at least one trace kept"""
+    started_at: _builtins.float
+    """unix seconds the window opened; 0 if it never did"""
+    window_seconds: _builtins.float
+    """how long it was open"""
+    requests: _builtins.int
+    """requests the engine completed in it (-1: unknown)"""
+    total_bytes: _builtins.int
+    profile_id: _builtins.str
+    """p1, p2, ... in the server's order"""
+    @_builtins.property
+    def traces(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProfileTraceFile]: ...
+    @_builtins.property
+    def other_files(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProfileTraceFile]:
+        """the engine's own tables (vLLM *.profiler_out.txt)"""
+
+    @_builtins.property
+    def warnings(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """every failure, with its reason (never an error status)"""
+
+    def __init__(
+        self,
+        *,
+        server_id: _builtins.str = ...,
+        done: _builtins.bool = ...,
+        ok: _builtins.bool = ...,
+        started_at: _builtins.float = ...,
+        window_seconds: _builtins.float = ...,
+        requests: _builtins.int = ...,
+        traces: _abc.Iterable[Global___ProfileTraceFile] | None = ...,
+        other_files: _abc.Iterable[Global___ProfileTraceFile] | None = ...,
+        total_bytes: _builtins.int = ...,
+        warnings: _abc.Iterable[_builtins.str] | None = ...,
+        profile_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["done", b"done", "ok", b"ok", "other_files", b"other_files", "profile_id", b"profile_id", "requests", b"requests", "server_id", b"server_id", "started_at", b"started_at", "total_bytes", b"total_bytes", "traces", b"traces", "warnings", b"warnings", "window_seconds", b"window_seconds"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ProfileServerResponse: _TypeAlias = ProfileServerResponse  # noqa: Y015

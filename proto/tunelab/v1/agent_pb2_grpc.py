@@ -104,6 +104,11 @@ class AgentStub:
                 request_serializer=tunelab_dot_v1_dot_agent__pb2.FetchProfileRequest.SerializeToString,
                 response_deserializer=tunelab_dot_v1_dot_agent__pb2.FetchProfileResponse.FromString,
                 _registered_method=True)
+        self.ProfileServer = channel.unary_stream(
+                '/tunelab.v1.Agent/ProfileServer',
+                request_serializer=tunelab_dot_v1_dot_agent__pb2.ProfileServerRequest.SerializeToString,
+                response_deserializer=tunelab_dot_v1_dot_agent__pb2.ProfileServerResponse.FromString,
+                _registered_method=True)
 
 
 class AgentServicer:
@@ -193,6 +198,13 @@ class AgentServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ProfileServer(self, request, context):
+        """Profile a READY server started with spec.profile: start, a window, stop (always).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -265,6 +277,11 @@ def add_AgentServicer_to_server(servicer, server):
                     servicer.FetchProfile,
                     request_deserializer=tunelab_dot_v1_dot_agent__pb2.FetchProfileRequest.FromString,
                     response_serializer=tunelab_dot_v1_dot_agent__pb2.FetchProfileResponse.SerializeToString,
+            ),
+            'ProfileServer': grpc.unary_stream_rpc_method_handler(
+                    servicer.ProfileServer,
+                    request_deserializer=tunelab_dot_v1_dot_agent__pb2.ProfileServerRequest.FromString,
+                    response_serializer=tunelab_dot_v1_dot_agent__pb2.ProfileServerResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -645,6 +662,33 @@ class Agent:
             '/tunelab.v1.Agent/FetchProfile',
             tunelab_dot_v1_dot_agent__pb2.FetchProfileRequest.SerializeToString,
             tunelab_dot_v1_dot_agent__pb2.FetchProfileResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ProfileServer(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/tunelab.v1.Agent/ProfileServer',
+            tunelab_dot_v1_dot_agent__pb2.ProfileServerRequest.SerializeToString,
+            tunelab_dot_v1_dot_agent__pb2.ProfileServerResponse.FromString,
             options,
             channel_credentials,
             insecure,

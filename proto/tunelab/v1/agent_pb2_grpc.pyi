@@ -45,6 +45,8 @@ class AgentStub:
     WatchRun: _grpc.UnaryStreamMultiCallable[_agent_pb2.WatchRunRequest, _agent_pb2.WatchRunResponse]
     CancelRun: _grpc.UnaryUnaryMultiCallable[_agent_pb2.CancelRunRequest, _agent_pb2.CancelRunResponse]
     FetchProfile: _grpc.UnaryStreamMultiCallable[_agent_pb2.FetchProfileRequest, _agent_pb2.FetchProfileResponse]
+    ProfileServer: _grpc.UnaryStreamMultiCallable[_agent_pb2.ProfileServerRequest, _agent_pb2.ProfileServerResponse]
+    """Profile a READY server started with spec.profile: start, a window, stop (always)."""
 
 @_typing.type_check_only
 class AgentAsyncStub(AgentStub):
@@ -63,6 +65,8 @@ class AgentAsyncStub(AgentStub):
     WatchRun: _aio.UnaryStreamMultiCallable[_agent_pb2.WatchRunRequest, _agent_pb2.WatchRunResponse]  # type: ignore[assignment]
     CancelRun: _aio.UnaryUnaryMultiCallable[_agent_pb2.CancelRunRequest, _agent_pb2.CancelRunResponse]  # type: ignore[assignment]
     FetchProfile: _aio.UnaryStreamMultiCallable[_agent_pb2.FetchProfileRequest, _agent_pb2.FetchProfileResponse]  # type: ignore[assignment]
+    ProfileServer: _aio.UnaryStreamMultiCallable[_agent_pb2.ProfileServerRequest, _agent_pb2.ProfileServerResponse]  # type: ignore[assignment]
+    """Profile a READY server started with spec.profile: start, a window, stop (always)."""
 
 class AgentServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -162,5 +166,13 @@ class AgentServicer(metaclass=_abc_1.ABCMeta):
         request: _agent_pb2.FetchProfileRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_agent_pb2.FetchProfileResponse], _abc.AsyncIterator[_agent_pb2.FetchProfileResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ProfileServer(
+        self,
+        request: _agent_pb2.ProfileServerRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_agent_pb2.ProfileServerResponse], _abc.AsyncIterator[_agent_pb2.ProfileServerResponse]]:
+        """Profile a READY server started with spec.profile: start, a window, stop (always)."""
 
 def add_AgentServicer_to_server(servicer: AgentServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

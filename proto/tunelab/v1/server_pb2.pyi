@@ -188,6 +188,7 @@ class ServerSpec(_message.Message):
     STOP_GRACE_SECONDS_FIELD_NUMBER: _builtins.int
     ENGINE_FIELD_NUMBER: _builtins.int
     AUTO_PORT_FIELD_NUMBER: _builtins.int
+    PROFILE_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """unique among live servers; defaults to the id"""
     cwd: _builtins.str
@@ -208,6 +209,12 @@ class ServerSpec(_message.Message):
     """A run's server only: the agent picks a free port below the host's ephemeral range and fills
     {port} in argv and env; port must then be 0. (Port 0 without it means the same in a RunSpec,
     for clients older than this field.)
+    """
+    profile: _builtins.bool
+    """Start it ready to be profiled (docs/profiles.md): the engine profile's profiler flags and
+    environment (vLLM --profiler-config, SGLang SGLANG_TORCH_PROFILER_DIR, generic
+    TUNELAB_PROFILE_DIR) with a trace folder inside the server's own folder; then
+    Agent.ProfileServer can profile it.
     """
     @_builtins.property
     def argv(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
@@ -231,10 +238,11 @@ class ServerSpec(_message.Message):
         stop_grace_seconds: _builtins.float | None = ...,
         engine: _builtins.str = ...,
         auto_port: _builtins.bool = ...,
+        profile: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_stop_grace_seconds", b"_stop_grace_seconds", "stop_grace_seconds", b"stop_grace_seconds"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_stop_grace_seconds", b"_stop_grace_seconds", "argv", b"argv", "auto_port", b"auto_port", "cwd", b"cwd", "engine", b"engine", "env", b"env", "name", b"name", "port", b"port", "ready_model", b"ready_model", "ready_path", b"ready_path", "startup_timeout_seconds", b"startup_timeout_seconds", "stop_grace_seconds", b"stop_grace_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_stop_grace_seconds", b"_stop_grace_seconds", "argv", b"argv", "auto_port", b"auto_port", "cwd", b"cwd", "engine", b"engine", "env", b"env", "name", b"name", "port", b"port", "profile", b"profile", "ready_model", b"ready_model", "ready_path", b"ready_path", "startup_timeout_seconds", b"startup_timeout_seconds", "stop_grace_seconds", b"stop_grace_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__stop_grace_seconds: _TypeAlias = _typing.Literal["stop_grace_seconds"]  # noqa: Y015
     _WhichOneofArgType__stop_grace_seconds: _TypeAlias = _typing.Literal["_stop_grace_seconds", b"_stop_grace_seconds"]  # noqa: Y015
@@ -367,6 +375,8 @@ class Server(_message.Message):
     FAILURE_LINE_FIELD_NUMBER: _builtins.int
     PROBE_REQUESTS_FIELD_NUMBER: _builtins.int
     LEFTOVERS_REMOVED_FIELD_NUMBER: _builtins.int
+    PROFILING_FIELD_NUMBER: _builtins.int
+    PROFILE_DIR_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     state: Global___ServerState.ValueType
     pid: _builtins.int
@@ -397,6 +407,10 @@ class Server(_message.Message):
     """the log line (or fact) that decided failure_reason"""
     probe_requests: _builtins.int
     """HTTP requests the readiness probe sent (TCP connects excluded)"""
+    profiling: _builtins.bool
+    """a ProfileServer window is open on it now"""
+    profile_dir: _builtins.str
+    """where its traces are kept (spec.profile only)"""
     @_builtins.property
     def spec(self) -> Global___ServerSpec: ...
     @_builtins.property
@@ -445,10 +459,12 @@ class Server(_message.Message):
         failure_line: _builtins.str = ...,
         probe_requests: _builtins.int = ...,
         leftovers_removed: _abc.Iterable[_builtins.str] | None = ...,
+        profiling: _builtins.bool = ...,
+        profile_dir: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_exit_code", b"_exit_code", "exit_code", b"exit_code", "progress", b"progress", "spec", b"spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_exit_code", b"_exit_code", "create_time", b"create_time", "descendants", b"descendants", "engine", b"engine", "exit_code", b"exit_code", "failure_line", b"failure_line", "failure_reason", b"failure_reason", "finished_at", b"finished_at", "gpu_check_skipped", b"gpu_check_skipped", "gpu_memory_bytes", b"gpu_memory_bytes", "id", b"id", "leftovers_removed", b"leftovers_removed", "log_path", b"log_path", "log_tail", b"log_tail", "message", b"message", "phase", b"phase", "phase_started_at", b"phase_started_at", "phases", b"phases", "pid", b"pid", "probe_requests", b"probe_requests", "progress", b"progress", "ready_at", b"ready_at", "ready_seconds", b"ready_seconds", "spec", b"spec", "started_at", b"started_at", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_exit_code", b"_exit_code", "create_time", b"create_time", "descendants", b"descendants", "engine", b"engine", "exit_code", b"exit_code", "failure_line", b"failure_line", "failure_reason", b"failure_reason", "finished_at", b"finished_at", "gpu_check_skipped", b"gpu_check_skipped", "gpu_memory_bytes", b"gpu_memory_bytes", "id", b"id", "leftovers_removed", b"leftovers_removed", "log_path", b"log_path", "log_tail", b"log_tail", "message", b"message", "phase", b"phase", "phase_started_at", b"phase_started_at", "phases", b"phases", "pid", b"pid", "probe_requests", b"probe_requests", "profile_dir", b"profile_dir", "profiling", b"profiling", "progress", b"progress", "ready_at", b"ready_at", "ready_seconds", b"ready_seconds", "spec", b"spec", "started_at", b"started_at", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__exit_code: _TypeAlias = _typing.Literal["exit_code"]  # noqa: Y015
     _WhichOneofArgType__exit_code: _TypeAlias = _typing.Literal["_exit_code", b"_exit_code"]  # noqa: Y015

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from tunelab.agent.engines.profiles import GENERIC, SGLANG, VLLM
-from tunelab.agent.engines.profiling import plan
+from tunelab.agent.engines.profiling import plan, profiler_calls, profiler_setup
 from tunelab.agent.runs.traces import keep_traces, listed
 
 TRACES = Path("/state/runs/r1/traces")
@@ -27,6 +27,23 @@ def test_vllm_profile_adds_its_flag_and_urls_and_no_dev_mode() -> None:
     }  # fmt: skip
     assert p.env == {} and p.warnings == ()
     assert p.bench == {"profile_start_url": "/start_profile", "profile_stop_url": "/stop_profile"}
+
+
+def test_a_server_started_with_profile_gets_the_runs_setup_in_its_own_folder() -> None:
+    """One mechanism: `server start --profile` and a run's profile: get the same flags/env."""
+    folder = Path("/state/servers/s1/traces")
+    for engine, argv in ((VLLM, ("vllm", "serve", "m")), (SGLANG, ("sglang",)), (GENERIC, ())):
+        setup = profiler_setup(engine, argv, folder)
+        run = plan(engine, argv, bench(profile_point=0), folder)
+        assert (setup.argv, setup.env) == (run.argv, run.env)
+    assert profiler_setup(GENERIC, (), folder).env == {"TUNELAB_PROFILE_DIR": str(folder)}
+    own = ("vllm", "serve", "m", "--profiler-config={}")
+    assert profiler_setup(VLLM, own, folder).own_config is True
+    calls = profiler_calls(SGLANG, folder, ["gpu"])
+    assert (calls.start_url, calls.stop_url) == ("/start_profile", "/stop_profile")
+    assert json.loads(calls.start_body) == {"output_dir": str(folder), "activities": ["GPU"]}
+    assert profiler_calls(GENERIC, folder, []).start_url == ""  # the caller names them
+    assert "always" in profiler_calls(VLLM, folder, ["cpu"]).warnings[0]
 
 
 def test_vllm_keeps_a_users_own_profiler_config_with_a_warning() -> None:

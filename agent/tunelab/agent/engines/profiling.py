@@ -43,6 +43,70 @@ class EnginePlan:
     warnings: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class ProfilerSetup:
+    """What the server's start needs so that its profiler writes into ``trace_dir``."""
+
+    argv: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    own_config: bool = False  # vLLM's argv already has its own --profiler-config (kept)
+
+
+def profiler_setup(
+    engine: EngineProfile, server_argv: tuple[str, ...], trace_dir: Path
+) -> ProfilerSetup:
+    """The flags and environment that make ``engine`` profilable into ``trace_dir``: the one
+    mechanism behind a run's ``profile:`` and ``tunelab server start --profile``."""
+    if engine.name == "vllm":
+        if any(a == "--profiler-config" or a.startswith("--profiler-config=") for a in server_argv):
+            return ProfilerSetup(own_config=True)
+        config = {
+            "profiler": "torch",
+            "torch_profiler_dir": str(trace_dir),
+            "torch_profiler_use_gzip": True,
+            "torch_profiler_with_stack": False,
+        }  # vLLM also writes its key_averages table (*.profiler_out.txt) beside it
+        return ProfilerSetup(("--profiler-config", json.dumps(config, separators=(",", ":"))))
+    if engine.name == "sglang":
+        return ProfilerSetup(env={SGLANG_TRACE_DIR: str(trace_dir)})
+    return ProfilerSetup(env={GENERIC_TRACE_DIR: str(trace_dir)})
+
+
+@dataclass(frozen=True)
+class ProfilerCalls:
+    """The HTTP calls around a window: paths on the server (or URLs) and the start's body."""
+
+    start_url: str
+    stop_url: str
+    start_body: str = ""
+    warnings: tuple[str, ...] = ()
+
+
+def profiler_calls(
+    engine: EngineProfile,
+    trace_dir: Path,
+    activities: list[str],
+    start_url: str = "",
+    stop_url: str = "",
+) -> ProfilerCalls:
+    """How to start and stop ``engine``'s profiler; a generic server's URLs are the caller's
+    (empty when not given: the caller refuses or warns)."""
+    upper = [a.upper() for a in activities] or ["CPU", "GPU"]
+    if engine.name == "vllm":
+        warnings: tuple[str, ...] = ()
+        if sorted(upper) != ["CPU", "GPU"]:
+            warnings = ("profile: vLLM's torch profiler records CPU and GPU always",)
+        return ProfilerCalls(
+            start_url or "/start_profile", stop_url or "/stop_profile", warnings=warnings
+        )
+    if engine.name == "sglang":
+        body = {"output_dir": str(trace_dir), "activities": upper}
+        return ProfilerCalls(
+            start_url or "/start_profile", stop_url or "/stop_profile", json.dumps(body)
+        )
+    return ProfilerCalls(start_url, stop_url)
+
+
 def plan(
     engine: EngineProfile, server_argv: tuple[str, ...], bench: dict[str, Any], trace_dir: Path
 ) -> EnginePlan:
@@ -52,39 +116,31 @@ def plan(
     settings: dict[str, Any] = {}
     warnings: list[str] = []
     if int(bench.get("profile_point", -1)) >= 0:
-        activities = [a.upper() for a in bench.get("profile_activities", ("cpu", "gpu"))]
-        if engine.name == "vllm":
-            if "--profiler-config" in server_argv or any(
-                a.startswith("--profiler-config") for a in server_argv
-            ):
-                warnings.append(
-                    "profile: the server's own --profiler-config is kept; its traces are not "
-                    "collected by the agent"
-                )
-            else:
-                config = {
-                    "profiler": "torch",
-                    "torch_profiler_dir": str(trace_dir),
-                    "torch_profiler_use_gzip": True,
-                    "torch_profiler_with_stack": False,
-                }  # vLLM also writes its key_averages table (*.profiler_out.txt) beside it
-                argv += ["--profiler-config", json.dumps(config, separators=(",", ":"))]
-            if sorted(activities) != ["CPU", "GPU"]:
-                warnings.append("profile: vLLM's torch profiler records CPU and GPU always")
-            settings["profile_start_url"] = bench.get("profile_start_url") or "/start_profile"
-            settings["profile_stop_url"] = bench.get("profile_stop_url") or "/stop_profile"
-        elif engine.name == "sglang":
-            env[SGLANG_TRACE_DIR] = str(trace_dir)
-            body = {"output_dir": str(trace_dir), "activities": activities}
-            settings["profile_start_url"] = bench.get("profile_start_url") or "/start_profile"
-            settings["profile_stop_url"] = bench.get("profile_stop_url") or "/stop_profile"
-            settings["profile_start_body"] = json.dumps(body)
-        else:
-            env[GENERIC_TRACE_DIR] = str(trace_dir)
-            if not bench.get("profile_start_url") or not bench.get("profile_stop_url"):
-                warnings.append(
-                    "profile: a generic server needs profile.start_url and profile.stop_url"
-                )
+        setup = profiler_setup(engine, server_argv, trace_dir)
+        argv += setup.argv
+        env.update(setup.env)
+        if setup.own_config:
+            warnings.append(
+                "profile: the server's own --profiler-config is kept; its traces are not "
+                "collected by the agent"
+            )
+        calls = profiler_calls(
+            engine,
+            trace_dir,
+            list(bench.get("profile_activities", ("cpu", "gpu"))),
+            str(bench.get("profile_start_url") or ""),
+            str(bench.get("profile_stop_url") or ""),
+        )
+        warnings += calls.warnings
+        if engine.name in ("vllm", "sglang"):
+            settings["profile_start_url"] = calls.start_url
+            settings["profile_stop_url"] = calls.stop_url
+        if calls.start_body:
+            settings["profile_start_body"] = calls.start_body
+        if engine.name not in ("vllm", "sglang") and (not calls.start_url or not calls.stop_url):
+            warnings.append(
+                "profile: a generic server needs profile.start_url and profile.stop_url"
+            )
     asked = bench.get("reset_cache")
     if asked is None:  # the default: on for a sweep of several points, where the engine can
         asked = len(bench.get("concurrency") or ()) > 1 and engine.name in ("vllm", "sglang")

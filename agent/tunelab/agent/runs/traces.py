@@ -14,7 +14,9 @@ after the benchmark the agent keeps what is there:
   deleted (relative to the folder) and named in a warning, never half kept.
 
 The listing is returned for the run's result (``result["profile"]``): that list is the only
-thing ``FetchProfile`` will open, by name, relative to the same folder.
+thing ``FetchProfile`` will open, by name, relative to the same folder. A server started with
+``--profile`` keeps its traces the same way in ``servers/<id>/traces/``, one listing per profile
+(``tunelab.agent.servers.profiler``).
 """
 
 from __future__ import annotations
@@ -65,8 +67,12 @@ def _gzip(dir_fd: int, name: str) -> str:
     return target
 
 
-def keep_traces(run_dir: Path, max_bytes: int) -> dict[str, Any]:
-    """Compress, bound and list the traces in ``run_dir/traces``; never raises for their content."""
+def keep_traces(
+    run_dir: Path, max_bytes: int, skip: frozenset[str] = frozenset()
+) -> dict[str, Any]:
+    """Compress, bound and list the traces in ``run_dir/traces``; never raises for their content.
+    ``skip``: names already there before this profile (a server's earlier ones), left as they are
+    and not counted against the cap."""
     folder = run_dir / TRACE_DIR
     warnings: list[str] = []
     kept: list[dict[str, Any]] = []
@@ -83,6 +89,8 @@ def keep_traces(run_dir: Path, max_bytes: int) -> dict[str, Any]:
             if name.startswith(".") and name.endswith(".partial"):
                 with contextlib.suppress(OSError):
                     os.unlink(name, dir_fd=dir_fd)
+                continue
+            if name in skip:
                 continue
             info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
             if not stat.S_ISREG(info.st_mode) or not TRACE_NAME.match(name):
@@ -118,7 +126,11 @@ def _nothing(warning: str) -> dict[str, Any]:
 
 def listed(result: dict[str, Any] | None) -> set[str]:
     """The trace names a run's result lists."""
-    profile = (result or {}).get("profile")
+    return listed_in((result or {}).get("profile"))
+
+
+def listed_in(profile: object) -> set[str]:
+    """The trace names one listing (``keep_traces``' answer) names."""
     if not isinstance(profile, dict):
         return set()
     files = [*profile.get("traces", []), *profile.get("other_files", [])]

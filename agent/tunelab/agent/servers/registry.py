@@ -19,6 +19,8 @@ from typing import Any, Unpack
 
 import structlog
 
+from tunelab.agent.engines.profiles import profile_for
+from tunelab.agent.engines.profiling import ProfilerSetup, profiler_setup
 from tunelab.agent.errors import (
     Conflict,
     InvalidSpec,
@@ -30,6 +32,7 @@ from tunelab.agent.errors import (
 from tunelab.agent.gpu import GpuBackend
 from tunelab.agent.logfiles import last_lines
 from tunelab.agent.recordbook import RecordBook
+from tunelab.agent.runs.traces import TRACE_DIR
 from tunelab.agent.servers.identityproof import carries_server_id
 from tunelab.agent.servers.monitorclient import (
     MonitorClient,
@@ -95,6 +98,11 @@ class ServerRegistry:
     def log_path(self, server_id: str) -> Path:
         return self.server_dir(server_id) / LOG_FILE
 
+    def trace_dir(self, server_id: str) -> Path:
+        """Where a server started with ``profile`` has its profiler write (and the agent keep)
+        its traces: inside the server's own folder, so they go when that folder goes."""
+        return self.server_dir(server_id) / TRACE_DIR
+
     # --- queries -----------------------------------------------------------------------------
 
     def _find(self, id_or_name: str) -> ServerRecord:
@@ -142,6 +150,7 @@ class ServerRegistry:
         spawned; when it cannot be written nothing is spawned (DiskFull / Unavailable).
         """
         spec = spec.validated()
+        _check_profile(spec)
         if server_id and not SERVER_NAME.match(server_id):
             raise InvalidSpec(
                 "id", "expected 1-63 letters, digits, '.', '_' or '-', starting alnum"
@@ -179,9 +188,14 @@ class ServerRegistry:
             self._write_intent(record)
             self._records.add(server_id, record)
         failpoint("after-intent")
+        setup = ProfilerSetup()
+        if spec.profile:  # the run path's mechanism (engines.profiling), this server's folder
+            engine = profile_for(spec.engine, spec.argv)
+            setup = profiler_setup(engine, spec.argv, self.trace_dir(server_id))
+            self.trace_dir(server_id).mkdir(mode=0o700, exist_ok=True)
         launch = {
-            "argv": with_python(spec.argv),
-            "env": {**spec.env, MARKER_ENV: server_id},
+            "argv": with_python((*spec.argv, *setup.argv)),
+            "env": {**spec.env, **setup.env, MARKER_ENV: server_id},
             "cwd": str(cwd),
             "log": str(self.log_path(server_id)),
             "spec": spec.to_dict(),
@@ -427,6 +441,19 @@ class ServerRegistry:
         for supervisor in supervisors:
             supervisor.join(timeout)
         self._writer.close()
+
+
+def _check_profile(spec: ServerSpec) -> None:
+    """Refuse a ``profile`` whose traces the agent could not keep."""
+    if (
+        spec.profile
+        and profiler_setup(profile_for(spec.engine, spec.argv), spec.argv, Path()).own_config
+    ):
+        raise InvalidSpec(
+            "spec.profile",
+            "the argv has its own --profiler-config, whose traces the agent would not keep: "
+            "drop it (the agent adds one) or drop --profile",
+        )
 
 
 def _ask(monitor: MonitorClient) -> MonitorStatus | None:

@@ -39,6 +39,7 @@ class ServerSpec:
     stop_grace: float = DEFAULT_STOP_GRACE
     engine: str = ""  # an engine profile (vllm | sglang | generic); empty = detect from argv
     auto_port: bool = False  # a run's server: the agent picks the port (port is 0 until then)
+    profile: bool = False  # started ready to be profiled (tunelab server start --profile)
 
     def validated(self) -> ServerSpec:
         """Return self, or raise InvalidSpec naming the first bad field (the bounds are
@@ -90,4 +91,5 @@ class ServerSpec:
             stop_grace=float(data.get("stop_grace", DEFAULT_STOP_GRACE)),
             engine=str(data.get("engine", "")),
             auto_port=bool(data.get("auto_port", False)),
+            profile=bool(data.get("profile", False)),
         )

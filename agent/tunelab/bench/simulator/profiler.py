@@ -5,6 +5,8 @@
 (``<host>_<pid>.<n>.pt.trace.json.gz``, as torch's tensorboard handler names them) with one
 GEMM and one attention kernel per 10 ms of the window. ``--profile-stop-delay`` makes the stop
 slow (a window that times out); ``--profile-trace-pad`` pads the trace (a trace over the cap).
+Without the flag, ``TUNELAB_PROFILE_DIR`` in its environment (what the agent sets for a generic
+server started with ``--profile``) attaches the same endpoints, writing there.
 With ``VLLM_SERVER_DEV_MODE=1`` in its environment, ``POST /reset_prefix_cache`` answers 200,
 as vLLM's development endpoint; ``POST /flush_cache`` (SGLang's) always does. Counts are in
 ``/sim/stats``.
@@ -42,6 +44,7 @@ class SimProfiler:
         trace_dir = ""
         if config:
             trace_dir = str(json.loads(config).get("torch_profiler_dir", ""))
+        trace_dir = trace_dir or os.environ.get("TUNELAB_PROFILE_DIR", "")
         return cls(trace_dir=trace_dir, stop_delay_s=stop_delay_s, pad_bytes=pad_bytes)
 
     def start(self) -> tuple[int, str]:
