@@ -367,7 +367,10 @@ def test_11_an_agent_that_is_down_is_not_blamed_on_the_controller(lab: Lab) -> N
 
 
 def test_11_ctrl_c_on_wait_says_the_work_goes_on_and_wait_follows_it_again(lab: Lab) -> None:
-    spec = lab.spec("ctrlc", **{"benchmark.requests": 24, "server.flags.--itl-ms": 20})
+    # 20 rounds of 8 tokens at 50 ms: about 8 s of benchmark, so the interrupt lands while the
+    # run goes on even when the controller learns of RUNNING a poll late (a 2.5 s run once
+    # finished first on a loaded machine, and the CLI exited 0 before its Ctrl-C)
+    spec = lab.spec("ctrlc", **{"benchmark.requests": 40, "server.flags.--itl-ms": 50})
     proc = subprocess.Popen(
         [TUNELAB, "submit", str(spec), "--wait"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, env=lab.env(),
@@ -376,6 +379,8 @@ def test_11_ctrl_c_on_wait_says_the_work_goes_on_and_wait_follows_it_again(lab: 
     for line in proc.stdout:
         if line.startswith("x-") and " RUNNING " in line:  # the watch is open, the run started
             break
+    else:
+        pytest.fail(f"the watch ended before the run was RUNNING: {proc.communicate()}")
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130
