@@ -148,6 +148,10 @@ def test_the_endpoint_reports_its_connections_and_only_a_run_reads_energy_every_
         assert app.metrics.gpu_source.energy_reads >= reads + 2
     finally:
         app.runs.cancel(run.run_id)
+        deadline = time.monotonic() + 30  # its job's monitor is gone only once the run ends
+        while not app.runs.is_finished(run.run_id) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert app.runs.is_finished(run.run_id)
 
 
 def test_a_host_without_a_driver_exports_host_and_server_metrics_and_says_so_once(

@@ -22,7 +22,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol
@@ -458,6 +458,13 @@ class NoGpuBackend:
         raise GpuUnavailable(self._reason)
 
 
+# A captured process's pid names a process of the host it was captured on, never one here: the
+# replay moves it above the kernel's PID_MAX_LIMIT (2^22). Kept as captured, it once named the
+# demo's own simulator (pid 467 after the pids wrapped), whose stop then waited 60 s for NVML to
+# let go of it and quarantined the host, and the demo waited for ever.
+FOREIGN_PID_BASE = 1 << 22
+
+
 class SnapshotBackend:
     """Answers from a snapshot captured on a real host (see :func:`capture_snapshot`).
 
@@ -475,7 +482,10 @@ class SnapshotBackend:
         self._system = dict(snapshot.get("system", {}))
         self._devices: list[dict[str, Any]] = [dict(d["fields"]) for d in snapshot["devices"]]
         self._lock = threading.Lock()
-        self.processes: list[GpuProcess] = [GpuProcess(**p) for p in snapshot.get("processes", [])]
+        self.processes: list[GpuProcess] = [
+            replace(GpuProcess(**p), pid=FOREIGN_PID_BASE + int(p["pid"]))
+            for p in snapshot.get("processes", [])
+        ]
         self._energy_from_power = bool(snapshot.get("replay", {}).get("energy_from_power"))
         self._clock = clock
         self._loaded_at = clock()
