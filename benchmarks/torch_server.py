@@ -32,6 +32,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.profile_capture import key_averages  # torch is imported lazily
+
 MODEL = "torch-decode"
 
 
@@ -172,16 +176,7 @@ class Engine:
             shutil.copyfileobj(src, dst)
         raw.unlink()
         if self.args.key_averages:
-            rows = {}
-            for row in profiler.key_averages():
-                device_us: Any = getattr(row, "self_device_time_total", None)
-                if device_us is None:
-                    device_us = getattr(row, "self_cuda_time_total", 0.0)
-                rows[row.key] = {
-                    "calls": row.count,
-                    "self_cpu_us": float(row.self_cpu_time_total),
-                    "self_device_us": float(device_us),
-                }
+            rows = key_averages(profiler)
             gpu = self.torch.cuda.get_device_name(0) if self.device == "cuda" else "CPU"
             meta = {"torch": self.torch.__version__, "gpu": gpu}
             Path(self.args.key_averages).write_text(json.dumps({"meta": meta, "rows": rows}))
