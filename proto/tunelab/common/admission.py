@@ -202,11 +202,13 @@ class RequestGate(futures.ThreadPoolExecutor):
         timeout = self.admission.read_timeout
 
         def expire() -> None:
+            # the slot is given back before the caller can learn of the end: a caller that
+            # retries on DEADLINE_EXCEEDED must find it free (a full run saw the count lag)
+            arrived()
             call.cancel(
                 _status(grpc.StatusCode.DEADLINE_EXCEEDED),
                 f"request message not received within {timeout:g} s",
             )
-            arrived()
 
         key = self._deadlines.arm(timeout, expire)
         read = args[4]
