@@ -22,6 +22,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import structlog
 
+from tunelab.agent.errors import InvalidSpec
 from tunelab.agent.servers.quarantine import QuarantineList
 from tunelab.agent.statefile import quarantine, read_json
 from tunelab.agent.statewriter import DurableWriter
@@ -141,7 +142,8 @@ class RecordBook(Generic[R, S, E]):
 
     def load(self, path: Path, parse: Callable[[Any], R], key_of: Callable[[R], str]) -> R | None:
         """The record in ``path`` (whose folder is its key), or None after quarantining a file
-        that is not one we wrote (empty, truncated, garbage, wrong types, another id)."""
+        that is not one we wrote (empty, truncated, garbage, wrong types, another id, a spec
+        of a shape the agent never accepts)."""
         try:
             record = parse(read_json(path))
             if key_of(record) != path.parent.name:
@@ -149,7 +151,7 @@ class RecordBook(Generic[R, S, E]):
                     f"id {key_of(record)!r} does not match its folder {path.parent.name!r}"
                 )
             return record
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, InvalidSpec) as exc:
             reason = f"{type(exc).__name__}: {exc}"
             kept: Path | None = None
             try:

@@ -197,7 +197,7 @@ class AgentService(agent_pb2_grpc.AgentServicer):
     def StartServer(
         self, request: agent_pb2.StartServerRequest, context: grpc.ServicerContext
     ) -> agent_pb2.StartServerResponse:
-        record = self._registry.start(spec_from_pb(request.spec), request.id)
+        record = self._registry.start(spec_from_pb(request.spec).validated(), request.id)
         return agent_pb2.StartServerResponse(server=self._server_pb(record))
 
     @_unary

@@ -188,10 +188,11 @@ RUN_STATE_TO_PB = {state: run_pb2.RunState.Value(f"RUN_STATE_{state.value}") for
 
 
 def run_spec_from_pb(pb: run_pb2.RunSpec) -> RunSpec:
-    """Proto → domain run spec, validating the benchmark settings (errors name the field).
-    The bounds are ``tunelab.common.specbounds``', the ones the controller checked."""
+    """Proto → domain run spec, validating it here, once (errors name the field). The bounds
+    are ``tunelab.common.specbounds``', the ones the controller checked; the server's values
+    are checked through ``ServerSpec.validated()``, the benchmark's by ``BenchConfig``."""
     try:
-        check_run_spec(pb)
+        check_run_spec(pb, server_fields=False)
     except SpecViolation as exc:
         raise InvalidSpec(exc.field, exc.problem) from None
     server = spec_from_pb(pb.server, auto_port=True).validated() if pb.HasField("server") else None
@@ -209,13 +210,9 @@ def run_spec_from_pb(pb: run_pb2.RunSpec) -> RunSpec:
             raise InvalidSpec(f"benchmark.{exc.field}", exc.problem) from exc
         builtin = config.to_dict()
     elif kind == "command":
-        c = pb.benchmark.command
-        if not c.argv:
-            raise InvalidSpec("spec.benchmark.command.argv", "must not be empty")
-        if not c.result_file:
-            raise InvalidSpec("spec.benchmark.command.result_file", "is required")
+        c = pb.benchmark.command  # its bounds were checked with the run's, above
         command = CommandBench(tuple(c.argv), c.result_file, dict(c.env))
-    return RunSpec(
+    return RunSpec(  # its shape (server xor server_id, one benchmark) is checked on construction
         server=server,
         server_id=pb.server_id,
         builtin=builtin,

@@ -176,10 +176,7 @@ def check_server_spec(
     """Every rule a server spec message must meet before anything is spawned. ``auto_port``:
     the spec is a run's server, which may ask for a port chosen by the agent (the message's
     ``auto_port``, or port 0 from a client older than that field)."""
-    if pb.auto_port and not auto_port:
-        raise SpecViolation(f"{prefix}auto_port", "only a run's server can have an auto port")
-    if pb.auto_port and pb.port:
-        raise SpecViolation(f"{prefix}port", f"must be 0 with auto_port, got {pb.port}")
+    check_server_message(pb, prefix, auto_port)
     check_server_fields(
         ServerFields(
             argv=tuple(pb.argv),
@@ -195,6 +192,14 @@ def check_server_spec(
         ),
         prefix,
     )
+
+
+def check_server_message(pb: server_pb2.ServerSpec, prefix: str, auto_port: bool) -> None:
+    """The rules only the message has (its ``auto_port`` flag beside its port)."""
+    if pb.auto_port and not auto_port:
+        raise SpecViolation(f"{prefix}auto_port", "only a run's server can have an auto port")
+    if pb.auto_port and pb.port:
+        raise SpecViolation(f"{prefix}port", f"must be 0 with auto_port, got {pb.port}")
 
 
 @dataclass(frozen=True)
@@ -276,10 +281,15 @@ def check_profile(pb: run_pb2.ProfileSpec, prefix: str) -> None:
         _text(getattr(pb, name), f"{prefix}{name}")
 
 
-def check_run_spec(pb: run_pb2.RunSpec) -> None:
-    """Every bound of a RunSpec (the server's, the benchmark's, the run's)."""
+def check_run_spec(pb: run_pb2.RunSpec, *, server_fields: bool = True) -> None:
+    """Every bound of a RunSpec (the server's, the benchmark's, the run's). ``server_fields``
+    False: the caller checks the server's values on its own type (the agent's
+    ``ServerSpec.validated()``), so that they are checked once."""
     if pb.HasField("server"):
-        check_server_spec(pb.server, "spec.", auto_port=True)
+        if server_fields:
+            check_server_spec(pb.server, "spec.", auto_port=True)
+        else:
+            check_server_message(pb.server, "spec.", auto_port=True)
     kind = pb.benchmark.WhichOneof("kind")
     if kind == "builtin":
         check_builtin(pb.benchmark.builtin)

@@ -65,5 +65,6 @@ def test_the_domain_spec_checks_its_own_values_and_imports_no_wire_code() -> Non
 def test_a_run_file_from_before_the_field_reads_port_0_as_auto() -> None:
     old = ServerSpec(argv=("srv",), port=0).to_dict()
     del old["auto_port"]
-    spec = RunSpec.from_dict({"server": old, "max_duration": 0})
+    command = {"argv": ["bench"], "result_file": "out.json"}
+    spec = RunSpec.from_dict({"server": old, "command": command, "max_duration": 0})
     assert spec.server is not None and spec.server.auto_port

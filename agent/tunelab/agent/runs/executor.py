@@ -30,7 +30,7 @@ from tunelab.agent.servers.ports import PortPool
 from tunelab.agent.servers.quarantine import QuarantineList
 from tunelab.agent.servers.record import ServerRecord
 from tunelab.agent.servers.registry import ServerRegistry
-from tunelab.agent.servers.spec import SERVER_NAME, ServerSpec
+from tunelab.agent.servers.spec import SERVER_NAME, ServerSpec, ValidServerSpec
 from tunelab.agent.servers.states import ServerState
 from tunelab.agent.statefile import read_json, write_json_atomic
 from tunelab.agent.statewriter import DurableWriter
@@ -169,14 +169,6 @@ class RunExecutor:
             raise InvalidSpec(
                 "run_id", "expected 1-63 letters, digits, '.', '_' or '-', starting alnum"
             )
-        if (spec.server is None) == (not spec.server_id):
-            raise InvalidSpec(
-                "spec.server", "give a server to start or the server_id of a READY one"
-            )
-        if (spec.builtin is None) == (spec.command is None):
-            raise InvalidSpec("spec.benchmark", "give a builtin or a command benchmark")
-        if spec.max_duration < 0:
-            raise InvalidSpec("spec.max_duration_seconds", "must be >= 0")
         if spec.command is not None:
             confined(self.run_dir(run_id), spec.command.result_file, RESULT_FILE_FIELD)
         if spec.builtin is not None and spec.builtin.get("dataset_path"):
@@ -381,7 +373,7 @@ class RunExecutor:
             int(bench.get("profile_point", -1)) < 0 and bench.get("reset_cache") is False
         ):
             return None
-        server = record.spec.server
+        server: ServerSpec | None = record.spec.server
         if server is None:
             with contextlib.suppress(NotFound):
                 server = self._registry.get(record.spec.server_id).spec
@@ -392,7 +384,9 @@ class RunExecutor:
             engine, tuple(server.argv), bench, self.run_dir(record.run_id) / TRACE_DIR
         )
 
-    def _with_engine_plan(self, record: RunRecord, server: ServerSpec) -> ServerSpec:
+    def _with_engine_plan(self, record: RunRecord, server: ValidServerSpec) -> ValidServerSpec:
+        """The server with the engine's profiler flags added; checked again, since the added
+        argv may take a spec at the launch-size bound past it."""
         engine_plan = self._engine_plan(record)
         if engine_plan is None or not (engine_plan.argv or engine_plan.env):
             return server
@@ -519,13 +513,19 @@ class _Closing(Exception):
     """The agent is shutting down: leave the run as it is on disk."""
 
 
-def _with_port(spec: ServerSpec, port: int) -> ServerSpec:
-    """The server spec with its port set and ``{port}`` filled into argv and env values."""
+def _with_port(spec: ValidServerSpec, port: int) -> ValidServerSpec:
+    """The server spec with its port set and ``{port}`` filled into argv and env values. Still
+    valid without a second check: the port is the spec's own or the pool's (1-65535), and five
+    digits in place of ``{port}`` never lengthen an argument."""
+    if not 1 <= port <= 65535:
+        raise ValueError(f"port {port} out of range")  # a bug in the caller, not a spec error
     placeholder = "{port}"
-    return replace(
-        spec,
-        port=port,
-        auto_port=False,
-        argv=tuple(a.replace(placeholder, str(port)) for a in spec.argv),
-        env={k: v.replace(placeholder, str(port)) for k, v in spec.env.items()},
-    ).validated()
+    return ValidServerSpec(
+        replace(
+            spec,
+            port=port,
+            auto_port=False,
+            argv=tuple(a.replace(placeholder, str(port)) for a in spec.argv),
+            env={k: v.replace(placeholder, str(port)) for k, v in spec.env.items()},
+        )
+    )

@@ -6,8 +6,9 @@ import copy
 from dataclasses import dataclass, field, replace
 from typing import Any, TypedDict
 
+from tunelab.agent.errors import InvalidSpec
 from tunelab.agent.runs.states import RunState
-from tunelab.agent.servers.spec import ServerSpec
+from tunelab.agent.servers.spec import ServerSpec, ValidServerSpec
 
 MAX_EVENTS = 500
 
@@ -23,13 +24,26 @@ class CommandBench:
 
 @dataclass(frozen=True)
 class RunSpec:
-    server: ServerSpec | None  # started by the run (auto_port: the agent picks one), or
+    """What a run does; its shape (one server source, one benchmark) holds from construction,
+    so the wire checks a StartRun once and nothing downstream checks it again."""
+
+    server: ValidServerSpec | None  # started by the run (auto_port: the agent picks one), or
     server_id: str  # an existing READY server, used and left running
     builtin: dict[str, Any] | None  # tunelab.bench BenchConfig.to_dict(); url may hold {port}
     command: CommandBench | None
     max_duration: float  # seconds; 0 = no limit
     experiment: str = ""
     keep_server: bool = False
+
+    def __post_init__(self) -> None:
+        if (self.server is None) == (not self.server_id):
+            raise InvalidSpec(
+                "spec.server", "give a server to start or the server_id of a READY one"
+            )
+        if (self.builtin is None) == (self.command is None):
+            raise InvalidSpec("spec.benchmark", "give a builtin or a command benchmark")
+        if not self.max_duration >= 0:
+            raise InvalidSpec("spec.max_duration_seconds", "must be >= 0")
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -68,12 +82,13 @@ class RunSpec:
         )
 
 
-def _run_server(data: dict[str, Any] | None) -> ServerSpec | None:
-    """A run's server spec; port 0 in a file from before ``auto_port`` meant an auto port."""
+def _run_server(data: dict[str, Any] | None) -> ValidServerSpec | None:
+    """A run's server spec; port 0 in a file from before ``auto_port`` meant an auto port.
+    Valid as written: a run is put on disk only once its spec has passed the wire's check."""
     if not data:
         return None
     spec = ServerSpec.from_dict(data)
-    return replace(spec, auto_port=True) if spec.port == 0 else spec
+    return ValidServerSpec(replace(spec, auto_port=True) if spec.port == 0 else spec)
 
 
 @dataclass

@@ -44,7 +44,7 @@ from tunelab.agent.servers.monitorclient import (
 from tunelab.agent.servers.ports import port_in_use
 from tunelab.agent.servers.quarantine import QuarantineList
 from tunelab.agent.servers.record import MAX_EVENTS, ServerChanges, ServerEvent, ServerRecord
-from tunelab.agent.servers.spec import MARKER_ENV, SERVER_NAME, ServerSpec
+from tunelab.agent.servers.spec import MARKER_ENV, SERVER_NAME, ServerSpec, ValidServerSpec
 from tunelab.agent.servers.states import ServerState, check_transition
 from tunelab.agent.servers.supervisor import ServerSupervisor, SupervisorSettings, describe_exit
 from tunelab.agent.statefile import write_json_atomic
@@ -142,14 +142,13 @@ class ServerRegistry:
 
     # --- start -------------------------------------------------------------------------------
 
-    def start(self, spec: ServerSpec, server_id: str = "") -> ServerRecord:
+    def start(self, spec: ValidServerSpec, server_id: str = "") -> ServerRecord:
         """Start a server under its own monitor; a known id returns that server (same spec)
-        instead of a second one.
+        instead of a second one. ``spec`` was validated where it entered (its type says so).
 
         Intent before effect: the PENDING record is on disk (fsynced) before anything is
         spawned; when it cannot be written nothing is spawned (DiskFull / Unavailable).
         """
-        spec = spec.validated()
         _check_profile(spec)
         if server_id and not SERVER_NAME.match(server_id):
             raise InvalidSpec(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NewType
 
 from tunelab.agent.engines.profiles import ENGINES
 from tunelab.agent.errors import InvalidSpec
@@ -28,6 +28,8 @@ MARKER_ENV = RESERVED_ENV
 
 @dataclass(frozen=True)
 class ServerSpec:
+    """A server spec as the wire or a state file gave it; ``validated()`` makes it startable."""
+
     argv: tuple[str, ...]
     port: int
     name: str = ""
@@ -41,7 +43,7 @@ class ServerSpec:
     auto_port: bool = False  # a run's server: the agent picks the port (port is 0 until then)
     profile: bool = False  # started ready to be profiled (tunelab server start --profile)
 
-    def validated(self) -> ServerSpec:
+    def validated(self) -> ValidServerSpec:
         """Return self, or raise InvalidSpec naming the first bad field (the bounds are
         ``tunelab.common.specbounds``', the same the controller checks at submission; checked
         on the values themselves: this domain type knows nothing of the wire)."""
@@ -69,7 +71,7 @@ class ServerSpec:
             raise InvalidSpec("spec.engine", f"expected one of {', '.join(ENGINES)} or empty")
         if not self.stop_grace >= 0:
             raise InvalidSpec("spec.stop_grace_seconds", "must be >= 0")
-        return self
+        return ValidServerSpec(self)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -93,3 +95,9 @@ class ServerSpec:
             auto_port=bool(data.get("auto_port", False)),
             profile=bool(data.get("profile", False)),
         )
+
+
+# A spec that has passed ``validated()``: what the registry starts. The check runs once, where a
+# spec enters (the wire, for StartServer and StartRun); the agent's own edits of a valid spec
+# say why they keep it valid (``runs.executor._with_port``) or check again.
+ValidServerSpec = NewType("ValidServerSpec", ServerSpec)
