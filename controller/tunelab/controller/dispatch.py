@@ -186,12 +186,15 @@ class AttemptDriver:
         attempts: list[AttemptRow],
         specs: dict[str, dict[str, Any]],
         calls: InFlight | None = None,
+        hosts: dict[str, HostRow] | None = None,
     ) -> None:
         """Send StartRun for a pass's new attempts, all at once as gRPC futures (inline with no
         ``calls``). Every request is built before the first is sent, so the calls leave in one
         burst; the answers are recorded in batches as they arrive, and a host that does not
-        answer holds up only its own attempt."""
-        hosts = {h.name: h for h in self._store.list_hosts()}
+        answer holds up only its own attempt. ``hosts``: as the pass read them (else read
+        here); a host removed since is settled by the next ``drive_all``."""
+        if hosts is None:
+            hosts = {h.name: h for h in self._store.list_hosts()}
         wave: list[tuple[str, _Sent]] = []
         for attempt in attempts:
             host, spec = hosts.get(attempt.host), specs.get(attempt.experiment_id)

@@ -16,7 +16,7 @@ from tunelab.controller.hosts import HostMonitor
 from tunelab.controller.inflight import InFlight
 from tunelab.controller.scheduler import Scheduler
 from tunelab.controller.slurmdriver import SlurmDriver
-from tunelab.controller.store import FencingToken, StoreError
+from tunelab.controller.store import AttemptRow, FencingToken, StoreError
 
 log = structlog.get_logger(__name__)
 
@@ -95,10 +95,18 @@ class ControlLoop:
         self._monitor.poll_due(self.calls, force=force)
         self._searches()
         started = time.perf_counter()
-        created = self._scheduler.pass_once(turn)  # the tick's one turn: taken once, passed on
-        self._on_pass(time.perf_counter() - started)
-        if created:
-            self._driver.dispatch_new(created, self._scheduler.last_specs, self.calls)
+        sending = 0.0  # time in dispatch_new, inside the pass: not the pass's own cost
+
+        def dispatch(chunk: list[AttemptRow]) -> None:
+            nonlocal sending
+            began = time.perf_counter()
+            scheduler = self._scheduler
+            self._driver.dispatch_new(chunk, scheduler.last_specs, self.calls, scheduler.last_hosts)
+            sending += time.perf_counter() - began
+
+        # the tick's one turn, taken once and passed on; each committed chunk is sent at once
+        created = self._scheduler.pass_once(turn, dispatch)
+        self._on_pass(time.perf_counter() - started - sending)
         now = time.monotonic()
         due = now - self._last_drive >= self._attempt_poll
         if self._slurm is not None and (due or created):

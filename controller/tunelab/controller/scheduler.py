@@ -1,7 +1,9 @@
 """The scheduling pass: queued experiments → hosts, by priority then submission order.
 
 One run at a time per host, or per disjoint GPU set when a spec asks for fewer GPUs than the
-host has. Each placement is committed (an attempt in DISPATCHING) before any agent is called.
+host has. Each placement is committed (an attempt in DISPATCHING) before any agent is called:
+the pass commits its placements in chunks of ``COMMIT_CHUNK`` and hands each chunk on as soon as
+it is committed, so the first StartRun of a wide pass leaves while later chunks commit.
 The pass touches only the head of each host selector's queue, so its cost follows the number
 of placements and distinct selectors, not the queue's length.
 """
@@ -93,6 +95,10 @@ def place(
 
 
 PREFETCH = 64
+# placements per commit: each chunk's StartRuns leave as it commits; before, a 200-wide pass
+# committed everything first, and its last call left ~100 ms after the intent (issue 22)
+COMMIT_CHUNK = 25
+Created = Callable[[list[AttemptRow]], None]
 
 
 class Scheduler:
@@ -106,6 +112,7 @@ class Scheduler:
         self._clock = clock
         self._pools = pools  # Slurm pools: name -> max_jobs
         self.last_specs: dict[str, dict[str, Any]] = {}  # experiment id -> spec, of the last pass
+        self.last_hosts: dict[str, HostRow] = {}  # name -> host as the last pass read it
 
     def _following(
         self, current: ExperimentRow, buffers: dict[str, deque[ExperimentRow]]
@@ -146,18 +153,22 @@ class Scheduler:
         the pass's commit, or None while another controller holds the turn."""
         return self._store.scheduling_pass()
 
-    def pass_once(self, turn: FencingToken | None = None) -> list[AttemptRow]:
+    def pass_once(
+        self, turn: FencingToken | None = None, created: Created | None = None
+    ) -> list[AttemptRow]:
         """Place as many queued experiments as free hosts allow; returns the new attempts.
         ``turn`` is the token of the turn this pass runs in (the control loop takes one per
         tick); without one the pass takes its own, and places nothing while another
-        controller holds the turn."""
+        controller holds the turn. ``created`` gets each committed chunk at once (the
+        control loop sends its StartRuns from there)."""
         if turn is not None:
-            return self._pass(turn)
+            return self._pass(turn, created)
         with self._store.scheduling_pass() as own:
-            return self._pass(own) if own is not None else []
+            return self._pass(own, created) if own is not None else []
 
-    def _pass(self, turn: FencingToken) -> list[AttemptRow]:
+    def _pass(self, turn: FencingToken, created: Created | None) -> list[AttemptRow]:
         registered = self._store.list_hosts()
+        self.last_hosts = {h.name: h for h in registered}
         hosts = [h for h in registered if h.state.takes_work()]
         hosts_by_name = {h.name: h for h in hosts}
         busy = Occupancy()
@@ -200,5 +211,21 @@ class Scheduler:
                 heapq.heappush(heap, (-following.priority, following.seq, following))
         # the waits first: should that write fail, the pass has placed nothing and is done again
         self._store.set_queue_waits(waits)
-        # one transaction for the whole pass: committed before any agent is called
-        return self._store.create_attempts(plan, self._clock(), turn) if plan else []
+        return self._commit(plan, turn, created)
+
+    def _commit(
+        self, plan: list[tuple[str, str, list[int]]], turn: FencingToken, created: Created | None
+    ) -> list[AttemptRow]:
+        """Commit the placements chunk by chunk, each under the turn's fence and stamped with
+        its own commit time, handing each on before the next commits. Should a later chunk
+        fail (the turn lost, the database away), the chunks before it stand: their intent is
+        on disk and their StartRuns are idempotent; the rest stay queued for the next pass."""
+        made: list[AttemptRow] = []
+        for first in range(0, len(plan), COMMIT_CHUNK):
+            chunk = self._store.create_attempts(
+                plan[first : first + COMMIT_CHUNK], self._clock(), turn
+            )
+            made += chunk
+            if chunk and created is not None:
+                created(chunk)
+        return made

@@ -18,7 +18,7 @@ from tunelab.controller.search.driver import SearchDriver
 from tunelab.controller.search.submit import search_from_text
 from tunelab.controller.search.summary import search_document
 from tunelab.controller.states import AttemptState, ExperimentState
-from tunelab.controller.store import SqliteStore
+from tunelab.controller.store import HostRow, SqliteStore
 from tunelab.controller.store.search_models import SearchRow
 
 BASE = """
@@ -87,7 +87,10 @@ def run_queued(
 
 @pytest.fixture
 def store(tmp_path: Path) -> SqliteStore:
-    return SqliteStore(tmp_path / "c.db")
+    store = SqliteStore(tmp_path / "c.db")
+    for name in ("h0", "h1"):  # attempts are placed only on registered hosts
+        store.add_host(HostRow(name=name, address=f"{name}:1"))
+    return store
 
 
 def submit(store: SqliteStore, text: str, group: str = "g-1") -> SearchRow:
@@ -227,6 +230,7 @@ def test_a_restarted_driver_resumes_without_running_a_finished_trial_again(
     tmp_path: Path,
 ) -> None:
     store = SqliteStore(tmp_path / "c.db")
+    store.add_host(HostRow(name="h1", address="h1:1"))
     submit(store, BASE + SEARCH.replace("STRATEGY", "grid"))
     SearchDriver(store, lambda: 1.0).tick()
     first = run_queued(store)

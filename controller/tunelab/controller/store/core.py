@@ -406,15 +406,24 @@ class SqlStore(SearchStatements, SlurmStatements, ABC):
     def create_attempts(
         self, placements: Sequence[tuple[str, str, list[int]]], now: float, fence: FencingToken
     ) -> list[AttemptRow]:
-        """Commit a whole scheduling pass in one transaction (the intent log): every placed
-        experiment RUNNING with an attempt in DISPATCHING, provided ``fence`` (the turn the pass
-        ran in) still holds. Experiments no longer queued (cancelled meanwhile) are skipped."""
+        """Commit a scheduling pass's placements in one transaction (the intent log): every
+        placed experiment RUNNING with an attempt in DISPATCHING, provided ``fence`` (the turn
+        the pass ran in) still holds. Experiments no longer queued (cancelled meanwhile), and
+        placements on a host removed since the pass read it, are skipped (left queued); once
+        committed, an attempt keeps its host from being removed until it ends."""
         created: list[AttemptRow] = []
         if not placements:
             return created
-        ids = [p[0] for p in placements]
         with self._tx() as conn:
             self._check_fence(conn, fence)
+            names = sorted({p[1] for p in placements})
+            present = {
+                r["name"] for r in conn.execute(self.sql.hosts_named(len(names)), names).fetchall()
+            }
+            placements = [p for p in placements if p[1] in present]
+            if not placements:
+                return created
+            ids = [p[0] for p in placements]
             claimed = {
                 r["id"]
                 for r in conn.execute(self.sql.claim_queued(len(ids)), (now, *ids)).fetchall()

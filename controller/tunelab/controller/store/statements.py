@@ -158,12 +158,15 @@ class Statements:
 
     def claim_queued(self, n: int) -> str:
         """A pass's experiments to RUNNING, those still queued and not cancelled; RETURNING id."""
-        p = self.dialect.mark
+        p, state = self.dialect.mark, self.dialect.unindexed("state")
         return (
             f"UPDATE experiments SET state = 'RUNNING', started_at = COALESCE(started_at, {p}), "
-            f"message = 'dispatching' WHERE id IN ({self.in_list(n)}) AND state = 'QUEUED' "
+            f"message = 'dispatching' WHERE id IN ({self.in_list(n)}) AND {state} = 'QUEUED' "
             "AND cancel_requested = 0 RETURNING id"
         )
+
+    def hosts_named(self, n: int) -> str:
+        return f"SELECT name FROM hosts WHERE name IN ({self.in_list(n)})"
 
     def attempt_counts(self, n: int) -> str:
         return (
