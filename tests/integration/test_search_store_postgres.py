@@ -10,7 +10,14 @@ import pytest
 
 from tests.support.postgres import PostgresServer
 from tests.unit.controller import test_search_driver as unit
-from tests.unit.controller.test_search_driver import BASE, OPTIMUM, SEARCH, run_queued, submit
+from tests.unit.controller.test_search_driver import (
+    BASE,
+    OPTIMUM,
+    SEARCH,
+    run_queued,
+    submit,
+    with_hosts,
+)
 from tunelab.controller.search.driver import SearchDriver
 from tunelab.controller.store.postgres import PostgresStore
 
@@ -24,7 +31,7 @@ globals().update(
 
 @pytest.fixture
 def store(postgres: PostgresServer, tmp_path: Path) -> PostgresStore:
-    return PostgresStore(postgres.new_database(), tmp_path / "secrets.json")
+    return with_hosts(PostgresStore(postgres.new_database(), tmp_path / "secrets.json"))  # type: ignore[arg-type,return-value]
 
 
 def test_a_reopened_postgresql_store_resumes_the_search(
@@ -32,6 +39,7 @@ def test_a_reopened_postgresql_store_resumes_the_search(
 ) -> None:
     url = postgres.new_database()
     store = PostgresStore(url, tmp_path / "secrets.json")
+    with_hosts(store)  # type: ignore[arg-type]
     submit(store, BASE + SEARCH.replace("STRATEGY", "grid"))  # type: ignore[arg-type]
     SearchDriver(store, store.now).tick()
     first = run_queued(store)  # type: ignore[arg-type]

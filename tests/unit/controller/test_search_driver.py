@@ -87,8 +87,12 @@ def run_queued(
 
 @pytest.fixture
 def store(tmp_path: Path) -> SqliteStore:
-    store = SqliteStore(tmp_path / "c.db")
-    for name in ("h0", "h1"):  # attempts are placed only on registered hosts
+    return with_hosts(SqliteStore(tmp_path / "c.db"))
+
+
+def with_hosts(store: SqliteStore) -> SqliteStore:
+    """The store with hosts h0 and h1: attempts are placed only on registered hosts."""
+    for name in ("h0", "h1"):
         store.add_host(HostRow(name=name, address=f"{name}:1"))
     return store
 
@@ -229,8 +233,7 @@ def test_no_feasible_point_fails_the_search_and_says_so(store: SqliteStore) -> N
 def test_a_restarted_driver_resumes_without_running_a_finished_trial_again(
     tmp_path: Path,
 ) -> None:
-    store = SqliteStore(tmp_path / "c.db")
-    store.add_host(HostRow(name="h1", address="h1:1"))
+    store = with_hosts(SqliteStore(tmp_path / "c.db"))
     submit(store, BASE + SEARCH.replace("STRATEGY", "grid"))
     SearchDriver(store, lambda: 1.0).tick()
     first = run_queued(store)
