@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from tests.support.browser import load_page
-from tests.unit.controller.test_search_driver import BASE, SEARCH, submit, until_done
+from tests.unit.controller.test_search_driver import BASE, SEARCH, submit, until_done, with_hosts
 from tunelab.controller.compare import compare
 from tunelab.controller.report import write_search_report
 from tunelab.controller.search.driver import SearchDriver
@@ -16,7 +16,7 @@ from tunelab.controller.store import SqliteStore
 
 
 def test_search_report_loads_offline_and_draws_every_chart(tmp_path: Path) -> None:
-    store = SqliteStore(tmp_path / "c.db")
+    store = with_hosts(SqliteStore(tmp_path / "c.db"))
     submit(store, BASE + SEARCH.replace("STRATEGY", "grid"))
     search = until_done(store, SearchDriver(store, lambda: 1.0))
     rows = store.list_experiments(group="g-1", limit=1000)

@@ -312,6 +312,8 @@ def test_a_placement_on_a_host_removed_since_the_pass_read_it_stays_queued(
     assert [(a.experiment_id, a.host) for a in made] == [(first, "h1")]
     assert store.get_experiment(second).state is ExperimentState.QUEUED  # type: ignore[union-attr]
     assert store.attempts_for(second) == []
+    with pytest.raises(StoreNotFound, match="no host 'h2'"):  # not "is not queued"
+        store.create_attempt(second, "h2", [], 6.0)
     with pytest.raises(StoreConflict, match="has live attempts"):
         store.remove_host("h1")  # once committed, an attempt keeps its host
 

@@ -400,6 +400,8 @@ class SqlStore(SearchStatements, SlurmStatements, ABC):
                 raise StoreConflict("another controller holds the scheduling turn")
             created = self.create_attempts([(experiment_id, host, gpus)], now, turn)
         if not created:
+            if self.get_host(host) is None:
+                raise StoreNotFound(f"no host {host!r}")
             raise StoreConflict(f"experiment {experiment_id} is not queued")
         return created[0]
 
