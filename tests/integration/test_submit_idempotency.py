@@ -8,8 +8,10 @@ moment (after COMMIT, before the answer)."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -106,10 +108,26 @@ def test_without_a_request_id_the_same_retry_queues_twice(
             with pytest.raises(grpc.RpcError) as lost:
                 stub.SubmitExperiments(request, timeout=30)
             assert lost.value.code() is grpc.StatusCode.UNAVAILABLE
-            stub.SubmitExperiments(request, timeout=30, wait_for_ready=True)
+            resend(stub, request)
     finally:
         proxy.close()
     assert len(store.list_experiments()) == 6
+
+
+def resend(stub: controller_pb2_grpc.ControllerStub, request: Any, tries: int = 5) -> None:
+    """Re-send as the CLI does (its SUBMIT_RETRIES), only without an id. A re-send can still
+    go out on the transport the drop is closing ("Stream removed (Delayed close due to
+    in-progress write)": seen once in a full run, 1 in 25 here under load); that socket's far
+    side is already shut, so such a call never reached the controller, and sending again is
+    what any client would do."""
+    for attempt in range(tries):
+        try:
+            stub.SubmitExperiments(request, timeout=30, wait_for_ready=True)
+            return
+        except grpc.RpcError as exc:
+            if exc.code() is not grpc.StatusCode.UNAVAILABLE or attempt == tries - 1:
+                raise
+            time.sleep(0.2)
 
 
 def test_a_malformed_request_id_is_refused_naming_the_field(
