@@ -23,6 +23,7 @@ from tunelab.controller.mlflowplan import MLFLOW_EVENT, plans_for
 from tunelab.controller.mlflowsink import Exported, MlflowError, MlflowSink, MlflowUnavailable
 from tunelab.controller.states import ExperimentState
 from tunelab.controller.store import AttemptRow, ExperimentRow, Store
+from tunelab.controller.wire import redacted_pairs
 
 log = structlog.get_logger(__name__)
 FINISHED = (ExperimentState.SUCCEEDED, ExperimentState.FAILED, ExperimentState.CANCELLED)
@@ -53,7 +54,7 @@ def group_export(
     report: Callable[[dict[str, Any]], bytes] | None = None,
 ) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]], dict[str, bytes]]:
     """The comparison document, attempts and report of one group, as the plans want them."""
-    document = compare(list(pairs))
+    document = compare(redacted_pairs(pairs))  # as CompareRuns: no secret in the artifacts
     attempts = {}
     for experiment, rows in pairs:  # as `show` would print them: no secret leaves by value
         redact = spec_redactor(experiment.spec)

@@ -42,7 +42,12 @@ from tunelab.controller.store import (
 from tunelab.controller.store.models import selector_key
 from tunelab.controller.store.search_models import SearchRow
 from tunelab.controller.watchcache import WatchCache
-from tunelab.controller.wire import PB_TO_EXPERIMENT, experiment_to_pb, host_to_pb
+from tunelab.controller.wire import (
+    PB_TO_EXPERIMENT,
+    experiment_to_pb,
+    host_to_pb,
+    redacted_pairs,
+)
 from tunelab.v1 import agent_pb2, controller_pb2, controller_pb2_grpc
 
 log = structlog.get_logger(__name__)
@@ -530,7 +535,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             rows.extend(group or [self._experiment(key)])
         unique = list({r.id: r for r in rows}.values())
         attempts = self._store.attempts_for_many([r.id for r in unique])
-        document = compare([(r, attempts[r.id]) for r in unique])
+        document = compare(redacted_pairs((r, attempts[r.id]) for r in unique))
         return controller_pb2.CompareRunsResponse(
             comparison_json=json.dumps(document, sort_keys=True)
         )

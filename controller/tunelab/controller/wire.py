@@ -7,8 +7,10 @@ The store keeps the spec as given: dispatch sends the agent the real values."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from tunelab.common.redaction import Redactor, spec_redactor
 from tunelab.controller.states import AttemptState, ExperimentState, HostState
@@ -77,6 +79,52 @@ def selector_text(host: dict[str, object]) -> str:
     return " ".join(parts) or "any host"
 
 
+def experiment_redactor(
+    row: ExperimentRow, attempts: Sequence[AttemptRow], known_secrets: Iterable[str] = ()
+) -> Redactor:
+    """What ``tunelab show`` masks of one experiment: the spec's secrets and ``redact:`` names,
+    and every secret its attempts' provenance recorded under a secret name."""
+    redact = spec_redactor(row.spec, known_secrets)
+    for attempt in attempts:  # a secret the agent echoed under a harmless name
+        redact.learn_document(attempt.provenance)
+    return redact
+
+
+def redacted_pairs(
+    pairs: Iterable[tuple[ExperimentRow, Sequence[AttemptRow]]], known_secrets: Iterable[str] = ()
+) -> list[tuple[ExperimentRow, list[AttemptRow]]]:
+    """Copies of store rows with every secret masked as ``tunelab show`` masks it, for what is
+    built from rows rather than messages (``compare``: the HTML report, ``compare --json``,
+    the MLflow group artifacts). The rows given are left as they are."""
+    known = list(known_secrets)
+    shown = []
+    for row, attempts in pairs:
+        redact = experiment_redactor(row, attempts, known)
+        experiment = dataclasses.replace(
+            row,
+            spec=redact.document(row.spec),
+            varied=redact.document(row.varied),
+            message=redact.text(row.message),
+        )
+        shown.append((experiment, [_redacted_attempt(a, redact) for a in attempts]))
+    return shown
+
+
+def _redacted_attempt(row: AttemptRow, redact: Redactor) -> AttemptRow:
+    def masked(document: dict[str, Any] | None) -> dict[str, Any] | None:
+        return None if document is None else redact.document(document)
+
+    return dataclasses.replace(
+        row,
+        message=redact.text(row.message),
+        result=masked(row.result),
+        gpu_summary=masked(row.gpu_summary),
+        progress=masked(row.progress),
+        provenance=masked(row.provenance),
+        failure_line=redact.text(row.failure_line),
+    )
+
+
 def experiment_to_pb(
     row: ExperimentRow,
     attempts: list[AttemptRow],
@@ -85,9 +133,7 @@ def experiment_to_pb(
 ) -> controller_pb2.Experiment:
     """``exports``: attempt id -> its MLflow run's link, where one was exported."""
     exports = exports or {}
-    redact = spec_redactor(row.spec, known_secrets)
-    for attempt in attempts:  # a secret the agent echoed under a harmless name
-        redact.learn_document(attempt.provenance)
+    redact = experiment_redactor(row, attempts, known_secrets)
     return controller_pb2.Experiment(
         id=row.id,
         name=row.name,
