@@ -16,7 +16,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.support.ports import free_port
-from tunelab.common.admission import Admission, peer_address
+from tunelab.common.admission import REPORT_RUN, Admission, peer_address
 from tunelab.common.auth import ClientAuth, ServerAuth
 from tunelab.common.capacity import Limits
 from tunelab.common.serving import Daemon, start_daemon
@@ -144,6 +144,42 @@ def test_a_token_holders_calls_are_never_capped_while_strangers_fill_theirs(
                 assert len(stub.ListHosts(X.ListHostsRequest(), timeout=5).hosts) == 0
             never.set()
             assert all(call.result(timeout=10) for call in held)
+    finally:
+        close()
+
+
+def test_slurm_reports_have_their_own_share_and_get_through_while_strangers_fill_theirs(
+    tmp_path: Path, never: threading.Event
+) -> None:
+    """ReportRun proves itself in its message (a per-attempt token), so it is never Trusted at
+    the header stage; before, it waited in the strangers' slots and was refused while they were
+    full (audit of issue 23, B1)."""
+    admission = Admission(read_timeout=30.0, per_peer=2, awaiting=2)  # ReportRun's share: default
+    daemon, close = serve(
+        tmp_path, ServerAuth(token=TOKEN), Limits(unary=2, streams=2, admission=admission)
+    )
+    try:
+        with channel_to(daemon) as anon:
+            held = [headers_only(anon, never, "/grpc.health.v1.Health/Check") for _ in range(2)]
+            held += [headers_only(anon, never, REPORT_RUN) for _ in range(3)]  # in its own share
+            for _ in range(100):
+                if (daemon.gate.awaiting(), daemon.gate.awaiting(REPORT_RUN)) == (2, 3):
+                    break
+                threading.Event().wait(0.05)
+            assert (daemon.gate.awaiting(), daemon.gate.awaiting(REPORT_RUN)) == (2, 3)
+            with pytest.raises(grpc.RpcError) as busy:
+                health_pb2_grpc.HealthStub(anon).Check(health_pb2.HealthCheckRequest(), timeout=5)
+            assert busy.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            stub = controller_pb2_grpc.ControllerStub(anon)
+            report = X.ReportRunRequest(attempt_id="a-1", token="0" * 64)
+            for _ in range(5):  # answered by the handler (this controller runs no Slurm jobs)
+                with pytest.raises(grpc.RpcError) as answered:
+                    stub.ReportRun(report, timeout=5)
+                assert answered.value.code() != grpc.StatusCode.RESOURCE_EXHAUSTED
+                assert "runs no Slurm jobs" in (answered.value.details() or "")
+            never.set()
+            for call in held:
+                call.exception(timeout=10)  # the held calls end (answered, or refused)
     finally:
         close()
 

@@ -17,6 +17,11 @@ sees each call as it is handed to the pool, before a thread is spent on it, and:
 
 Proven callers (a matching bearer token, or every caller when client certificates are required)
 are never refused by the caps: with a token configured nobody without it can take their threads.
+A method whose caller proves itself only in its message (``ReportRun``: a Slurm job's per-attempt
+token, checked by the handler) is never ``Trusted`` at the header stage; it is marked ``OwnShare``
+and counted against awaiting slots of its own (``Admission.own``), so strangers holding every
+common slot cannot get Slurm reports refused (they can still take that method's own slots, at
+most ``Share.per_peer`` per address, each for one read deadline).
 
 This leans on how grpcio's sync server hands a call to its pool (``submit(context.run, in_pool,
 rpc_event, state, behavior, argument_thunk, ...)``); ``engaged`` is False and the gate passes
@@ -32,7 +37,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent import futures
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
@@ -44,6 +49,21 @@ DEFAULT_READ_TIMEOUT_S = 10.0  # a request of a few MiB on a slow link; real cli
 DEFAULT_PER_PEER_AWAITING = 8
 DEFAULT_AWAITING = 16
 _IN_POOL = {"_unary_response_in_pool", "_stream_response_in_pool"}
+# Slurm jobs' reports: their per-attempt token is in the message, checked by the controller.
+REPORT_RUN = "/tunelab.v1.Controller/ReportRun"
+
+
+@dataclass(frozen=True)
+class Share:
+    """Awaiting slots of a method's own: at most ``awaiting`` calls, ``per_peer`` per address."""
+
+    awaiting: int
+    per_peer: int
+
+
+# a job reports once a few seconds, each from its node: 4 per address lets 4 strangers' addresses
+# at most fill it, and a node's own burst of reports is never more than a retry away
+DEFAULT_OWN_SHARES: tuple[tuple[str, Share], ...] = ((REPORT_RUN, Share(awaiting=16, per_peer=4)),)
 
 
 @dataclass(frozen=True)
@@ -53,6 +73,16 @@ class Admission:
     read_timeout: float = DEFAULT_READ_TIMEOUT_S
     per_peer: int = DEFAULT_PER_PEER_AWAITING
     awaiting: int = DEFAULT_AWAITING
+    own: tuple[tuple[str, Share], ...] = field(default=DEFAULT_OWN_SHARES)
+
+    def share(self, method: str) -> Share | None:
+        """The slots of its own ``method`` has, if any."""
+        return dict(self.own).get(method)
+
+    @property
+    def threads(self) -> int:
+        """Pool threads that may wait for a request at once: the common slots and each share's."""
+        return self.awaiting + sum(share.awaiting for _, share in self.own)
 
 
 class Refusal:
@@ -71,6 +101,17 @@ class Trusted:
 
     def __init__(self, behavior: Callable[..., Any]) -> None:
         self.behavior = behavior
+
+    def __call__(self, request: Any, context: grpc.ServicerContext) -> Any:
+        return self.behavior(request, context)
+
+
+class OwnShare:
+    """A handler behavior whose unproven calls are counted against ``method``'s own share."""
+
+    def __init__(self, behavior: Callable[..., Any], method: str) -> None:
+        self.behavior = behavior
+        self.method = method
 
     def __call__(self, request: Any, context: grpc.ServicerContext) -> Any:
         return self.behavior(request, context)
@@ -145,13 +186,14 @@ class RequestGate(futures.ThreadPoolExecutor):
         self.all_trusted = all_trusted
         self.engaged = True
         self.refused = Counter[str]()  # reason → calls answered from the loop
-        self._awaiting = Counter[str]()  # peer address → untrusted calls awaiting their message
+        self._awaiting = Counter[tuple[str, str]]()  # (share, peer) → untrusted calls awaiting
         self._lock = threading.Lock()
         self._deadlines = _Deadlines()
 
-    def awaiting(self) -> int:
+    def awaiting(self, share: str = "") -> int:
+        """Untrusted calls awaiting their message in the common slots, or in ``share``'s own."""
         with self._lock:
-            return sum(self._awaiting.values())
+            return sum(n for (name, _), n in self._awaiting.items() if name == share)
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> futures.Future[Any]:
         if not (
@@ -169,13 +211,24 @@ class RequestGate(futures.ThreadPoolExecutor):
         if isinstance(behavior, Refusal):
             return self._refuse(call, behavior.code, behavior.details, "unauthenticated")
         trusted = self.all_trusted or isinstance(behavior, Trusted)
-        peer = peer_address(_text(call.peer()))
+        own = self.admission.share(behavior.method) if isinstance(behavior, OwnShare) else None
+        name = behavior.method if own is not None else ""
+        per_peer, awaiting = (
+            (own.per_peer, own.awaiting)
+            if own
+            else (
+                self.admission.per_peer,
+                self.admission.awaiting,
+            )
+        )
+        key = (name, peer_address(_text(call.peer())))
         with self._lock:
             if not trusted:
-                if self._awaiting[peer] >= self.admission.per_peer:
-                    busy = f"{self.admission.per_peer} calls from {peer}"
-                elif sum(self._awaiting.values()) >= self.admission.awaiting:
-                    busy = f"{self.admission.awaiting} calls in all"
+                held = sum(n for (share, _), n in self._awaiting.items() if share == name)
+                if self._awaiting[key] >= per_peer:
+                    busy = f"{per_peer} calls from {key[1]}"
+                elif held >= awaiting:
+                    busy = f"{awaiting} calls in all"
                 else:
                     busy = ""
                 if busy:
@@ -186,7 +239,7 @@ class RequestGate(futures.ThreadPoolExecutor):
                         "with the call, or retry shortly",
                         "awaiting",
                     )
-                self._awaiting[peer] += 1
+                self._awaiting[key] += 1
         done = threading.Event()
 
         def arrived() -> None:
@@ -195,9 +248,9 @@ class RequestGate(futures.ThreadPoolExecutor):
                     return
                 done.set()
                 if not trusted:
-                    self._awaiting[peer] -= 1
-                    if not self._awaiting[peer]:
-                        del self._awaiting[peer]
+                    self._awaiting[key] -= 1
+                    if not self._awaiting[key]:
+                        del self._awaiting[key]
 
         timeout = self.admission.read_timeout
 
@@ -210,20 +263,20 @@ class RequestGate(futures.ThreadPoolExecutor):
                 f"request message not received within {timeout:g} s",
             )
 
-        key = self._deadlines.arm(timeout, expire)
+        deadline = self._deadlines.arm(timeout, expire)
         read = args[4]
 
         def read_within_deadline() -> Any:
             try:
                 return read()
             finally:
-                self._deadlines.disarm(key)
+                self._deadlines.disarm(deadline)
                 arrived()
 
         future = super().submit(fn, *args[:4], read_within_deadline, *args[5:], **kwargs)
 
         def finished(_: futures.Future[Any]) -> None:  # also when the read never ran
-            self._deadlines.disarm(key)
+            self._deadlines.disarm(deadline)
             arrived()
 
         future.add_done_callback(finished)

@@ -22,13 +22,13 @@ from typing import Any
 
 import grpc
 
-from tunelab.common.admission import Refusal, Trusted
+from tunelab.common.admission import REPORT_RUN, Refusal, Trusted
 from tunelab.common.capacity import HEALTH_CHECK, with_behavior
 from tunelab.common.keepalive import DEFAULT_KEEPALIVE, Keepalive
 
 AUTH_HEADER = "authorization"
-# ReportRun carries its own per-attempt token, checked by the controller against the attempt.
-REPORT_RUN = "/tunelab.v1.Controller/ReportRun"
+# ReportRun carries its own per-attempt token, checked by the controller against the attempt;
+# unproven at the header stage, it waits for its message in slots of its own (admission.py).
 UNAUTHENTICATED_METHODS = frozenset({HEALTH_CHECK, REPORT_RUN})
 
 

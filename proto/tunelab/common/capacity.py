@@ -7,7 +7,8 @@ share is answered RESOURCE_EXHAUSTED at once (never queued behind the others, ne
 ``grpc.health.v1.Health/Watch`` has its own small share (anyone may open one where no token is
 configured, and they must never take the slots of ``logs -f`` and experiment watches), and
 ``grpc.health.v1.Health/Check`` is counted in none, so the reserve threads always answer it.
-``awaiting`` threads are those the admission gate (``admission.py``) lets wait for a request.
+``awaiting`` threads are those the admission gate (``admission.py``) lets wait for a request (the
+common slots and a method's own share, ReportRun's).
 
 A stream's slot is released when its handler ends (returns, raises, or is closed once its client
 has gone), so slots never undercount the threads streams hold; every streaming handler wakes
@@ -23,7 +24,7 @@ from typing import Any
 
 import grpc
 
-from tunelab.common.admission import Admission
+from tunelab.common.admission import Admission, OwnShare
 
 HEALTH_CHECK = "/grpc.health.v1.Health/Check"
 HEALTH_WATCH = "/grpc.health.v1.Health/Watch"
@@ -48,7 +49,7 @@ class Limits:
             self.unary
             + self.streams
             + self.health_watches
-            + self.admission.awaiting
+            + self.admission.threads
             + HEALTH_RESERVE
         )
 
@@ -109,7 +110,9 @@ class CapacityInterceptor(grpc.ServerInterceptor):
             return _wrap_stream(handler, self.health_watches)
         if handler.response_streaming:
             return _wrap_stream(handler, self.streams)
-        return _wrap_unary(handler, self.unary)
+        method = handler_call_details.method
+        own = method if self.limits.admission.share(method) is not None else ""
+        return _wrap_unary(handler, self.unary, own)
 
 
 _MAKERS: dict[tuple[bool, bool], Callable[..., grpc.RpcMethodHandler[Any, Any]]] = {
@@ -133,8 +136,9 @@ def with_behavior(
 
 
 def _wrap_unary(
-    handler: grpc.RpcMethodHandler[Any, Any], slots: _Slots
+    handler: grpc.RpcMethodHandler[Any, Any], slots: _Slots, own: str = ""
 ) -> grpc.RpcMethodHandler[Any, Any]:
+    """``own``: the method, where it awaits its request in a share of its own (admission)."""
     inner = handler.unary_unary or handler.stream_unary
     assert inner is not None  # a non-streaming response has one of the two
 
@@ -145,7 +149,7 @@ def _wrap_unary(
         finally:
             release()
 
-    return with_behavior(handler, behavior)
+    return with_behavior(handler, OwnShare(behavior, own) if own else behavior)
 
 
 def _wrap_stream(
