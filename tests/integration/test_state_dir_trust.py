@@ -14,11 +14,13 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.support.agent_proc import AgentProcess
 from tests.support.daemon_proc import REPO
 from tests.support.ports import free_port
 from tunelab.agent.servers.monitor import SOCKET_NAME
@@ -147,3 +149,31 @@ def test_a_monitor_socket_of_our_own_uid_still_answers(tmp_path: Path) -> None:
     assert status is not None and status.exited
     thread.join(5)
     listener.close()
+
+
+def test_a_planted_quarantine_note_symlink_is_never_written_through(
+    tmp_path: Path, canary: Path
+) -> None:
+    # issue 23: the root agent wrote its quarantine reason through a planted `.why` symlink.
+    # The note's name carries the second it is made, so one is planted for every second ahead.
+    state = tmp_path / "state"
+    folder = state / "servers" / "bad"
+    folder.mkdir(parents=True, mode=0o700)
+    (state / "servers").chmod(0o700)
+    (folder / "state.json").write_text("{not json")  # unreadable: the agent quarantines it
+    now = time.time()
+    planted = []
+    for second in range(-2, 180):
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now + second))
+        why = folder / f"state.json.quarantined-{stamp}.why"
+        why.symlink_to(canary)
+        planted.append(why)
+    agent = AgentProcess(state).start()
+    try:
+        [kept] = [p for p in folder.iterdir() if p.name.endswith(tuple("0123456789"))]
+        assert kept.read_text() == "{not json"  # the evidence is kept...
+        assert all(p.is_symlink() for p in planted)  # ...and no planted note was replaced
+        assert "server_file_quarantined" in agent.log()
+    finally:
+        agent.terminate()
+    # the canary fixture checks the root file was never written through
