@@ -4,13 +4,15 @@ One run: the agent adds --profiler-config (a vLLM argv it detects), profiles poi
 window, resets the prefix cache before each point (two points on one server: the default, which
 sets VLLM_SERVER_DEV_MODE=1), keeps the gzipped trace, and leaves the server up (keep_server)
 so the reset is checked on vLLM's own counters: a repeated 300-token prompt hits the prefix
-cache, and after /reset_prefix_cache the same prompt hits nothing. Prints the figures for the
-closing note: trace size, the summary's top ops, throughput of the profiled point against the
-unprofiled one.
+cache, and after /reset_prefix_cache the same prompt hits nothing. The fetched traces go
+through the `tunelab profile --trace` command too, whose top op must be in vLLM's own
+key_averages table with the same time and count. Prints the figures for the closing note:
+trace size, the summary's top ops, throughput of the profiled point against the unprofiled one.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
@@ -22,8 +24,11 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from tests.engines.conftest import Agent, vllm_spec, watch
 from tests.integration.test_agent_runs import wait_run
+from tests.support.key_averages import table_rows
 from tests.support.ports import free_port
 from tunelab.controller.profiles.summary import summarize
 from tunelab.v1 import agent_pb2, run_pb2, server_pb2
@@ -50,6 +55,30 @@ def _post(port: int, path: str) -> int:
     request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", b"", method="POST")
     with urllib.request.urlopen(request, timeout=60) as response:
         return int(response.status)
+
+
+def _check_profile_command(folder: Path, top: str, table: dict[str, tuple[float, int]]) -> None:
+    """`tunelab profile --trace FOLDER --json` on the real traces: the summary's keys, and a
+    top op that is a real op (a namespaced one, not a step annotation) with vLLM's own count."""
+    command = [sys.executable, "-m", "tunelab.cli", "profile", "--trace", str(folder), "--json"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert set(doc) == {
+        "categories", "categories_basis", "cpu_ms", "devices", "events", "gpu_idle_share",
+        "gpu_ms", "output_tokens", "steps", "streams", "top", "trace_files", "wall_ms",
+    }  # fmt: skip
+    assert doc["trace_files"] == sorted(p.name for p in folder.iterdir())
+    assert doc["categories_basis"] == "cpu" and doc["gpu_ms"] == 0 and doc["cpu_ms"] > 0
+    first = doc["top"][0]
+    assert first["name"] == top  # the command and the in-process summary agree
+    assert re.fullmatch(r"(aten|_C|vllm)::\w+", first["name"]), first  # an op, no annotation
+    assert first["kind"] == "cpu" and first["self_ms"] > 0 and 0 < first["share"] < 1
+    # the table prints 3 significant decimals in its own unit (ms, or s past 1 s)
+    expected = (pytest.approx(first["self_ms"], rel=1e-3, abs=0.001), first["calls"])
+    assert table.get(first["name"]) == expected, (first, table)
+    print(f"tunelab profile --trace: top op {first['name']} {first['self_ms']:.1f} ms "
+          f"x{first['calls']} ({first['category']}), {doc['events']} events")  # fmt: skip
 
 
 def test_profiled_point_and_cache_reset_on_real_vllm(
@@ -79,12 +108,14 @@ def test_profiled_point_and_cache_reset_on_real_vllm(
         assert profile["window"]["ok"] is True, profile
         assert profile["traces"], profile["warnings"]
         assert all(".json" in t["name"] for t in profile["traces"])  # tables are other_files
+        fetched = tmp_path / "traces"  # the traces alone: the folder `tunelab profile` reads
+        fetched.mkdir()
         files = []
         for trace in profile["traces"]:
             chunks = agent.stub.FetchProfile(
                 agent_pb2.FetchProfileRequest(run_id="vp1", name=trace["name"]), timeout=120
             )
-            path = tmp_path / trace["name"]
+            path = fetched / trace["name"]
             path.write_bytes(b"".join(c.data for c in chunks))
             assert path.stat().st_size == trace["size_bytes"]
             files.append(path)
@@ -106,6 +137,18 @@ def test_profiled_point_and_cache_reset_on_real_vllm(
             f"{plain['output_throughput']:.1f} (overhead "
             f"{1 - profiled['output_throughput'] / plain['output_throughput']:+.1%})"
         )
+        # vLLM's own key_averages table, written beside each trace (gzipped by the agent)
+        tables = [p for p in profile["other_files"] if ".profiler_out.txt" in p["name"]]
+        assert tables, profile["other_files"]
+        table: dict[str, tuple[float, int]] = {}
+        for other in tables:
+            chunks = agent.stub.FetchProfile(
+                agent_pb2.FetchProfileRequest(run_id="vp1", name=other["name"]), timeout=120
+            )
+            data = b"".join(c.data for c in chunks)
+            text = gzip.decompress(data) if other["name"].endswith(".gz") else data
+            table.update(table_rows(text.decode()))
+        _check_profile_command(fetched, summary.top[0].name, table)
 
         # the reset, on vLLM's own counter: a repeated long prompt hits, after a reset it does not
         prompt = " ".join(f"w{i % 50}" for i in range(120))  # 128+ tokens: one full KV block

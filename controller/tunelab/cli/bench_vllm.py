@@ -51,7 +51,8 @@ UNSUPPORTED = (
     "--timed-trace-label-timestamp", "--timed-trace-label-input-length",
     "--timed-trace-label-output-length", "--timed-trace-label-hash-ids",
     "--asr-max-audio-len-sec", "--asr-min-audio-len-sec", "--bfcl-categories",
-    "--custom-ensure-client-side-data",
+    "--custom-ensure-client-side-data", "--enable-multimodal-chat",
+    "--speed-bench-dataset-subset", "--speed-bench-output-len", "--speed-bench-category",
 )  # fmt: skip
 # dests of the vLLM-only flags: any of them set (not None) means vLLM mode; --max-concurrency
 # is both ours (an open loop's cap) and vLLM's, so it alone means vLLM mode only without --rate

@@ -10,6 +10,7 @@ from pathlib import Path
 from tunelab.agent.engines.profiles import GENERIC, SGLANG, VLLM
 from tunelab.agent.engines.profiling import plan, profiler_calls, profiler_setup
 from tunelab.agent.runs.traces import keep_traces, listed
+from tunelab.bench.config import BenchConfig
 
 TRACES = Path("/state/runs/r1/traces")
 
@@ -64,6 +65,50 @@ def test_reset_defaults_on_for_several_points_on_vllm_and_sglang_only() -> None:
     assert (quiet.bench, quiet.warnings) == ({}, ())  # the default says nothing on generic
     off = plan(VLLM, (), bench(concurrency=[1, 8], reset_cache=False), TRACES)
     assert off.env == {} and off.bench == {}
+
+
+def test_reset_defaults_on_for_a_rate_list_and_a_load_search_too() -> None:
+    """Several rates, or a find: ladder, are several points on the one server (B5)."""
+    for several in (
+        bench(concurrency=[], rates=[1.0, 2.0, 4.0]),
+        bench(concurrency=[], find_axis="concurrency", find_max=64.0),
+        bench(concurrency=[], find_axis="rate", find_max=20.0),
+    ):
+        p = plan(VLLM, (), several, TRACES)
+        assert (p.env, p.bench) == (
+            {"VLLM_SERVER_DEV_MODE": "1"}, {"reset_cache_url": "/reset_prefix_cache"},
+        )  # fmt: skip
+        assert plan(SGLANG, (), several, TRACES).bench == {"reset_cache_url": "/flush_cache"}
+        assert plan(GENERIC, (), several, TRACES).bench == {}
+        off = plan(VLLM, (), {**several, "reset_cache": False}, TRACES)
+        assert off.env == {} and off.bench == {}
+    for one in (  # one point: one rate, a request_rate, a ramp
+        bench(concurrency=[], rates=[2.0]),
+        bench(concurrency=[], request_rate=2.0),
+        bench(concurrency=[], ramp="linear", ramp_start_rate=1.0, ramp_end_rate=4.0),
+    ):
+        assert plan(VLLM, (), one, TRACES).env == {}
+
+
+def test_reset_default_follows_the_configs_own_point_count() -> None:
+    """The plan reads BenchConfig.to_dict(): the default agrees with a real config's sweep."""
+
+    def config(**load: object) -> dict[str, object]:
+        c = BenchConfig.from_dict({"url": "http://h:1", "input_len": 8, "output_len": 8, **load})
+        return c.to_dict()
+
+    configs = {
+        "rates": config(rates=[1.0, 2.0]),
+        "find": config(find_axis="rate", find_max=8.0, find_slo={"p99_ttft_ms": 100.0}),
+        "concurrencies": config(concurrency=[1, 8]),
+        "one rate": config(request_rate=2.0),
+        "one c": config(concurrency=[4]),
+    }
+    on = {name: "VLLM_SERVER_DEV_MODE" in plan(VLLM, (), c, TRACES).env
+          for name, c in configs.items()}  # fmt: skip
+    assert on == {
+        "rates": True, "find": True, "concurrencies": True, "one rate": False, "one c": False,
+    }  # fmt: skip
 
 
 def test_an_explicit_reset_on_generic_without_a_url_warns() -> None:

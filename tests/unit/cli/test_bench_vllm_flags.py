@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
+from pathlib import Path
 
 import pytest
 
@@ -121,6 +123,37 @@ def test_every_unsupported_vllm_flag_is_refused_by_name(
     assert main(["bench", "--model", "m", flag, "1"]) == 2
     err = capsys.readouterr().err
     assert flag in err and "does not support" in err
+
+
+@pytest.mark.parametrize(
+    "flag",
+    [
+        "--enable-multimodal-chat",
+        "--speed-bench-dataset-subset",
+        "--speed-bench-output-len",
+        "--speed-bench-category",
+    ],
+)
+def test_vllm_032s_multimodal_chat_and_speed_bench_flags_are_refused_by_name(
+    flag: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """In vLLM 0.32's parser (benchmarks/datasets/datasets.py) and once in neither of our lists:
+    argparse refused them as unknown; now they are named as vLLM flags tunelab does not take."""
+    assert flag in UNSUPPORTED
+    assert main(["bench", "--model", "m", flag, "x"]) == 2
+    err = capsys.readouterr().err
+    assert flag in err and "does not support" in err
+
+
+def test_the_docs_name_every_refused_flag() -> None:
+    """docs/workloads.md's "Refused by name" list: each flag, or its family (`--hf-*`)."""
+    text = (Path(__file__).resolve().parents[3] / "docs" / "workloads.md").read_text()
+    listed = text[text.index("Refused by name with exit 2") : text.index("Flags are never")]
+    named = set(re.findall(r"`(--[a-z0-9-]+)`", listed))
+    families = re.findall(r"`(--[a-z0-9-]+-)\*`", listed)
+    missing = [f for f in UNSUPPORTED if f not in named and not f.startswith(tuple(families))]
+    assert missing == []
+    assert named <= set(UNSUPPORTED)  # and the docs name none that is taken
 
 
 def test_no_vllm_flag_is_taken_as_an_abbreviation(capsys: pytest.CaptureFixture[str]) -> None:

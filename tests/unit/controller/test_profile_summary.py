@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.key_averages import table_rows
 from tunelab.controller.profiles import TraceError, TraceTooLarge, traceread
 from tunelab.controller.profiles.categories import categorize
 from tunelab.controller.profiles.summary import summarize, to_ns
@@ -221,20 +222,6 @@ def test_the_committed_cpu_trace_has_its_exact_summary() -> None:
         assert entry["calls"] == rows[entry["name"]]["calls"]
 
 
-def _table_rows(text: str) -> dict[str, tuple[float, int]]:
-    """vLLM's own key_averages table (profiler_out.txt): name -> (self CPU ms, calls)."""
-    rows = {}
-    units = {"s": 1000.0, "ms": 1.0, "us": 0.001}
-    for line in text.splitlines():
-        cells = line.split()
-        if len(cells) < 7 or not cells[-1].isdigit():
-            continue
-        value = cells[-5]
-        unit = next(u for u in ("ms", "us", "s") if value.endswith(u))
-        rows[" ".join(cells[:-6])] = (float(value.removesuffix(unit)) * units[unit], int(cells[-1]))
-    return rows
-
-
 def test_the_committed_vllm_trace_has_its_exact_summary() -> None:
     """vLLM 0.32 (CPU) under the agent, tests/engines/test_vllm_profile.py: 8 requests at
     concurrency 2, the whole point profiled; self times equal vLLM's own key_averages table."""
@@ -251,7 +238,7 @@ def test_the_committed_vllm_trace_has_its_exact_summary() -> None:
     ]
     assert s.steps is not None and (s.steps.marker, s.steps.count) == ("execute_context_", 133)
     assert s.steps.decode_count is not None and s.steps.decode_count > 100
-    table = _table_rows((folder / "rank0.profiler_out.txt").read_text())
+    table = table_rows((folder / "rank0.profiler_out.txt").read_text())
     for t in s.top:
         assert table[t.name] == (pytest.approx(t.self_ms, abs=0.001), t.calls), t.name
 

@@ -13,8 +13,10 @@
   ``TUNELAB_PROFILE_DIR`` to the trace folder so the server can write its traces there. No
   cache reset unless the spec names ``reset_cache_url``.
 
-``reset_cache`` unset means on for a sweep of several points on vLLM or SGLang (issue 27), off
-otherwise; set, it is what the spec says (a generic server without a URL then gets a warning).
+``reset_cache`` unset means on for a sweep of several points on vLLM or SGLang (issue 27): a
+list of several concurrencies or several rates, or a load search (``find:``), which runs a
+ladder of points on the one server; off otherwise. Set, it is what the spec says (a generic
+server without a URL then gets a warning).
 
 ``plan`` is pure: the same spec gives the same plan, so a restarted agent computes it again.
 """
@@ -107,6 +109,16 @@ def profiler_calls(
     return ProfilerCalls(start_url, stop_url)
 
 
+def several_points(bench: dict[str, Any]) -> bool:
+    """Whether the builtin benchmark ``bench`` runs more than one point on its server: several
+    concurrencies, several rates, or a load search (its ladder and bisection are points)."""
+    return (
+        len(bench.get("concurrency") or ()) > 1
+        or len(bench.get("rates") or ()) > 1
+        or bool(bench.get("find_axis"))
+    )
+
+
 def plan(
     engine: EngineProfile, server_argv: tuple[str, ...], bench: dict[str, Any], trace_dir: Path
 ) -> EnginePlan:
@@ -143,7 +155,7 @@ def plan(
             )
     asked = bench.get("reset_cache")
     if asked is None:  # the default: on for a sweep of several points, where the engine can
-        asked = len(bench.get("concurrency") or ()) > 1 and engine.name in ("vllm", "sglang")
+        asked = several_points(bench) and engine.name in ("vllm", "sglang")
     if asked and not bench.get("reset_cache_url"):
         if engine.name == "vllm":
             env[VLLM_DEV_MODE] = "1"
