@@ -19,6 +19,8 @@ import yaml
 from tests.e2e.conftest import Lab
 from tests.support.mlflow_server import MlflowServer
 from tests.support.ports import free_port
+from tunelab.controller.mlflowplan import plans_for
+from tunelab.controller.mlflowsink import MlflowSink
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -67,11 +69,13 @@ def submit(lab: Lab, spec: dict[str, Any]) -> str:
     return str(experiments[0]["group"])
 
 
-def export(lab: Lab, group: str, uri: str, experiment: str) -> dict[str, Any]:
+def export(lab: Lab, group: str, uri: str, experiment: str, *more: str) -> dict[str, Any]:
+    """``tunelab export mlflow`` of a group (or of experiment ids: ``group`` and ``more``)."""
     assert lab.controller is not None
     done = lab.controller.cli(
-        "export", "mlflow", group, "--tracking-uri", uri, "--experiment", experiment, "--json"
-    )
+        "export", "mlflow", group, *more, "--tracking-uri", uri, "--experiment", experiment,
+        "--json",
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("{"), done.stdout[:2000] + done.stderr[-2000:]
     return dict(json.loads(done.stdout))
@@ -120,6 +124,87 @@ def test_a_group_exported_by_hand_then_again_without_duplicates(
     assert len(again) == 5
     history = mlflow.metric_history(run["info"]["run_id"], "output_throughput")
     assert len(history) == 2  # not logged a second time
+
+
+def test_a_group_exported_again_after_another_repeat_shows_the_new_effects(
+    lab: Lab, mlflow: MlflowServer
+) -> None:
+    """The parent's effects change as repeats finish; MLflow's latest value is the new one
+    (the re-export's metrics carry the export's time, not the old entry's step and time)."""
+    lab.start_controller()
+    lab.add_agent("a")
+    group = submit(lab, ablation("mlf-more", repeat=3, requests=2))
+    assert lab.controller is not None
+    listed = lab.controller.cli_json("ls", "--group", group)
+    early = [str(e["id"]) for e in listed if not str(e["name"]).endswith("#3")]
+    assert len(early) == 4 and len(listed) == 6
+    # the group as it stood before its third launches finished, then as a whole
+    before = lab.controller.cli_json("compare", *early)
+    export(lab, early[0], mlflow.uri, "more", *early[1:])
+    parent = one_run(mlflow, "more", f"group:{group}")
+    after = lab.controller.cli_json("compare", group)
+    changed = effect_metrics(after)
+    assert changed and changed != effect_metrics(before)
+    export(lab, group, mlflow.uri, "more")
+
+    runs = mlflow.runs("more")
+    keys = [r["tags"]["tunelab.key"] for r in runs]
+    assert len(keys) == 7 and len(set(keys)) == 7  # the parent and six attempts, once each
+    latest = one_run(mlflow, "more", f"group:{group}")
+    assert latest["info"]["run_id"] == parent["info"]["run_id"]
+    for key, value in changed.items():  # MLflow's latest value is the new one, every one
+        assert latest["metrics"][key] == pytest.approx(value, rel=1e-12), key
+    for key, value in effect_metrics(before).items():
+        if changed.get(key) != value:
+            history = mlflow.metric_history(parent["info"]["run_id"], key)
+            old, new = sorted(history, key=lambda h: int(h["timestamp"]))
+            assert old["value"] == pytest.approx(value, rel=1e-12)
+            assert new["value"] == pytest.approx(changed[key], rel=1e-12)
+            assert int(new["timestamp"]) > int(old["timestamp"]) and new["step"] == old["step"]
+    # an attempt exported both times: its load points are not logged a second time
+    child = next(r for r in runs if r["tags"]["tunelab.key"] == f"attempt:{early[0]}-a1")
+    assert len(mlflow.metric_history(child["info"]["run_id"], "output_throughput")) == 2
+
+
+def one_run(server: MlflowServer, experiment: str, key: str) -> dict[str, Any]:
+    found = [r for r in server.runs(experiment) if r["tags"]["tunelab.key"] == key]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def effect_metrics(document: dict[str, Any]) -> dict[str, float]:
+    """The parent run's metrics a comparison document gives: each effect's ratio and bounds."""
+    plan = plans_for(document, {})[0]
+    assert plan.key.startswith("group:")
+    return {key: value for key, value, _ in plan.metrics}
+
+
+def test_two_writers_on_one_experiment_make_each_run_once(mlflow: MlflowServer) -> None:
+    """Two controllers' exporters (or a by-hand export beside the controller's) with their
+    caches read before the other wrote: neither creates a run the other made."""
+    row = {"id": "x-1", "name": "two/--itl-ms=5#1", "group": "g-two", "state": "SUCCEEDED",
+           "varied": {"server.flags.--itl-ms": "5"}}  # fmt: skip
+    points = [{"output_throughput": 80.0}, {"output_throughput": 90.0}]
+    attempt = {"id": "x-1-a1", "number": 1, "host": "h", "state": "SUCCEEDED",
+               "created_at": 100.0, "finished_at": 110.0, "result": {"points": points}}  # fmt: skip
+    effect = {"change": "--itl-ms=5", "metric": "output_throughput", "point": "c1",
+              "ratio": 1.5, "ci95": [0.4, 0.6], "verdict": "better"}  # fmt: skip
+    document = {"experiments": [row], "effects": [effect]}
+    plans = plans_for(document, {"x-1": [attempt]})
+    first, second = MlflowSink(mlflow.uri, "two"), MlflowSink(mlflow.uri, "two")
+    assert first.known_runs() == {} and second.known_runs() == {}  # both caches read, empty
+    made = first.write(plans)
+    assert [d.written for d in made] == [True, True]
+    again = second.write(plans)  # its cache predates the runs: it finds them in MLflow
+    assert [(d.run_id, d.written) for d in again] == [(d.run_id, False) for d in made]
+    # an update from the second writer goes into the same runs, and is MLflow's latest
+    updated = plans_for({**document, "effects": [{**effect, "ratio": 1.2}]}, {"x-1": [attempt]})
+    third = MlflowSink(mlflow.uri, "two")
+    assert [d.run_id for d in third.write(updated)] == [d.run_id for d in made]
+    runs = mlflow.runs("two")
+    assert sorted(r["tags"]["tunelab.key"] for r in runs) == ["attempt:x-1-a1", "group:g-two"]
+    parent = one_run(mlflow, "two", "group:g-two")
+    assert parent["metrics"]["effect/--itl-ms_5/output_throughput/c1/ratio"] == 1.2
 
 
 def test_export_to_nothing_listening_says_so_in_one_line(lab: Lab) -> None:

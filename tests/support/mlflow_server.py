@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import sys
 import time
@@ -55,14 +56,20 @@ class MlflowServer:
         raise TimeoutError(f"mlflow server not up:\n{self.log()}")
 
     def stop(self) -> None:
-        """The server and every worker it started (they share its session)."""
+        """The server and every process of its session (it starts its job runner's consumers
+        for a while after it is up: one forked while we kill is found by the next look)."""
         if self.proc is None:
             return
-        with contextlib.suppress(psutil.NoSuchProcess):
-            tree = psutil.Process(self.proc.pid)
-            for proc in [*tree.children(recursive=True), tree]:
+        session = self.proc.pid  # started with start_new_session: the session's id
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            left = [p for p in psutil.process_iter() if _session_of(p) == session]
+            if not left:
+                break
+            for proc in left:  # psutil checks pid and start time before it signals
                 with contextlib.suppress(psutil.NoSuchProcess):
                     proc.kill()
+            psutil.wait_procs(left, timeout=2)
         self.proc.wait(timeout=10)
         self.proc = None
 
@@ -117,3 +124,10 @@ class MlflowServer:
 
     def artifacts(self, run_id: str) -> list[str]:
         return [f["path"] for f in self.api("artifacts/list", run_id=run_id).get("files", [])]
+
+
+def _session_of(proc: psutil.Process) -> int | None:
+    with contextlib.suppress(OSError, psutil.Error):
+        if proc.status() != psutil.STATUS_ZOMBIE:
+            return os.getsid(proc.pid)
+    return None

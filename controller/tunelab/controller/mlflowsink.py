@@ -2,6 +2,13 @@
 (``mlflow-skinny``, the optional extra ``tunelab[mlflow]``), finding each run again by its
 ``tunelab.key`` tag so that exporting twice updates instead of duplicating.
 
+Several writers may share one MLflow experiment (two controllers on one database, or a
+by-hand ``tunelab export mlflow`` beside the controller's automatic one): a run missing from
+this sink's cache is looked up by its key in MLflow before it is created, so a run another
+writer made since is updated, not made again. An update logs its metrics with the time of the
+export, so MLflow's latest value (the highest step, then the newest timestamp) is the new one;
+a metric whose values did not change is not logged again.
+
 Errors form one small tree: ``MlflowUnavailable`` (not installed, or the server cannot be
 reached: try again later) and ``MlflowRejected`` (the server refused what we sent). A tracking
 URI is shown only through ``safe_uri``: credentials in it never reach a log or a message.
@@ -9,10 +16,13 @@ URI is shown only through ``safe_uri``: credentials in it never reach a log or a
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 import tempfile
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +32,7 @@ from tunelab.controller.mlflowplan import DIGEST_TAG, KEY_TAG, RunPlan
 
 INSTALL_HINT = "MLflow export needs its client: pip install 'tunelab[mlflow]'"
 BATCH = 900  # MLflow takes at most 1,000 metrics (100 params, 100 tags) per log_batch
+SERIES_TAG = "tunelab.series"  # a hash of the run's metrics with several steps, as last logged
 
 
 class MlflowError(RuntimeError):
@@ -57,7 +68,9 @@ class Exported:
 class MlflowSink:
     """Writes plans into one MLflow experiment (created when missing)."""
 
-    def __init__(self, tracking_uri: str, experiment: str) -> None:
+    def __init__(
+        self, tracking_uri: str, experiment: str, clock: Callable[[], float] = time.time
+    ) -> None:
         try:
             from mlflow.tracking import MlflowClient
         except ImportError:  # the optional extra is not installed
@@ -74,6 +87,7 @@ class MlflowSink:
         self.shown = safe_uri(tracking_uri).rstrip("/")
         self._client = MlflowClient(tracking_uri=tracking_uri)
         self._experiment_name = experiment
+        self._clock = clock  # seconds; the metrics' timestamp is the time of the export
         self._experiment_id: str | None = None
         self._known: dict[str, tuple[str, str]] | None = None  # key -> (run id, digest)
 
@@ -112,7 +126,8 @@ class MlflowSink:
 
     def known_runs(self) -> dict[str, tuple[str, str]]:
         """Every tunelab run already in the experiment: key -> (run id, digest). Read once per
-        sink, then kept up to date by ``write``."""
+        sink, then kept up to date by ``write``; another writer's runs made since are found by
+        ``find``."""
         if self._known is None:
             known: dict[str, tuple[str, str]] = {}
             token: str | None = None
@@ -123,6 +138,7 @@ class MlflowSink:
                     [self.experiment_id()],
                     filter_string=f"tags.`{KEY_TAG}` LIKE '%:%'",
                     max_results=1000,
+                    order_by=["attributes.start_time ASC", "attributes.run_id ASC"],
                     page_token=token,
                 )
                 for run in page:
@@ -135,6 +151,23 @@ class MlflowSink:
             self._known = known
         return self._known
 
+    def find(self, key: str) -> tuple[str, str] | None:
+        """The run with this ``tunelab.key`` in MLflow now (run id, digest), or None; with
+        several (two writers created it at the same moment), the first by start time and run
+        id, the same one for every writer. A key is made of tunelab ids: no quote in it."""
+        page = self._call(
+            "find run",
+            self._client.search_runs,
+            [self.experiment_id()],
+            filter_string=f"tags.`{KEY_TAG}` = '{key}'",
+            max_results=10,
+            order_by=["attributes.start_time ASC", "attributes.run_id ASC"],
+        )
+        for run in page:
+            if run.data.tags.get(KEY_TAG) == key:
+                return run.info.run_id, run.data.tags.get(DIGEST_TAG, "")
+        return None
+
     def url(self, run_id: str) -> str:
         return f"{self.shown}/#/experiments/{self.experiment_id()}/runs/{run_id}"
 
@@ -144,13 +177,14 @@ class MlflowSink:
         done: list[Exported] = []
         for plan in sorted(plans, key=lambda p: p.parent_key is not None):
             digest = plan.digest()
-            run_id, seen = known.get(plan.key, ("", ""))
+            run_id, seen = known.get(plan.key) or self.find(plan.key) or ("", "")
             if run_id and seen == digest:
                 done.append(Exported(plan.key, run_id, self.url(run_id), written=False))
                 continue
             parent = known.get(plan.parent_key, ("", ""))[0] if plan.parent_key else ""
+            created = not run_id
             run_id = run_id or self._create(plan, parent)
-            self._fill(run_id, plan)
+            self._fill(run_id, plan, created)
             self._call("set tag", self._client.set_tag, run_id, DIGEST_TAG, digest)
             known[plan.key] = (run_id, digest)
             done.append(Exported(plan.key, run_id, self.url(run_id), written=True))
@@ -170,15 +204,18 @@ class MlflowSink:
         )
         return str(run.info.run_id)
 
-    def _fill(self, run_id: str, plan: RunPlan) -> None:
+    def _fill(self, run_id: str, plan: RunPlan, created: bool) -> None:
         from mlflow.entities import Metric, Param, RunTag
 
-        existing = self._call("read run", self._client.get_run, run_id).data.params
+        existing = self._call("read run", self._client.get_run, run_id).data
         params = [
-            Param(k, v) for k, v in plan.params.items() if existing.get(k) in (None, v)
+            Param(k, v) for k, v in plan.params.items() if existing.params.get(k) in (None, v)
         ]  # a parameter is written once in MLflow; a changed one keeps its first value
-        stamp = plan.end_ms or plan.start_ms or 0
-        metrics = [Metric(k, v, stamp, step) for k, v, step in plan.metrics]
+        stamp = int(self._clock() * 1000)
+        logged, series = new_metrics(
+            plan.metrics, {} if created else existing.metrics, existing.tags.get(SERIES_TAG, "")
+        )
+        metrics = [Metric(k, v, stamp, step) for k, v, step in logged]
         tags = [RunTag(k, v) for k, v in plan.tags.items()]
         for chunk in _chunks(params, 100):
             self._call("log params", self._client.log_batch, run_id, params=chunk)
@@ -186,6 +223,9 @@ class MlflowSink:
             self._call("log tags", self._client.log_batch, run_id, tags=chunk)
         for chunk in _chunks(metrics, BATCH):
             self._call("log metrics", self._client.log_batch, run_id, metrics=chunk)
+        # the series tag after the metrics: an export cut short between them logs them again
+        if series and series != existing.tags.get(SERIES_TAG):
+            self._call("set tag", self._client.set_tag, run_id, SERIES_TAG, series)
         if plan.artifacts:
             with tempfile.TemporaryDirectory(prefix="tunelab-mlflow-") as folder:
                 for name, content in plan.artifacts.items():
@@ -200,6 +240,27 @@ class MlflowSink:
                 plan.status,
                 end_time=plan.end_ms,
             )
+
+
+def new_metrics(
+    planned: Sequence[tuple[str, float, int]], latest: dict[str, float], logged_series: str
+) -> tuple[list[tuple[str, float, int]], str]:
+    """What of ``planned`` (key, value, step) to log into a run whose latest values are
+    ``latest`` and whose series tag is ``logged_series``, and the series tag to set: a metric
+    with one value (step 0) when that is not its latest value; metrics with several steps (a
+    run's load points), all of them, when any of them changed since they were logged."""
+    steps: dict[str, list[tuple[str, float, int]]] = {}
+    for item in planned:
+        steps.setdefault(item[0], []).append(item)
+    single = [s[0] for s in steps.values() if len(s) == 1 and s[0][2] == 0]
+    several = sorted(
+        item for s in steps.values() if not (len(s) == 1 and s[0][2] == 0) for item in s
+    )
+    series = hashlib.sha256(json.dumps(several).encode()).hexdigest()[:16] if several else ""
+    out = [m for m in single if latest.get(m[0]) != m[1]]
+    if series != logged_series:
+        out += several
+    return out, series
 
 
 def _chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
