@@ -33,6 +33,8 @@ from tunelab.controller.store import (
 from tunelab.controller.store.factory import open_store
 from tunelab.controller.store.migrations import load_migrations
 from tunelab.controller.store.postgres import SCHEDULE_LOCK, PostgresStore
+from tunelab.controller.store.slurmbook import SlurmJobRow
+from tunelab.controller.store.transfer import TABLES, export_lines, import_lines
 
 # The scheduler/store tests of tests/unit, collected here again with `store` over both engines
 # (the reopen test opens a SQLite file by name: it stays in unit).
@@ -80,6 +82,64 @@ def test_name_lookup_and_batched_reads(store: SqliteStore) -> None:
     assert set(store.get_experiments(ids)) == set(ids)
     assert store.attempts_for_many(ids) == {i: [] for i in ids}
     assert store.now() > 1.7e9
+
+
+def slurm_attempt(store: SqliteStore) -> str:
+    """A pool (a host row and its sbatch settings) with one attempt DISPATCHING on it."""
+    (experiment,) = queue(store, n=1)
+    store.add_host(HostRow(name="pool", address="slurm:gpu", labels={"pool": "a"}))
+    store.set_slurm_pool("pool", {"partition": "old"})
+    store.set_slurm_pool("pool", {"partition": "gpu", "max_jobs": 4})  # replaces, one row
+    return store.create_attempt(experiment, "pool", [], store.now()).id
+
+
+def test_slurm_pools_and_jobs_on_both_engines(store: SqliteStore) -> None:
+    attempt = slurm_attempt(store)
+    assert store.slurm_pools() == {"pool": {"max_jobs": 4, "partition": "gpu"}}
+    assert store.slurm_job(attempt) is None
+    store.record_slurm_job(attempt, "pool", "41", 1.8e9, "Slurm job 41 submitted")
+    row = store.get_attempt(attempt)
+    assert row is not None and row.state is AttemptState.STARTING
+    assert (row.dispatched_at, row.acked_at, row.message) == (
+        1.8e9,
+        1.8e9,
+        "Slurm job 41 submitted",
+    )
+    moves = [(e["from_state"], e["to_state"]) for e in store.events_for(attempt)]
+    assert ("DISPATCHING", "STARTING") in moves
+    assert store.slurm_job(attempt) == SlurmJobRow(attempt, "pool", "41", 1.8e9)
+    with pytest.raises(StoreConflict, match="no longer DISPATCHING"):  # never a second job
+        store.record_slurm_job(attempt, "pool", "42", 1.8e9, "again")
+    with pytest.raises(StoreConflict, match="no longer DISPATCHING"):
+        store.record_slurm_job("no-such-attempt", "pool", "43", 1.8e9, "none")
+    store.set_slurm_job_state(attempt, "PENDING", "Resources")
+    assert store.slurm_job(attempt) == SlurmJobRow(
+        attempt, "pool", "41", 1.8e9, "PENDING", "Resources"
+    )
+    assert [r["job_id"] for r in store._query("SELECT job_id FROM slurm_jobs")] == ["41"]
+
+
+@pytest.mark.parametrize("target", ["sqlite", "postgresql"])
+def test_an_export_and_import_keeps_slurm_pools_and_jobs(
+    store: SqliteStore, target: str, tmp_path: Path, postgres: PostgresServer
+) -> None:
+    attempt = slurm_attempt(store)
+    store.record_slurm_job(attempt, "pool", "41", 1.8e9, "Slurm job 41 submitted")
+    store.set_slurm_job_state(attempt, "PENDING", "Priority")
+    assert {"slurm_pools", "slurm_jobs"} <= set(TABLES)
+    copy = (
+        SqliteStore(tmp_path / "copy.db")
+        if target == "sqlite"
+        else PostgresStore(postgres.new_database(), tmp_path / "copy-secrets.json")
+    )
+    counts = import_lines(copy, export_lines(store))
+    assert (counts["slurm_pools"], counts["slurm_jobs"]) == (1, 1)
+    assert copy.slurm_pools() == store.slurm_pools()
+    assert copy.slurm_job(attempt) == store.slurm_job(attempt)
+    assert copy.slurm_job(attempt) == SlurmJobRow(
+        attempt, "pool", "41", 1.8e9, "PENDING", "Priority"
+    )
+    assert list(export_lines(copy)) == list(export_lines(store))
 
 
 def test_a_newer_postgres_schema_is_refused(postgres: PostgresServer) -> None:

@@ -51,6 +51,7 @@ from tunelab.controller.store.factory import redact
 from tunelab.controller.store.migrations import migrate
 from tunelab.controller.store.searches import SearchSql
 from tunelab.controller.store.secrets import HostSecrets
+from tunelab.controller.store.slurmbook import SlurmSql
 from tunelab.controller.store.statements import Statements
 
 WRITE_LOCK = 0x7475_6E65_0001  # "tune" + 1: one writer at a time
@@ -60,6 +61,7 @@ LEASE = 3.0  # seconds a frozen controller keeps the turn (or a transaction) bef
 
 _STATEMENTS = Statements(POSTGRESQL)
 _SEARCH_SQL = SearchSql(POSTGRESQL)
+_SLURM_SQL = SlurmSql(POSTGRESQL)
 _BUMP_EPOCH = (
     "INSERT INTO meta (key, value) VALUES ('scheduler_epoch', '1') ON CONFLICT (key) "
     "DO UPDATE SET value = (meta.value::bigint + 1)::text RETURNING value"
@@ -140,6 +142,7 @@ class PostgresStore(SqlStore):
     ) -> None:
         self.sql = _STATEMENTS
         self.search_sql = _SEARCH_SQL
+        self.slurm_sql = _SLURM_SQL
         self.url = url
         self.where = redact(url)
         self.secrets = HostSecrets(secrets_path)

@@ -1,7 +1,8 @@
-"""The store's Slurm statements (migration 9): pools' sbatch settings and one job per attempt.
+"""The store's Slurm statements (migration 7): pools' sbatch settings and one job per attempt.
 
-A mixin of :class:`SqliteStore` (and so of the PostgreSQL store, which shares its statements):
-it uses only ``_tx`` and ``_query``, with portable SQL."""
+Mixed into ``core.SqlStore`` so both engines have them; their statements are built once per
+dialect in ``SlurmSql`` (as ``statements.py`` and ``searches.SearchSql`` build the rest), so
+nothing rewrites SQL text per call. It uses the store's ``_tx``, ``_query`` and ``_event``."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any, Protocol
 
 from tunelab.controller.states import AttemptState, check_attempt
 from tunelab.controller.store.base import StoreConflict
+from tunelab.controller.store.dialect import Dialect
 
 
 @dataclass(frozen=True)
@@ -48,27 +50,57 @@ class SlurmBook(Protocol):
     def set_slurm_job_state(self, attempt_id: str, state: str, reason: str) -> None: ...
 
 
+class SlurmSql:
+    """The Slurm statements for one dialect."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        p = dialect.mark
+        self.delete_pool = f"DELETE FROM slurm_pools WHERE name = {p}"
+        self.insert_pool = f"INSERT INTO slurm_pools (name, config_json) VALUES ({p}, {p})"
+        self.pools = "SELECT name, config_json FROM slurm_pools"
+        self.job = f"SELECT * FROM slurm_jobs WHERE attempt_id = {p}"
+        self.attempt_state = f"SELECT state FROM attempts WHERE id = {p}"
+        self.insert_job = (
+            "INSERT INTO slurm_jobs (attempt_id, pool, job_id, submitted_at) "
+            f"VALUES ({dialect.marks(4)})"
+        )
+        self.start_attempt = (  # compare-and-set on DISPATCHING
+            f"UPDATE attempts SET state = {p}, dispatched_at = {p}, acked_at = {p}, message = {p} "
+            f"WHERE id = {p} AND state = {p}"
+        )
+        self.set_job_state = (
+            f"UPDATE slurm_jobs SET slurm_state = {p}, slurm_reason = {p} WHERE attempt_id = {p}"
+        )
+
+
 class SlurmStatements:
+    """Mixed into ``core.SqlStore``: uses its ``_tx``, ``_query`` and ``_event``, and
+    ``slurm_sql``, built for the store's dialect when it opens."""
+
+    slurm_sql: SlurmSql
+
     def _tx(self) -> AbstractContextManager[Any]:
         raise NotImplementedError
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         raise NotImplementedError
 
+    def _event(
+        self, conn: Any, kind: str, ref: str, src: str | None, dst: str | None, msg: str
+    ) -> None:
+        raise NotImplementedError
+
     def set_slurm_pool(self, name: str, config: dict[str, Any]) -> None:
         with self._tx() as conn:
-            conn.execute("DELETE FROM slurm_pools WHERE name = ?", (name,))
-            conn.execute(
-                "INSERT INTO slurm_pools (name, config_json) VALUES (?, ?)",
-                (name, json.dumps(config, sort_keys=True)),
-            )
+            conn.execute(self.slurm_sql.delete_pool, (name,))
+            conn.execute(self.slurm_sql.insert_pool, (name, json.dumps(config, sort_keys=True)))
 
     def slurm_pools(self) -> dict[str, dict[str, Any]]:
-        rows = self._query("SELECT name, config_json FROM slurm_pools")
+        rows = self._query(self.slurm_sql.pools)
         return {r["name"]: json.loads(r["config_json"]) for r in rows}
 
     def slurm_job(self, attempt_id: str) -> SlurmJobRow | None:
-        rows = self._query("SELECT * FROM slurm_jobs WHERE attempt_id = ?", (attempt_id,))
+        rows = self._query(self.slurm_sql.job, (attempt_id,))
         return _job(rows[0]) if rows else None
 
     def record_slurm_job(
@@ -76,30 +108,19 @@ class SlurmStatements:
     ) -> None:
         """The job sbatch returned, kept with its attempt, in one transaction with the move
         DISPATCHING → STARTING (the attempt's "acked": Slurm has it)."""
+        dispatching, starting = AttemptState.DISPATCHING, AttemptState.STARTING
         with self._tx() as conn:
-            row = conn.execute("SELECT state FROM attempts WHERE id = ?", (attempt_id,)).fetchone()
-            if row is None or row["state"] != AttemptState.DISPATCHING.value:
+            row = conn.execute(self.slurm_sql.attempt_state, (attempt_id,)).fetchone()
+            if row is None or row["state"] != dispatching.value:
                 raise StoreConflict(f"attempt {attempt_id} is no longer DISPATCHING")
-            check_attempt(AttemptState.DISPATCHING, AttemptState.STARTING)
+            check_attempt(dispatching, starting)
+            conn.execute(self.slurm_sql.insert_job, (attempt_id, pool, job_id, now))
             conn.execute(
-                "INSERT INTO slurm_jobs (attempt_id, pool, job_id, submitted_at)"
-                " VALUES (?, ?, ?, ?)",
-                (attempt_id, pool, job_id, now),
+                self.slurm_sql.start_attempt,
+                (starting.value, now, now, message, attempt_id, dispatching.value),
             )
-            conn.execute(
-                "UPDATE attempts SET state = ?, dispatched_at = ?, acked_at = ?, message = ?"
-                " WHERE id = ?",
-                (AttemptState.STARTING.value, now, now, message, attempt_id),
-            )
-            conn.execute(
-                "INSERT INTO events (at, kind, ref, from_state, to_state, message)"
-                " VALUES (?, 'attempt', ?, ?, ?, ?)",
-                (now, attempt_id, "DISPATCHING", "STARTING", message),
-            )
+            self._event(conn, "attempt", attempt_id, dispatching.value, starting.value, message)
 
     def set_slurm_job_state(self, attempt_id: str, state: str, reason: str) -> None:
         with self._tx() as conn:
-            conn.execute(
-                "UPDATE slurm_jobs SET slurm_state = ?, slurm_reason = ? WHERE attempt_id = ?",
-                (state, reason, attempt_id),
-            )
+            conn.execute(self.slurm_sql.set_job_state, (state, reason, attempt_id))

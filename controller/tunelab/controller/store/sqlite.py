@@ -24,10 +24,12 @@ from tunelab.controller.store.dialect import SQLITE
 from tunelab.controller.store.migrations import SQLITE_VERSIONS, migrate
 from tunelab.controller.store.searches import SearchSql
 from tunelab.controller.store.secrets import HostSecrets
+from tunelab.controller.store.slurmbook import SlurmSql
 from tunelab.controller.store.statements import Statements
 
 _STATEMENTS = Statements(SQLITE)
 _SEARCH_SQL = SearchSql(SQLITE)
+_SLURM_SQL = SlurmSql(SQLITE)
 _TURN = FencingToken(epoch=0)
 
 
@@ -35,6 +37,7 @@ class SqliteStore(SqlStore):
     def __init__(self, path: Path | str, secrets_file: Path | None = None) -> None:
         self.sql = _STATEMENTS
         self.search_sql = _SEARCH_SQL
+        self.slurm_sql = _SLURM_SQL
         self.path = Path(path)
         self.where = str(path)
         memory = str(path) == ":memory:"

@@ -20,7 +20,9 @@ TABLES = (
     "submissions",
     "searches",
     "search_trials",
-)  # in the order foreign keys need
+    "slurm_pools",
+    "slurm_jobs",
+)  # in the order foreign keys need (a pool names a host, a job an attempt)
 FORMAT = "tunelab-store-export"
 BATCH = 500
 
@@ -36,6 +38,8 @@ def export_lines(store: SqlStore) -> Iterator[str]:
             "submissions": "request_id",
             "searches": "grp",
             "search_trials": "grp, number",
+            "slurm_pools": "name",
+            "slurm_jobs": "attempt_id",
         }[table]
         for row in store._query(f"SELECT * FROM {table} ORDER BY {order}"):  # noqa: S608
             yield json.dumps({"table": table, "row": dict(row)}, sort_keys=True)
