@@ -132,15 +132,7 @@ class MlflowSink:
             known: dict[str, tuple[str, str]] = {}
             token: str | None = None
             while True:
-                page = self._call(
-                    "list runs",
-                    self._client.search_runs,
-                    [self.experiment_id()],
-                    filter_string=f"tags.`{KEY_TAG}` LIKE '%:%'",
-                    max_results=1000,
-                    order_by=["attributes.start_time ASC", "attributes.run_id ASC"],
-                    page_token=token,
-                )
+                page = self._runs("list runs", f"tags.`{KEY_TAG}` LIKE '%:%'", 1000, token)
                 for run in page:
                     key = run.data.tags.get(KEY_TAG)
                     if key and key not in known:
@@ -155,18 +147,23 @@ class MlflowSink:
         """The run with this ``tunelab.key`` in MLflow now (run id, digest), or None; with
         several (two writers created it at the same moment), the first by start time and run
         id, the same one for every writer. A key is made of tunelab ids: no quote in it."""
-        page = self._call(
-            "find run",
-            self._client.search_runs,
-            [self.experiment_id()],
-            filter_string=f"tags.`{KEY_TAG}` = '{key}'",
-            max_results=10,
-            order_by=["attributes.start_time ASC", "attributes.run_id ASC"],
-        )
-        for run in page:
+        for run in self._runs("find run", f"tags.`{KEY_TAG}` = '{key}'", 10):
             if run.data.tags.get(KEY_TAG) == key:
                 return run.info.run_id, run.data.tags.get(DIGEST_TAG, "")
         return None
+
+    def _runs(self, what: str, where: str, most: int, token: str | None = None) -> Any:
+        """One page of this experiment's runs matching ``where``, oldest first (then by run id),
+        so every writer sees the same order."""
+        return self._call(
+            what,
+            self._client.search_runs,
+            [self.experiment_id()],
+            filter_string=where,
+            max_results=most,
+            order_by=["attributes.start_time ASC", "attributes.run_id ASC"],
+            page_token=token,
+        )
 
     def url(self, run_id: str) -> str:
         return f"{self.shown}/#/experiments/{self.experiment_id()}/runs/{run_id}"
