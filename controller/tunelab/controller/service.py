@@ -466,10 +466,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             raise InvalidRequest(
                 "give at least one of metrics_url, set_labels, remove_labels, token"
             )
-        try:
-            self._store.update_host(request.name, **fields)
-        except KeyError:
-            raise NotFoundError(f"no host {request.name!r} (tunelab hosts ls lists them)") from None
+        self._store.update_host(request.name, **fields)  # removed meanwhile: StoreNotFound
         self._wake(True)
         return controller_pb2.UpdateHostResponse(host=self._host_pb(self._host(request.name)))
 

@@ -247,6 +247,9 @@ def test_a_missing_row_is_store_not_found(store: SqliteStore) -> None:
         store.remove_host("nope")
     with pytest.raises(StoreNotFound, match="no host 'nope'"):
         store.update_host("nope", failures=1)
+    with pytest.raises(StoreNotFound, match="no host 'nope'"):
+        store.update_host("nope", token="s3cret")  # and the token is not kept
+    assert store.secrets.get("nope") is None
     with pytest.raises(StoreNotFound, match="no experiment 'nope'"):
         store.set_experiment_state("nope", ExperimentState.CANCELLED, [ExperimentState.QUEUED])
     with pytest.raises(StoreNotFound, match="no attempt 'nope'"):

@@ -181,17 +181,19 @@ class SqlStore(SearchStatements, SlurmStatements, ABC):
         """Observations (failures, GPUs, last seen): never the state or its flags."""
         if _HOST_STATE_COLUMNS & fields.keys():
             raise TypeError("a host's state, drain and quarantined change via transition_host")
-        if "token" in fields:
-            self.secrets.set(name, fields.pop("token"))
-        if not fields:
-            return
-        values = column_values(fields)
-        with self._tx() as conn:
-            n = conn.execute(
-                self.sql.update("hosts", values, ["name"]), (*values.values(), name)
-            ).rowcount
-            if n == 0:
-                raise StoreNotFound(f"no host {name!r}")
+        token_given, token = "token" in fields, fields.pop("token", None)
+        if fields:
+            values = column_values(fields)
+            with self._tx() as conn:
+                n = conn.execute(
+                    self.sql.update("hosts", values, ["name"]), (*values.values(), name)
+                ).rowcount
+                if n == 0:
+                    raise StoreNotFound(f"no host {name!r}")
+        elif token_given:
+            self._get_host(name)  # no token is kept for a host that is not registered
+        if token_given:
+            self.secrets.set(name, token)
 
     def transition_host(
         self, name: str, seen: HostRow, target: HostState, **fields: Any
