@@ -88,15 +88,19 @@ def test_a_controller_killed_mid_search_resumes_without_rerunning_a_finished_tri
     controller.kill9()  # SIGKILL: no shutdown path runs
     controller.start()
     result = controller.cli("wait", group, "--json", timeout=300)
-    assert result.returncode == 0, result.stdout + result.stderr
+    # every message carries the evidence: a failure here must explain itself the first time
+    evidence = f"\ncontroller log:\n{controller.log()[-4000:]}"
+    assert result.returncode == 0, result.stdout + result.stderr + evidence
     after = json.loads(result.stdout)
-    assert after["state"] == "DONE" and after["best"]["params"] == {SEQS: 64}
+    assert after["state"] == "DONE" and after["best"]["params"] == {SEQS: 64}, (
+        json.dumps(after["trials"], indent=1) + evidence
+    )
     for number, trial in finished_before.items():  # finished trials are kept as they were
-        assert after["trials"][number - 1] == trial
+        assert after["trials"][number - 1] == trial, (trial, after["trials"][number - 1])
     experiments = [t["experiment"] for t in after["trials"]]
-    assert len(experiments) == len(set(experiments)) == 4
-    started = agent.log().count('"event": "server_started"')
-    assert started == 4, f"each trial's server started once, got {started}"
+    assert len(experiments) == len(set(experiments)) == 4, after["trials"]
+    starts = [line for line in agent.log().splitlines() if '"event": "server_started"' in line]
+    assert len(starts) == 4, "each trial's server started once:\n" + "\n".join(starts) + evidence
 
 
 def test_search_cancel_stops_the_trials_and_wait_says_so(lab: Lab, tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ def wait_serving(
         health = health_pb2_grpc.HealthStub(channel)
         while time.monotonic() < deadline:
             if proc is not None and proc.poll() is not None:
-                raise RuntimeError(f"{what} exited with {proc.returncode}:\n{log()}")
+                raise RuntimeError(f"{what} exited with {proc.returncode}:\n{log()[-20000:]}")
             try:
                 reply = health.Check(health_pb2.HealthCheckRequest(service=""), timeout=1.0)
                 if reply.status == health_pb2.HealthCheckResponse.SERVING:
@@ -31,4 +31,4 @@ def wait_serving(
             except grpc.RpcError:
                 pass
             time.sleep(0.05)
-    raise TimeoutError(f"{what} not serving after {timeout}s:\n{log()}")
+    raise TimeoutError(f"{what} not serving after {timeout}s:\n{log()[-20000:]}")
