@@ -150,6 +150,38 @@ def test_a_command_benchmark_result_is_stored_as_is(agent: AgentProcess, tmp_pat
     assert json.loads(final.result_json) == {"tool": "mine", "models": "sim"}
 
 
+def test_a_result_file_planted_as_a_symlink_or_too_large_is_not_read(
+    agent: AgentProcess, tmp_path: Path
+) -> None:
+    """The benchmark is the user's program: the root agent must not follow its result file to
+    another file, nor read a result of any size into memory."""
+    secret = tmp_path / "root-only.json"
+    secret.write_text('{"stolen": "root secret"}')
+    plants = {
+        "link": f"import os; os.symlink({str(secret)!r}, 'out.json')\n",
+        "huge": "open('out.json', 'w').write('[' + '0,' * (9 * 1024 * 1024) + '0]')\n",
+    }
+    stub = agent.stub()
+    for name, body in plants.items():
+        script = tmp_path / f"{name}.py"
+        script.write_text(body)
+        spec = run_spec()
+        spec.benchmark.CopyFrom(
+            R.BenchmarkSpec(
+                command=R.CommandBenchmark(
+                    argv=[sys.executable, str(script)], result_file="out.json"
+                )
+            )
+        )
+        stub.StartRun(agent_pb2.StartRunRequest(run_id=f"plant-{name}", spec=spec), timeout=10)
+        final = wait_run(stub, f"plant-{name}")
+        assert final.state == R.RUN_STATE_FAILED_BENCHMARK, (name, final.state, final.message)
+        assert "root secret" not in final.message + final.result_json
+        # a link is refused by the confinement check, and if swapped in after it, by O_NOFOLLOW
+        expected = "out.json" if name == "link" else "larger than 16777216 bytes"
+        assert expected in final.message, (name, final.message)
+
+
 def test_a_server_that_never_gets_ready_fails_the_start(agent: AgentProcess) -> None:
     spec = run_spec()
     spec.server.argv[:] = [sys.executable, "-c", "raise SystemExit(4)"]

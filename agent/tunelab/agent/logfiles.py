@@ -1,24 +1,47 @@
-"""Reading the log files of servers and runs by byte offset, for resumable log streams."""
+"""Reading the log files of servers and runs by byte offset, for resumable log streams.
+
+A log lies in a folder its server's user can write, so the root agent opens it without following
+a symlink and only as a regular file: a planted link (or a FIFO, which would block the read)
+reads as no log, never as somebody else's file."""
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 CHUNK_BYTES = 64 * 1024
 FOLLOW_POLL = 0.1
 
 
+def open_log(path: Path) -> BinaryIO:
+    """``path`` opened for reading, refused unless it is a regular file reached without a link
+    in its last component: FileNotFoundError then, so every caller treats it as no log yet."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        raise FileNotFoundError(f"{path}: a symlink, not read") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise FileNotFoundError(f"{path}: not a regular file")
+    return os.fdopen(fd, "rb")
+
+
 def tail_offset(path: Path, lines: int) -> int:
     """Byte offset where the last ``lines`` lines of ``path`` begin."""
     try:
-        size = path.stat().st_size
+        f = open_log(path)
     except FileNotFoundError:
         return 0
-    if lines <= 0:
-        return size
-    with path.open("rb") as f:
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        if lines <= 0:
+            return size
         pos = size
         seen = 0
         block = 8192
@@ -42,10 +65,9 @@ def tail_offset(path: Path, lines: int) -> int:
 def last_lines(path: Path, lines: int, max_bytes: int = 16 * 1024) -> list[str]:
     """The last ``lines`` lines of a log (tqdm's ``\\r`` redraws reduced to their last state)."""
     try:
-        size = path.stat().st_size
-        with path.open("rb") as f:
-            f.seek(max(0, size - max_bytes))
-            text = f.read().decode("utf-8", errors="replace")
+        with open_log(path) as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - max_bytes))
+            text = f.read(max_bytes).decode("utf-8", errors="replace")
     except FileNotFoundError:
         return []
     out = [line.rsplit("\r", 1)[-1] for line in text.splitlines()]
@@ -70,7 +92,7 @@ def read_log_chunks(
     while not cancelled():
         done_before_read = finished()
         try:
-            with path.open("rb") as f:
+            with open_log(path) as f:
                 size = os.fstat(f.fileno()).st_size
                 if pos > size:  # the file was replaced or truncated: start over
                     pos = 0

@@ -41,10 +41,17 @@ def open_nofollow(path: Path, flags: int, mode: int = 0o600) -> int:
     return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
 
 
-def read_json(path: Path) -> Any:
-    fd = open_nofollow(path, os.O_RDONLY)
+def read_json(path: Path, max_bytes: int | None = None) -> Any:
+    """The JSON document at ``path``; with ``max_bytes``, a larger file is a ValueError naming
+    the limit (a result file is written by the user's benchmark: its size is not ours)."""
+    fd = open_nofollow(path, os.O_RDONLY | os.O_NONBLOCK)
     with os.fdopen(fd, "rb") as handle:
-        return json.loads(handle.read())
+        if max_bytes is None:
+            return json.loads(handle.read())
+        data = handle.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise ValueError(f"larger than {max_bytes} bytes")
+    return json.loads(data)
 
 
 def quarantine(path: Path, reason: str) -> Path:

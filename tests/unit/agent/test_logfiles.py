@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from tunelab.agent.logfiles import last_lines, read_log_chunks, tail_offset
@@ -68,3 +69,24 @@ def test_follow_waits_until_the_owner_finishes(tmp_path: Path) -> None:
     )
     assert b"".join(c[1] for c in chunks) == b"abb"
     assert chunks[-1][2] is True
+
+
+def test_a_symlink_or_fifo_in_place_of_a_log_reads_as_no_log(tmp_path: Path) -> None:
+    """A server's user can write its log folder: a link planted as the log must never make the
+    root agent read (and stream) somebody else's file, and a FIFO must not block it."""
+    secret = tmp_path / "root-only"
+    secret.write_bytes(b"root secret\n")
+    link = tmp_path / "server.log"
+    link.symlink_to(secret)
+    fifo = tmp_path / "fifo.log"
+    os.mkfifo(fifo)
+    for planted in (link, fifo):
+        assert last_lines(planted, 5) == []
+        assert tail_offset(planted, 3) == 0
+        chunks = list(
+            read_log_chunks(
+                planted, 0, follow=False, finished=lambda: True, cancelled=lambda: False,
+                wait=lambda s: None,
+            )
+        )  # fmt: skip
+        assert chunks == [(0, b"", True)]

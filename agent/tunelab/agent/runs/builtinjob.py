@@ -4,14 +4,14 @@ so a restarted agent picks it up again through the monitor's socket and the file
 
 from __future__ import annotations
 
-import json
 import threading
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from tunelab.agent.runs.commandjob import STOP_GRACE, BenchFailed
+from tunelab.agent.runs.commandjob import MAX_RESULT_BYTES, STOP_GRACE, BenchFailed
 from tunelab.agent.runs.monitoredjob import JobFailed, MonitoredJob
+from tunelab.agent.statefile import read_json
 from tunelab.bench.config import BenchConfig
 from tunelab.bench.launcher import BENCH_ENV, BenchFiles, bench_argv, prepare
 from tunelab.bench.progress import ProgressReader
@@ -55,12 +55,14 @@ class BuiltinJob:
         if self._job.vanished:
             raise BenchFailed(f"the load generator: {self._job.vanished}")
         try:
-            document: dict[str, Any] = json.loads(self._files.result.read_text())
+            document: dict[str, Any] = read_json(self._files.result, MAX_RESULT_BYTES)
         except FileNotFoundError:
             tail = self._files.log_tail(600)
             raise BenchFailed(
                 f"the load generator wrote no result: {state.error or tail}"
             ) from None
+        except OSError as exc:  # ELOOP: a symlink where the result goes
+            raise BenchFailed(f"the result file not read: {exc.strerror}") from None
         except ValueError as exc:
             raise BenchFailed(f"the result file is not JSON: {exc}") from None
         if state.error or document.get("status") != "completed":

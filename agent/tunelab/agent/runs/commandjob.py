@@ -4,7 +4,6 @@ restarted agent re-attaches to it through the monitor's socket."""
 
 from __future__ import annotations
 
-import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -12,10 +11,13 @@ from typing import Any
 from tunelab.agent.errors import InvalidSpec
 from tunelab.agent.runs.monitoredjob import JobFailed, MonitoredJob
 from tunelab.agent.runs.record import CommandBench
+from tunelab.agent.statefile import read_json
 
 PROCESS_FILE = "command-process.json"
 LOG_FILE = "bench.log"
 RESULT_FILE_FIELD = "spec.benchmark.command.result_file"
+# a result file is read whole into memory: a benchmark's (~100 KB for a 4-point sweep) is far below
+MAX_RESULT_BYTES = 16 * 1024 * 1024
 STOP_GRACE = 10.0  # what the monitor grants when it is itself told to stop (SIGTERM)
 
 
@@ -89,9 +91,11 @@ class CommandJob:
         if code not in (0, None):
             raise BenchFailed(f"benchmark command exited with {code}; see its log (stream bench)")
         try:
-            data = json.loads(self.result_path.read_text())
+            data = read_json(self.result_path, MAX_RESULT_BYTES)
         except FileNotFoundError:
             raise BenchFailed(f"benchmark command wrote no {self.result_path.name}") from None
+        except OSError as exc:  # ELOOP: a symlink planted where the result goes
+            raise BenchFailed(f"{self.result_path.name} not read: {exc.strerror}") from None
         except ValueError as exc:
             raise BenchFailed(f"{self.result_path.name} is not JSON: {exc}") from None
         if not isinstance(data, dict):

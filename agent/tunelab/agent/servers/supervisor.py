@@ -24,7 +24,7 @@ import structlog
 
 from tunelab.agent.engines.supervision import EngineSupervision
 from tunelab.agent.gpu import GpuBackend, GpuError
-from tunelab.agent.logfiles import last_lines
+from tunelab.agent.logfiles import last_lines, open_log
 from tunelab.agent.servers.monitorclient import MonitorClient, MonitorStatus, kill_orphans
 from tunelab.agent.servers.probe import ProbeResult
 from tunelab.agent.servers.process import ProcessId
@@ -255,7 +255,7 @@ class ServerSupervisor:
         view may predate a LOADING this thread wrote a moment ago (a probe answering in the
         same pass as new log lines once made it LOADING -> LOADING and killed the watch)."""
         try:
-            with self._log_path.open("rb") as f:
+            with open_log(self._log_path) as f:
                 f.seek(self._log_pos)
                 data = f.read(MAX_LOG_READ)
         except FileNotFoundError:
