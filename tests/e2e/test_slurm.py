@@ -36,7 +36,7 @@ X = controller_pb2
 def cluster() -> Iterator[SlurmCluster]:
     missing = slurm_missing()
     if missing:  # never a skip: `make deps` installs what these tests need
-        pytest.fail(f"no real Slurm here: {missing}; run `make deps`")
+        pytest.fail(f"no real Slurm here: {missing}")
     cluster = SlurmCluster().start()
     try:
         yield cluster
