@@ -19,7 +19,8 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python -P -m tunelab.controller.demo
 
-## deps: the Debian packages the suite needs (chromium, prometheus, postgresql, curl, systemd):
+## deps: the Debian packages the suite needs (chromium, prometheus, postgresql, curl, systemd,
+## slurm-wlm, munge):
 ## installed with apt-get when run as root, else one line with the command to run
 deps:
 	@bash tests/support/system_deps.sh

@@ -5,6 +5,7 @@ reports and a controller kill -9 are settled by Slurm's own account."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -36,7 +37,7 @@ X = controller_pb2
 def cluster() -> Iterator[SlurmCluster]:
     missing = slurm_missing()
     if missing:  # never a skip: `make deps` installs what these tests need
-        pytest.fail(f"no real Slurm here: {missing}; run `make deps`")
+        pytest.fail(f"no real Slurm here: {missing}")
     cluster = SlurmCluster().start()
     try:
         yield cluster
@@ -197,17 +198,25 @@ def test_kill9_while_pending_at_slurm_then_restart_submits_nothing_twice(
     slurm.run("scontrol", "update", "nodename=localhost", "state=drain", "reason=e2e-drain")
     (submitted,) = lab.submit(spec("pending"))
     experiment_id = submitted["id"]
-    shown = wait_for(
-        "Slurm's reason",
-        lambda: (
-            (r := controller.cli("show", experiment_id))
-            and "queued at Slurm" in r.stdout
-            and r.stdout
-        ),
-    )
+
+    def slurms_reason() -> tuple[str, str] | None:
+        """(job, reason) once `show` gives the reason squeue gives for the job, and it is one."""
+        shown = re.search(
+            r"queued at Slurm: job (\d+) PENDING \((.*)\)$",
+            controller.cli("show", experiment_id).stdout,
+            re.MULTILINE,
+        )
+        if shown is None or shown[2] in ("", "None"):  # "None" until Slurm's scheduler looks
+            return None
+        said = slurm.run("squeue", "-h", "-j", shown[1], "-o", "%r", check=False).strip()
+        return (shown[1], shown[2]) if said == shown[2] else None
+
+    job, reason = wait_for("Slurm's pending reason", slurms_reason)
+    # the drained node is why: Slurm words it by version ("ReqNodeNotAvail, UnavailableNodes:…",
+    # "Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority partitions")
+    assert re.search(r"ReqNodeNotAvail|Nodes required|DRAIN|Resources", reason, re.I), reason
     attempt_id = controller.experiment(experiment_id).attempts[0].id
-    assert "PENDING" in shown
-    (job,) = jobs_named(slurm, attempt_id)
+    assert jobs_named(slurm, attempt_id) == [job]
 
     controller.kill9()
     controller.start()

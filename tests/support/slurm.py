@@ -27,12 +27,12 @@ CLIENTS = ("sbatch", "squeue", "scancel", "scontrol", "sinfo")
 
 
 def slurm_missing() -> str:
-    """Why a real Slurm cannot run here ('' when it can)."""
+    """Why a real Slurm cannot run here, with the fix ('' when it can). The tests fail on it."""
     for binary in ("munged", "slurmctld", "slurmd", *CLIENTS):
         if shutil.which(binary) is None and not Path(f"/usr/sbin/{binary}").exists():
-            return f"{binary} not installed (apt-get install slurm-wlm munge)"
+            return f"{binary} not installed: run `make deps` (Debian's slurm-wlm and munge)"
     if os.geteuid() != 0:
-        return "the test cluster's slurmd must run as root"
+        return "the test cluster's slurmd must run as root: run the Slurm tests as root"
     return ""
 
 

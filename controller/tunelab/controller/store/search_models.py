@@ -1,4 +1,4 @@
-"""The searches' rows and the store's part for them (migration 7; statements in searches.py)."""
+"""The searches' rows and the store's part for them (migration 6; statements in searches.py)."""
 
 from __future__ import annotations
 
