@@ -7,8 +7,10 @@ matching host with the usual leases, fencing and exactly-once dispatch. Everythi
 knows is re-read from the store each tick; a restarted controller resumes where it stopped.
 
 Failures teach: a failed trial is recorded with its reason and never proposed again; after an
-OOM, every candidate with a larger value of an ordered integer flag (the others equal) is
-recorded as SKIPPED ("implied OOM by trial N") instead of being launched.
+OOM, every candidate with a larger value along an OOM axis (the others equal) is recorded as
+SKIPPED ("implied OOM by trial N") instead of being launched. The OOM axes are
+``search.implied_oom`` when given, else the integer axes but those whose larger values relieve
+each GPU's memory (parallel sizes, offload: ``space.default_oom_axis``).
 """
 
 from __future__ import annotations
@@ -75,12 +77,13 @@ def retries(trials: Sequence[TrialRow]) -> list[Proposal]:
 def implied_oom(
     spec: SearchSpec, params: dict[str, Any], trials: Sequence[TrialRow]
 ) -> TrialRow | None:
-    """The OOM trial that implies ``params`` would run out of memory too, if any."""
-    ordered = [p.path for p in spec.space if p.ordered_int]
+    """The OOM trial that implies ``params`` would run out of memory too, if any: one with a
+    smaller value along an OOM axis and every other value equal."""
+    axes = spec.oom_axes
     for t in trials:
         if t.failure_reason not in OOM_REASONS:
             continue
-        for path in ordered:
+        for path in axes:
             others_equal = all(t.params.get(k) == v for k, v in params.items() if k != path)
             if others_equal and params[path] > t.params[path]:
                 return t
