@@ -91,13 +91,19 @@ def implied_oom(
 
 
 def best_trial(spec: SearchSpec, trials: Sequence[TrialRow]) -> TrialRow | None:
-    """The feasible trial with the best objective (a candidate's latest launch carries the
-    mean over all of its launches in ``samples``)."""
-    best: TrialRow | None = None
+    """The feasible candidate with the best objective, each judged by its latest launch with
+    one: that launch's objective pools the samples of all of the candidate's launches, while an
+    earlier launch's is a stale partial mean (which could rank it wrongly and lie outside the
+    interval ``search show`` gives)."""
+    latest: dict[str, TrialRow] = {}
     for t in trials:
-        if t.state != "DONE" or t.objective is None:
-            continue
-        if best is None or better(spec, t.objective, best.objective or 0.0):
+        if t.state == "DONE" and t.objective is not None:
+            seen = latest.get(key(t.params))
+            if seen is None or t.number > seen.number:
+                latest[key(t.params)] = t
+    best: TrialRow | None = None
+    for t in sorted(latest.values(), key=lambda t: t.number):
+        if best is None or better(spec, t.objective or 0.0, best.objective or 0.0):
             best = t
     return best
 
