@@ -1,6 +1,7 @@
 """Integration: the search driver's tests of tests/unit, collected again over a real PostgreSQL
-server (tests/support/postgres.py): the searches' statements (migration 6) are portable, and a
-controller that reopens the database resumes a search without running a finished trial again."""
+server (tests/support/postgres.py): the searches' statements (migration 0006,
+0006_searches.sql) are portable, and a controller that reopens the database resumes a search
+without running a finished trial again."""
 
 from __future__ import annotations
 

@@ -67,7 +67,8 @@ def run_queued(
                 attempt.id,
                 AttemptState.FAILED_STARTUP,
                 [AttemptState.DISPATCHING],
-                result={"failure_reason": reason},
+                result={"failure_reason": reason},  # as dispatch keeps it: both places
+                failure_reason=reason,
                 message="server exited",
             )
         else:

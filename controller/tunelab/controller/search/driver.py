@@ -7,8 +7,10 @@ matching host with the usual leases, fencing and exactly-once dispatch. Everythi
 knows is re-read from the store each tick; a restarted controller resumes where it stopped.
 
 Failures teach: a failed trial is recorded with its reason and never proposed again; after an
-OOM, every candidate with a larger value of an ordered integer flag (the others equal) is
-recorded as SKIPPED ("implied OOM by trial N") instead of being launched.
+OOM, every candidate with a larger value along an OOM axis (the others equal) is recorded as
+SKIPPED ("implied OOM by trial N") instead of being launched. The OOM axes are
+``search.implied_oom`` when given, else the integer axes but those whose larger values relieve
+each GPU's memory (parallel sizes, offload: ``space.default_oom_axis``).
 """
 
 from __future__ import annotations
@@ -75,12 +77,13 @@ def retries(trials: Sequence[TrialRow]) -> list[Proposal]:
 def implied_oom(
     spec: SearchSpec, params: dict[str, Any], trials: Sequence[TrialRow]
 ) -> TrialRow | None:
-    """The OOM trial that implies ``params`` would run out of memory too, if any."""
-    ordered = [p.path for p in spec.space if p.ordered_int]
+    """The OOM trial that implies ``params`` would run out of memory too, if any: one with a
+    smaller value along an OOM axis and every other value equal."""
+    axes = spec.oom_axes
     for t in trials:
         if t.failure_reason not in OOM_REASONS:
             continue
-        for path in ordered:
+        for path in axes:
             others_equal = all(t.params.get(k) == v for k, v in params.items() if k != path)
             if others_equal and params[path] > t.params[path]:
                 return t
@@ -88,13 +91,19 @@ def implied_oom(
 
 
 def best_trial(spec: SearchSpec, trials: Sequence[TrialRow]) -> TrialRow | None:
-    """The feasible trial with the best objective (a candidate's latest launch carries the
-    mean over all of its launches in ``samples``)."""
-    best: TrialRow | None = None
+    """The feasible candidate with the best objective, each judged by its latest launch with
+    one: that launch's objective pools the samples of all of the candidate's launches, while an
+    earlier launch's is a stale partial mean (which could rank it wrongly and lie outside the
+    interval ``search show`` gives)."""
+    latest: dict[str, TrialRow] = {}
     for t in trials:
-        if t.state != "DONE" or t.objective is None:
-            continue
-        if best is None or better(spec, t.objective, best.objective or 0.0):
+        if t.state == "DONE" and t.objective is not None:
+            seen = latest.get(key(t.params))
+            if seen is None or t.number > seen.number:
+                latest[key(t.params)] = t
+    best: TrialRow | None = None
+    for t in sorted(latest.values(), key=lambda t: t.number):
+        if best is None or better(spec, t.objective or 0.0, best.objective or 0.0):
             best = t
     return best
 

@@ -17,7 +17,7 @@ from tunelab.controller.spec.errors import SpecIssue
 from tunelab.controller.spec.schema import Checker
 
 SEARCH_KEYS = {"space", "objective", "slo", "load", "budget", "strategy", "eta", "parallel",
-               "seed", "grid_points"}  # fmt: skip
+               "seed", "grid_points", "implied_oom"}  # fmt: skip
 STRATEGIES = ("grid", "random", "successive-halving", "tpe")
 # objective/SLO name -> (field of a result point, or of the run for tokens_per_joule; higher better)
 METRICS: dict[str, tuple[str, bool]] = {
@@ -36,6 +36,12 @@ METRICS: dict[str, tuple[str, bool]] = {
 LATENCY_METRICS = tuple(k for k, (_, up) in METRICS.items() if not up)
 MAX_TRIALS = 10_000
 MAX_FIND = 100_000
+# flags whose larger values spread the model over more GPUs or move memory off them: an OOM at
+# a value says nothing of larger ones (any flag ending in "parallel-size" is one too)
+MEMORY_RELIEVING_FLAGS = frozenset(
+    {"--tp", "--pp", "--dp", "--ep", "--cp", "--tp-size", "--pp-size", "--dp-size", "--ep-size",
+     "--moe-ep-size", "--cpu-offload-gb", "--swap-space", "--nnodes", "--num-gpus"}
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -84,6 +90,16 @@ class Param:
         return {"path": self.path, self.kind: [self.low, self.high], "log": self.log}
 
 
+def default_oom_axis(param: Param) -> bool:
+    """Whether an OOM at a value of ``param`` implies OOM at its larger values (the others
+    equal) when the spec names no ``implied_oom``: an integer axis, unless a larger value
+    relieves each GPU's memory (more parallelism, more offload, more GPUs or nodes)."""
+    if not param.ordered_int:
+        return False
+    flag = param.path.rsplit(".", 1)[-1]
+    return not (flag.endswith("parallel-size") or flag in MEMORY_RELIEVING_FLAGS)
+
+
 @dataclass(frozen=True)
 class Load:
     """``find`` (bisection to the largest load meeting every SLO) or a fixed list."""
@@ -113,11 +129,19 @@ class SearchSpec:
     parallel: int = 4
     seed: int = 0
     grid_points: int = 4
+    implied_oom: tuple[str, ...] | None = None  # None: the default rule (default_oom_axis)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def default_params(self) -> dict[str, Any]:
         return {p.path: p.default for p in self.space}
+
+    @property
+    def oom_axes(self) -> tuple[str, ...]:
+        """The axes along which an OOM implies OOM at larger values (the others equal)."""
+        if self.implied_oom is not None:
+            return self.implied_oom
+        return tuple(p.path for p in self.space if default_oom_axis(p))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -131,6 +155,7 @@ class SearchSpec:
             "parallel": self.parallel,
             "seed": self.seed,
             "grid_points": self.grid_points,
+            "implied_oom": None if self.implied_oom is None else list(self.implied_oom),
         }
 
     @classmethod
@@ -159,6 +184,8 @@ class SearchSpec:
             parallel=data["parallel"],
             seed=data["seed"],
             grid_points=data["grid_points"],
+            # absent in searches stored before the key existed: the default rule
+            implied_oom=None if data.get("implied_oom") is None else tuple(data["implied_oom"]),
         )
 
 
@@ -192,6 +219,26 @@ def _param(check: Checker, path: str, raw: Any) -> Param | None:
     if log and low <= 0:
         check.fail(f"{where}.log", "a log range must start above 0")
     return Param(path, kind, (), float(low), float(high), log)
+
+
+def _implied_oom(check: Checker, raw: Any, params: list[Param]) -> tuple[str, ...]:
+    """``search.implied_oom``: the integer axes of the space along which an OOM is implied."""
+    if isinstance(raw, str) or not isinstance(raw, list):
+        check.fail("search.implied_oom", "must be a list of paths of the space ([] for none)")
+        return ()
+    axes = {p.path: p for p in params}
+    out: list[str] = []
+    for i, path in enumerate(raw):
+        where = f"search.implied_oom[{i}]"
+        if not isinstance(path, str) or path not in axes:
+            check.fail(where, f"{path!r} is not a path of search.space")
+        elif not axes[path].ordered_int:
+            check.fail(where, f"{path} is not an integer axis (an int range or a list of ints)")
+        elif path in out:
+            check.fail(where, f"lists {path} twice")
+        else:
+            out.append(path)
+    return tuple(out)
 
 
 def _load(check: Checker, raw: Any) -> Load:
@@ -287,6 +334,7 @@ def parse_search(raw: Any, prefix: str = "") -> tuple[SearchSpec | None, list[Sp
     parallel = check.integer(doc.get("parallel", 4), "search.parallel", 1)
     seed = check.integer(doc.get("seed", 0), "search.seed", 0)
     grid_points = check.integer(doc.get("grid_points", 4), "search.grid_points", 2)
+    implied = _implied_oom(check, doc["implied_oom"], params) if "implied_oom" in doc else None
     if check.issues:
         return None, check.issues
     spec = SearchSpec(
@@ -302,5 +350,6 @@ def parse_search(raw: Any, prefix: str = "") -> tuple[SearchSpec | None, list[Sp
         parallel=min(parallel, 1024),
         seed=seed,
         grid_points=min(grid_points, 100),
+        implied_oom=implied,
     )
     return spec, []

@@ -138,7 +138,8 @@ def outcome(search: SearchSpec, exp: ExperimentRow, attempts: Sequence[AttemptRo
         return Outcome("CANCELLED", failure_reason="CANCELLED", details=used)
     result = (last.result if last else None) or {}
     if exp.state is not ExperimentState.SUCCEEDED or last is None:
-        reason = str(result.get("failure_reason") or "")
+        # the attempt's column is the record (migration 5 moved reasons out of result JSON)
+        reason = last.failure_reason if last is not None else ""
         if not reason and last is not None:
             reason = FAILED_STATES.get(last.state, last.state.value)
         used["message"] = (last.message if last else "") or exp.message

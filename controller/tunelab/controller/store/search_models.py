@@ -1,4 +1,5 @@
-"""The searches' rows and the store's part for them (migration 6; statements in searches.py)."""
+"""The searches' rows and the store's part for them (migration 0006, ``0006_searches.sql``;
+statements in searches.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The searches' transactions (migration 6), mixed into ``core.SqlStore`` so both engines have
-them; their statements are built once per dialect in ``SearchSql`` (as ``statements.py``
-builds the rest), so nothing rewrites SQL text per call.
+"""The searches' transactions (migration 0006, ``0006_searches.sql``), mixed into
+``core.SqlStore`` so both engines have them; their statements are built once per dialect in
+``SearchSql`` (as ``statements.py`` builds the rest), so nothing rewrites SQL text per call.
 
 States are data (as in ``states.py``): a search is RUNNING until DONE, FAILED or CANCELLED; a
 trial is RUNNING until DONE, FAILED or CANCELLED, or born SKIPPED (implied by another's OOM).
