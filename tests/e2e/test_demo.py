@@ -9,6 +9,9 @@ import sys
 from pathlib import Path
 
 from tests.support.daemon_proc import REPO
+from tests.support.health import wait_serving
+from tests.support.ports import free_port
+from tunelab.controller.demo import NEXT_STEP
 
 
 def test_demo_runs_the_main_job_end_to_end() -> None:
@@ -38,6 +41,27 @@ def test_demo_runs_the_main_job_end_to_end() -> None:
             assert Path(log).is_file() and Path(log).parent == report.parent, log
         tail = out[found.end() :]
         assert "the daemons' logs:" in tail and "next, on a GPU host of your own:" in tail
-        assert "tunelab hosts add gpu1 HOST:50051 --label pool=demo" in tail
+        assert "tunelab hosts add gpu1 HOST:50051 --agent-token-file agent.token" in tail
     finally:
         shutil.rmtree(report.parent)
+
+
+def test_the_next_step_agent_line_starts_an_agent_as_written(tmp_path: Path) -> None:
+    """The hint's `serve` line, run as printed (only the state dir and the two ports made this
+    test's own): it listens beyond loopback, so it must carry what the agent requires there."""
+    (line,) = [s.strip() for s in NEXT_STEP.splitlines() if "tunelab-agent serve" in s]
+    (tmp_path / "agent.token").write_text("a-token-of-the-next-step\n")
+    (tmp_path / "agent.token").chmod(0o600)
+    port, metrics = free_port(), free_port()
+    argv = line.replace(":50051", f":{port}").replace(":9473", f":{metrics}").split()
+    argv[0] = str(Path(sys.executable).with_name("tunelab-agent"))
+    argv += ["--state-dir", str(tmp_path / "state")]
+    log = tmp_path / "agent.log"
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(argv, cwd=tmp_path, stdout=sink, stderr=subprocess.STDOUT)
+    try:
+        wait_serving(f"127.0.0.1:{port}", proc, 30, "the next step's agent", log.read_text)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    assert '"event": "agent_listening"' in log.read_text()

@@ -191,11 +191,14 @@ def main(fast_polls: bool = True) -> int:
     return code
 
 
+# every line works as written (tests/e2e/test_demo.py runs the agent's): beyond loopback the agent
+# needs a token, and the controller sends it with the host's registration
 NEXT_STEP = """next, on a GPU host of your own:
-  tunelab-agent audit                      # on the host: what to fix before tuning
-  tunelab-agent serve --listen 0.0.0.0:50051 --metrics-listen 0.0.0.0:9473
-  tunelab controller serve &               # on your laptop or a lab machine
-  tunelab hosts add gpu1 HOST:50051 --label pool=demo
+  tunelab-agent audit                      # as root on the host: what to fix before tuning
+  (umask 077; head -c 32 /dev/urandom | base64 > agent.token)   # beyond loopback: a token
+  tunelab-agent serve --listen 0.0.0.0:50051 --token-file agent.token --metrics-listen 0.0.0.0:9473
+  tunelab controller serve &               # on your laptop or a lab machine, with a copy of it
+  tunelab hosts add gpu1 HOST:50051 --agent-token-file agent.token --label pool=demo
   tunelab submit examples/demo-ablation.yaml --wait   # then swap the simulator for your engine"""
 
 
