@@ -157,6 +157,22 @@ def test_search_show_json_has_the_issue_shape(store: SqliteStore) -> None:
     json.dumps(doc)
 
 
+def test_trials_and_the_recommendation_keep_the_flags_in_the_specs_order(
+    store: SqliteStore,
+) -> None:
+    """Flags are passed, and shown, as the user wrote them (--port, --max-num-seqs, --chunk):
+    the stored base document must not come back sorted."""
+    submit(store, BASE + SEARCH.replace("STRATEGY", "grid"))
+    doc = until_done(store, SearchDriver(store, lambda: 1.0))
+    written = ["--port", "--max-num-seqs", "--chunk"]
+    for trial in doc["trials"]:
+        experiment = store.get_experiment(trial["experiment"])
+        assert experiment is not None
+        assert list(experiment.spec["server"]["flags"]) == written
+    argv = doc["recommendation"]["argv"]
+    assert [a for a in argv if a.startswith("--")] == written
+
+
 def test_an_oom_skips_larger_values_and_is_never_retried(store: SqliteStore) -> None:
     submit(store, BASE + SEARCH.replace("STRATEGY", "grid") + "  parallel: 1\n")
     oom = lambda flags: "CUDA_OOM" if int(flags["--max-num-seqs"]) >= 64 else ""  # noqa: E731

@@ -134,7 +134,7 @@ class SearchStatements:
                     row.name,
                     row.state,
                     json.dumps(row.spec, sort_keys=True),
-                    json.dumps(row.base, sort_keys=True),
+                    json.dumps(row.base),  # unsorted: server flags keep the user's order
                     row.message,
                     row.submitted_at,
                 ),
