@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import errno
 import os
-import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
+
+from tunelab.agent.statefile import open_regular
 
 CHUNK_BYTES = 64 * 1024
 FOLLOW_POLL = 0.1
@@ -21,14 +22,11 @@ def open_log(path: Path) -> BinaryIO:
     """``path`` opened for reading, refused unless it is a regular file reached without a link
     in its last component: FileNotFoundError then, so every caller treats it as no log yet."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = open_regular(path)
     except OSError as exc:
-        if exc.errno != errno.ELOOP:
+        if exc.errno not in (errno.ELOOP, errno.EINVAL):
             raise
-        raise FileNotFoundError(f"{path}: a symlink, not read") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise FileNotFoundError(f"{path}: not a regular file")
+        raise FileNotFoundError(f"{path}: {exc.strerror}, not read") from None
     return os.fdopen(fd, "rb")
 
 

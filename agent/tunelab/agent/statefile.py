@@ -7,9 +7,11 @@ per-server monitor uses it too."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
+import stat
 import tempfile
 import time
 from pathlib import Path
@@ -41,10 +43,21 @@ def open_nofollow(path: Path, flags: int, mode: int = 0o600) -> int:
     return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
 
 
+def open_regular(path: Path) -> int:
+    """``path`` opened for reading only if it is a regular file reached without following a link
+    (OSError otherwise: ELOOP for a link, EINVAL for a FIFO, socket or device). Non-blocking, so
+    a FIFO planted in its place cannot hang the agent in ``open``."""
+    fd = open_nofollow(path, os.O_RDONLY | os.O_NONBLOCK)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", str(path))
+    return fd
+
+
 def read_json(path: Path, max_bytes: int | None = None) -> Any:
     """The JSON document at ``path``; with ``max_bytes``, a larger file is a ValueError naming
     the limit (a result file is written by the user's benchmark: its size is not ours)."""
-    fd = open_nofollow(path, os.O_RDONLY | os.O_NONBLOCK)
+    fd = open_regular(path)
     with os.fdopen(fd, "rb") as handle:
         if max_bytes is None:
             return json.loads(handle.read())

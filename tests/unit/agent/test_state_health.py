@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 
+import pytest
 from prometheus_client.registry import CollectorRegistry
 
 from tunelab.agent.servers.quarantine import QuarantineList, StateHealthCollector
@@ -51,3 +54,23 @@ def test_the_collector_reports_quarantined_files_and_pending_writes(tmp_path: Pa
     assert registry.get_sample_value("tunelab_agent_state_files_quarantined") == 2
     assert registry.get_sample_value("tunelab_agent_state_writes_pending") == 3
     assert [i.reason for i in listed.items()] == ["garbage", "empty"]
+
+
+def test_read_json_refuses_a_link_and_a_fifo_without_blocking(tmp_path: Path) -> None:
+    """A state or result file is read only as a regular file: a planted link is ELOOP, and a
+    FIFO (which a blocking open would wait on forever) is EINVAL at once."""
+    target = tmp_path / "root-only.json"
+    target.write_text('{"secret": 1}')
+    link = tmp_path / "state.json"
+    link.symlink_to(target)
+    fifo = tmp_path / "result.json"
+    os.mkfifo(fifo)
+    with pytest.raises(OSError) as linked:
+        read_json(link)
+    assert linked.value.errno == errno.ELOOP
+    with pytest.raises(OSError) as piped:
+        read_json(fifo)
+    assert piped.value.errno == errno.EINVAL and "not a regular file" in str(piped.value)
+    with pytest.raises(ValueError, match="larger than 8 bytes"):
+        read_json(target, max_bytes=8)
+    assert read_json(target, max_bytes=13) == {"secret": 1}

@@ -485,7 +485,7 @@ class RunExecutor:
             if result_path.exists():
                 try:
                     record.result = read_json(result_path)
-                except ValueError:
+                except (OSError, ValueError):  # unreadable, or not a plain file: no result
                     record.result = None
             with self._lock:
                 self._runs.add(record.run_id, record)
