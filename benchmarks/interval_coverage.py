@@ -16,8 +16,8 @@ import random
 import statistics
 import time
 
-from tunelab.controller.effects import BETTER, WORSE, EffectSettings, judge
-from tunelab.controller.intervals import Cell, log_contrast
+from tunelab.analysis.effects import BETTER, WORSE, EffectSettings, judge
+from tunelab.analysis.intervals import Cell, log_contrast
 
 TRUE_RATIO = 1.10
 

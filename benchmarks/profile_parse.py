@@ -90,7 +90,7 @@ def generate(path: Path, megabytes: int, use_gzip: bool) -> int:
 CHILD = """
 import json, resource, sys, time
 from pathlib import Path
-from tunelab.controller.profiles.summary import summarize
+from tunelab.analysis.profiles.summary import summarize
 t0 = time.perf_counter()
 s = summarize([Path(sys.argv[1])], top=5)
 elapsed = time.perf_counter() - t0

@@ -4,7 +4,7 @@ One real agent (``tunelab-agent serve``) runs one run: it starts ``benchmarks/to
 (engine ``generic``: the agent sets ``TUNELAB_PROFILE_DIR`` to the run's trace folder), the
 built-in load generator drives two equal points at ``--concurrency``, and the profile brackets
 point 0's window through the server's ``/start_profile`` and ``/stop_profile``. The kept trace
-is fetched over ``FetchProfile`` and summarised by ``tunelab.controller.profiles`` — what
+is fetched over ``FetchProfile`` and summarised by ``tunelab.analysis.profiles`` — what
 ``tunelab profile`` prints — beside what ``torch.profiler``'s own ``key_averages()`` says of the
 same profile (the server writes it next to, not into, the trace folder). Point 1, unprofiled,
 gives the profiler's overhead. Prints markdown; needs torch with CUDA::
@@ -28,7 +28,7 @@ HERE = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(HERE))
 
 from tests.support.agent_proc import AgentProcess  # noqa: E402
-from tunelab.controller.profiles.summary import summarize  # noqa: E402
+from tunelab.analysis.profiles.summary import summarize  # noqa: E402
 from tunelab.v1 import agent_pb2, agent_pb2_grpc, run_pb2, server_pb2  # noqa: E402
 
 R = run_pb2

@@ -19,8 +19,8 @@ import yaml
 from tests.e2e.conftest import Lab
 from tests.support.mlflow_server import MlflowServer
 from tests.support.ports import free_port
-from tunelab.controller.mlflowplan import plans_for
-from tunelab.controller.mlflowsink import MlflowSink
+from tunelab.analysis.mlflow.plan import plans_for
+from tunelab.analysis.mlflow.sink import MlflowSink
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -293,7 +293,7 @@ def test_mlflow_extra_missing_names_the_install(tmp_path: Path) -> None:
     (blocker / "mlflow").mkdir()
     (blocker / "mlflow" / "__init__.py").write_text("raise ImportError('hidden by the test')\n")
     code = (
-        "from tunelab.controller.mlflowsink import MlflowSink, MlflowUnavailable\n"
+        "from tunelab.analysis.mlflow.sink import MlflowSink, MlflowUnavailable\n"
         "try:\n    MlflowSink('http://127.0.0.1:1', 'x')\n"
         "except MlflowUnavailable as exc:\n    print(exc)\n"
     )

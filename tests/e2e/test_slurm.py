@@ -22,8 +22,8 @@ from tests.support.slurm import SlurmCluster, slurm_missing
 from tunelab.controller.agent_client import GrpcAgentClient
 from tunelab.controller.dispatch import AttemptDriver, DriverSettings
 from tunelab.controller.scheduler import Scheduler
-from tunelab.controller.slurm import SlurmCli
-from tunelab.controller.slurmdriver import SlurmDriver, pool_host
+from tunelab.controller.slurm.commands import SlurmCli
+from tunelab.controller.slurm.driver import SlurmDriver, pool_host
 from tunelab.controller.spec import expand_text
 from tunelab.controller.states import ExperimentState
 from tunelab.controller.store import ExperimentRow, SqliteStore

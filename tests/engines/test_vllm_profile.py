@@ -30,7 +30,7 @@ from tests.engines.conftest import Agent, vllm_spec, watch
 from tests.integration.test_agent_runs import wait_run
 from tests.support.key_averages import table_rows
 from tests.support.ports import free_port
-from tunelab.controller.profiles.summary import summarize
+from tunelab.analysis.profiles.summary import summarize
 from tunelab.v1 import agent_pb2, run_pb2, server_pb2
 
 R = run_pb2

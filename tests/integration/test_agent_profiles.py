@@ -17,7 +17,7 @@ import pytest
 
 from tests.integration.test_agent_runs import wait_run
 from tests.support.agent_proc import AgentProcess
-from tunelab.controller.profiles.summary import summarize
+from tunelab.analysis.profiles.summary import summarize
 from tunelab.v1 import agent_pb2, run_pb2, server_pb2
 
 R = run_pb2

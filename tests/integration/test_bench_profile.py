@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from tunelab.analysis.profiles.summary import summarize
 from tunelab.bench.config import BenchConfig, BenchConfigError
 from tunelab.bench.simulator.process import SimulatorProcess
 from tunelab.bench.sweep import run_sweep
-from tunelab.controller.profiles.summary import summarize
 
 
 def _ready(proc: SimulatorProcess) -> dict[str, object]:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from tests.support.browser import load_page, screenshot
 from tests.unit.controller.test_compare_provenance import PROVENANCE
-from tunelab.controller.compare import compare
-from tunelab.controller.report import write_report
+from tunelab.analysis.compare import compare
+from tunelab.analysis.report import write_report
 from tunelab.controller.states import AttemptState, ExperimentState
 from tunelab.controller.store import AttemptRow, ExperimentRow
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from tests.support.browser import load_page
 from tests.unit.controller.test_search_driver import BASE, SEARCH, submit, until_done, with_hosts
-from tunelab.controller.compare import compare
-from tunelab.controller.report import write_search_report
+from tunelab.analysis.compare import compare
+from tunelab.analysis.report import write_search_report
 from tunelab.controller.search.driver import SearchDriver
 from tunelab.controller.store import SqliteStore
 

@@ -20,10 +20,13 @@ CONTRACTS: list[tuple[str, tuple[str, ...]]] = [
     ("tunelab.v1", ("tunelab.cli",)),
     ("tunelab.common", ("tunelab.agent", "tunelab.controller", "tunelab.cli", "tunelab.bench")),
     ("tunelab.bench", ("tunelab.agent", "tunelab.controller", "tunelab.cli")),
+    ("tunelab.analysis", ("tunelab.controller", "tunelab.agent", "tunelab.cli")),
     ("tunelab.controller", ("tunelab.agent",)),
     ("tunelab.agent", ("tunelab.controller", "tunelab.cli")),
     ("tunelab.cli", ("tunelab.agent",)),  # the laptop CLI speaks to agents through the stubs only
 ]
+# the CLI runs on a laptop: it starts the daemon and checks specs, nothing more of the controller
+MAX_CLI_MODULES_IMPORTING_CONTROLLER = 2
 
 
 def _pyproject() -> dict[str, object]:
@@ -66,6 +69,16 @@ def imports_of(path: Path, module: str) -> set[str]:
 
 def _under(name: str, prefixes: Iterable[str]) -> bool:
     return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def cli_modules_importing_controller(repo: Path) -> list[str]:
+    """The CLI modules that import ``tunelab.controller`` themselves (at any depth of code)."""
+    return sorted(
+        module
+        for module, path in modules(repo).items()
+        if _under(module, ["tunelab.cli"])
+        and any(_under(name, ["tunelab.controller"]) for name in imports_of(path, module))
+    )
 
 
 def violations(repo: Path) -> list[str]:
@@ -120,10 +133,45 @@ def test_layer_contracts_hold() -> None:
     assert violations(REPO) == []
 
 
+def test_the_cli_imports_the_controller_in_two_modules_at_most() -> None:
+    """Starting the daemon (``controller_cmd``) and checking a spec as the controller would
+    (``experiments_cmd``, ``submit --dry-run``); the rest reads through the RPCs and
+    ``tunelab.analysis``."""
+    found = cli_modules_importing_controller(REPO)
+    assert len(found) <= MAX_CLI_MODULES_IMPORTING_CONTROLLER, found
+
+
+def test_a_third_cli_module_importing_the_controller_is_caught(tmp_path: Path) -> None:
+    copy = tmp_path / "repo"
+    for folder in ("proto", "agent", "controller"):
+        shutil.copytree(REPO / folder, copy / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    before = cli_modules_importing_controller(copy)
+    path = copy / "controller/tunelab/cli/show_view.py"
+    line = "from tunelab.controller.spec.render import server_argv"
+    path.write_text(path.read_text() + f"\n\ndef _sneaky() -> None:\n    {line}\n")
+    after = cli_modules_importing_controller(copy)
+    assert after == sorted([*before, "tunelab.cli.show_view"]), after
+    assert len(after) > MAX_CLI_MODULES_IMPORTING_CONTROLLER, after
+
+
 @pytest.mark.parametrize(
     ("victim", "line", "contract"),
     [
-        ("controller/tunelab/controller/compare.py", "import tunelab.agent", "tunelab.controller"),
+        (
+            "controller/tunelab/controller/scheduler.py",
+            "import tunelab.agent",
+            "tunelab.controller",
+        ),
+        (
+            "controller/tunelab/analysis/compare.py",
+            "from tunelab.controller import states",
+            "tunelab.analysis",
+        ),
+        (
+            "controller/tunelab/analysis/report/svg.py",
+            "import tunelab.cli.common",
+            "tunelab.analysis",
+        ),
         ("proto/tunelab/common/durations.py", "from tunelab.bench import stats", "tunelab.common"),
         ("agent/tunelab/bench/stats.py", "from tunelab.agent import gpu", "tunelab.bench"),
         ("proto/tunelab/v1/__init__.py", "import tunelab.common.auth", "tunelab.v1"),

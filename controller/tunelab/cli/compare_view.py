@@ -12,7 +12,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from tunelab.controller.effects import METRIC_LABELS, MIN_REPEATS, NOT_ENOUGH
+from tunelab.analysis.effects import METRIC_LABELS, MIN_REPEATS, NOT_ENOUGH
 
 WIDTH = 100
 # Names (variants, hosts) are broken only after one of NAME_BREAKS, or, for a part too long for

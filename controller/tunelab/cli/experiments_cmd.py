@@ -307,7 +307,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.json:
         print_json(data)
         return EXIT_OK
-    sys.stdout.write(render_show(data))
+    sys.stdout.write(render_show(data, _argv))
     return EXIT_FAILED if data["state"] == "FAILED" else EXIT_OK
 
 
@@ -387,7 +387,7 @@ def _percent(text: str) -> float:
 def comparison(args: argparse.Namespace) -> dict[str, Any]:
     """The controller's comparison; effects recomputed here when the thresholds are not the
     defaults (the launches it holds are all that is needed)."""
-    from tunelab.controller.effects import EffectSettings, effects_document  # not for --help
+    from tunelab.analysis.effects import EffectSettings, effects_document  # not for --help
 
     client = ControllerClient.for_args(args)
     request = controller_pb2.CompareRunsRequest(ids=_spec_names(client, args.ids))
@@ -416,8 +416,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from tunelab.analysis.report import write_report, write_search_report
     from tunelab.cli.search_cmd import get_search
-    from tunelab.controller.report import write_report, write_search_report
 
     search = None
     if len(args.ids) == 1 and args.ids[0].startswith("g-"):
@@ -444,7 +444,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def _add_effect_args(parser: argparse.ArgumentParser) -> None:
-    """Defaults live in tunelab.controller.effects.EffectSettings (not imported for --help)."""
+    """Defaults live in tunelab.analysis.effects.EffectSettings (not imported for --help)."""
     parser.add_argument(
         "--min-effect",
         type=_percent,

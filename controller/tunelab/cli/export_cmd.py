@@ -1,5 +1,5 @@
 """``tunelab export mlflow GROUP|ID...``: the experiments' attempts as MLflow runs, nested under
-a parent run per submission group (``tunelab.controller.mlflowplan`` says what each run holds).
+a parent run per submission group (``tunelab.analysis.mlflow.plan`` says what each run holds).
 Reads from the controller as ``compare`` and ``show`` do; writes with MLflow's own client."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def _attempts(args: argparse.Namespace, ids: list[str]) -> dict[str, list[dict[s
 
 
 def _reports(document: dict[str, Any]) -> dict[str, bytes]:
-    from tunelab.controller.mlflowexport import report_bytes
+    from tunelab.analysis.report import report_bytes
 
     groups = sorted({str(r["group"]) for r in document.get("experiments") or [] if r["group"]})
     out = {}
@@ -46,8 +46,8 @@ def _reports(document: dict[str, Any]) -> dict[str, bytes]:
 
 
 def cmd_export_mlflow(args: argparse.Namespace) -> int:
-    from tunelab.controller.mlflowplan import plans_for
-    from tunelab.controller.mlflowsink import MlflowError, MlflowSink, MlflowUnavailable
+    from tunelab.analysis.mlflow.plan import plans_for
+    from tunelab.analysis.mlflow.sink import MlflowError, MlflowSink, MlflowUnavailable
 
     document = comparison(args)
     attempts = _attempts(args, [str(r["id"]) for r in document.get("experiments") or []])

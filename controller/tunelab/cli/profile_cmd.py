@@ -11,7 +11,7 @@ to a temporary folder that is removed. ``--vs`` takes a trace path or an experim
 
 Each ``--trace``/``--vs`` is one profiled run (a file, or a folder whose trace files are that
 run's ranks or processes); several of them on one side are repeats, which give the diff an
-interval. Reading is streamed (``tunelab.controller.profiles.traceread``), so a trace of
+interval. Reading is streamed (``tunelab.analysis.profiles.traceread``), so a trace of
 hundreds of MB needs tens of MB of memory, not its size.
 """
 
@@ -40,8 +40,8 @@ from tunelab.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from tunelab.controller.profiles.diff import DiffRow, ProfileDiff
-    from tunelab.controller.profiles.summary import ProfileSummary
+    from tunelab.analysis.profiles.diff import DiffRow, ProfileDiff
+    from tunelab.analysis.profiles.summary import ProfileSummary
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz")
 ATTEMPT_ID = re.compile(r"^(.+)-a\d+$")  # the store names attempts <experiment id>-a<number>
@@ -116,8 +116,8 @@ def trace_files(path: Path) -> list[Path]:
 
 
 def summarize_files(files: list[Path], label: str, top: int, tokens: int | None) -> ProfileSummary:
-    from tunelab.controller.profiles import TraceError
-    from tunelab.controller.profiles.summary import summarize
+    from tunelab.analysis.profiles import TraceError
+    from tunelab.analysis.profiles.summary import summarize
 
     try:
         return summarize(files, top=top, output_tokens=tokens)
@@ -249,7 +249,7 @@ def ablation_profiles(args: argparse.Namespace, rows: list[dict[str, Any]]) -> d
     """For the report: each variant's profile against the baseline's (repeats pooled), for the
     experiments of a comparison whose attempts kept traces; what could not be had is a note."""
 
-    from tunelab.controller.profiles.diff import diff
+    from tunelab.analysis.profiles.diff import diff
 
     notes: list[str] = []
     sides: dict[str, list[ProfileSummary]] = {}
@@ -298,7 +298,7 @@ def _profile(args: argparse.Namespace) -> int:
             else:
                 print(render_summary(side_a[0]))
             return EXIT_OK
-        from tunelab.controller.profiles.diff import diff
+        from tunelab.analysis.profiles.diff import diff
 
         side_b = _side(vs_traces, vs_keys, fetcher, args, args.vs_tokens)
     result = diff(side_a, side_b, top=args.top)

@@ -3,19 +3,20 @@ results rounded for reading, and the GPU figures or why there are none."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from tunelab.common.durations import format_duration
+
+ServerArgv = Callable[[dict[str, Any]], list[str]]
 
 
 def _num(value: Any, digits: int = 1) -> str:
     return "-" if value is None else f"{float(value):,.{digits}f}"
 
 
-def _spec_lines(spec: dict[str, Any]) -> list[str]:
+def _spec_lines(spec: dict[str, Any], server_argv: ServerArgv) -> list[str]:
     """The spec as README promises ``show`` prints it: the command line, readiness, benchmark."""
-    from tunelab.controller.spec.render import server_argv
-
     server, bench = spec.get("server", {}), spec.get("benchmark", {})
     ready = server.get("ready", {})
     lines = [f"  server: {' '.join(server_argv(spec))}"]
@@ -74,13 +75,14 @@ def _gpu_line(gpu: dict[str, Any], host: str = "") -> str:
     return line + (f"; {failed} scrape(s) failed" if failed else "")
 
 
-def render_show(data: dict[str, Any]) -> str:
-    """The experiment JSON (``tunelab show --json``) as the lines ``tunelab show`` prints."""
+def render_show(data: dict[str, Any], server_argv: ServerArgv) -> str:
+    """The experiment JSON (``tunelab show --json``) as the lines ``tunelab show`` prints;
+    ``server_argv`` renders a spec's server command line (the spec's own renderer)."""
     out: list[str] = []
     out.append(f"{data['id']}  {data['name']}  {data['state']}  (group {data['group']})")
     out.append(f"  varied: {data['varied'] or 'baseline'}   host: {data['host_selector']}")
     if data["spec"]:
-        out.extend(_spec_lines(data["spec"]))
+        out.extend(_spec_lines(data["spec"], server_argv))
     if data["message"]:
         out.append(f"  {data['message']}")
     for a in data["attempts"]:
@@ -102,7 +104,7 @@ def render_show(data: dict[str, Any]) -> str:
         if a["state"] not in ("QUEUED", "DISPATCHING", "CANCELLED"):
             out.append(_gpu_line(a["gpu_summary"] or {}, a.get("host") or ""))
         if a.get("provenance"):
-            from tunelab.controller.report.provenance import provenance_lines  # only when shown
+            from tunelab.analysis.report.provenance import provenance_lines  # only when shown
 
             out.extend(f"    {line}" for line in provenance_lines(a["provenance"]))
         if a.get("mlflow_run_url"):

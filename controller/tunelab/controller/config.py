@@ -8,10 +8,10 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from tunelab.analysis.mlflow.sink import safe_uri
 from tunelab.common.auth import ServerAuth
 from tunelab.common.capacity import DEFAULT_MAX_STREAMS
 from tunelab.common.configload import ConfigError, KeyKinds, check_daemon_basics, load_layered
-from tunelab.controller.mlflowsink import safe_uri
 from tunelab.controller.store.factory import check_db, is_url, redact
 
 ENV_PREFIX = "TUNELAB_CONTROLLER_"

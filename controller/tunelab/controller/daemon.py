@@ -7,6 +7,7 @@ import sys
 import structlog
 from prometheus_client import disable_created_metrics
 
+from tunelab.analysis.mlflow.sink import MlflowSink
 from tunelab.common.auth import read_token
 from tunelab.common.capacity import Limits
 from tunelab.common.httpserve import HttpServer
@@ -18,14 +19,13 @@ from tunelab.controller.hosts import HostMonitor
 from tunelab.controller.loop import ControlLoop
 from tunelab.controller.metrics import ControllerMetrics
 from tunelab.controller.metrics_endpoint import serve_metrics
-from tunelab.controller.mlflowexport import MlflowExporter
-from tunelab.controller.mlflowsink import MlflowSink
+from tunelab.controller.mlflow.export import MlflowExporter
 from tunelab.controller.scheduler import Scheduler
 from tunelab.controller.scrape import MetricsScraper, ScrapeTarget
 from tunelab.controller.search.driver import SearchDriver
 from tunelab.controller.service import SERVICE_NAME, ControllerService
-from tunelab.controller.slurm import SlurmCli
-from tunelab.controller.slurmdriver import SlurmDriver
+from tunelab.controller.slurm.commands import SlurmCli
+from tunelab.controller.slurm.driver import SlurmDriver
 from tunelab.controller.spec.limits import SpecLimits
 from tunelab.controller.states import AttemptState
 from tunelab.controller.store import StoreError

@@ -30,7 +30,7 @@ from tunelab.controller.scrape import (
     benchmark_energy,
     tokens_per_joule,
 )
-from tunelab.controller.slurm import is_slurm
+from tunelab.controller.slurm.commands import is_slurm
 from tunelab.controller.spec.render import to_run_spec
 from tunelab.controller.states import ATTEMPT_LIVE, AttemptState
 from tunelab.controller.store import AttemptChange, AttemptRow, HostRow, Store, StoreConflict
@@ -270,7 +270,7 @@ class AttemptDriver:
                 self._store.record_event("attempt", run_id, message, attempt.state.value)
                 log.warning("stale_run_fenced", attempt=run_id, host=host.name)
 
-    # --- the Slurm path (slurmdriver.py) ------------------------------------------------------
+    # --- the Slurm path (slurm/driver.py) ------------------------------------------------------
 
     def apply_run(
         self, attempt: AttemptRow, host: HostRow, run: run_pb2.Run, gpu_metrics: str = ""

@@ -15,7 +15,7 @@ import structlog
 from tunelab.controller import hoststate
 from tunelab.controller.agent_client import AgentClient
 from tunelab.controller.inflight import InFlight, poll_key
-from tunelab.controller.slurm import is_slurm
+from tunelab.controller.slurm.commands import is_slurm
 from tunelab.controller.store import HostRow, Store
 
 log = structlog.get_logger(__name__)

@@ -15,7 +15,7 @@ from tunelab.controller.dispatch import AttemptDriver
 from tunelab.controller.hosts import HostMonitor
 from tunelab.controller.inflight import InFlight
 from tunelab.controller.scheduler import Scheduler
-from tunelab.controller.slurmdriver import SlurmDriver
+from tunelab.controller.slurm.driver import SlurmDriver
 from tunelab.controller.store import AttemptRow, FencingToken, StoreError
 
 log = structlog.get_logger(__name__)

@@ -15,17 +15,17 @@ from typing import Any, TypeVar
 import grpc
 import structlog
 
+from tunelab.analysis.compare import compare
+from tunelab.analysis.mlflow.plan import MLFLOW_EVENT
 from tunelab.common.auth import is_loopback, split_host_port
 from tunelab.common.rpcerrors import StatusMapper, StatusTable
 from tunelab.controller.agent_client import AgentClient
-from tunelab.controller.compare import compare
 from tunelab.controller.hoststate import change_host, drain
-from tunelab.controller.mlflowplan import MLFLOW_EVENT
 from tunelab.controller.search.submit import SearchSubmission, search_from_text
 from tunelab.controller.search.summary import search_document
-from tunelab.controller.slurm import SlurmError, is_slurm
-from tunelab.controller.slurmdriver import BadReportToken, ReportRefused, SlurmDriver
-from tunelab.controller.slurmlogs import STREAMS, job_log_chunks
+from tunelab.controller.slurm.commands import SlurmError, is_slurm
+from tunelab.controller.slurm.driver import BadReportToken, ReportRefused, SlurmDriver
+from tunelab.controller.slurm.logs import STREAMS, job_log_chunks
 from tunelab.controller.spec import SpecError, expand_text
 from tunelab.controller.spec.errors import SpecIssue
 from tunelab.controller.spec.limits import DEFAULT_LIMITS, SpecLimits

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tunelab.controller.compare import compare
+from tunelab.analysis.compare import compare
 from tunelab.controller.states import AttemptState, ExperimentState
 from tunelab.controller.store import AttemptRow, ExperimentRow
 

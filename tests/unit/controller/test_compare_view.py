@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tunelab.analysis.effects import effects_document
 from tunelab.cli.compare_view import render_compare_table
-from tunelab.controller.effects import effects_document
 
 
 def row(name: str, varied: dict[str, str], tput: float, index: int) -> dict[str, Any]:

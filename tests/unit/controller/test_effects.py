@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
-from tunelab.controller.effects import (
+from tunelab.analysis.effects import (
     NO_DIFFERENCE,
     NOT_ENOUGH,
     EffectSettings,
     effects_document,
 )
-from tunelab.controller.intervals import Cell, log_contrast, t_quantile
+from tunelab.analysis.intervals import Cell, log_contrast, t_quantile
 
 
 @pytest.mark.parametrize(

@@ -1,10 +1,11 @@
-"""What an MLflow export writes (``mlflowplan``), without MLflow: a plan per group and attempt."""
+"""What an MLflow export writes (``tunelab.analysis.mlflow.plan``), without MLflow: a plan per
+group and attempt."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from tunelab.controller.mlflowplan import argv_params, metric_key, plans_for, variant_label
+from tunelab.analysis.mlflow.plan import argv_params, metric_key, plans_for, variant_label
 
 
 def document() -> dict[str, Any]:

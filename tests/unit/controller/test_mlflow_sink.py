@@ -1,9 +1,10 @@
-"""What an update logs into a run that MLflow already holds (``mlflowsink.new_metrics``), and
-how a tracking URI is shown; no MLflow here (tests/e2e/test_mlflow_export.py has the server)."""
+"""What an update logs into a run that MLflow already holds
+(``tunelab.analysis.mlflow.sink.new_metrics``), and how a tracking URI is shown; no MLflow here
+(tests/e2e/test_mlflow_export.py has the server)."""
 
 from __future__ import annotations
 
-from tunelab.controller.mlflowsink import new_metrics, safe_uri
+from tunelab.analysis.mlflow.sink import new_metrics, safe_uri
 
 POINTS = [("output_throughput", 80.0, 0), ("output_throughput", 90.0, 1)]
 EFFECT = [("effect/x/ratio", 1.5, 0), ("tokens_per_joule", 0.2, 0)]

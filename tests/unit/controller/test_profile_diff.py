@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from tunelab.analysis.profiles.diff import PER_SECOND, PER_STEP, PER_TOKEN, diff
+from tunelab.analysis.profiles.summary import summarize
 from tunelab.cli.main import main
-from tunelab.controller.profiles.diff import PER_SECOND, PER_STEP, PER_TOKEN, diff
-from tunelab.controller.profiles.summary import summarize
 
 
 def _kernel(name: str, ts: int, dur: int) -> dict[str, Any]:

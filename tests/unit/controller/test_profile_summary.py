@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from tests.support.key_averages import table_rows
-from tunelab.controller.profiles import TraceError, TraceTooLarge, traceread
-from tunelab.controller.profiles.categories import categorize
-from tunelab.controller.profiles.summary import summarize, to_ns
+from tunelab.analysis.profiles import TraceError, TraceTooLarge, traceread
+from tunelab.analysis.profiles.categories import categorize
+from tunelab.analysis.profiles.summary import summarize, to_ns
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "profiles"
 
@@ -276,7 +276,7 @@ def test_the_committed_h200_trace_has_its_exact_summary() -> None:
 def test_the_diff_of_two_h200_traces_shows_attention_moving_to_gemm_and_softmax() -> None:
     """SDPA's math backend instead of cuDNN's flash kernel: the bf16 GEMMs stay, attention's
     kernel goes, and its matmuls and softmax appear as fp32 GEMM and elementwise work."""
-    from tunelab.controller.profiles.diff import PER_STEP, diff
+    from tunelab.analysis.profiles.diff import PER_STEP, diff
 
     a = summarize([FIXTURES / "cuda_h200_default" / "trace.json.gz"])
     b = summarize([FIXTURES / "cuda_h200_math" / "trace.json.gz"])

@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 
 from tests.unit.controller.test_compare_view import document
-from tunelab.controller.report import render_report
-from tunelab.controller.report.svg import nice_ticks, pareto_front
+from tunelab.analysis.report import render_report
+from tunelab.analysis.report.svg import nice_ticks, pareto_front
 
 
 def test_ticks_cover_the_data() -> None:

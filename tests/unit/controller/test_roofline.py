@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tunelab.controller.roofline import (
+from tunelab.analysis.roofline import (
     ModelBytes,
     annotate_points,
     gpu_bandwidth,

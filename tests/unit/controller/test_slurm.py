@@ -7,7 +7,7 @@ from pathlib import Path
 from tests.unit.controller.test_store_scheduler import queue
 from tunelab.cli.hosts_cmd import _slurm_time
 from tunelab.controller.scheduler import Scheduler
-from tunelab.controller.slurm import (
+from tunelab.controller.slurm.commands import (
     JobEnd,
     SlurmPoolConfig,
     is_slurm,

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from tunelab.controller.intervals import t_quantile
+from tunelab.analysis.intervals import t_quantile
 from tunelab.controller.search.space import Param, SearchSpec
 
 RANDOM_TRIES = 200  # draws to find an unseen point before a finite space counts as seen

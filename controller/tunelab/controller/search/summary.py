@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tunelab.controller.effects import EffectSettings, judge
-from tunelab.controller.intervals import Cell, log_contrast
+from tunelab.analysis.effects import EffectSettings, judge
+from tunelab.analysis.intervals import Cell, log_contrast
 from tunelab.controller.search.driver import best_trial
 from tunelab.controller.search.space import SearchSpec
 from tunelab.controller.search.strategies import interval, key

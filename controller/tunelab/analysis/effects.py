@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tunelab.controller.intervals import Cell, Estimate, log_contrast
+from tunelab.analysis.intervals import Cell, Estimate, log_contrast
 
 # metric -> True when higher is better
 METRICS: dict[str, bool] = {

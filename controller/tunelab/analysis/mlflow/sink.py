@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from tunelab.controller.mlflowplan import DIGEST_TAG, KEY_TAG, RunPlan
+from tunelab.analysis.mlflow.plan import DIGEST_TAG, KEY_TAG, RunPlan
 
 INSTALL_HINT = "MLflow export needs its client: pip install 'tunelab[mlflow]'"
 BATCH = 900  # MLflow takes at most 1,000 metrics (100 params, 100 tags) per log_batch

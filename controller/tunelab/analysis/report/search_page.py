@@ -9,8 +9,8 @@ import math
 from html import escape
 from typing import Any
 
-from tunelab.controller.report.page import CHECK_SCRIPT, STYLE, _figure, _num, _table
-from tunelab.controller.report.svg import PALETTE, Series, bar_chart, pareto_front, xy_chart
+from tunelab.analysis.report.page import CHECK_SCRIPT, STYLE, _figure, _num, _table
+from tunelab.analysis.report.svg import PALETTE, Series, bar_chart, pareto_front, xy_chart
 
 
 def _objective_name(search: dict[str, Any]) -> str:

@@ -37,7 +37,7 @@ import structlog
 from google.protobuf import json_format
 
 from tunelab.controller.dispatch import AttemptDriver
-from tunelab.controller.slurm import (
+from tunelab.controller.slurm.commands import (
     PENDING_STATES,
     SCHEME,
     QueuedJob,

@@ -10,6 +10,6 @@ Errors::
      +-- TraceTooLarge    the file is larger than the caller's cap
 """
 
-from tunelab.controller.profiles.traceread import TraceError, TraceTooLarge
+from tunelab.analysis.profiles.traceread import TraceError, TraceTooLarge
 
 __all__ = ["TraceError", "TraceTooLarge"]

@@ -1,6 +1,6 @@
 """What an MLflow export writes, as plain data: one run per attempt, nested under one parent run
 per submission group, built from the comparison document (``compare.py``) and each experiment's
-attempts. Nothing here talks to MLflow (``mlflowsink.py`` does), so the mapping is tested on its
+attempts. Nothing here talks to MLflow (``sink.py`` does), so the mapping is tested on its
 own and the CLI's export and the controller's automatic one write exactly the same runs.
 
 A run is found again by its ``tunelab.key`` tag (``attempt:<id>`` or ``group:<id>``): exporting

@@ -11,13 +11,12 @@ from __future__ import annotations
 import re
 import statistics
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from tunelab.controller.effects import EffectSettings, effects_document
-from tunelab.controller.roofline import annotate_points, power_share
-from tunelab.controller.states import AttemptState
-from tunelab.controller.store import AttemptRow, ExperimentRow
+from tunelab.analysis.effects import EffectSettings, effects_document
+from tunelab.analysis.roofline import annotate_points, power_share
+from tunelab.analysis.rows import AttemptRecord, ExperimentRecord
 
 POINT_FIELDS = (
     "output_throughput",
@@ -42,12 +41,14 @@ def _point_key(point: dict[str, Any]) -> str:
     return f"r{rate}" if rate not in (None, "inf") else f"p{point.get('point_index', 0)}"
 
 
-def _result_attempt(attempts: list[AttemptRow]) -> AttemptRow | None:
-    done = [a for a in attempts if a.state is AttemptState.SUCCEEDED]
+def _result_attempt(attempts: Sequence[AttemptRecord]) -> AttemptRecord | None:
+    done = [a for a in attempts if a.state == "SUCCEEDED"]
     return done[-1] if done else (attempts[-1] if attempts else None)
 
 
-def experiment_row(experiment: ExperimentRow, attempts: list[AttemptRow]) -> dict[str, Any]:
+def experiment_row(
+    experiment: ExperimentRecord, attempts: Sequence[AttemptRecord]
+) -> dict[str, Any]:
     attempt = _result_attempt(attempts)
     result = attempt.result if attempt and attempt.result else {}
     gpu = attempt.gpu_summary if attempt and attempt.gpu_summary else {}
@@ -185,7 +186,8 @@ def _names(names: list[str]) -> str:
 
 
 def compare(
-    pairs: list[tuple[ExperimentRow, list[AttemptRow]]], settings: EffectSettings | None = None
+    pairs: Sequence[tuple[ExperimentRecord, Sequence[AttemptRecord]]],
+    settings: EffectSettings | None = None,
 ) -> dict[str, Any]:
     pairs = sorted(pairs, key=lambda pair: pair[0].seq)  # submission order: baselines first
     rows = [experiment_row(e, a) for e, a in pairs]
@@ -205,7 +207,7 @@ def compare(
     }
 
 
-def scrape_warnings(pairs: list[tuple[ExperimentRow, list[AttemptRow]]]) -> list[str]:
+def scrape_warnings(pairs: Sequence[tuple[ExperimentRecord, Sequence[AttemptRecord]]]) -> list[str]:
     """GPU figures that are missing because the agent's /metrics could not be scraped: said once
     per URL, so a wrong ``--metrics-url`` is not a silent ``-`` in every row."""
     failed: dict[str, tuple[int, str, str]] = {}

@@ -12,9 +12,9 @@ from collections import defaultdict
 from html import escape
 from typing import Any
 
-from tunelab.controller.effects import BETTER, METRIC_LABELS, METRICS, NO_DIFFERENCE, WORSE
-from tunelab.controller.report.provenance import provenance_summary
-from tunelab.controller.report.svg import (
+from tunelab.analysis.effects import BETTER, METRIC_LABELS, METRICS, NO_DIFFERENCE, WORSE
+from tunelab.analysis.report.provenance import provenance_summary
+from tunelab.analysis.report.svg import (
     PALETTE,
     Interval,
     Series,

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import Any
 
-from tunelab.controller.report.page import render_report
-from tunelab.controller.report.search_page import render_search_report
+from tunelab.analysis.report.page import render_report
+from tunelab.analysis.report.search_page import render_search_report
 
-__all__ = ["render_report", "render_search_report", "write_report", "write_search_report"]
+__all__ = [
+    "render_report",
+    "render_search_report",
+    "report_bytes",
+    "write_report",
+    "write_search_report",
+]
 
 
 def _write(text: str, path: Path) -> None:
@@ -26,3 +33,11 @@ def write_search_report(
     search: dict[str, Any], compare_doc: dict[str, Any], path: Path, title: str
 ) -> None:
     _write(render_search_report(search, compare_doc, title), path)
+
+
+def report_bytes(document: dict[str, Any]) -> bytes:
+    """The group's HTML report, as ``tunelab report`` writes it (an MLflow run's artifact)."""
+    with tempfile.TemporaryDirectory(prefix="tunelab-report-") as folder:
+        path = Path(folder) / "report.html"
+        write_report(document, path, title="tunelab report")
+        return path.read_bytes()

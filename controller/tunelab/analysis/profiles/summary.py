@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tunelab.controller.profiles.categories import CATEGORIES, categorize
-from tunelab.controller.profiles.traceread import iter_events
+from tunelab.analysis.profiles.categories import CATEGORIES, categorize
+from tunelab.analysis.profiles.traceread import iter_events
 
 GPU_EVENT_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 CPU_OP_CATEGORIES = frozenset({"cpu_op", "operator", "cuda_runtime", "cuda_driver"})

@@ -1,9 +1,9 @@
 """Automatic MLflow export (controller setting ``mlflow_tracking_uri``): every finished attempt
 becomes an MLflow run in the background, on a thread of its own, so the queue never waits for
 MLflow. MLflow itself is the record of what was exported (runs carry their ``tunelab.key`` and
-a digest, see ``mlflowplan``), so a crash between writing a run and noting it cannot make a
-second copy; the store keeps one ``mlflow_export`` event per exported attempt with the run's
-link, which ``tunelab show`` prints.
+a digest, see ``tunelab.analysis.mlflow.plan``), so a crash between writing a run and noting it
+cannot make a second copy; the store keeps one ``mlflow_export`` event per exported attempt with
+the run's link, which ``tunelab show`` prints.
 
 While MLflow is down the exporter retries, its pause doubling from the interval up to 5 min,
 and says so once in the log; what finished meanwhile is exported when it is back.
@@ -17,10 +17,11 @@ from typing import Any
 
 import structlog
 
+from tunelab.analysis.compare import compare
+from tunelab.analysis.mlflow.plan import MLFLOW_EVENT, plans_for
+from tunelab.analysis.mlflow.sink import Exported, MlflowError, MlflowSink, MlflowUnavailable
+from tunelab.analysis.report import report_bytes
 from tunelab.common.redaction import spec_redactor
-from tunelab.controller.compare import compare
-from tunelab.controller.mlflowplan import MLFLOW_EVENT, plans_for
-from tunelab.controller.mlflowsink import Exported, MlflowError, MlflowSink, MlflowUnavailable
 from tunelab.controller.states import ExperimentState
 from tunelab.controller.store import AttemptRow, ExperimentRow, Store
 from tunelab.controller.wire import redacted_pairs
@@ -65,19 +66,6 @@ def group_export(
     if report is not None and pairs:
         reports[pairs[0][0].group] = report(document)
     return document, attempts, reports
-
-
-def report_bytes(document: dict[str, Any]) -> bytes:
-    """The group's HTML report, as ``tunelab report`` writes it."""
-    import tempfile
-    from pathlib import Path
-
-    from tunelab.controller.report import write_report
-
-    with tempfile.TemporaryDirectory(prefix="tunelab-report-") as folder:
-        path = Path(folder) / "report.html"
-        write_report(document, path, title="tunelab report")
-        return path.read_bytes()
 
 
 class MlflowExporter:

@@ -4,7 +4,7 @@ Each side is one or more summaries (repeats of the same variant). Times are norm
 two sides compare even when their windows differ in length: per output token when every
 summary knows its window's output tokens, else per engine step when every one has steps, else
 per second of wall time profiled. With two or more repeats on each side, the difference gets a
-95 % Welch t interval (``tunelab.controller.intervals``).
+95 % Welch t interval (``tunelab.analysis.intervals``).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tunelab.controller.intervals import CONFIDENCE, t_quantile
-from tunelab.controller.profiles.categories import CATEGORIES, categorize
-from tunelab.controller.profiles.summary import CPU, GPU, ProfileSummary
+from tunelab.analysis.intervals import CONFIDENCE, t_quantile
+from tunelab.analysis.profiles.categories import CATEGORIES, categorize
+from tunelab.analysis.profiles.summary import CPU, GPU, ProfileSummary
 
 PER_TOKEN = "ms/token"  # noqa: S105 (a unit, not a secret)
 PER_STEP = "ms/step"
