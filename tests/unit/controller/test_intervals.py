@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from tunelab.controller.intervals import (
+from tunelab.analysis.intervals import (
     Estimate,
     Method,
     adjust,
