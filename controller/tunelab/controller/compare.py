@@ -14,6 +14,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+from tunelab.bench.promptlengths import lengths_exact
 from tunelab.controller.effects import EffectSettings, effects_document
 from tunelab.controller.roofline import annotate_points, power_share
 from tunelab.controller.states import AttemptState
@@ -31,6 +32,7 @@ POINT_FIELDS = (
     "p99_itl_ms",
     "completed",
     "failed",
+    "mean_input_tokens",  # the server's own count (usage.prompt_tokens), mean per request
 )
 REPEAT_SUFFIX = re.compile(r"#\d+$")
 
@@ -73,6 +75,7 @@ def experiment_row(experiment: ExperimentRow, attempts: list[AttemptRow]) -> dic
         "varied": experiment.varied,
         "repeat_index": experiment.repeat_index,
         "points": points,
+        "lengths_exact": lengths_exact(result),  # False: no tokenizer, lengths in words
         "mean_power_watts": gpu.get("mean_power_watts_total"),
         "energy_joules": gpu.get(
             "benchmark_energy_used_joules", gpu.get("benchmark_energy_joules")
