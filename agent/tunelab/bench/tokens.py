@@ -14,6 +14,7 @@ tokenizer is first loaded (the agent and the CLI start without it).
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -22,6 +23,32 @@ MIN_WORDS = 50
 # benchmark.tokenizer in a spec: this word names the served model's own folder; anything else
 # is a path relative to the agent's datasets folder (resolved and confined there by the agent)
 SERVED_MODEL = "model"
+
+
+def hub_cache_tokenizer(name: str, env: Mapping[str, str], home: Path) -> Path | None:
+    """A hub id's ``tokenizer.json`` where the Hugging Face cache already holds it (a `vllm
+    bench serve` line names the model's hub id in --tokenizer; a server on this host fetched
+    it): ``$HF_HUB_CACHE``, else ``$HF_HOME/hub``, else ``$XDG_CACHE_HOME/huggingface/hub``
+    (``~/.cache``), snapshot of ``refs/main`` first. Read only: nothing is ever downloaded."""
+    parts = name.split("/")
+    if len(parts) != 2 or not all(parts) or name.startswith((".", "~")):
+        return None
+    cache = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE")
+    if not cache:
+        hf_home = env.get("HF_HOME") or str(
+            Path(env.get("XDG_CACHE_HOME") or home / ".cache") / "huggingface"
+        )
+        cache = str(Path(hf_home) / "hub")
+    repo = Path(cache) / f"models--{parts[0]}--{parts[1]}"
+    snapshots = repo / "snapshots"
+    try:
+        main = (repo / "refs" / "main").read_text().strip()
+    except OSError:
+        main = ""
+    if main and (snapshots / main / "tokenizer.json").is_file():
+        return snapshots / main / "tokenizer.json"
+    found = sorted(snapshots.glob("*/tokenizer.json"), key=lambda p: p.stat().st_mtime)
+    return found[-1] if found else None
 
 
 def spec_tokenizer_problem(name: str) -> str | None:
@@ -56,8 +83,11 @@ class TokenPrompts:
         file = Path(path)
         if file.is_dir():
             file = file / "tokenizer.json"
-        if not file.is_file():  # never a hub id: Tokenizer.from_file reads a local file only
-            raise TokenizerError(f"--tokenizer {path}: no such file: {file}")
+        if not file.is_file():  # Tokenizer.from_file reads a local file only: no download
+            raise TokenizerError(
+                f"--tokenizer {path}: no such file: {file} (a hub id is read from the local "
+                "Hugging Face cache only, where it was not found; nothing is downloaded)"
+            )
         try:
             self._tok: Any = Tokenizer.from_file(str(file))
         except Exception as exc:  # the library raises its own untyped errors for bad files

@@ -195,3 +195,33 @@ def test_the_bench_summary_prints_the_servers_count() -> None:
         "prompt tokens (server's count): mean 127.2 per request; lengths approximate: no "
         "tokenizer" in out.getvalue()
     )
+
+
+def test_a_hub_id_is_read_from_the_local_hugging_face_cache_only(
+    bos_tokenizer: Path, tmp_path: Path
+) -> None:
+    """A pasted `vllm bench serve` line names the model's hub id in --tokenizer: its file is
+    taken from the cache a server on this host filled (refs/main's snapshot first), never
+    fetched."""
+    from tunelab.bench.tokens import hub_cache_tokenizer
+
+    repo = tmp_path / "hub" / "models--org--tiny"
+    for snapshot in ("old", "abc123"):
+        (repo / "snapshots" / snapshot).mkdir(parents=True)
+        (repo / "snapshots" / snapshot / "tokenizer.json").write_bytes(bos_tokenizer.read_bytes())
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("abc123\n")
+    want = repo / "snapshots" / "abc123" / "tokenizer.json"
+    home = tmp_path / "home"
+    assert hub_cache_tokenizer("org/tiny", {"HF_HUB_CACHE": str(tmp_path / "hub")}, home) == want
+    assert hub_cache_tokenizer("org/tiny", {"HF_HOME": str(tmp_path)}, home) == want
+    (home / ".cache" / "huggingface").mkdir(parents=True)
+    (home / ".cache" / "huggingface" / "hub").symlink_to(tmp_path / "hub")
+    assert hub_cache_tokenizer("org/tiny", {}, home) == home / ".cache" / "huggingface" / str(
+        want.relative_to(tmp_path)
+    )
+    (repo / "refs" / "main").unlink()  # no ref: the newest snapshot that has one
+    assert hub_cache_tokenizer("org/tiny", {}, home) is not None
+    for name in ("org/other", "tiny", "./org/tiny", "a/b/c"):
+        assert hub_cache_tokenizer(name, {}, home) is None
+    assert TokenPrompts(str(want)).special_tokens == 1
