@@ -194,7 +194,8 @@ def test_random_prompts_reach_vllm_at_the_length_vllm_gives_them(
 ) -> None:
     """Issue 37 item 4: the same random line by both tools; vLLM's random dataset leaves room
     for the BOS its tokenizer adds, and so does ours: vLLM's own prompt-token counter grows by
-    the same n x 32 for each (ours was one token longer a prompt)."""
+    n x 32 for ours exactly (it was n x 33), and by about that for vLLM's (its decode and
+    re-encode misses by a token here and there: 258 for 256 on the first run)."""
     port = vllm_server.spec.port
     pin = ["taskset", "-c", CLIENT_CPU]
     n, isl = 8, 32
@@ -218,7 +219,8 @@ def test_random_prompts_reach_vllm_at_the_length_vllm_gives_them(
         f"\nvLLM's prompt-token counter: vllm bench serve +{counted['vllm']:.0f}, "
         f"tunelab bench +{counted['tunelab']:.0f} ({n} x {isl} = {n * isl})"
     )
-    assert counted["tunelab"] == counted["vllm"] == n * isl
+    assert counted["tunelab"] == n * isl
+    assert abs(counted["vllm"] - n * isl) < n / 2  # nearer n x 32 than n x 33 by far
 
 
 def test_a_run_with_the_served_models_tokenizer_has_exact_lengths(
