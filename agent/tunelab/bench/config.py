@@ -106,6 +106,8 @@ class BenchConfig:
     temperature: float = 0.0
     send_temperature: bool = True  # False: leave it to the server's default (vLLM's bench)
     tokenizer: str = ""  # a tokenizer.json (or its folder): prompts of exact token length
+    tokenizer_file: str = ""  # the name a spec gave it (the agent resolves tokenizer)
+    tokenizer_sha256: str = ""  # its content's hash (the agent's, for the provenance)
     save_detailed: bool = False  # per-request arrays in the result, as vllm's --save-detailed
     slo_ttft_ms: float = 0.0
     slo_tpot_ms: float = 0.0
@@ -236,6 +238,7 @@ class BenchConfig:
             find_axis=pb.find_axis,
             find_max=pb.find_max,
             find_slo=dict(pb.find_slo),
+            tokenizer=pb.tokenizer,
         ).with_preset()
 
     # checks -----------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from rich.progress import (
 from rich.table import Table
 
 from tunelab.bench.progress import ProgressState
+from tunelab.bench.promptlengths import lengths_exact, prompt_tokens_line
 
 
 def point_label(concurrency: int, rate: float | str, point: dict[str, Any] | None = None) -> str:
@@ -176,5 +177,8 @@ def render_summary(document: dict[str, Any], decode: bool, console: Console | No
     dataset = document.get("dataset")
     if dataset:
         out.print(f"dataset {dataset['name']}: lengths {dataset['lengths']}")
+    line = prompt_tokens_line(document["points"], lengths_exact(document))
+    if line:
+        out.print(line, highlight=False)
     for warning in document.get("warnings", []):
         out.print(f"[yellow]warning:[/yellow] {warning}")

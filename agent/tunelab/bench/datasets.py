@@ -21,7 +21,11 @@
 
 With a tokenizer every synthetic length is exact in tokens (prompts are assembled from the
 tokenizer's whole-word tokens, which concatenate without merging); without one, a length is a
-number of common English words, about one token each, and the result says so.
+number of common English words, about one token each, and the result warns so. ``random``
+prompts, as vLLM's random dataset makes them, leave room for the special tokens the server's
+tokenizer adds (``num_special_tokens_to_add``: a BOS, say): the prompt's text has
+``input_len - specials`` tokens (the range ratio applied to that), so the server counts
+``input_len``; the other datasets' texts have their lengths and the server adds its own.
 """
 
 from __future__ import annotations
@@ -43,9 +47,10 @@ if TYPE_CHECKING:
 DATASETS = ("random", "shared-prefix", "multi-turn", "file", "trace")
 DISTRIBUTIONS = ("uniform", "lognormal")
 APPROXIMATE = (
-    "approximate: without --tokenizer a length of N is N common words, about one token each; "
-    "the server's own count is in input_tokens"
+    "approximate: without a tokenizer (--tokenizer, or benchmark.tokenizer in a spec) a length of "
+    "N is N common words, about one token each; the server's own count is in input_tokens"
 )
+SYNTHETIC = ("random", "shared-prefix", "multi-turn", "trace")  # lengths made, not read
 LOGNORMAL_CAP = 64  # a lognormal draw is cut at 64 x its mean
 # vLLM's is_valid_sequence defaults (vllm/benchmarks/datasets.py, ShareGPTDataset.sample)
 VLLM_MIN_LEN = 4
@@ -180,6 +185,8 @@ class Dataset:
         self._trace_t0 = 0.0
         self._trace_scale = 1.0
         self.filtered: Filtered | None = None
+        # random: what the server's tokenizer adds to every prompt, left out of its text
+        self.special = tokens.special_tokens if tokens is not None and self.name == "random" else 0
         if self.name in ("file", "trace"):
             loaded = promptfiles.load(
                 config.dataset_path, "trace" if self.name == "trace" else config.file_format
@@ -255,6 +262,7 @@ class Dataset:
             "rows": self.size or None,
             "lengths_exact": self.lengths_exact,
             "lengths": "exact (tokenizer)" if self.lengths_exact else APPROXIMATE,
+            "special_tokens": self.special,  # random: added by the server, left out of the text
             "malformed": len(self.problems),
             "filtered": None if self.filtered is None else dataclasses.asdict(self.filtered),
         }
@@ -272,13 +280,22 @@ class Dataset:
                 f"{self.config.dataset_path}: vLLM's ShareGPT length rule dropped {f.dropped} of "
                 f"{f.kept + f.dropped} conversations (lengths in {how})"
             )
+        if self.name in SYNTHETIC and not self.lengths_exact:
+            out.append(
+                "lengths are approximate: without a tokenizer (--tokenizer, or benchmark.tokenizer "
+                "in a spec) a length of N is N common words, about one token each; the server's "
+                "own count is each point's mean_input_tokens"
+            )
         return out
 
     # requests ---------------------------------------------------------------------------------
-    def _lengths(self, rng: random.Random) -> tuple[int, int]:
+    def _lengths(self, rng: random.Random, special: int = 0) -> tuple[int, int]:
+        """Input and output lengths drawn around the config's; the input around ``input_len``
+        less ``special`` (vLLM's random dataset: the server adds them), at least 1."""
         cfg = self.config
         out_ratio = cfg.range_ratio if cfg.output_range_ratio < 0 else cfg.output_range_ratio
-        n_in = draw_length(cfg.input_len, cfg.input_dist, cfg.range_ratio, cfg.input_sigma, rng)
+        base = max(1, cfg.input_len - special)
+        n_in = draw_length(base, cfg.input_dist, cfg.range_ratio, cfg.input_sigma, rng)
         n_out = draw_length(cfg.output_len, cfg.output_dist, out_ratio, cfg.output_sigma, rng)
         return n_in, n_out
 
@@ -296,11 +313,13 @@ class Dataset:
             return self._file_prompt(index, rng)
         if self.name == "trace":
             return self._trace_prompt(index)
-        n_in, n_out = self._lengths(rng)
+        n_in, n_out = self._lengths(rng, self.special)
         group = (index % cfg.prefix_groups) if self.name == "shared-prefix" else 0
         text = self.source.join([self.prefix(group), self.source.text(rng, n_in)])
         has_prefix = cfg.prefix_len > 0
-        return Prompt(text, cfg.prefix_len + n_in, n_out, group if has_prefix else None)
+        # input_len: what the server counts (the text's tokens and, random, its specials)
+        length = cfg.prefix_len + n_in + self.special
+        return Prompt(text, length, n_out, group if has_prefix else None)
 
     def conversation(self, point_index: int, index: int) -> list[Turn]:
         """The user messages of conversation ``index`` (multi-turn); the first carries the

@@ -1,20 +1,71 @@
-"""Prompts of an exact token length, with the server's own tokenizer (``--tokenizer PATH``).
+"""Prompts of an exact token length, with the server's own tokenizer (``--tokenizer PATH``,
+or ``benchmark.tokenizer`` in a spec, which the agent resolves to a local path).
 
 Words first: the vocabulary's whole-word tokens (`` word``, which encode back to themselves and,
 space-led, never merge with a neighbour) make a prompt of exactly N tokens by construction. A
 tokenizer without enough of them gets ``vllm bench serve``'s method: random ids decoded to text
-and re-encoded, cut or topped up until the text encodes to exactly N. Needs the
-optional ``tokenizers`` library (``pip install 'tunelab[tokenizer]'``).
+and re-encoded, cut or topped up until the text encodes to exactly N.
+
+Only a local ``tokenizer.json`` (or a folder holding one) is read: nothing is looked up on a hub
+and nothing is downloaded. The ``tokenizers`` library is a core dependency, imported when a
+tokenizer is first loaded (the agent and the CLI start without it).
 """
 
 from __future__ import annotations
 
 import random
-from pathlib import Path
+from collections.abc import Mapping
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 MAX_ROUNDS = 16
 MIN_WORDS = 50
+# benchmark.tokenizer in a spec: this word names the served model's own folder; anything else
+# is a path relative to the agent's datasets folder (resolved and confined there by the agent)
+SERVED_MODEL = "model"
+
+
+def hub_cache_tokenizer(name: str, env: Mapping[str, str], home: Path) -> Path | None:
+    """A hub id's ``tokenizer.json`` where the Hugging Face cache already holds it (a `vllm
+    bench serve` line names the model's hub id in --tokenizer; a server on this host fetched
+    it): ``$HF_HUB_CACHE``, else ``$HF_HOME/hub``, else ``$XDG_CACHE_HOME/huggingface/hub``
+    (``~/.cache``), snapshot of ``refs/main`` first. Read only: nothing is ever downloaded."""
+    parts = name.split("/")
+    if len(parts) != 2 or not all(parts) or name.startswith((".", "~")):
+        return None
+    cache = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE")
+    if not cache:
+        hf_home = env.get("HF_HOME") or str(
+            Path(env.get("XDG_CACHE_HOME") or home / ".cache") / "huggingface"
+        )
+        cache = str(Path(hf_home) / "hub")
+    repo = Path(cache) / f"models--{parts[0]}--{parts[1]}"
+    snapshots = repo / "snapshots"
+    try:
+        main = (repo / "refs" / "main").read_text().strip()
+    except OSError:
+        main = ""
+    if main and (snapshots / main / "tokenizer.json").is_file():
+        return snapshots / main / "tokenizer.json"
+    found = sorted(snapshots.glob("*/tokenizer.json"), key=lambda p: p.stat().st_mtime)
+    return found[-1] if found else None
+
+
+def spec_tokenizer_problem(name: str) -> str | None:
+    """What is wrong with ``benchmark.tokenizer``'s value as a spec may give it (the controller
+    at submission, the agent again at StartRun), or None: ``model``, or a relative path that
+    stays inside the agent's datasets folder."""
+    if not name:
+        return "must name a tokenizer.json (or its folder) in the agent's datasets folder, or model"
+    if "\0" in name:
+        return "must not contain NUL bytes"
+    path = PurePosixPath(name)
+    if path.is_absolute() or ".." in path.parts:
+        return (
+            f"{name!r} must be a relative path inside the agent's datasets folder (or 'model', "
+            "the served model's own folder)"
+        )
+    return None
 
 
 def _is_word(text: str) -> bool:
@@ -27,15 +78,16 @@ class TokenizerError(Exception):
 
 class TokenPrompts:
     def __init__(self, path: str) -> None:
-        try:
-            from tokenizers import Tokenizer
-        except ImportError:
-            raise TokenizerError(
-                "--tokenizer needs the tokenizers library: pip install 'tunelab[tokenizer]'"
-            ) from None
+        from tokenizers import Tokenizer  # a core dependency; loaded here, when first needed
+
         file = Path(path)
         if file.is_dir():
             file = file / "tokenizer.json"
+        if not file.is_file():  # Tokenizer.from_file reads a local file only: no download
+            raise TokenizerError(
+                f"--tokenizer {path}: no such file: {file} (a hub id is read from the local "
+                "Hugging Face cache only, where it was not found; nothing is downloaded)"
+            )
         try:
             self._tok: Any = Tokenizer.from_file(str(file))
         except Exception as exc:  # the library raises its own untyped errors for bad files
@@ -46,6 +98,9 @@ class TokenPrompts:
             raise TokenizerError(f"--tokenizer {path}: the vocabulary is empty")
         self._words = self._word_tokens()
         self.path = path
+        # what the server's tokenizer adds to every prompt (BOS, ...): vLLM's
+        # tokenizer.num_special_tokens_to_add(), from the same post-processor
+        self.special_tokens = int(self._tok.num_special_tokens_to_add(False))
 
     def _word_tokens(self) -> list[int]:
         """Ids whose text is one space-led word that encodes back to exactly that id."""

@@ -17,6 +17,7 @@ from typing import Any
 from tunelab.analysis.effects import EffectSettings, effects_document
 from tunelab.analysis.roofline import annotate_points, power_share
 from tunelab.analysis.rows import AttemptRecord, ExperimentRecord
+from tunelab.bench.promptlengths import lengths_exact
 
 POINT_FIELDS = (
     "output_throughput",
@@ -30,6 +31,7 @@ POINT_FIELDS = (
     "p99_itl_ms",
     "completed",
     "failed",
+    "mean_input_tokens",  # the server's own count (usage.prompt_tokens), mean per request
 )
 REPEAT_SUFFIX = re.compile(r"#\d+$")
 
@@ -74,6 +76,7 @@ def experiment_row(
         "varied": experiment.varied,
         "repeat_index": experiment.repeat_index,
         "points": points,
+        "lengths_exact": lengths_exact(result),  # False: no tokenizer, lengths in words
         "mean_power_watts": gpu.get("mean_power_watts_total"),
         "energy_joules": gpu.get(
             "benchmark_energy_used_joules", gpu.get("benchmark_energy_joules")

@@ -74,8 +74,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--tokenizer",
         default="",
-        help="tokenizer.json or its folder: prompts of exactly --input-len tokens (needs the "
-        "tokenizers library); default: random words, about one token each",
+        help="a local tokenizer.json or its folder: prompts of exactly --input-len tokens at "
+        "the server (random: its special tokens included, as vLLM's); default: random words, "
+        "about one token each (approximate)",
     )
     p.add_argument(
         "--api",
@@ -236,6 +237,7 @@ def sim_server(args: argparse.Namespace) -> int:
 
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
     from tunelab.bench.config import BenchConfig, BenchConfigError
+    from tunelab.bench.tokens import hub_cache_tokenizer
 
     args.temperature_given = args.temperature is not None
     native_load = bool(args.concurrency or args.rate or args.ramp)
@@ -266,6 +268,10 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
             raise CliError("--url (or vLLM's --base-url / --host / --port) is required", EXIT_USAGE)
         _check_required(args)
         settings = {**common, **_native_settings(args), **_native_dataset(args)}
+    tokenizer = settings.get("tokenizer")
+    if tokenizer and not Path(tokenizer).exists():  # a hub id: its file in the local HF cache
+        cached = hub_cache_tokenizer(tokenizer, os.environ, Path.home())
+        settings["tokenizer"] = str(cached) if cached is not None else tokenizer
     for key in ("dataset_path", "tokenizer"):  # the generator runs in a folder of its own
         if settings.get(key):
             settings[key] = str(Path(settings[key]).resolve())

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tunelab.analysis.effects import METRIC_LABELS, MIN_REPEATS, NOT_ENOUGH
+from tunelab.bench.promptlengths import prompt_tokens_line
 
 WIDTH = 100
 # Names (variants, hosts) are broken only after one of NAME_BREAKS, or, for a part too long for
@@ -266,9 +267,24 @@ def render_compare_table(doc: dict[str, Any], width: int = WIDTH) -> str:
         )
     for table in tables:
         console.print(table)
+    for line in prompt_token_lines(doc):
+        console.print(line)
     for warning in doc.get("warnings", []):
         console.print(f"warning: {warning}")
     return _text(console)
+
+
+def prompt_token_lines(doc: dict[str, Any]) -> list[str]:
+    """The server's mean prompt tokens: one line when every experiment's is the same (to 0.1),
+    else one per experiment; "lengths approximate" where a run had no tokenizer."""
+    said = [
+        (row["name"], prompt_tokens_line(row["points"], row.get("lengths_exact")))
+        for row in doc["experiments"]
+    ]
+    lines = {line for _, line in said if line}
+    if len(lines) == 1 and all(line for _, line in said):
+        return [lines.pop()]
+    return [f"{name}: {line}" for name, line in said if line]
 
 
 POINT_COLUMNS = (

@@ -9,6 +9,7 @@ import sys
 import threading
 from typing import Any
 
+from tunelab.bench.promptlengths import prompt_tokens_line
 from tunelab.cli.clients import ControllerClient
 from tunelab.cli.common import (
     EXIT_FAILED,
@@ -77,6 +78,14 @@ def _params(params: dict[str, Any]) -> str:
                      for p, v in params.items())  # fmt: skip
 
 
+def _prompt_tokens(trials: list[dict[str, Any]]) -> str | None:
+    """The server's mean prompt tokens over the trials that reported them (each trial counts
+    once), and "lengths approximate" when a trial ran without a tokenizer."""
+    means = [{"completed": 1, "mean_input_tokens": t.get("mean_input_tokens")} for t in trials]
+    said = {t.get("lengths_exact") for t in trials} - {None}
+    return prompt_tokens_line(means, False if False in said else (True if said else None))
+
+
 def render_search(doc: dict[str, Any]) -> str:
     """The table: rank, parameters, load found, objective with its interval, SLO margins and
     state or failure reason; then the answer with its evidence when the search is done."""
@@ -110,6 +119,9 @@ def render_search(doc: dict[str, Any]) -> str:
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    lengths = _prompt_tokens(doc["trials"])
+    if lengths:
+        lines.append(lengths)
     rec = doc.get("recommendation")
     best = doc.get("best")
     if best and rec:

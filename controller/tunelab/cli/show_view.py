@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from tunelab.bench.promptlengths import lengths_exact, prompt_tokens_line
 from tunelab.common.durations import format_duration
 
 ServerArgv = Callable[[dict[str, Any]], list[str]]
@@ -101,6 +102,10 @@ def render_show(data: dict[str, Any], server_argv: ServerArgv) -> str:
                 f"TPOT p50 {_num(point.get('median_tpot_ms'), 2)} ms, "
                 f"{point.get('completed', 0)} ok, {point.get('failed', 0)} failed"
             )
+        result = a["result"] or {}
+        lengths = prompt_tokens_line(result.get("points", []), lengths_exact(result))
+        if lengths:
+            out.append(f"    {lengths}")
         if a["state"] not in ("QUEUED", "DISPATCHING", "CANCELLED"):
             out.append(_gpu_line(a["gpu_summary"] or {}, a.get("host") or ""))
         if a.get("provenance"):

@@ -261,7 +261,7 @@ def check_builtin(pb: run_pb2.BuiltinBenchmark, prefix: str = "benchmark.") -> N
         message, _, name = key.partition(".")
         if message == "BuiltinBenchmark" and name != "concurrency":
             check_number(key, getattr(pb, name), f"{prefix}{name}")
-    for name in ("api", "model", "url", "preset", "reset_cache_url"):
+    for name in ("api", "model", "url", "preset", "reset_cache_url", "tokenizer"):
         _text(getattr(pb, name), f"{prefix}{name}")
     if pb.HasField("profile"):
         check_profile(pb.profile, f"{prefix}profile.")

@@ -63,6 +63,11 @@ def test_workload_uses_the_tokenizer_and_can_leave_temperature_out(tokenizer_dir
 
 
 def test_a_bad_tokenizer_path_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(TokenizerError, match="no such file"):
+        TokenPrompts(str(tmp_path))  # a folder without tokenizer.json
+    with pytest.raises(TokenizerError, match="no such file"):
+        TokenPrompts("meta-llama/Llama-3.1-8B")  # a hub id is never looked up
+    (tmp_path / "tokenizer.json").write_text("{}")
     with pytest.raises(TokenizerError, match="cannot load"):
         TokenPrompts(str(tmp_path))
 
@@ -151,4 +156,5 @@ def test_warnings_number_points_as_the_progress_line_does() -> None:
     )  # fmt: skip
     points = [{"point_index": 0, "warnings": ["slow"]}, {"point_index": 1, "warnings": ["late"]}]
     document = Sweep(config, None, None).document(points, "completed")
-    assert document["warnings"] == ["point 1/2: slow", "point 2/2: late"]
+    assert document["warnings"][:2] == ["point 1/2: slow", "point 2/2: late"]
+    assert document["warnings"][2].startswith("lengths are approximate")  # no tokenizer

@@ -45,3 +45,23 @@ def test_the_column_wins_over_a_stale_result_reason() -> None:
 def test_without_a_reason_the_attempt_state_names_the_failure() -> None:
     assert failed(AttemptState.TIMED_OUT, "", None).failure_reason == "TIMED_OUT"
     assert failed(AttemptState.FAILED_BENCHMARK, "", {}).failure_reason == "FAILED_BENCHMARK"
+
+
+def test_a_trial_keeps_the_servers_prompt_tokens_and_search_show_prints_them() -> None:
+    """Issue 35 item 6: the server's own mean prompt tokens, and "approximate" without a
+    tokenizer, from the trial's result to the ``search show`` table."""
+    from tunelab.cli.search_cmd import _prompt_tokens
+
+    exp = ExperimentRow("x-1", "g-1", "s/t1", ExperimentState.SUCCEEDED, {})
+    point = {"concurrency": 4, "output_throughput": 90.0, "p99_tpot_ms": 20.0, "completed": 8,
+             "mean_input_tokens": 127.5}  # fmt: skip
+    result = {"points": [point], "dataset": {"name": "random", "lengths_exact": False}}
+    attempt = AttemptRow("a-1", "x-1", 1, "h1", AttemptState.SUCCEEDED, result=result)
+    found = outcome(SPEC, exp, [attempt])
+    assert found.details["mean_input_tokens"] == 127.5
+    assert found.details["lengths_exact"] is False
+    trials = [found.details, {"mean_input_tokens": 128.5, "lengths_exact": False}]
+    assert _prompt_tokens(trials) == (
+        "prompt tokens (server's count): mean 128.0 per request; lengths approximate: no tokenizer"
+    )
+    assert _prompt_tokens([{"mean_input_tokens": None, "lengths_exact": None}]) is None

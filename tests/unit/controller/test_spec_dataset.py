@@ -64,3 +64,30 @@ def test_multi_turn_ramp_and_a_timed_trace() -> None:
 def test_bad_dataset_settings_name_their_field(bench: str, message: str) -> None:
     with pytest.raises(SpecError, match=message.replace("[", r"\[")):
         expand_text(BASE + bench)
+
+
+def test_a_tokenizer_reaches_the_agent_as_given() -> None:
+    """``benchmark.tokenizer`` (issue 35): the agent resolves it; a spec without one stores as
+    it did (no key), so its experiments compare with those submitted before."""
+    for name in ("model", "tokenizers/llama-3/tokenizer.json"):
+        c = run(f"  concurrency: [1]\n  requests: 2\n  tokenizer: {name}\n")
+        assert c.tokenizer == name
+    plain = expand_text(BASE + "  concurrency: [1]\n  requests: 2\n")[0]
+    assert "tokenizer" not in plain.spec["benchmark"]
+    assert run("  concurrency: [1]\n  requests: 2\n").tokenizer == ""
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("/models/llama", "must be a relative path inside the agent's datasets folder"),
+        ("../tok", "must be a relative path"),
+        ('""', "must name a tokenizer.json"),
+        ("[a]", "must be a string"),
+        ("x" * 5000, "longer than 4096 bytes"),
+    ],
+)
+def test_a_bad_tokenizer_names_its_field(value: str, message: str) -> None:
+    with pytest.raises(SpecError, match=r"benchmark\.tokenizer") as info:
+        expand_text(BASE + f"  concurrency: [1]\n  requests: 2\n  tokenizer: {value}\n")
+    assert message in str(info.value)

@@ -25,6 +25,7 @@ from tunelab.agent.runs.datasetfile import resolve_dataset
 from tunelab.agent.runs.metrics import exported_progress
 from tunelab.agent.runs.record import MAX_EVENTS, RunChanges, RunEvent, RunRecord, RunSpec
 from tunelab.agent.runs.states import RunState, check_run_transition
+from tunelab.agent.runs.tokenizerfile import resolve_tokenizer
 from tunelab.agent.runs.traces import TRACE_DIR, keep_traces
 from tunelab.agent.servers.ports import PortPool
 from tunelab.agent.servers.quarantine import QuarantineList
@@ -173,6 +174,10 @@ class RunExecutor:
             confined(self.run_dir(run_id), spec.command.result_file, RESULT_FILE_FIELD)
         if spec.builtin is not None and spec.builtin.get("dataset_path"):
             spec = replace(spec, builtin=resolve_dataset(spec.builtin, self._datasets_dir))
+        if spec.builtin is not None and spec.builtin.get("tokenizer"):
+            server = spec.server if spec.server is not None else self._server_spec(spec.server_id)
+            builtin = resolve_tokenizer(spec.builtin, self._datasets_dir, server)
+            spec = replace(spec, builtin=builtin)
         with self._lock:
             if self._closing.is_set():
                 raise Conflict("the agent is shutting down")
@@ -189,6 +194,13 @@ class RunExecutor:
             self._runs.add(run_id, record)
             self._launch(run_id)
             return record.snapshot(), True
+
+    def _server_spec(self, server_id: str) -> ServerSpec | None:
+        """The spec of an existing server a run names (None: not known here)."""
+        try:
+            return self._registry.get(server_id).spec
+        except NotFound:
+            return None
 
     def cancel(self, run_id: str) -> RunRecord:
         with self._changed:

@@ -83,6 +83,9 @@ BENCH_DATA_KEYS = (
     "trace_timed",
     "dataset_sha256",
     "dataset_file",
+    # prompts are made with the tokenizer (issue 35): which one, by content
+    "tokenizer_file",
+    "tokenizer_sha256",
 )
 DATASET_KEYS = BENCH_DATA_KEYS[BENCH_DATA_KEYS.index("dataset") :]
 _DEFAULTS = {f.name: f.default for f in fields(BenchConfig)}

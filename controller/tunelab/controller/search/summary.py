@@ -47,6 +47,8 @@ def trial_json(spec: SearchSpec, trials: Sequence[TrialRow], t: TrialRow) -> dic
         "message": t.details.get("message", ""),
         "experiment": t.experiment_id,
         "gpu_seconds": t.details.get("gpu_seconds"),
+        "mean_input_tokens": t.details.get("mean_input_tokens"),  # the server's count
+        "lengths_exact": t.details.get("lengths_exact"),  # False: no tokenizer, words
     }
 
 

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tunelab.bench.promptlengths import lengths_exact, server_mean_prompt_tokens
 from tunelab.controller.search.space import METRICS, SearchSpec
 from tunelab.controller.spec.errors import SpecIssue
 from tunelab.controller.spec.expand import apply_change, change_label
@@ -146,6 +147,9 @@ def outcome(search: SearchSpec, exp: ExperimentRow, attempts: Sequence[AttemptRo
         return Outcome("FAILED", failure_reason=reason or "FAILED", details=used)
     run = (last.gpu_summary or {}) if last else {}
     points = [p for p in result.get("points", []) if isinstance(p, Mapping)]
+    # what the server counted of the prompts, and whether the lengths asked were exact
+    used["mean_input_tokens"] = server_mean_prompt_tokens(points)
+    used["lengths_exact"] = lengths_exact(result)
     found = result.get("load_search")
     if isinstance(found, Mapping):  # load: find — the agent's bisection chose the answer
         answer = [p for p in points if p.get("point_index") in found.get("answer_points", [])]

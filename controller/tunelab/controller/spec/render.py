@@ -98,6 +98,8 @@ def to_run_spec(spec: dict[str, Any], run_name: str, gpus: list[int]) -> run_pb2
             builtin.dataset.CopyFrom(run_pb2.DatasetSpec(**bench["dataset"]))
         if "reset_cache" in bench:
             builtin.reset_cache = bench["reset_cache"]
+        if bench.get("tokenizer"):
+            builtin.tokenizer = bench["tokenizer"]
         if "profile" in spec:
             builtin.profile.CopyFrom(profile_spec(spec["profile"]))
         if "find" in bench:  # a load search (search: load: find)

@@ -11,8 +11,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from tunelab.bench.tokens import spec_tokenizer_problem
 from tunelab.common.durations import parse_duration
-from tunelab.common.specbounds import Range, SpecViolation, check_number
+from tunelab.common.specbounds import MAX_TEXT, Range, SpecViolation, check_number
 from tunelab.controller.spec.errors import SpecIssue
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -29,7 +30,7 @@ HOST_KEYS = {"name", "labels", "gpus"}
 BUILTIN_KEYS = {"api", "model", "concurrency", "rate", "burstiness", "requests", "duration",
                 "input_len", "output_len", "range_ratio", "warmup", "ignore_eos", "temperature",
                 "slo", "seed", "preset", "url", "dataset", "max_concurrency",
-                "ramp", "reset_cache", "reset_cache_url", "find"}  # fmt: skip
+                "ramp", "reset_cache", "reset_cache_url", "find", "tokenizer"}  # fmt: skip
 # benchmark.dataset (docs/workloads.md): key -> (kind, DatasetSpec field)
 DATASET_KEYS: dict[str, tuple[str, str]] = {
     "name": ("string", "name"),
@@ -382,6 +383,8 @@ def check_benchmark(check: Checker, raw: Any, default_model: str) -> dict[str, A
         out["reset_cache"] = check.boolean(bench["reset_cache"], "benchmark.reset_cache")
     if "reset_cache_url" in bench:
         out["reset_cache_url"] = _server_path(check, bench["reset_cache_url"], "reset_cache_url")
+    if "tokenizer" in bench:  # kept only when given: a spec without one stores as it did
+        out["tokenizer"] = _tokenizer(check, bench["tokenizer"])
     for key, default, minimum, field in BUILTIN_NUMBERS:
         source, name = (slo, key.removeprefix("slo_")) if key.startswith("slo_") else (bench, key)
         path = f"benchmark.slo.{name}" if source is slo else f"benchmark.{key}"
@@ -416,6 +419,20 @@ def check_dataset(check: Checker, raw: Any) -> dict[str, Any]:
         else:
             out[field] = check.boolean(value, path)
     return out
+
+
+def _tokenizer(check: Checker, value: Any) -> str:
+    """``benchmark.tokenizer``: ``model`` or a path in the agent's datasets folder (the agent
+    resolves and loads it at dispatch; here only its shape, with the agent's own words)."""
+    text = check.string(value, "benchmark.tokenizer")
+    if not isinstance(value, str):
+        return ""
+    problem = spec_tokenizer_problem(text)
+    if problem is None and len(text.encode()) > MAX_TEXT:
+        problem = f"longer than {MAX_TEXT} bytes"
+    if problem is not None:
+        check.fail("benchmark.tokenizer", problem)
+    return text
 
 
 def _server_path(check: Checker, value: Any, path: str) -> str:
