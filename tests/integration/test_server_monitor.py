@@ -43,7 +43,7 @@ def test_an_escaped_grandchild_stays_in_the_monitors_tree_and_dies_with_the_stop
     watch_until(stub, server.id, [S.SERVER_STATE_READY])
     escaped = reported_process(stub, server.id, "escaped")
     monitor = psutil.Process(server.pid).parent()
-    assert monitor is not None and "tunelab.agent.servers.monitor" in monitor.cmdline()
+    assert monitor is not None and "tunelab.agent.procs.monitor" in monitor.cmdline()
     assert escaped.ppid() == monitor.pid  # reparented to the subreaper, not to init
     assert "TUNELAB_SERVER_ID" not in escaped.environ()  # no marker left to find it by
     assert escaped.pid not in {c.pid for c in psutil.Process(server.pid).children(recursive=True)}
@@ -221,7 +221,7 @@ def test_a_killed_monitor_makes_its_server_failed_and_its_verified_processes_kil
     server = start(stub, fake_spec(free_port(), "--load-seconds", "0.1"), "orphaned")
     watch_until(stub, "orphaned", [S.SERVER_STATE_READY])
     monitor = psutil.Process(server.pid).parent()
-    assert monitor is not None and "tunelab.agent.servers.monitor" in monitor.cmdline()
+    assert monitor is not None and "tunelab.agent.procs.monitor" in monitor.cmdline()
 
     monitor.kill()  # someone SIGKILLs the monitor: the server is orphaned to init
 

@@ -23,7 +23,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import structlog
 
 from tunelab.agent.errors import InvalidSpec
-from tunelab.agent.servers.quarantine import QuarantineList
+from tunelab.agent.quarantine import QuarantineList
 from tunelab.agent.statefile import quarantine, read_json
 from tunelab.agent.statewriter import DurableWriter
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from mypy import api as mypy_api
 
+from tunelab.agent.quarantine import QuarantineList
 from tunelab.agent.recordbook import RecordBook
-from tunelab.agent.servers.quarantine import QuarantineList
 from tunelab.agent.servers.record import MAX_EVENTS, ServerEvent, ServerRecord
 from tunelab.agent.servers.spec import ServerSpec
 from tunelab.agent.servers.states import ServerState, TransitionError, check_transition

@@ -21,6 +21,7 @@ import structlog
 
 from tunelab.agent.engines.profiles import profile_for
 from tunelab.agent.engines.profiling import ProfilerSetup, profiler_setup
+from tunelab.agent.engines.traces import TRACE_DIR
 from tunelab.agent.errors import (
     Conflict,
     InvalidSpec,
@@ -31,18 +32,17 @@ from tunelab.agent.errors import (
 )
 from tunelab.agent.gpu import GpuBackend
 from tunelab.agent.logfiles import last_lines
-from tunelab.agent.recordbook import RecordBook
-from tunelab.agent.runs.traces import TRACE_DIR
-from tunelab.agent.servers.identityproof import carries_server_id
-from tunelab.agent.servers.monitorclient import (
+from tunelab.agent.procs.identityproof import carries_server_id
+from tunelab.agent.procs.monitorclient import (
     MonitorClient,
     MonitorFailed,
     MonitorStatus,
     kill_orphans,
     launch_monitor,
 )
+from tunelab.agent.quarantine import QuarantineList
+from tunelab.agent.recordbook import RecordBook
 from tunelab.agent.servers.ports import port_in_use
-from tunelab.agent.servers.quarantine import QuarantineList
 from tunelab.agent.servers.record import MAX_EVENTS, ServerChanges, ServerEvent, ServerRecord
 from tunelab.agent.servers.spec import MARKER_ENV, SERVER_NAME, ServerSpec, ValidServerSpec
 from tunelab.agent.servers.states import ServerState, check_transition
