@@ -191,7 +191,7 @@ class RunExecutor:
             return record.snapshot(), True
 
     def cancel(self, run_id: str) -> RunRecord:
-        with self._changed:
+        with self._runs.locked():
             if run_id not in self._runs:
                 raise NotFound(f"no run {run_id!r}")
             record = self._runs[run_id]

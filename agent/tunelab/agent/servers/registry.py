@@ -211,7 +211,7 @@ class ServerRegistry:
             self.transition(server_id, ServerState.FAILED, f"could not start its monitor: {exc}")
             raise Unavailable(f"server {server_id}: could not start its monitor: {exc}") from exc
         failpoint("after-spawn")
-        with self._lock:
+        with self._records.locked():  # the state and its supervisor together; the file after
             self.transition(
                 server_id,
                 ServerState.STARTING,
@@ -292,7 +292,7 @@ class ServerRegistry:
         **changes: Unpack[ServerChanges],
     ) -> None:
         """Check and make one state change (a misspelt field fails mypy and raises TypeError)."""
-        with self._changed:
+        with self._records.locked():
             self._records.transition(server_id, target, message, changes)
             if target.is_terminal():
                 self._supervisors.pop(server_id, None)
@@ -373,7 +373,7 @@ class ServerRegistry:
                 monitor=[leader.pid, leader.create_time],
             )
             self.update(record.id, pid=leader.pid, create_time=leader.create_time)
-        with self._lock:
+        with self._records.locked():
             adoptions = self._records[record.id].adoptions + 1
             current = self._records.update(record.id, {"adoptions": adoptions}, persist=True)
             supervisor = ServerSupervisor(
