@@ -8,8 +8,9 @@ sequence number) under the lock, and the thread that made it writes the snapshot
 holds the lock (the end of its outermost :meth:`RecordBook.locked`), so a slow or failing disk
 never holds up a reader, a watcher or a change of another record. A snapshot older than the one
 already written for its record is dropped, so a later state is never overwritten by an earlier
-one. Readers and watchers see a change as soon as it is made, its file a moment later (a crash in
-between leaves the file one change behind, as a crash just before the write always did).
+one. Watchers are woken once the file is written; a reader (a Get, or a watcher's periodic look)
+may see a change a moment before its file holds it, and a crash in that moment leaves the file one
+change behind, as a crash just before the write always could.
 
 Changes are typed: each record type has a ``TypedDict`` of its changeable fields
 (``ServerChanges``, ``RunChanges``) and its owner's ``transition``/``update`` take
@@ -163,8 +164,9 @@ class RecordBook(Generic[R, S, E]):
         record.version += 1
         self._records[key] = record
         if persist:
-            self._owe(key)
-        self.changed.notify_all()
+            self._owe(key)  # watchers are woken once its file is written
+        else:
+            self.changed.notify_all()
 
     def _owe(self, key: str) -> None:
         """Under the lock (inside :meth:`locked`): snapshot the record for its file."""
@@ -173,7 +175,7 @@ class RecordBook(Generic[R, S, E]):
 
     def _write(self, owed: Mapping[str, tuple[int, dict[str, Any]]]) -> None:
         """Outside the lock: write each snapshot unless a later one of its record is on disk
-        already; on a disk error the writer keeps it and retries."""
+        already; on a disk error the writer keeps it and retries. Then wake the watchers."""
         for key, (sequence, document) in owed.items():
             path = self._path_of(key)
             with self._file_lock:
@@ -181,6 +183,9 @@ class RecordBook(Generic[R, S, E]):
                     continue  # another thread wrote a later state of this record meanwhile
                 self._written[key] = sequence
                 self._writer.write(path, document)
+        if owed:
+            with self.changed:
+                self.changed.notify_all()
 
     # --- loading -----------------------------------------------------------------------------
 
