@@ -63,7 +63,7 @@ def tree_pids(server_pid: int) -> list[psutil.Process]:
     root = psutil.Process(server_pid)
     procs = [root, *root.children(recursive=True)]
     parent = root.parent()
-    if parent is not None and "tunelab.agent.servers.monitor" in parent.cmdline():
+    if parent is not None and "tunelab.agent.procs.monitor" in parent.cmdline():
         known = {p.pid for p in procs}
         procs += [p for p in parent.children(recursive=True) if p.pid not in known]
     return procs

@@ -20,7 +20,7 @@ import pytest
 from tests.support.agent_proc import AgentProcess
 from tests.support.ports import free_port
 from tests.support.servers import ended, fake_spec, gone, start, wait_state, watch_until
-from tunelab.agent.servers.identityproof import carries_server_id
+from tunelab.agent.procs.identityproof import carries_server_id
 from tunelab.v1 import agent_pb2, server_pb2
 
 S = server_pb2

@@ -14,7 +14,7 @@ import time
 from tests.support.agent_proc import AgentProcess
 from tests.support.ports import free_port
 from tests.support.servers import fake_spec, start, watch_until
-from tunelab.agent.servers.monitor import SOCKET_NAME
+from tunelab.agent.procs.monitor import SOCKET_NAME
 from tunelab.v1 import agent_pb2, server_pb2
 
 S = server_pb2

@@ -6,6 +6,7 @@ paths stay inside their folders. Real agent, real monitors, real children."""
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 import subprocess
 import sys
@@ -43,7 +44,7 @@ def test_an_escaped_grandchild_stays_in_the_monitors_tree_and_dies_with_the_stop
     watch_until(stub, server.id, [S.SERVER_STATE_READY])
     escaped = reported_process(stub, server.id, "escaped")
     monitor = psutil.Process(server.pid).parent()
-    assert monitor is not None and "tunelab.agent.servers.monitor" in monitor.cmdline()
+    assert monitor is not None and "tunelab.agent.procs.monitor" in monitor.cmdline()
     assert escaped.ppid() == monitor.pid  # reparented to the subreaper, not to init
     assert "TUNELAB_SERVER_ID" not in escaped.environ()  # no marker left to find it by
     assert escaped.pid not in {c.pid for c in psutil.Process(server.pid).children(recursive=True)}
@@ -161,6 +162,21 @@ def _tree_digest(root: Path) -> dict[str, str]:
     }
 
 
+def _file_says(server_dir: Path, state: str) -> None:
+    """Wait for the record's file to hold ``state``: the record book writes it outside its lock,
+    a moment after a watcher sees the change (process-model.md, "The record book")."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            written = json.loads((server_dir / "state.json").read_text())["state"]
+        except (OSError, ValueError, KeyError):
+            written = None
+        if written == state and not list(server_dir.glob(".state.json.*")):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{server_dir}/state.json never said {state}")
+
+
 def test_a_second_agent_on_the_same_state_dir_exits_2_naming_the_holder_and_changes_nothing(
     tmp_path: Path,
 ) -> None:
@@ -168,6 +184,7 @@ def test_a_second_agent_on_the_same_state_dir_exits_2_naming_the_holder_and_chan
     try:
         server = start(first.stub(), fake_spec(free_port(), "--load-seconds", "0.1"), "held")
         watch_until(first.stub(), "held", [S.SERVER_STATE_READY])
+        _file_says(first.state_dir / "servers" / "held", "READY")
         before = _tree_digest(first.state_dir / "servers")
         second = AgentProcess(first.state_dir)
 
@@ -221,7 +238,7 @@ def test_a_killed_monitor_makes_its_server_failed_and_its_verified_processes_kil
     server = start(stub, fake_spec(free_port(), "--load-seconds", "0.1"), "orphaned")
     watch_until(stub, "orphaned", [S.SERVER_STATE_READY])
     monitor = psutil.Process(server.pid).parent()
-    assert monitor is not None and "tunelab.agent.servers.monitor" in monitor.cmdline()
+    assert monitor is not None and "tunelab.agent.procs.monitor" in monitor.cmdline()
 
     monitor.kill()  # someone SIGKILLs the monitor: the server is orphaned to init
 

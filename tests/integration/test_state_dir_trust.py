@@ -23,9 +23,9 @@ import pytest
 from tests.support.agent_proc import AgentProcess
 from tests.support.daemon_proc import REPO
 from tests.support.ports import free_port
-from tunelab.agent.servers.monitor import SOCKET_NAME
-from tunelab.agent.servers.monitorclient import MonitorClient
-from tunelab.agent.servers.peercheck import UntrustedMonitor
+from tunelab.agent.procs.monitor import SOCKET_NAME
+from tunelab.agent.procs.monitorclient import MonitorClient
+from tunelab.agent.procs.peercheck import UntrustedMonitor
 from tunelab.agent.statefile import read_json
 
 NOBODY = 65534

@@ -86,7 +86,7 @@ def violations(repo: Path) -> list[str]:
     mods = modules(repo)
     graph = {m: {i for i in imports_of(p, m) if i in mods} for m, p in mods.items()}
     broken: list[str] = []
-    for importer, forbidden in CONTRACTS:
+    for importer, forbidden in [*CONTRACTS, *AGENT_LAYERS]:
         for start in sorted(m for m in mods if _under(m, [importer])):
             chain = {start: [start]}
             todo = [start]
@@ -200,3 +200,140 @@ def test_a_transitive_import_is_caught(tmp_path: Path) -> None:
     found = violations(copy)
     assert any("tunelab.controller must not import tunelab.agent" in v for v in found), found
     assert any(" -> tunelab.common.durations -> tunelab.agent" in v for v in found), found
+
+
+# --- the agent's own layers ---------------------------------------------------------------------
+# Inside tunelab.agent, from the bottom: the plain modules (errors, statefile, statewriter,
+# quarantine, recordbook, ...); procs (process supervision) and engines (what the agent knows of
+# vLLM and SGLang) side by side, neither importing the other; servers (server lifecycle); runs (a
+# run starts a server); then metrics, service and the daemon. Checked by ``violations`` beside
+# CONTRACTS, transitively as they are; ``agent_cycles`` finds any loop the list does not name.
+AGENT_LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    (
+        "tunelab.agent.procs",
+        ("tunelab.agent.servers", "tunelab.agent.runs", "tunelab.agent.engines"),
+    ),
+    (
+        "tunelab.agent.engines",
+        ("tunelab.agent.servers", "tunelab.agent.runs", "tunelab.agent.procs"),
+    ),
+    ("tunelab.agent.servers", ("tunelab.agent.runs",)),
+    ("tunelab.agent.recordbook", ("tunelab.agent.servers", "tunelab.agent.runs")),
+    ("tunelab.agent.quarantine", ("tunelab.agent.servers", "tunelab.agent.runs")),
+]
+
+
+def agent_cycles(repo: Path) -> list[list[str]]:
+    """Cycles among the agent's parts (each sub-package and each plain module one part), as
+    lists of parts; empty when the parts form layers."""
+    mods = modules(repo)
+
+    def part(module: str) -> str | None:
+        names = module.split(".")
+        return ".".join(names[:3]) if names[:2] == ["tunelab", "agent"] and len(names) > 2 else None
+
+    graph: dict[str, set[str]] = {}
+    for module, path in mods.items():
+        if (source := part(module)) is None:
+            continue
+        targets = {part(i) for i in imports_of(path, module) if i in mods}
+        graph.setdefault(source, set()).update(t for t in targets if t and t != source)
+    reach = {p: _reachable(graph, p) for p in graph}
+    found: list[list[str]] = []
+    for p in sorted(graph):
+        loop = sorted(q for q in reach[p] if p in reach.get(q, set()))
+        if loop and loop not in found:
+            found.append(loop)
+    return found
+
+
+def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for nxt in graph.get(todo.pop(), set()):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def _copy_with(tmp_path: Path, victim: str, line: str) -> Path:
+    copy = tmp_path / "repo"
+    for folder in ("proto", "agent", "controller"):
+        shutil.copytree(REPO / folder, copy / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    path = copy / victim
+    path.write_text(path.read_text() + f"\n\ndef _sneaky() -> None:\n    {line}\n")
+    return copy
+
+
+def test_the_agent_parts_have_no_cycle() -> None:
+    assert agent_cycles(REPO) == []
+
+
+@pytest.mark.parametrize(
+    ("victim", "line", "contract"),
+    [
+        (
+            "agent/tunelab/agent/procs/monitorclient.py",
+            "from tunelab.agent.servers import registry",
+            "tunelab.agent.procs",
+        ),
+        (
+            "agent/tunelab/agent/procs/ladder.py",
+            "import tunelab.agent.engines.phases",
+            "tunelab.agent.procs",
+        ),
+        (
+            "agent/tunelab/agent/engines/watch.py",
+            "from tunelab.agent.servers import record",
+            "tunelab.agent.engines",
+        ),
+        (
+            "agent/tunelab/agent/engines/traces.py",
+            "from tunelab.agent.procs import identity",
+            "tunelab.agent.engines",
+        ),
+        (
+            "agent/tunelab/agent/servers/profiler.py",
+            "from tunelab.agent.runs import executor",
+            "tunelab.agent.servers",
+        ),
+        (
+            "agent/tunelab/agent/recordbook.py",
+            "from tunelab.agent.servers import states",
+            "tunelab.agent.recordbook",
+        ),
+        (
+            "agent/tunelab/agent/quarantine.py",
+            "from tunelab.agent.runs import record",
+            "tunelab.agent.quarantine",
+        ),
+    ],
+)
+def test_a_forbidden_agent_import_is_caught(
+    tmp_path: Path, victim: str, line: str, contract: str
+) -> None:
+    """Each agent layer's contract is not vacuous: one added import breaks it."""
+    found = violations(_copy_with(tmp_path, victim, line))
+    assert any(v.startswith(f"{contract} must not import") for v in found), found
+
+
+@pytest.mark.parametrize(
+    ("victim", "line", "loop"),
+    [
+        (  # the cycle this round broke: the record book reaching back into servers
+            "agent/tunelab/agent/recordbook.py",
+            "from tunelab.agent.servers import states",
+            {"tunelab.agent.recordbook", "tunelab.agent.servers"},
+        ),
+        (  # no contract names these two: only the cycle check sees it
+            "agent/tunelab/agent/statefile.py",
+            "from tunelab.agent import statewriter",
+            {"tunelab.agent.statefile", "tunelab.agent.statewriter"},
+        ),
+    ],
+)
+def test_an_agent_cycle_is_caught(tmp_path: Path, victim: str, line: str, loop: set[str]) -> None:
+    found = agent_cycles(_copy_with(tmp_path, victim, line))
+    assert any(loop <= set(cycle) for cycle in found), found

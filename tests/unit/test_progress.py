@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tunelab.agent.engines.profiles import GENERIC
+from tunelab.agent.engines.progress import parse_progress_line
 from tunelab.agent.engines.watch import EngineWatch
-from tunelab.agent.servers.progress import parse_progress_line
 
 
 def test_sglang_shard_line() -> None:

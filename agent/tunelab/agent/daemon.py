@@ -16,12 +16,12 @@ from tunelab.agent.audit.provider import AuditProvider, gpu_for_audit
 from tunelab.agent.config import AgentConfig
 from tunelab.agent.gpu import GpuBackend, open_backend
 from tunelab.agent.metrics.app import AgentMetrics, MetricsSettings
+from tunelab.agent.quarantine import QuarantineList, StateHealthCollector
 from tunelab.agent.runs.builtinjob import BuiltinJob
 from tunelab.agent.runs.executor import RunExecutor
 from tunelab.agent.runs.metrics import BenchMetricsCollector
 from tunelab.agent.runs.provenance import RunProvenance
 from tunelab.agent.servers.profiler import ServerProfiler
-from tunelab.agent.servers.quarantine import QuarantineList, StateHealthCollector
 from tunelab.agent.servers.registry import ServerRegistry
 from tunelab.agent.servers.supervisor import SupervisorSettings
 from tunelab.agent.service import SERVICE_NAME, AgentIdentity, AgentService

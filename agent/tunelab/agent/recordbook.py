@@ -3,6 +3,15 @@ goes through it — a checked state transition or an update of named fields — 
 event, bumps the version, writes the file and wakes watchers; it also loads a record from its file
 or quarantines that file. Written once, used by ``servers/registry.py`` and ``runs/executor.py``.
 
+The file is written outside the records' lock: a change takes a snapshot of the record (and a
+sequence number) under the lock, and the thread that made it writes the snapshot once it no longer
+holds the lock (the end of its outermost :meth:`RecordBook.locked`), so a slow or failing disk
+never holds up a reader, a watcher or a change of another record. A snapshot older than the one
+already written for its record is dropped, so a later state is never overwritten by an earlier
+one. Watchers are woken once the file is written; a reader (a Get, or a watcher's periodic look)
+may see a change a moment before its file holds it, and a crash in that moment leaves the file one
+change behind, as a crash just before the write always could.
+
 Changes are typed: each record type has a ``TypedDict`` of its changeable fields
 (``ServerChanges``, ``RunChanges``) and its owner's ``transition``/``update`` take
 ``**changes: Unpack[...]``, so a misspelt field (``exitcode=3``) fails type checking. At run time
@@ -13,6 +22,7 @@ left out of the file.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 import time
@@ -23,7 +33,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import structlog
 
 from tunelab.agent.errors import InvalidSpec
-from tunelab.agent.servers.quarantine import QuarantineList
+from tunelab.agent.quarantine import QuarantineList
 from tunelab.agent.statefile import quarantine, read_json
 from tunelab.agent.statewriter import DurableWriter
 
@@ -73,6 +83,10 @@ class RecordBook(Generic[R, S, E]):
         self._quarantined = quarantined
         self._clock = clock
         self._records: dict[str, R] = {}
+        self._sequence = 0  # snapshots for the file, numbered in the order they were taken
+        self._held = threading.local()  # this thread's depth in locked() and the writes it owes
+        self._file_lock = threading.Lock()  # one file write at a time; never taken under changed
+        self._written: dict[str, int] = {}  # per record, the sequence of the file on disk
 
     # --- the records -------------------------------------------------------------------------
 
@@ -87,20 +101,39 @@ class RecordBook(Generic[R, S, E]):
         return iter(list(self._records.values()))
 
     def add(self, key: str, record: R, persist: bool = False) -> None:
-        with self.changed:
+        with self.locked():
             self._records[key] = record
             if persist:
-                self.persist(key)
+                self._owe(key)
 
     def remove(self, key: str) -> None:
-        with self.changed:
+        with self.locked():
             self._records.pop(key, None)
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the records' lock (``changed``' lock). The files of the records changed meanwhile
+        are written when this thread's outermost ``locked()`` ends, after it let the lock go: an
+        owner that changes a record together with its own state holds this, not its raw lock."""
+        depth: int = getattr(self._held, "depth", 0)
+        if depth == 0:
+            self._held.owed = {}
+        self._held.depth = depth + 1
+        try:
+            with self.changed:
+                yield
+        finally:
+            self._held.depth = depth
+            if depth == 0:
+                owed: dict[str, tuple[int, dict[str, Any]]] = self._held.owed
+                self._held.owed = {}
+                self._write(owed)
 
     # --- changes -----------------------------------------------------------------------------
 
     def transition(self, key: str, target: S, message: str, changes: Mapping[str, Any]) -> R:
         """Check ``state → target``, apply ``changes``, record the event, persist, notify."""
-        with self.changed:
+        with self.locked():
             record = self._records[key]
             self._check(record.state, target)
             record = dataclasses.replace(record, **changes)  # type: ignore[type-var]
@@ -120,7 +153,7 @@ class RecordBook(Generic[R, S, E]):
         message: str | None = None,
     ) -> R:
         """Apply ``changes`` without a transition (progress, descendants seen, ...)."""
-        with self.changed:
+        with self.locked():
             record = dataclasses.replace(self._records[key], **changes)  # type: ignore[type-var]
             if message is not None:
                 record.message = message
@@ -131,12 +164,28 @@ class RecordBook(Generic[R, S, E]):
         record.version += 1
         self._records[key] = record
         if persist:
-            self.persist(key)
-        self.changed.notify_all()
+            self._owe(key)  # watchers are woken once its file is written
+        else:
+            self.changed.notify_all()
 
-    def persist(self, key: str) -> None:
-        """Write the record; on a disk error the writer keeps it and retries."""
-        self._writer.write(self._path_of(key), self._records[key].to_dict())
+    def _owe(self, key: str) -> None:
+        """Under the lock (inside :meth:`locked`): snapshot the record for its file."""
+        self._sequence += 1
+        self._held.owed[key] = (self._sequence, self._records[key].to_dict())
+
+    def _write(self, owed: Mapping[str, tuple[int, dict[str, Any]]]) -> None:
+        """Outside the lock: write each snapshot unless a later one of its record is on disk
+        already; on a disk error the writer keeps it and retries. Then wake the watchers."""
+        for key, (sequence, document) in owed.items():
+            path = self._path_of(key)
+            with self._file_lock:
+                if sequence <= self._written.get(key, 0):
+                    continue  # another thread wrote a later state of this record meanwhile
+                self._written[key] = sequence
+                self._writer.write(path, document)
+        if owed:
+            with self.changed:
+                self.changed.notify_all()
 
     # --- loading -----------------------------------------------------------------------------
 

@@ -17,11 +17,11 @@ from typing import Any, Protocol
 import grpc
 import structlog
 
+from tunelab.agent.engines.traces import TraceNotFound, listed, read_trace
 from tunelab.agent.errors import Busy, Conflict, DiskFull, InvalidSpec, NotFound, Unavailable
 from tunelab.agent.gpu import GpuBackend, GpuError
 from tunelab.agent.logfiles import read_log_chunks, tail_offset
 from tunelab.agent.runs.record import RunRecord, RunSpec
-from tunelab.agent.runs.traces import TraceNotFound, listed, read_trace
 from tunelab.agent.servers.profiler import ProfileOutcome, ProfileRequest, ServerProfiler
 from tunelab.agent.servers.registry import ServerRegistry
 from tunelab.agent.wire import (

@@ -14,7 +14,7 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypedDict, Unpack
 
 PROGRESS_INTERVAL = 0.5
 
@@ -43,6 +43,20 @@ class PointProgress:
         return cls(**{k: v for k, v in data.items() if k in names})
 
 
+class EventFields(TypedDict, total=False):
+    """What a ``point_done``, ``finished`` or ``failed`` line carries besides ``event``."""
+
+    at: float
+    point_index: int  # point_done: the point, and its headline figures
+    completed: int
+    failed: int
+    output_throughput: float
+    client_saturated: bool
+    client_starved: bool
+    points: int  # finished: how many points the result holds
+    error: str  # failed: why the run stopped
+
+
 class ProgressWriter:
     """Appends events, one line each, flushed at once (the watcher may read at any moment)."""
 
@@ -50,14 +64,17 @@ class ProgressWriter:
         self.path = path
         self._file: IO[str] = path.open("a", encoding="utf-8")
 
-    def event(self, kind: str, **data: Any) -> None:
+    def event(self, kind: str, **fields: Unpack[EventFields]) -> None:
+        self._append(kind, dict(fields))
+
+    def progress(self, snapshot: PointProgress) -> None:
+        self._append("progress", asdict(snapshot))
+
+    def _append(self, kind: str, data: dict[str, object]) -> None:
         data["event"] = kind
         data.setdefault("at", time.time())
         self._file.write(json.dumps(data, separators=(",", ":")) + "\n")
         self._file.flush()
-
-    def progress(self, snapshot: PointProgress) -> None:
-        self.event("progress", **asdict(snapshot))
 
     def close(self) -> None:
         self._file.close()

@@ -32,7 +32,7 @@ MAX_ENV_VALUE = 32 * 1024
 MAX_TEXT = 4096  # names, paths, URLs, model ids
 MAX_SWEEP_POINTS = 1024
 # The monitor reads its launch document (spec + the agent's own fields) up to this many bytes
-# (servers/monitor.py MAX_LAUNCH); argv and env, JSON-encoded as sent, must leave room for the
+# (procs/monitor.py MAX_LAUNCH); argv and env, JSON-encoded as sent, must leave room for the
 # rest, or a spec accepted at submission would fail at dispatch.
 MAX_LAUNCH_BYTES = 1 << 20
 LAUNCH_HEADROOM = 64 * 1024

@@ -16,8 +16,8 @@ import psutil
 import pytest
 
 from tunelab.agent.errors import InvalidSpec
+from tunelab.agent.procs import identity
 from tunelab.agent.runs.commandjob import confined
-from tunelab.agent.servers import identity
 from tunelab.agent.servers.record import ServerRecord
 from tunelab.agent.servers.spec import ServerSpec
 
@@ -204,7 +204,7 @@ def test_a_forged_identity_in_a_state_file_is_rejected(pid: int, create_time: fl
 def test_the_monitor_imports_nothing_outside_the_standard_library_but_its_own_modules() -> None:
     """It runs once per server for the server's whole life: no psutil, grpc or structlog."""
     code = (
-        "import sys; before = set(sys.modules); import tunelab.agent.servers.monitor; "
+        "import sys; before = set(sys.modules); import tunelab.agent.procs.monitor; "
         "print(' '.join(sorted(m for m in set(sys.modules) - before "
         "if m.split('.')[0] not in sys.stdlib_module_names)))"
     )
@@ -212,4 +212,4 @@ def test_the_monitor_imports_nothing_outside_the_standard_library_but_its_own_mo
         [sys.executable, "-P", "-c", code], capture_output=True, text=True, check=True
     ).stdout.split()
     assert loaded and all(m.startswith("tunelab") for m in loaded), loaded
-    assert "tunelab.agent.servers.monitor" in loaded
+    assert "tunelab.agent.procs.monitor" in loaded

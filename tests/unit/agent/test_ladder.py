@@ -14,8 +14,8 @@ from dataclasses import FrozenInstanceError
 
 import pytest
 
-from tunelab.agent.servers import ladder as L
-from tunelab.agent.servers.ladder import Phase
+from tunelab.agent.procs import ladder as L
+from tunelab.agent.procs.ladder import Phase
 
 TERM, KILL = signal.SIGTERM, signal.SIGKILL
 LEADER, WORKER, LATE, FORKED = (10, 100.0), (11, 101.0), (12, 102.0), (13, 103.0)

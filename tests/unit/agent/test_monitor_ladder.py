@@ -16,7 +16,7 @@ from pathlib import Path
 DRIVER = r"""
 import json, os, socket, sys, time
 from pathlib import Path
-from tunelab.agent.servers import monitor as m
+from tunelab.agent.procs import monitor as m
 
 folder = Path(sys.argv[1])
 grace = float(sys.argv[2])

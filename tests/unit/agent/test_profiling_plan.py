@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tunelab.agent.engines.profiles import GENERIC, SGLANG, VLLM
 from tunelab.agent.engines.profiling import plan, profiler_calls, profiler_setup
-from tunelab.agent.runs.traces import keep_traces, listed
+from tunelab.agent.engines.traces import keep_traces, listed
 from tunelab.bench.config import BenchConfig
 
 TRACES = Path("/state/runs/r1/traces")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.registry import CollectorRegistry
 
-from tunelab.agent.servers.quarantine import QuarantineList, StateHealthCollector
+from tunelab.agent.quarantine import QuarantineList, StateHealthCollector
 from tunelab.agent.statefile import quarantine, read_json
 from tunelab.agent.statewriter import DurableWriter
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from structlog.testing import capture_logs
 
-from tunelab.agent.servers.monitorclient import MonitorClient
+from tunelab.agent.procs.monitorclient import MonitorClient
 from tunelab.agent.servers.record import ServerRecord
 from tunelab.agent.servers.spec import ServerSpec
 from tunelab.agent.servers.states import ServerState, check_transition

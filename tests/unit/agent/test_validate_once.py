@@ -14,11 +14,11 @@ import pytest
 
 import tunelab.agent.servers.spec as spec_module
 from tunelab.agent.errors import InvalidSpec
+from tunelab.agent.quarantine import QuarantineList
 from tunelab.agent.recordbook import RecordBook
 from tunelab.agent.runs.executor import _with_port
 from tunelab.agent.runs.record import MAX_EVENTS, CommandBench, RunEvent, RunRecord, RunSpec
 from tunelab.agent.runs.states import RunState, check_run_transition
-from tunelab.agent.servers.quarantine import QuarantineList
 from tunelab.agent.servers.spec import ServerSpec, ValidServerSpec
 from tunelab.agent.statefile import write_json_atomic
 from tunelab.agent.statewriter import DurableWriter

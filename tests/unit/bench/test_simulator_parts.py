@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from tunelab.agent.servers.progress import parse_progress_line
+from tunelab.agent.engines.progress import parse_progress_line
 from tunelab.bench.simulator.app import progress_line
 from tunelab.bench.simulator.engine import BadRequest, parse_generation
 from tunelab.bench.simulator.options import Fault, SimSettings, parse_fault

@@ -194,7 +194,7 @@ def test_argv_and_env_past_the_monitors_launch_limit_are_refused_at_submission()
 
 
 def test_the_launch_limit_is_the_monitors() -> None:
-    from tunelab.agent.servers.monitor import MAX_LAUNCH
+    from tunelab.agent.procs.monitor import MAX_LAUNCH
     from tunelab.common.specbounds import MAX_LAUNCH_BYTES
 
     assert MAX_LAUNCH == MAX_LAUNCH_BYTES

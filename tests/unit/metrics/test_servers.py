@@ -9,10 +9,10 @@ import psutil
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tunelab.agent.engines.progress import LoadProgress
 from tunelab.agent.gpu import Cadence, GpuProcess
 from tunelab.agent.metrics.servers import ServerCollector, ServerSource, attribute_gpu_memory
-from tunelab.agent.servers.process import ProcessId
-from tunelab.agent.servers.progress import LoadProgress
+from tunelab.agent.procs.process import ProcessId
 from tunelab.agent.servers.record import ServerRecord
 from tunelab.agent.servers.spec import ServerSpec
 from tunelab.agent.servers.states import ServerState

@@ -108,17 +108,6 @@ class ProbeResult:
             seconds=seconds if isinstance(seconds := data.get("seconds"), int | float) else 0.0,
         )
 
-    def to_json(self) -> dict[str, object]:
-        return {
-            "outcome": self.outcome,
-            "result": self.result,
-            "devices": self.devices,
-            "driver_version": self.driver_version,
-            "library": self.library,
-            "detail": self.detail,
-            "seconds": self.seconds,
-        }
-
 
 Runner = Callable[[list[str], float], tuple[int, bytes]]  # (exit code, output) or TimeoutExpired
 

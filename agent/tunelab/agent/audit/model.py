@@ -8,7 +8,7 @@ contract (``tunelab-agent audit --json``, the RunAudit RPC, ``--compare``): keys
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -121,7 +121,3 @@ def ev(source: str, value: object) -> Evidence:
     if isinstance(value, bytes):
         return Evidence(source, value.hex())
     return Evidence(source, str(value))
-
-
-def evidence_from(mapping: Mapping[str, object]) -> list[Evidence]:
-    return [ev(source, value) for source, value in mapping.items()]

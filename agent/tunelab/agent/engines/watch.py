@@ -17,8 +17,8 @@ from tunelab.agent.engines.failures import (
 )
 from tunelab.agent.engines.phases import Phase, may_enter
 from tunelab.agent.engines.profiles import EngineProfile
+from tunelab.agent.engines.progress import LoadProgress, parse_progress_line, same_progress
 from tunelab.agent.engines.status import EngineStatus
-from tunelab.agent.servers.progress import LoadProgress, parse_progress_line, same_progress
 
 MAX_PENDING = 4096  # a partial line longer than this is cut (a log line is never trusted)
 MAX_SUSPECTS = 20  # failure-looking lines kept from the whole log, beside the tail

@@ -20,7 +20,7 @@ from tunelab.agent.engines.failures import FailureReason
 from tunelab.agent.engines.phases import Phase
 from tunelab.agent.gpu import Cadence, GpuProcess
 from tunelab.agent.metrics.families import FamilyCollector, counter, gauge, info
-from tunelab.agent.servers.process import ProcessId
+from tunelab.agent.procs.process import ProcessId
 from tunelab.agent.servers.record import ServerRecord
 from tunelab.agent.servers.states import ServerState
 

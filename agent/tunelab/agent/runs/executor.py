@@ -18,7 +18,9 @@ import structlog
 from tunelab.agent.engines import profiling as engine_profiling
 from tunelab.agent.engines.profiles import profile_for
 from tunelab.agent.engines.profiling import EnginePlan
+from tunelab.agent.engines.traces import TRACE_DIR, keep_traces
 from tunelab.agent.errors import AgentError, Conflict, InvalidSpec, NotFound, storage_error
+from tunelab.agent.quarantine import QuarantineList
 from tunelab.agent.recordbook import RecordBook
 from tunelab.agent.runs.commandjob import RESULT_FILE_FIELD, BenchFailed, CommandJob, confined
 from tunelab.agent.runs.datasetfile import resolve_dataset
@@ -26,9 +28,7 @@ from tunelab.agent.runs.metrics import exported_progress
 from tunelab.agent.runs.record import MAX_EVENTS, RunChanges, RunEvent, RunRecord, RunSpec
 from tunelab.agent.runs.states import RunState, check_run_transition
 from tunelab.agent.runs.tokenizerfile import resolve_tokenizer
-from tunelab.agent.runs.traces import TRACE_DIR, keep_traces
 from tunelab.agent.servers.ports import PortPool
-from tunelab.agent.servers.quarantine import QuarantineList
 from tunelab.agent.servers.record import ServerRecord
 from tunelab.agent.servers.registry import ServerRegistry
 from tunelab.agent.servers.spec import SERVER_NAME, ServerSpec, ValidServerSpec
@@ -203,7 +203,7 @@ class RunExecutor:
             return None
 
     def cancel(self, run_id: str) -> RunRecord:
-        with self._changed:
+        with self._runs.locked():
             if run_id not in self._runs:
                 raise NotFound(f"no run {run_id!r}")
             record = self._runs[run_id]

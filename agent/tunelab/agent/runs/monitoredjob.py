@@ -20,14 +20,14 @@ from pathlib import Path
 import structlog
 
 from tunelab.agent.errors import InvalidSpec
-from tunelab.agent.servers.monitorclient import (
+from tunelab.agent.procs.monitorclient import (
     MonitorClient,
     MonitorFailed,
     MonitorStatus,
     kill_orphans,
     launch_monitor,
 )
-from tunelab.agent.servers.process import ProcessId
+from tunelab.agent.procs.process import ProcessId
 from tunelab.agent.statefile import read_json, write_json_atomic
 
 log = structlog.get_logger(__name__)

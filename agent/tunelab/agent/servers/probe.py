@@ -126,9 +126,6 @@ class ReadinessProbe:
         self._burst_until = now + self._burst
         self._port_open = True  # a GET that is refused puts it back to TCP connects
 
-    def seconds_until_due(self) -> float:
-        return max(0.0, self._next - self._clock())
-
     def poll(self) -> ProbeResult | None:
         """One attempt if one is due (None otherwise); the result of a GET, or of a refused
         connect."""

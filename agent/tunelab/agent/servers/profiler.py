@@ -3,7 +3,7 @@
 ``ProfileServer`` on a READY server started with ``spec.profile`` (the registry added the engine
 profile's flags at launch, ``engines.profiling.profiler_setup``, with the trace folder
 ``servers/<id>/traces``): the engine's start URL, a window, the stop URL, then the traces kept
-as a run keeps them (``runs.traces.keep_traces``: gzipped, capped, regular files only). The
+as a run keeps them (``engines.traces.keep_traces``: gzipped, capped, regular files only). The
 calls are the run path's (``bench.profiling``): a stop is sent whenever a start was, retried
 once, and any failure is a warning with its reason, never an error status, so a server is never
 left profiling by us.
@@ -43,8 +43,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tunelab.agent.engines.profiles import profile_for
 from tunelab.agent.engines.profiling import ProfilerCalls, profiler_calls
+from tunelab.agent.engines.traces import keep_traces, listed_in
 from tunelab.agent.errors import Conflict, InvalidSpec, storage_error
-from tunelab.agent.runs.traces import keep_traces, listed_in
 from tunelab.agent.servers.registry import ServerRegistry
 from tunelab.agent.servers.states import ServerState
 from tunelab.agent.statefile import read_json, write_json_atomic

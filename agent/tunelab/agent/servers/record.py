@@ -7,9 +7,9 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypedDict
 
+from tunelab.agent.engines.progress import LoadProgress
 from tunelab.agent.engines.status import EngineStatus
-from tunelab.agent.servers.process import ProcessId
-from tunelab.agent.servers.progress import LoadProgress
+from tunelab.agent.procs.process import ProcessId
 from tunelab.agent.servers.spec import ServerSpec
 from tunelab.agent.servers.states import ServerState
 

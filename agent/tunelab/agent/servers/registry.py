@@ -21,6 +21,7 @@ import structlog
 
 from tunelab.agent.engines.profiles import profile_for
 from tunelab.agent.engines.profiling import ProfilerSetup, profiler_setup
+from tunelab.agent.engines.traces import TRACE_DIR
 from tunelab.agent.errors import (
     Conflict,
     InvalidSpec,
@@ -31,18 +32,17 @@ from tunelab.agent.errors import (
 )
 from tunelab.agent.gpu import GpuBackend
 from tunelab.agent.logfiles import last_lines
-from tunelab.agent.recordbook import RecordBook
-from tunelab.agent.runs.traces import TRACE_DIR
-from tunelab.agent.servers.identityproof import carries_server_id
-from tunelab.agent.servers.monitorclient import (
+from tunelab.agent.procs.identityproof import carries_server_id
+from tunelab.agent.procs.monitorclient import (
     MonitorClient,
     MonitorFailed,
     MonitorStatus,
     kill_orphans,
     launch_monitor,
 )
+from tunelab.agent.quarantine import QuarantineList
+from tunelab.agent.recordbook import RecordBook
 from tunelab.agent.servers.ports import port_in_use
-from tunelab.agent.servers.quarantine import QuarantineList
 from tunelab.agent.servers.record import MAX_EVENTS, ServerChanges, ServerEvent, ServerRecord
 from tunelab.agent.servers.spec import MARKER_ENV, SERVER_NAME, ServerSpec, ValidServerSpec
 from tunelab.agent.servers.states import ServerState, check_transition
@@ -211,7 +211,7 @@ class ServerRegistry:
             self.transition(server_id, ServerState.FAILED, f"could not start its monitor: {exc}")
             raise Unavailable(f"server {server_id}: could not start its monitor: {exc}") from exc
         failpoint("after-spawn")
-        with self._lock:
+        with self._records.locked():  # the state and its supervisor together; the file after
             self.transition(
                 server_id,
                 ServerState.STARTING,
@@ -292,7 +292,7 @@ class ServerRegistry:
         **changes: Unpack[ServerChanges],
     ) -> None:
         """Check and make one state change (a misspelt field fails mypy and raises TypeError)."""
-        with self._changed:
+        with self._records.locked():
             self._records.transition(server_id, target, message, changes)
             if target.is_terminal():
                 self._supervisors.pop(server_id, None)
@@ -373,7 +373,7 @@ class ServerRegistry:
                 monitor=[leader.pid, leader.create_time],
             )
             self.update(record.id, pid=leader.pid, create_time=leader.create_time)
-        with self._lock:
+        with self._records.locked():
             adoptions = self._records[record.id].adoptions + 1
             current = self._records.update(record.id, {"adoptions": adoptions}, persist=True)
             supervisor = ServerSupervisor(

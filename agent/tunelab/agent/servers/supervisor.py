@@ -22,12 +22,12 @@ from typing import Protocol, Unpack
 
 import structlog
 
-from tunelab.agent.engines.supervision import EngineSupervision
 from tunelab.agent.gpu import GpuBackend, GpuError
 from tunelab.agent.logfiles import last_lines, open_log
-from tunelab.agent.servers.monitorclient import MonitorClient, MonitorStatus, kill_orphans
+from tunelab.agent.procs.monitorclient import MonitorClient, MonitorStatus, kill_orphans
+from tunelab.agent.procs.process import ProcessId
+from tunelab.agent.servers.engineside import EngineSupervision
 from tunelab.agent.servers.probe import ProbeResult
-from tunelab.agent.servers.process import ProcessId
 from tunelab.agent.servers.record import ServerChanges, ServerRecord
 from tunelab.agent.servers.states import ServerState
 

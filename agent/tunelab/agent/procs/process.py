@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from tunelab.agent.servers import identity
+from tunelab.agent.procs import identity
 
 
 @dataclass(frozen=True, order=True)

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from tunelab.agent.errors import InvalidSpec
-from tunelab.agent.servers.monitor import EXIT_FILE, SOCKET_NAME
-from tunelab.agent.servers.peercheck import check_peer, check_socket_file
-from tunelab.agent.servers.process import ProcessId
+from tunelab.agent.procs.monitor import EXIT_FILE, SOCKET_NAME
+from tunelab.agent.procs.peercheck import check_peer, check_socket_file
+from tunelab.agent.procs.process import ProcessId
 from tunelab.agent.statefile import read_json
 from tunelab.common.pyexec import python_module_argv
 from tunelab.common.spawn import spawn
@@ -160,7 +160,7 @@ def launch_monitor(
         listener.listen(16)
         popen = spawn(
             python_module_argv(
-                "tunelab.agent.servers.monitor",
+                "tunelab.agent.procs.monitor",
                 "--server-id",
                 server_id,
                 "--listen-fd",

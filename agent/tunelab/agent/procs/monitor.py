@@ -1,5 +1,5 @@
 """The per-server monitor process (like containerd-shim or conmon): ``python -P -m
-tunelab.agent.servers.monitor --server-id ID --listen-fd N``, started by the agent in a session of
+tunelab.agent.procs.monitor --server-id ID --listen-fd N``, started by the agent in a session of
 its own, one per server.
 
 It is a child subreaper (``PR_SET_CHILD_SUBREAPER``), so every descendant of the server — also one
@@ -31,9 +31,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tunelab.agent.servers import identity
-from tunelab.agent.servers import ladder as stop_ladder
-from tunelab.agent.servers.ladder import Ladder, Phase
+from tunelab.agent.procs import identity
+from tunelab.agent.procs import ladder as stop_ladder
+from tunelab.agent.procs.ladder import Ladder, Phase
 from tunelab.agent.statefile import write_json_atomic
 from tunelab.common.spawn import SpawnRefused, spawn
 
