@@ -46,6 +46,8 @@ if TYPE_CHECKING:
 TRACE_SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz")
 ATTEMPT_ID = re.compile(r"^(.+)-a\d+$")  # the store names attempts <experiment id>-a<number>
 DEFAULT_MAX_SIZE = 2 * 1000 * 1000 * 1000  # bytes fetched per trace at most
+DEFAULT_MAX_EVENTS = 20_000_000  # events read per run (a 2 GB vLLM trace holds ~10 M)
+DEFAULT_MAX_SECONDS = 600.0  # seconds spent reading one run's traces
 FETCH_TIMEOUT = 600.0
 
 
@@ -90,6 +92,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=DEFAULT_MAX_SIZE,
         help=f"refuse to fetch a trace larger than this many bytes ({DEFAULT_MAX_SIZE})",
     )
+    p.add_argument(
+        "--max-events",
+        type=int,
+        default=DEFAULT_MAX_EVENTS,
+        help=f"stop reading a run's traces past this many events ({DEFAULT_MAX_EVENTS})",
+    )
+    p.add_argument(
+        "--max-seconds",
+        type=float,
+        default=DEFAULT_MAX_SECONDS,
+        help=f"stop reading a run's traces after this many seconds ({DEFAULT_MAX_SECONDS:g})",
+    )
     p.add_argument("--top", type=int, default=20, help="how many kernels/ops to list (20)")
     p.add_argument(
         "--tokens",
@@ -115,12 +129,30 @@ def trace_files(path: Path) -> list[Path]:
     return [path]
 
 
-def summarize_files(files: list[Path], label: str, top: int, tokens: int | None) -> ProfileSummary:
-    from tunelab.analysis.profiles import TraceError
+def summarize_files(
+    files: list[Path],
+    label: str,
+    top: int,
+    tokens: int | None,
+    max_events: int = DEFAULT_MAX_EVENTS,
+    max_seconds: float = DEFAULT_MAX_SECONDS,
+) -> ProfileSummary:
+    from tunelab.analysis.profiles import TraceError, TraceTooLarge
     from tunelab.analysis.profiles.summary import summarize
 
     try:
-        return summarize(files, top=top, output_tokens=tokens)
+        return summarize(
+            files,
+            top=top,
+            output_tokens=tokens,
+            max_events=max_events,
+            max_seconds=max_seconds,
+        )
+    except TraceTooLarge as exc:
+        hint = "; raise --max-events or --max-seconds to read more"
+        raise CliError(
+            f"{label}: {exc}{hint if 'stopped' in str(exc) else ''}", EXIT_USAGE
+        ) from exc
     except TraceError as exc:
         raise CliError(f"{label}: {exc}", EXIT_USAGE) from exc
 
@@ -238,10 +270,11 @@ def _side(
     args: argparse.Namespace,
     tokens: int | None,
 ) -> list[ProfileSummary]:
-    out = [summarize_files(trace_files(t), str(t), args.top, tokens) for t in traces]
+    bounds = (args.max_events, args.max_seconds)
+    out = [summarize_files(trace_files(t), str(t), args.top, tokens, *bounds) for t in traces]
     for key in keys:
         files, window_tokens = fetcher.fetch(key)
-        out.append(summarize_files(files, key, args.top, window_tokens))
+        out.append(summarize_files(files, key, args.top, window_tokens, *bounds))
     return out
 
 
@@ -285,6 +318,8 @@ def _profile(args: argparse.Namespace) -> int:
         raise CliError("give an EXPERIMENT or --trace FILE", EXIT_USAGE)
     if args.top < 1:
         raise CliError("--top must be at least 1", EXIT_USAGE)
+    if args.max_events < 1 or not args.max_seconds > 0:
+        raise CliError("--max-events and --max-seconds must be above 0", EXIT_USAGE)
     vs_traces = [Path(v) for v in args.vs if Path(v).exists()]
     vs_keys = [str(v) for v in args.vs if not Path(v).exists()]
     with tempfile.TemporaryDirectory(prefix="tunelab-profile-") as tmp:

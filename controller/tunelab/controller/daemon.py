@@ -26,6 +26,7 @@ from tunelab.controller.search.driver import SearchDriver
 from tunelab.controller.service import SERVICE_NAME, ControllerService
 from tunelab.controller.slurm.commands import SlurmCli
 from tunelab.controller.slurm.driver import SlurmDriver
+from tunelab.controller.slurm.folder import UntrustedJobsFolder
 from tunelab.controller.spec.limits import SpecLimits
 from tunelab.controller.states import AttemptState
 from tunelab.controller.store import StoreError
@@ -72,6 +73,11 @@ class ControllerApp:
                 config.slurm_agent_command,
                 clock=self.store.now,
             )
+            try:
+                self.slurm.check_folder()  # a planted folder or key refuses the start (one line)
+            except UntrustedJobsFolder:
+                self.store.close()
+                raise
         self.loop = ControlLoop(
             HostMonitor(
                 self.store,
@@ -179,7 +185,7 @@ def serve(config: ControllerConfig) -> int:
     opened for writing, said in one line)."""
     try:
         app = ControllerApp(config)
-    except StoreError as exc:
+    except (StoreError, UntrustedJobsFolder) as exc:
         print(f"tunelab controller: {exc}", file=sys.stderr)
         return 2
     log.info("controller_config", **config.redacted())

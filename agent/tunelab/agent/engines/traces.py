@@ -22,6 +22,7 @@ thing ``FetchProfile`` will open, by name, relative to the same folder. A server
 from __future__ import annotations
 
 import contextlib
+import errno
 import gzip
 import os
 import re
@@ -33,10 +34,28 @@ from typing import Any
 TRACE_DIR = "traces"
 TRACE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,254}$")
 CHUNK = 1 << 20
+# a file is gzipped only when its raw size is within this many times the cap left (traces
+# compress 10-30x): an 8 GiB sparse file is deleted at once, not compressed for minutes first
+RAW_FACTOR = 4
 
 
 class TraceNotFound(Exception):
     """No kept trace of that name."""
+
+
+class TraceOverCap(Exception):
+    """A trace grew past the cap while it was being compressed."""
+
+
+def _plain_file(fd: int, name: str) -> os.stat_result:
+    """The open file's own status, refused (OSError) unless a regular file with one link: a
+    name swapped for a FIFO, a device or a hard link to someone else's file is never read."""
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        raise OSError(errno.EINVAL, f"{name} is not a regular file")
+    if info.st_nlink != 1:
+        raise OSError(errno.EMLINK, f"{name} has {info.st_nlink} links")
+    return info
 
 
 def _open_dir(folder: Path) -> int:
@@ -47,19 +66,31 @@ def _open_file(dir_fd: int, name: str, flags: int = os.O_RDONLY) -> int:
     return os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
 
 
-def _gzip(dir_fd: int, name: str) -> str:
-    """``name`` gzipped beside itself (then removed); returns the new name."""
+def _gzip(dir_fd: int, name: str, raw_limit: int, out_limit: int) -> str:
+    """``name`` gzipped beside itself (then removed); returns the new name. TraceOverCap (the
+    partial file removed) when more than ``raw_limit`` bytes are read or ``out_limit`` written."""
     target = name + ".gz"
     partial = f".{target}.partial"
-    source = _open_file(dir_fd, name)
+    source = _open_file(dir_fd, name, os.O_RDONLY | os.O_NONBLOCK)
     try:
+        _plain_file(source, name)
         out_fd = _open_file(dir_fd, partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        read = 0
         with os.fdopen(source, "rb", closefd=False) as src, os.fdopen(out_fd, "wb") as raw:
             with gzip.GzipFile(filename=name, mode="wb", fileobj=raw, compresslevel=6) as out:
                 while block := src.read(CHUNK):
+                    read += len(block)
+                    if read > raw_limit:
+                        raise TraceOverCap(f"{name} grew past the cap while compressed")
                     out.write(block)
+                    if raw.tell() > out_limit:
+                        raise TraceOverCap(f"{name} compressed past the cap")
             raw.flush()
             os.fsync(raw.fileno())
+    except TraceOverCap:
+        with contextlib.suppress(OSError):
+            os.unlink(partial, dir_fd=dir_fd)
+        raise
     finally:
         os.close(source)
     os.rename(partial, target, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
@@ -96,10 +127,32 @@ def keep_traces(
             if not stat.S_ISREG(info.st_mode) or not TRACE_NAME.match(name):
                 warnings.append(f"profile: {name!r} in the trace folder is not a trace: skipped")
                 continue
+            if info.st_nlink != 1:  # a hard link to a file the engine did not write
+                with contextlib.suppress(OSError):
+                    os.unlink(name, dir_fd=dir_fd)  # the link only; the file it names stays
+                warnings.append(
+                    f"profile: {name} has {info.st_nlink} links (a hard link, not a trace the "
+                    "engine wrote): removed, not kept"
+                )
+                continue
+            raw_limit = max(0, max_bytes - total) * RAW_FACTOR
+            if not name.endswith(".gz") and info.st_size > raw_limit:
+                os.unlink(name, dir_fd=dir_fd)
+                warnings.append(
+                    f"profile: {name} ({info.st_size} bytes before compression) is over "
+                    f"{RAW_FACTOR}x the cap left ({max_bytes - total} of {max_bytes} bytes): "
+                    "deleted without compressing"
+                )
+                continue
             try:
                 if not name.endswith(".gz"):
-                    name = _gzip(dir_fd, name)
+                    name = _gzip(dir_fd, name, raw_limit, max_bytes - total)
                 size = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_size
+            except TraceOverCap as exc:
+                with contextlib.suppress(OSError):
+                    os.unlink(name, dir_fd=dir_fd)
+                warnings.append(f"profile: {exc} ({max_bytes} bytes): deleted")
+                continue
             except OSError as exc:
                 warnings.append(f"profile: cannot keep {name}: {exc.strerror or exc}")
                 continue
@@ -152,15 +205,16 @@ def read_trace(
     except OSError as exc:
         raise TraceNotFound(f"the run's trace folder is gone: {exc.strerror or exc}") from exc
     try:
-        fd = _open_file(dir_fd, name)
+        fd = _open_file(dir_fd, name, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
         raise TraceNotFound(f"{name}: {exc.strerror or exc}") from exc
     finally:
         os.close(dir_fd)
     with os.fdopen(fd, "rb") as src:
-        size = os.fstat(src.fileno()).st_size
-        if not stat.S_ISREG(os.fstat(src.fileno()).st_mode):
-            raise TraceNotFound(f"{name} is not a regular file")
+        try:  # what was opened, not what was listed: a swapped name is refused here
+            size = _plain_file(src.fileno(), name).st_size
+        except OSError as exc:
+            raise TraceNotFound(f"{exc.strerror}: not served") from None
         end = size if max_bytes <= 0 else min(size, offset + max_bytes)
         position = min(max(offset, 0), size)
         src.seek(position)

@@ -69,12 +69,23 @@ class MlflowSink:
     """Writes plans into one MLflow experiment (created when missing)."""
 
     def __init__(
-        self, tracking_uri: str, experiment: str, clock: Callable[[], float] = time.time
+        self,
+        tracking_uri: str,
+        experiment: str,
+        clock: Callable[[], float] = time.time,
+        max_response_bytes: int = 32 << 20,
+        call_seconds: float = 60.0,
     ) -> None:
         try:
             from mlflow.tracking import MlflowClient
+
+            from tunelab.analysis.mlflow import bounds as mlflowbounds
         except ImportError:  # the optional extra is not installed
             raise MlflowUnavailable(INSTALL_HINT) from None
+        mlflowbounds.install()
+        # each call's answer is capped in size and time (mlflowbounds): a hostile or huge
+        # answer is a failed call, retried with back-off, never the controller's memory
+        self._limits = (max_response_bytes, call_seconds)
         # our own loop retries a failed export; MLflow's default (7 retries, doubling) would hold
         # the exporter for minutes on a server that is down
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
@@ -95,8 +106,11 @@ class MlflowSink:
         """One client call, its failure mapped to our tree with a message free of secrets."""
         from mlflow.exceptions import MlflowException
 
+        from tunelab.analysis.mlflow.bounds import bounded
+
         try:
-            return fn(*args, **kwargs)
+            with bounded(*self._limits):
+                return fn(*args, **kwargs)
         except MlflowException as exc:
             code = str(getattr(exc, "error_code", ""))
             text = str(exc.message if hasattr(exc, "message") else exc).replace(

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from tunelab.analysis.profiles.categories import CATEGORIES, categorize
-from tunelab.analysis.profiles.traceread import iter_events
+from tunelab.analysis.profiles.traceread import ReadBudget, iter_events
 
 GPU_EVENT_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 CPU_OP_CATEGORIES = frozenset({"cpu_op", "operator", "cuda_runtime", "cuda_driver"})
@@ -283,8 +283,12 @@ def summarize(
     top: int = 20,
     max_bytes: int | None = None,
     output_tokens: int | None = None,
+    max_events: int | None = None,
+    max_seconds: float | None = None,
 ) -> ProfileSummary:
-    """Read each trace once, in order, and summarise them together."""
+    """Read each trace once, in order, and summarise them together; ``max_events`` (over all
+    the files) and ``max_seconds`` bound the read (TraceTooLarge past either)."""
+    budget = ReadBudget.of(max_events, max_seconds)
     names: dict[tuple[str, str], int] = {}
     self_ns: dict[int, int] = {}
     calls: dict[int, int] = {}
@@ -295,7 +299,7 @@ def summarize(
     wall_ns = events = idle_total = device_wall_total = 0
     for index, path in enumerate(paths):
         reader = _FileReader(names)
-        for event in iter_events(path, max_bytes=max_bytes, exact_numbers=True):
+        for event in iter_events(path, max_bytes=max_bytes, exact_numbers=True, budget=budget):
             reader.feed(event)
         events += reader.events
         file_wall = (reader.last or 0) - (reader.first or 0)

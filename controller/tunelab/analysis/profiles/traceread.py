@@ -18,12 +18,18 @@ from __future__ import annotations
 
 import gzip
 import json
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 CHUNK_CHARS = 1 << 20
 MAX_VALUE_CHARS = 64 << 20  # one event or one top-level value bigger than this is refused
+# a gzipped trace that expands past this many times its size is refused as a gzip bomb (real
+# Chrome traces compress 10-30x); small files get at least MIN_EXPANDED characters
+MAX_EXPANSION = 200
+MIN_EXPANDED = 64 << 20
 WHITESPACE = " \t\n\r"
 
 
@@ -44,19 +50,52 @@ def open_text(path: Path) -> IO[str]:
     return path.open("r", encoding="utf-8", errors="replace")
 
 
+@dataclass
+class ReadBudget:
+    """The work one read may do: events (over every file read with it) and a deadline
+    (``time.monotonic()``); None for no bound. Past either, the read stops with TraceTooLarge."""
+
+    max_events: int | None = None
+    deadline: float | None = None
+    events: int = 0
+
+    @classmethod
+    def of(cls, max_events: int | None, max_seconds: float | None) -> ReadBudget:
+        deadline = None if max_seconds is None else time.monotonic() + max_seconds
+        return cls(max_events, deadline)
+
+    def check_time(self, name: str) -> None:
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise TraceTooLarge(f"{name}: reading the trace ran out of its time budget: stopped")
+
+    def count(self, name: str) -> None:
+        self.events += 1
+        if self.max_events is not None and self.events > self.max_events:
+            raise TraceTooLarge(f"{name}: more than {self.max_events} events: stopped")
+        if self.events % 4096 == 0:
+            self.check_time(name)
+
+
 class _Window:
     """A sliding window over a text stream, refilled on demand."""
 
-    def __init__(self, stream: IO[str]) -> None:
+    def __init__(
+        self, stream: IO[str], name: str = "", budget: ReadBudget | None = None, most: int = 0
+    ) -> None:
         self.stream = stream
         self.text = ""
         self.pos = 0
         self.eof = False
+        self.name = name
+        self.budget = budget or ReadBudget()
+        self.most = most  # characters the stream may expand to (0: no bound)
+        self.read_chars = 0
 
     def fill(self) -> bool:
         """Read one more chunk; False at the end of the stream."""
         if self.eof:
             return False
+        self.budget.check_time(self.name)
         try:
             chunk = self.stream.read(CHUNK_CHARS)
         except (OSError, EOFError) as exc:  # a truncated or corrupt gzip stream
@@ -64,6 +103,12 @@ class _Window:
         if not chunk:
             self.eof = True
             return False
+        self.read_chars += len(chunk)
+        if self.most and self.read_chars > self.most:
+            raise TraceTooLarge(
+                f"{self.name} expands to more than {self.most} characters ({MAX_EXPANSION}x its "
+                "gzipped size): not a trace a profiler writes (a gzip bomb?), refused"
+            )
         self.text = self.text[self.pos :] + chunk
         self.pos = 0
         return True
@@ -116,6 +161,7 @@ def _array(window: _Window, decoder: json.JSONDecoder) -> Iterator[dict[str, Any
         return
     while True:
         item = window.value(decoder)
+        window.budget.count(window.name)
         if isinstance(item, dict):
             yield item
         if window.expect(",]") == "]":
@@ -123,11 +169,16 @@ def _array(window: _Window, decoder: json.JSONDecoder) -> Iterator[dict[str, Any
 
 
 def iter_events(
-    path: Path, max_bytes: int | None = None, exact_numbers: bool = False
+    path: Path,
+    max_bytes: int | None = None,
+    exact_numbers: bool = False,
+    budget: ReadBudget | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Every event of the trace at ``path``, one dict at a time.
 
-    ``max_bytes`` caps the file's size on disk (compressed size for a gzipped file).
+    ``max_bytes`` caps the file's size on disk (compressed size for a gzipped file); a gzipped
+    file may expand to at most ``MAX_EXPANSION`` times its size. ``budget`` bounds the events
+    read and the time taken (TraceTooLarge past either).
     ``exact_numbers`` leaves every non-integer number as its text (``"12.345"``), so a
     timestamp of 1.7e15 microseconds keeps its nanoseconds (a float would round it to 0.25 us).
     """
@@ -142,8 +193,10 @@ def iter_events(
         stream = open_text(path)
     except OSError as exc:
         raise TraceError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    gzipped = isinstance(getattr(stream, "buffer", None), gzip.GzipFile)
+    most = max(size * MAX_EXPANSION, MIN_EXPANDED) if gzipped else 0
     with stream:
-        window = _Window(stream)
+        window = _Window(stream, path.name, budget, most)
         first = window.expect("{[")
         if first == "[":
             yield from _array(window, decoder)

@@ -35,6 +35,13 @@ METRICS: dict[str, tuple[str, bool]] = {
 }
 LATENCY_METRICS = tuple(k for k, (_, up) in METRICS.items() if not up)
 MAX_TRIALS = 10_000
+# a space's size bounds the work of validating it (2 renders per axis value): more axes than a
+# search can explore are refused before any is rendered (issue 36.2)
+MAX_AXES = 64
+MAX_AXIS_VALUES = 256
+# the TPE sampler's per-ask seeds are seed * SEED_STRIDE + ask, kept inside numpy's 2**32 - 1
+SEED_STRIDE = 1_000_003
+MAX_SEED = 2**32 - 1
 MAX_FIND = 100_000
 # flags whose larger values spread the model over more GPUs or move memory off them: an OOM at
 # a value says nothing of larger ones (any flag ending in "parallel-size" is one too)
@@ -82,12 +89,18 @@ class Param:
             raw = [self.low + (self.high - self.low) * i / (n - 1) for i in range(n)]
         if self.kind == "int":
             return tuple(dict.fromkeys(round(v) for v in raw))
-        return tuple(round(v, 6) for v in raw)
+        return tuple(dict.fromkeys(round(v, 6) for v in raw))  # a narrow range: one point once
 
     def to_dict(self) -> dict[str, Any]:
         if self.kind == "choice":
             return {"path": self.path, "values": list(self.values)}
         return {"path": self.path, self.kind: [self.low, self.high], "log": self.log}
+
+
+def ask_seed(seed: int, asked: int) -> int:
+    """The seed of a sampler built for the ``asked``-th proposal: deterministic in the search's
+    seed and the history, and inside numpy's range (0 .. 2**32 - 1) for every seed accepted."""
+    return (seed * SEED_STRIDE + asked) % (MAX_SEED + 1)
 
 
 def default_oom_axis(param: Param) -> bool:
@@ -195,6 +208,9 @@ def _param(check: Checker, path: str, raw: Any) -> Param | None:
         if not raw:
             check.fail(where, "must be a non-empty list of values")
             return None
+        if len(raw) > MAX_AXIS_VALUES:
+            check.fail(where, f"lists {len(raw)} values; at most {MAX_AXIS_VALUES} per axis")
+            return None
         if len({repr(v) for v in raw}) != len(raw):
             check.fail(where, "lists a value twice")
         return Param(path, "choice", tuple(raw))
@@ -283,6 +299,8 @@ def parse_search(raw: Any, prefix: str = "") -> tuple[SearchSpec | None, list[Sp
     params: list[Param] = []
     if not isinstance(space_raw, Mapping) or not space_raw:
         check.fail("search.space", "must map dotted field paths to values or ranges")
+    elif len(space_raw) > MAX_AXES:
+        check.fail("search.space", f"has {len(space_raw)} axes; at most {MAX_AXES}")
     else:
         for path, values in space_raw.items():
             if str(path).split(".")[0] not in ("server", "benchmark"):
@@ -333,6 +351,8 @@ def parse_search(raw: Any, prefix: str = "") -> tuple[SearchSpec | None, list[Sp
     eta = check.integer(doc.get("eta", 3), "search.eta", 2)
     parallel = check.integer(doc.get("parallel", 4), "search.parallel", 1)
     seed = check.integer(doc.get("seed", 0), "search.seed", 0)
+    if seed > MAX_SEED:
+        check.fail("search.seed", f"must be <= {MAX_SEED}, got {seed}")
     grid_points = check.integer(doc.get("grid_points", 4), "search.grid_points", 2)
     implied = _implied_oom(check, doc["implied_oom"], params) if "implied_oom" in doc else None
     if check.issues:

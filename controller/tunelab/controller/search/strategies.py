@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from tunelab.analysis.intervals import t_quantile
-from tunelab.controller.search.space import Param, SearchSpec
+from tunelab.controller.search.space import Param, SearchSpec, ask_seed
 
 RANDOM_TRIES = 200  # draws to find an unseen point before a finite space counts as seen
 
@@ -239,7 +239,7 @@ class Tpe:
             else:
                 dists[p.path] = FloatDistribution(p.low, p.high, log=p.log)
         sampler = optuna.samplers.TPESampler(
-            seed=spec.seed * 1_000_003 + len(history),
+            seed=ask_seed(spec.seed, len(history)),
             constant_liar=True,
             n_startup_trials=min(10, max(2, spec.max_trials // 4)),
         )

@@ -4,12 +4,13 @@ the agent will check it), then kept as one search row; the driver queues its tri
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from tunelab.controller.search.space import SearchSpec, parse_search
-from tunelab.controller.search.trials import trial_spec
+from tunelab.controller.search.trials import check_trial, trial_document, with_field
 from tunelab.controller.spec.errors import SpecError, SpecIssue
 from tunelab.controller.spec.expand import parse_spec_text
 from tunelab.controller.spec.limits import DEFAULT_LIMITS, SpecLimits
@@ -23,18 +24,64 @@ class SearchSubmission:
     first: dict[str, Any]  # the default point's normalized spec
 
 
-def _probe_points(spec: SearchSpec) -> list[dict[str, Any]]:
-    """The default point, then each value of each axis on its own (a range's two ends)."""
-    points = [spec.default_params]
+# CPU seconds (this thread's) one submission may spend checking a search's points: the caps on
+# axes and values keep a valid spec far below it; this bounds whatever they let through
+CPU_BUDGET = 5.0
+
+
+def _probe_changes(spec: SearchSpec) -> list[tuple[str, Any]]:
+    """Each value of each axis other than its default (a range's far end), checked on its own."""
+    changes = []
     for p in spec.space:
         values = p.values if p.kind == "choice" else p.grid(2)
-        for v in values:
-            points.append({**spec.default_params, p.path: v})
-    return points
+        changes += [(p.path, v) for v in values[1:]]
+    return changes
+
+
+def _check_points(
+    base: Mapping[str, Any], spec: SearchSpec, issues: list[SpecIssue], cpu_budget: float
+) -> dict[str, Any]:
+    """Check the default point, then each other axis value on the default's rendered document
+    (one render per value, no whole-document copies); returns the default's normalized spec.
+    Work grows with the spec, and stops at ``cpu_budget`` CPU seconds with a SpecIssue."""
+    started = time.thread_time()
+    seen: set[tuple[str, str]] = set()
+
+    def keep(problems: list[SpecIssue]) -> None:
+        for problem in problems:
+            if (problem.path, problem.problem) not in seen:
+                seen.add((problem.path, problem.problem))
+                issues.append(problem)
+
+    try:
+        default = trial_document(base, spec, spec.default_params, 0)
+    except ValueError as exc:
+        issues.append(SpecIssue("search.space", str(exc)))
+        return {}
+    first, problems = check_trial(default)
+    keep(problems)
+    for path, value in _probe_changes(spec):
+        if time.thread_time() - started > cpu_budget:
+            issues.append(
+                SpecIssue(
+                    "search.space",
+                    f"checking its values took over {cpu_budget:g} CPU-s; give fewer axes "
+                    "or values",
+                )
+            )
+            break
+        try:
+            keep(check_trial(with_field(default, path, value))[1])
+        except ValueError as exc:
+            keep([SpecIssue("search.space", str(exc))])
+    return first
 
 
 def search_from_text(
-    text: str, source: str = "", limits: SpecLimits = DEFAULT_LIMITS
+    text: str,
+    source: str = "",
+    limits: SpecLimits = DEFAULT_LIMITS,
+    cpu_budget: float = CPU_BUDGET,
 ) -> SearchSubmission | None:
     """The search a spec text asks for, or None when it has no ``search:`` (SpecError when it
     is not valid)."""
@@ -52,16 +99,7 @@ def search_from_text(
     if spec is None:
         raise SpecError(issues, source)
     base = {k: v for k, v in raw.items() if k != "search"}
-    first: dict[str, Any] = {}
-    seen: set[tuple[str, str]] = set()
-    for point in _probe_points(spec):
-        found, problems = trial_spec(base, spec, point, 0)
-        if not first:
-            first = found
-        for problem in problems:
-            if (problem.path, problem.problem) not in seen:
-                seen.add((problem.path, problem.problem))
-                issues.append(problem)
+    first = _check_points(base, spec, issues, cpu_budget)
     if issues:
         raise SpecError(issues, source)
     return SearchSubmission(str(base.get("name", "")), base, spec, first)

@@ -9,6 +9,7 @@ Successive halving's rung r multiplies the benchmark's length (requests or durat
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 from tunelab.bench.promptlengths import lengths_exact, server_mean_prompt_tokens
 from tunelab.controller.search.space import METRICS, SearchSpec
 from tunelab.controller.spec.errors import SpecIssue
-from tunelab.controller.spec.expand import apply_change, change_label
+from tunelab.controller.spec.expand import change_label, split_path
 from tunelab.controller.spec.render import run_spec_issue
 from tunelab.controller.spec.schema import check_experiment
 from tunelab.controller.states import AttemptState, ExperimentState
@@ -35,13 +36,32 @@ def trial_label(params: Mapping[str, Any]) -> str:
     return ",".join(change_label(p, v) for p, v in params.items())
 
 
+def with_field(doc: Mapping[str, Any], path: str, value: Any) -> dict[str, Any]:
+    """``doc`` with one dotted field set: only the mappings on the path are copied (shallow),
+    the rest is shared, so setting n fields costs n path lengths, not n deep copies."""
+    out = dict(doc)
+    node = out
+    parts = split_path(path)
+    for part in parts[:-1]:
+        child = node.get(part)
+        if child is None:
+            child = {}
+        if not isinstance(child, Mapping):
+            raise ValueError(f"{part} is not a mapping")
+        child = dict(child)
+        node[part] = child
+        node = child
+    node[parts[-1]] = value
+    return out
+
+
 def trial_document(
     base: Mapping[str, Any], search: SearchSpec, params: Mapping[str, Any], rung: int
 ) -> dict[str, Any]:
     """The raw experiment document of one trial."""
-    doc = dict(base)
+    doc = copy.deepcopy(dict(base))  # once: each change below copies only its own path
     for path, value in params.items():
-        doc = apply_change(doc, path, value)
+        doc = with_field(doc, path, value)
     bench = dict(doc.get("benchmark") or {})
     for key in ("concurrency", "rate", "find"):
         bench.pop(key, None)
@@ -75,6 +95,11 @@ def trial_spec(
         doc = trial_document(base, search, params, rung)
     except ValueError as exc:
         return {}, [SpecIssue("search.space", str(exc))]
+    return check_trial(doc)
+
+
+def check_trial(doc: Mapping[str, Any]) -> tuple[dict[str, Any], list[SpecIssue]]:
+    """A rendered trial document checked as the agent will check it."""
     spec, issues = check_experiment(doc)
     if not issues:
         problem = run_spec_issue(spec)

@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 import re
-import secrets
 import shlex
 import threading
 import time
@@ -37,6 +35,7 @@ import structlog
 from google.protobuf import json_format
 
 from tunelab.controller.dispatch import AttemptDriver
+from tunelab.controller.slurm import folder as slurmfolder
 from tunelab.controller.slurm.commands import (
     PENDING_STATES,
     SCHEME,
@@ -60,7 +59,6 @@ from tunelab.v1 import controller_pb2
 
 log = structlog.get_logger(__name__)
 A = AttemptState
-KEY_FILE = "report.key"
 PARTITION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
@@ -104,18 +102,12 @@ class SlurmDriver:
 
     def _load_key(self) -> bytes:
         if self._key is None:
-            self._dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-            path = self._dir / KEY_FILE
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-            except FileExistsError:
-                self._key = path.read_bytes()
-            else:
-                key = secrets.token_bytes(32)
-                with os.fdopen(fd, "wb") as out:
-                    out.write(key)
-                self._key = key
+            self._key = slurmfolder.load_key(self._dir)  # UntrustedJobsFolder unless ours
         return self._key
+
+    def check_folder(self) -> None:
+        """Refuse (UntrustedJobsFolder, one line) a jobs folder or key that is not ours."""
+        slurmfolder.check(self._dir)
 
     def token(self, attempt_id: str) -> str:
         """The attempt's report token: an HMAC of its id (nothing secret goes to the store)."""
@@ -223,15 +215,8 @@ class SlurmDriver:
         self, attempt: AttemptRow, experiment: ExperimentRow, pool: SlurmPoolConfig
     ) -> None:
         folder = self._dir / attempt.id
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         spec_file = folder / "runspec.json"
-        spec_file.write_text(
-            json_format.MessageToJson(to_run_spec(experiment.spec, attempt.id, attempt.gpus))
-        )
         token_file = folder / "token"
-        fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "w") as out:
-            out.write(self.token(attempt.id))
         script = folder / "job.sh"
         argv = [
             *self._agent,
@@ -241,8 +226,20 @@ class SlurmDriver:
             f"--controller={self._report_address}",
             f"--token-file={token_file}",
         ]
-        script.write_text("#!/bin/sh\nexec " + shlex.join(argv) + "\n")
-        script.chmod(0o700)
+        try:
+            token = self.token(attempt.id)
+            with slurmfolder.attempt_folder(self._dir, attempt.id) as fd:
+                run_spec = to_run_spec(experiment.spec, attempt.id, attempt.gpus)
+                slurmfolder.write_file(
+                    fd, spec_file.name, json_format.MessageToJson(run_spec).encode(), 0o600
+                )
+                slurmfolder.write_file(fd, token_file.name, token.encode(), 0o600)
+                body = "#!/bin/sh\nexec " + shlex.join(argv) + "\n"
+                slurmfolder.write_file(fd, script.name, body.encode(), 0o700)
+        except slurmfolder.UntrustedJobsFolder as exc:
+            log.error("slurm_jobs_folder_untrusted", attempt=attempt.id, error=str(exc))
+            self._attempts.finish(attempt, A.FAILED_STARTUP, str(exc))
+            return
         args = sbatch_args(
             pool, attempt.id, experiment.gpus_needed, str(folder / "job.log"), str(script)
         )
@@ -267,9 +264,14 @@ class SlurmDriver:
 
     def report(self, request: controller_pb2.ReportRunRequest) -> controller_pb2.ReportRunResponse:
         attempt = self._store.get_attempt(request.attempt_id)
-        if attempt is None or not hmac.compare_digest(
-            self.token(request.attempt_id), request.token
-        ):
+        try:
+            expected = self.token(request.attempt_id)
+        except slurmfolder.UntrustedJobsFolder as exc:
+            log.error("slurm_jobs_folder_untrusted", error=str(exc))
+            raise BadReportToken(
+                "the Slurm jobs folder is not trusted: no report is taken"
+            ) from None
+        if attempt is None or not hmac.compare_digest(expected, request.token):
             raise BadReportToken("the report's token does not match its attempt")
         if attempt.state.is_terminal():
             message = (
