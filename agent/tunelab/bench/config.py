@@ -303,7 +303,11 @@ class BenchConfig:
             "give requests or duration_seconds per point, not both",
         )
         check(self.input_len >= 1, "input_len", "must be >= 1")
-        check(self.output_len >= 1, "output_len", "must be >= 1")
+        check(
+            self.output_len >= 1 or (self.dataset == "file" and self.output_len == 0),
+            "output_len",
+            "must be >= 1",
+        )  # a prompt file: 0 is each row's own output_len (the file is checked when read)
         check(0 <= self.range_ratio < 1, "range_ratio", "must be in [0, 1)")
         check(self.warmup >= 0, "warmup", "must be >= 0")
         check(self.temperature >= 0, "temperature", "must be >= 0")
