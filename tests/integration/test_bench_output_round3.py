@@ -113,3 +113,24 @@ def test_a_prompt_files_own_output_lengths_need_no_output_len(
     )  # fmt: skip
     assert refused.returncode == 2
     assert "1 of 2 prompts have no output_len" in refused.stderr
+
+
+def test_vllm_custom_output_len_minus_one_takes_each_rows_output_tokens(
+    sim: SimulatorProcess, tmp_path: Path
+) -> None:
+    """vLLM's ``--custom-output-len -1``: each row's ``output_tokens`` (it was refused, naming
+    --file-output-len, a flag the user never typed)."""
+    prompts = tmp_path / "custom.jsonl"
+    prompts.write_text(
+        '{"prompt": "a b c", "output_tokens": 3}\n{"prompt": "d e", "output_tokens": 6}\n'
+    )
+    result = bench(
+        "--base-url", sim.url, "--model", "tunelab-sim", "--dataset-name", "custom",
+        "--dataset-path", str(prompts), "--custom-output-len", "-1", "--num-prompts", "4",
+        "--max-concurrency", "1", "--save-result", "--result-dir", str(tmp_path), cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "--file-output-len" not in result.stderr
+    saved = [p for p in tmp_path.glob("*.json") if p.name != "custom.jsonl"]
+    assert len(saved) == 1, saved
+    assert json.loads(saved[0].read_text())["total_output_tokens"] == 2 * (3 + 6)
