@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -193,6 +194,8 @@ class BenchConfig:
     @classmethod
     def from_builtin_pb(cls, pb: run_pb2.BuiltinBenchmark, default_url: str) -> BenchConfig:
         """The proto's settings with defaults filled; raises :class:`BenchConfigError`."""
+        if pb.HasField("dataset"):
+            _check_datasets_folder_path(pb.dataset.path)
         profile = pb.profile if pb.HasField("profile") else None
         profiling: dict[str, Any] = {}
         if profile is not None:
@@ -303,7 +306,11 @@ class BenchConfig:
             "give requests or duration_seconds per point, not both",
         )
         check(self.input_len >= 1, "input_len", "must be >= 1")
-        check(self.output_len >= 1, "output_len", "must be >= 1")
+        check(
+            self.output_len >= 1 or (self.dataset == "file" and self.output_len == 0),
+            "output_len",
+            "must be >= 1",
+        )  # a prompt file: 0 is each row's own output_len (the file is checked when read)
         check(0 <= self.range_ratio < 1, "range_ratio", "must be in [0, 1)")
         check(self.warmup >= 0, "warmup", "must be >= 0")
         check(self.temperature >= 0, "temperature", "must be >= 0")
@@ -478,6 +485,19 @@ class BenchConfig:
     def endpoint(self) -> str:
         base = self.url.rstrip("/").removesuffix("/v1")
         return base + ("/v1/chat/completions" if self.api == "chat" else "/v1/completions")
+
+
+def _check_datasets_folder_path(path: str) -> None:
+    """A spec's dataset file is named inside the agent's datasets folder: refused here (so at
+    ``--dry-run`` too) when it could only lead out of it. The agent confines it again on StartRun,
+    symlinks included."""
+    where = PurePosixPath(path)
+    if path and (where.is_absolute() or ".." in where.parts):
+        raise BenchConfigError(
+            "dataset.path",
+            f"{path!r} must be a relative path inside the agent's datasets folder (datasets_dir "
+            "in its config; default <state_dir>/datasets)",
+        )
 
 
 def _dataset_from_pb(d: run_pb2.DatasetSpec) -> dict[str, Any]:

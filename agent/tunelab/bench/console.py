@@ -36,6 +36,13 @@ def point_label(concurrency: int, rate: float | str, point: dict[str, Any] | Non
     return f"rate={rate}/s"
 
 
+def clock(seconds: float) -> str:
+    """``1:02:03`` or ``32:00``: a planned duration as a clock shows it."""
+    whole = round(seconds)
+    hours, rest = divmod(whole, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
+
+
 class BenchProgressView:
     """One bar per sweep point: requests done of total (or seconds of the duration)."""
 
@@ -46,6 +53,7 @@ class BenchProgressView:
         self.progress: Progress | None = None
         self.tasks: dict[int, TaskID] = {}
         self._warming: set[TaskID] = set()
+        self._planned: set[TaskID] = set()
 
     def __enter__(self) -> BenchProgressView:
         if self.enabled:
@@ -67,6 +75,8 @@ class BenchProgressView:
             return
         task = self.tasks.get(p.point_index)
         where = point_label(p.concurrency, p.request_rate)
+        if not p.concurrency and not p.request_rate:  # no rate of its own: a timed trace
+            where = "trace"
         label = f"point {p.point_index + 1}/{p.point_count} {where}"
         if task is None:
             task = self.progress.add_task(label, total=None, detail="")
@@ -89,6 +99,22 @@ class BenchProgressView:
             f"{p.requests_done}{'/' + str(p.requests_total) if p.requests_total else ''} req  "
             f"{p.output_tokens_per_second:,.0f} tok/s  {p.errors} errors"
         )
+        if p.planned_seconds > 0 and p.phase == "measure":
+            # a schedule (a timed trace, a counted open loop): the bar is its clock, the ETA
+            # the time until its last request is due (then the requests still in flight)
+            if task not in self._planned:
+                self._planned.add(task)
+                self.progress.console.print(
+                    f"{label}: {p.requests_total} requests over {clock(p.planned_seconds)} as "
+                    "scheduled (the last one is due then)",
+                    highlight=False,
+                )
+            self.progress.update(
+                task, description=label, total=p.planned_seconds,
+                completed=min(p.elapsed_seconds, p.planned_seconds),
+                detail=f"{detail}  planned {clock(p.planned_seconds)}",
+            )  # fmt: skip
+            return
         self.progress.update(
             task, description=label, total=total, completed=p.requests_done, detail=detail
         )
@@ -173,6 +199,17 @@ def render_summary(document: dict[str, Any], decode: bool, console: Console | No
                 f"{p['min_itl_per_token_ms']:.2f}, median {p['median_itl_per_token_ms']:.2f}, "
                 f"max {p['max_itl_per_token_ms']:.2f} ms over {p['itl_per_token_samples']} "
                 f"tokens ({p['completed']} requests, {p['mean_output_tokens']:.0f} tokens each)"
+            )
+    config = document.get("config") or {}
+    slo = [f"{name} <= {config[key]:g} ms" for key, name in (
+        ("slo_ttft_ms", "TTFT"), ("slo_tpot_ms", "TPOT"), ("slo_e2el_ms", "E2E"))
+        if config.get(key)]  # fmt: skip
+    for p in document["points"]:
+        if p.get("request_goodput") is not None:
+            label = point_label(p["concurrency"], p["request_rate"], p)
+            out.print(
+                f"{label} goodput: {p['request_goodput']:.2f} req/s, {p['good_requests']} of "
+                f"{p['completed']} requests within {', '.join(slo) or 'the SLO'}"
             )
     dataset = document.get("dataset")
     if dataset:

@@ -199,6 +199,15 @@ class Dataset:
                         config.dataset_path, "is a trace, not a prompt file; use the trace dataset"
                     )
                 self._items = loaded.items
+                if not (config.output_len or config.file_output_len):
+                    unsized = [i for i in loaded.items if i.output_len is None and i.reply is None]
+                    if unsized:
+                        raise promptfiles.DatasetFileError(
+                            config.dataset_path,
+                            f"{len(unsized)} of {len(loaded.items)} prompts have no output_len "
+                            "(or max_tokens) of their own: give the output length for them "
+                            "(--output-len; benchmark.output_len in a spec)",
+                        )
                 if config.file_filter == "vllm":
                     self._items = self._vllm_filter(loaded.items)
                 self._order = list(range(len(self._items)))

@@ -36,6 +36,8 @@ class PointProgress:
     output_tokens_total: int = 0  # every token streamed in the run so far, warm-up included
     requests_by_outcome: dict[str, int] = field(default_factory=dict)  # run-wide, "ok" + kinds
     at: float = 0.0  # wall-clock time of the snapshot
+    planned_seconds: float = 0.0  # when the point's last request is due (timed trace, counted
+    # open loop), from the start of its measured phase; 0 when no schedule says
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PointProgress:

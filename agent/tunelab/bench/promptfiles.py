@@ -153,7 +153,7 @@ def _add(items: list[FileItem], problems: list[str], where: str, obj: Any, parse
 
 
 def _output_len(obj: dict[str, Any]) -> int | None:
-    for key in ("output_len", "max_tokens"):
+    for key in ("output_len", "max_tokens", "output_tokens"):  # output_tokens: vLLM's custom
         if key in obj:
             value = obj[key]
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

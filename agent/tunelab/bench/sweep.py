@@ -74,6 +74,7 @@ class PointState:
     connections_warmed: int = 0
     warmup_done: int = 0  # warm-up requests finished (the bar's count before measuring)
     first_wave: dict[int, PlannedRequest] = field(default_factory=dict)  # built off the clock
+    planned_seconds: float = 0.0  # when the last request is due, where a schedule says
 
 
 class Sweep:
@@ -171,6 +172,7 @@ class Sweep:
         if self.config.timed_trace and not point.duration_seconds:
             # every row, or the first N (vLLM replays the first --num-prompts lines)
             state.requests = min(point.requests or self.dataset.size, self.dataset.size)
+        state.planned_seconds = self._planned(state)
         workload = Workload(self.config, point.index, self.tokens, self.dataset)
         reporter = asyncio.get_running_loop().create_task(self._report(state))
         reset: HttpOutcome | None = None
@@ -443,6 +445,17 @@ class Sweep:
             return offsets
         return None
 
+    def _planned(self, state: PointState) -> float:
+        """Seconds from the clock's start to the last request's arrival, where a schedule fixes
+        it: a timed trace, or an open loop of a counted number of requests; else 0."""
+        cfg, point = self.config, state.point
+        if point.concurrency or cfg.ramp:
+            return 0.0
+        offsets = self._offsets(state)
+        if offsets is None and point.request_rate and state.requests:
+            offsets = list(self._arrivals(state))
+        return max(offsets) if offsets else 0.0
+
     def _arrivals(self, state: PointState) -> Iterator[float]:
         cfg, point = self.config, state.point
         offsets = self._offsets(state)
@@ -528,6 +541,7 @@ class Sweep:
                 output_tokens_total=self.live.output_tokens,
                 requests_by_outcome=dict(self.outcomes),
                 at=time.time(),
+                planned_seconds=state.planned_seconds,
             )
         )
 

@@ -240,7 +240,8 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
     from tunelab.bench.tokens import hub_cache_tokenizer
 
     args.temperature_given = args.temperature is not None
-    native_load = bool(args.concurrency or args.rate or args.ramp)
+    # a timed trace brings its own load: --max-concurrency then caps it, as docs/workloads.md says
+    native_load = bool(args.concurrency or args.rate or args.ramp or args.dataset == "trace")
     vllm = vllm_mode(args) or (args.max_concurrency is not None and not native_load)
     common: dict[str, Any] = {
         "model": args.model,

@@ -103,7 +103,11 @@ def add_vllm_arguments(p: argparse.ArgumentParser) -> None:
         suffix = "" if name == "num-prefixes" else "-len"
         g.add_argument(f"--prefix-repetition-{name}{suffix}", type=int, help=f"default {default}")
     g.add_argument("--sharegpt-output-len", type=int, help="max_tokens for every prompt")
-    g.add_argument("--custom-output-len", type=int, help="custom: max_tokens (default 256)")
+    g.add_argument(
+        "--custom-output-len",
+        type=int,
+        help="custom: max_tokens (default 256; -1: each row's output_tokens)",
+    )
     g.add_argument("--timed-trace-chunk-hash-size", type=int, help="tokens per hash id (16)")
     g.add_argument("--timed-trace-sec-multiplier", type=float, help="seconds per unit (1)")
     g.add_argument(
@@ -203,7 +207,10 @@ def vllm_settings(args: argparse.Namespace) -> dict[str, Any]:
         s["file_output_len"] = args.sharegpt_output_len or 0
     elif name == "custom":
         s.update(dataset_path=args.dataset_path, file_format="jsonl")
-        s["file_output_len"] = args.custom_output_len or 256
+        if args.custom_output_len == -1:  # vLLM: each row's own output_tokens
+            s.update(file_output_len=0, output_len=0)
+        else:
+            s["file_output_len"] = args.custom_output_len or 256
     elif name == "timed_trace":
         s.update(
             dataset_path=args.dataset_path,

@@ -27,7 +27,8 @@ from tunelab.cli.common import (
     print_json,
     rpc_error,
 )
-from tunelab.cli.follow import follow_hint, resolve, wait_for
+from tunelab.cli.follow import follow_hint, wait_for
+from tunelab.cli.keys import group_of, resolve, spec_names
 from tunelab.cli.show_view import render_show
 from tunelab.v1 import controller_pb2, server_pb2
 
@@ -270,7 +271,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
                     EXIT_USAGE,
                 ) from None
     request = controller_pb2.ListExperimentsRequest(
-        states=states, limit=args.limit, group=args.group or ""
+        states=states, limit=args.limit, group=group_of(client, args.group) if args.group else ""
     )
     experiments = client.list_experiments(request).experiments
     rows = [experiment_json(e) for e in experiments]
@@ -341,34 +342,27 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    request = controller_pb2.CancelExperimentRequest(ids=args.ids)
-    experiments = ControllerClient.for_args(args).cancel_experiment(request).experiments
+    """Cancel experiments by id or name, a whole group, or a spec's latest submission; a
+    search's group cancels the search (no further trials) and its running trials."""
+    from tunelab.cli.search_cmd import cancel_search, get_search
+
+    client = ControllerClient.for_args(args)
+    keys = []
+    for key in spec_names(client, args.ids):
+        if key.startswith("g-") and get_search(client, key) is not None:
+            cancel_search(client, key, as_json=False)
+        else:
+            keys.append(key)
+    if not keys:
+        return EXIT_OK
+    ids, _ = resolve(client, keys)
+    request = controller_pb2.CancelExperimentRequest(ids=ids)
+    experiments = client.cancel_experiment(request).experiments
     for e in experiments:
         state = _state(e.state)
         note = "cancelling (the agent stops the run)" if state == "RUNNING" else state
         print(f"{e.id}  {e.name}  {note}")
     return EXIT_OK
-
-
-def _spec_names(client: ControllerClient, keys: list[str]) -> list[str]:
-    """A spec's own ``name`` (``sim-ablation``) stands for its latest submission's group.
-
-    Experiments are named ``<spec name>/<variant>#<repeat>``; ids, groups and those full names
-    pass through unchanged.
-    """
-    if all(k.startswith(("x-", "g-")) for k in keys):
-        return keys
-    request = controller_pb2.ListExperimentsRequest(limit=100_000)
-    listed = client.list_experiments(request).experiments
-    names = {e.name for e in listed}
-    out = []
-    for key in keys:
-        family = [e for e in listed if e.name.split("/")[0].split("#")[0] == key]
-        if key in names or not family:
-            out.append(key)  # an experiment's own name, or unknown: the controller answers
-        else:
-            out.append(max(family, key=lambda e: e.submitted_at).group)
-    return out
 
 
 def _percent(text: str) -> float:
@@ -390,7 +384,7 @@ def comparison(args: argparse.Namespace) -> dict[str, Any]:
     from tunelab.analysis.effects import EffectSettings, effects_document  # not for --help
 
     client = ControllerClient.for_args(args)
-    request = controller_pb2.CompareRunsRequest(ids=_spec_names(client, args.ids))
+    request = controller_pb2.CompareRunsRequest(ids=spec_names(client, args.ids))
     document: dict[str, Any] = json.loads(client.compare_runs(request).comparison_json)
     defaults = EffectSettings()
     settings = EffectSettings(
@@ -489,7 +483,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=[],
         help="only these: QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED (repeatable, or a,b)",
     )
-    ls.add_argument("--group", help="only one submission (the g-... that submit printed)")
+    ls.add_argument(
+        "--group",
+        help="only one submission: the g-... that submit printed, or a spec's name (its latest)",
+    )
     ls.add_argument("--limit", type=int, default=200, help="at most this many (default 200)")
     add_json_arg(ls, "the experiments")
     add_controller_args(ls)
@@ -512,8 +509,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_controller_args(logs)
     logs.set_defaults(handler=cmd_logs)
 
-    cancel = sub.add_parser("cancel", help="cancel queued or running experiments")
-    cancel.add_argument("ids", nargs="+", metavar="ID", help="experiment ids or names")
+    cancel = sub.add_parser("cancel", help="cancel queued or running experiments, or a search")
+    cancel.add_argument(
+        "ids",
+        nargs="+",
+        metavar="ID",
+        help="experiment ids or names, submission groups (g-...), or a spec's name (its latest "
+        "submission); a search's group or name cancels the search",
+    )
     add_controller_args(cancel)
     cancel.set_defaults(handler=cmd_cancel)
 

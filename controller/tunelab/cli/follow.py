@@ -70,22 +70,3 @@ def wait_for(
             EXIT_INTERRUPTED,
         ) from None
     return [latest[i] for i in ids]
-
-
-def resolve(client: ControllerClient, keys: list[str]) -> tuple[list[str], str]:
-    """Experiment ids for ids, names and groups (``g-…``), and the group when it is one."""
-    ids: list[str] = []
-    groups: set[str] = set()
-    for key in keys:
-        if key.startswith("g-"):
-            request = controller_pb2.ListExperimentsRequest(group=key, limit=100_000)
-            found = client.list_experiments(request)
-            if found.experiments:
-                ids.extend(e.id for e in found.experiments)
-                groups.add(key)
-                continue
-        get = controller_pb2.GetExperimentRequest(id=key)
-        experiment = client.get_experiment(get).experiment
-        ids.append(experiment.id)
-        groups.add(experiment.group)
-    return list(dict.fromkeys(ids)), (groups.pop() if len(groups) == 1 else "")

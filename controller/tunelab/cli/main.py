@@ -115,6 +115,16 @@ def _silence_stdout() -> None:
         pass
 
 
+def _new_line() -> None:
+    """After Ctrl-C on a terminal: end the progress line (and the echoed ``^C``) so the message
+    that follows stands on its own line."""
+    try:
+        if sys.stderr.isatty():
+            sys.stderr.write("\n")
+    except (OSError, ValueError):
+        pass
+
+
 def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.command is None:  # a bare `tunelab`: the overview, not an error
         parser.print_help()
@@ -135,9 +145,12 @@ def main(argv: list[str] | None = None) -> int:
         parser = build_parser()
         return _run(parser, parser.parse_args(args_list))
     except CliError as exc:
+        if exc.code == EXIT_INTERRUPTED:
+            _new_line()
         print(f"tunelab: {exc}", file=sys.stderr)
         return exc.code
     except KeyboardInterrupt:
+        _new_line()
         print("tunelab: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # `tunelab ... | head`: the reader has all it wanted

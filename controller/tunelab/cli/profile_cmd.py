@@ -63,7 +63,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "experiments",
         nargs="*",
         metavar="EXPERIMENT",
-        help="an experiment id or name (its last attempt) or an attempt id; several: repeats",
+        help="an experiment id or name (its last attempt), an attempt id, or a group or spec name "
+        "(its latest submission's experiments); several: repeats",
     )
     p.add_argument(
         "--trace",
@@ -171,6 +172,16 @@ class _Fetcher:
             self._client = ControllerClient.for_args(self.args)
         return self._client
 
+    def expand(self, keys: list[str]) -> list[str]:
+        """Ids and attempt ids as given; a group or a spec's name (its latest submission) is
+        its experiments, a name is that experiment."""
+        from tunelab.cli.keys import resolve
+
+        out: list[str] = []
+        for key in keys:
+            out += [key] if key.startswith("x-") else resolve(self.client(), [key])[0]
+        return out
+
     def fetch(self, key: str) -> tuple[list[Path], int | None]:
         """The traces of ``key``'s last attempt, and the output tokens of its window."""
         from tunelab.v1 import controller_pb2
@@ -272,7 +283,7 @@ def _side(
 ) -> list[ProfileSummary]:
     bounds = (args.max_events, args.max_seconds)
     out = [summarize_files(trace_files(t), str(t), args.top, tokens, *bounds) for t in traces]
-    for key in keys:
+    for key in fetcher.expand(keys):
         files, window_tokens = fetcher.fetch(key)
         out.append(summarize_files(files, key, args.top, window_tokens, *bounds))
     return out

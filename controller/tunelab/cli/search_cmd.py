@@ -13,13 +13,18 @@ from tunelab.bench.promptlengths import prompt_tokens_line
 from tunelab.cli.clients import ControllerClient
 from tunelab.cli.common import (
     EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_NOT_FOUND,
     EXIT_OK,
+    CliError,
     add_controller_args,
     add_json_arg,
     is_terminal,
     print_json,
 )
+from tunelab.cli.keys import group_of
 
+SEARCH_HELP = "the g-... that submit printed, or the spec's name (its latest submission)"
 TIMEOUT = 15.0
 POLL = 1.0
 STOP = threading.Event()  # never set by the CLI itself: a wait that Ctrl-C interrupts
@@ -51,7 +56,19 @@ def _progress(doc: dict[str, Any]) -> str:
 
 
 def follow_search(client: ControllerClient, group: str, quiet: bool) -> dict[str, Any]:
-    """Poll the search until it ends; one progress line per change (none under --json)."""
+    """Poll the search until it ends; one progress line per change (none under --json).
+    Ctrl-C stops following only: the search goes on, and the message says how to follow it."""
+    try:
+        return _follow_search(client, group, quiet)
+    except KeyboardInterrupt:
+        raise CliError(
+            f"stopped following; the search goes on. Follow it again with: tunelab wait {group} "
+            f"(tunelab search cancel {group} stops it)",
+            EXIT_INTERRUPTED,
+        ) from None
+
+
+def _follow_search(client: ControllerClient, group: str, quiet: bool) -> dict[str, Any]:
     last = ""
     while True:
         doc = get_search(client, group)
@@ -160,32 +177,63 @@ def finished(doc: dict[str, Any], as_json: bool) -> int:
     return EXIT_OK if doc["state"] == "DONE" else EXIT_FAILED
 
 
+def _search(client: ControllerClient, key: str) -> tuple[str, dict[str, Any]]:
+    """The group and document of the search ``key`` names: its group, a spec's name (its latest
+    submission) or one of its trials."""
+    group = group_of(client, key)
+    doc = get_search(client, group)
+    if doc is None:
+        raise CliError(
+            f"no search {key!r}" + (f" (its latest submission, {group}, is none)" if group != key
+                                    else ""),
+            EXIT_NOT_FOUND,
+        )  # fmt: skip
+    return group, doc
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     client = ControllerClient.for_args(args)
-    doc = get_search(client, args.group)
-    if doc is None:
-        from tunelab.cli.common import EXIT_NOT_FOUND, CliError
-
-        raise CliError(f"no search {args.group!r}", EXIT_NOT_FOUND)
+    group, doc = _search(client, args.group)
     if args.json:
         print_json(doc)
         return EXIT_OK
-    while args.watch and doc["state"] == "RUNNING":  # a live table: redrawn until it ends
-        if is_terminal():
-            print("\x1b[H\x1b[2J" + render_search(doc), flush=True)
-        STOP.wait(POLL * 2)
-        doc = get_search(client, args.group) or doc
+    try:
+        while args.watch and doc["state"] == "RUNNING":  # a live table: redrawn until it ends
+            if is_terminal():
+                print("\x1b[H\x1b[2J" + render_search(doc), flush=True)
+            STOP.wait(POLL * 2)
+            doc = get_search(client, group) or doc
+    except KeyboardInterrupt:
+        raise CliError(
+            f"stopped watching; the search goes on (tunelab search show {group} --watch)",
+            EXIT_INTERRUPTED,
+        ) from None
     print(("\x1b[H\x1b[2J" if args.watch and is_terminal() else "") + render_search(doc))
     return EXIT_OK
 
 
+def cancel_search(client: ControllerClient, group: str, as_json: bool) -> dict[str, Any]:
+    """Cancel a running search; one that has ended is said to have ended, and left as it is."""
+    before = get_search(client, group)
+    if before is not None and before["state"] != "RUNNING":
+        if not as_json:
+            print(
+                f"search {group} is already finished ({before['state']}); nothing to cancel",
+                file=sys.stderr,
+            )
+        return before
+    doc: dict[str, Any] = json.loads(client.cancel_search(group).search_json)
+    if not as_json:
+        print(f"cancel requested for search {group}; its running trials stop", file=sys.stderr)
+    return doc
+
+
 def cmd_cancel(args: argparse.Namespace) -> int:
-    response = ControllerClient.for_args(args).cancel_search(args.group)
-    doc = json.loads(response.search_json)
+    client = ControllerClient.for_args(args)
+    group, _ = _search(client, args.group)
+    doc = cancel_search(client, group, args.json)
     if args.json:
         print_json(doc)
-    else:
-        print(f"cancel requested for search {args.group}; its running trials stop", file=sys.stderr)
     return EXIT_OK
 
 
@@ -193,13 +241,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     search = sub.add_parser("search", help="a search's trials and its answer (search: specs)")
     actions = search.add_subparsers(dest="search_command", metavar="ACTION", required=True)
     show = actions.add_parser("show", help="rank, parameters, load found, objective, SLO margins")
-    show.add_argument("group", metavar="GROUP", help="the g-... that submit printed")
+    show.add_argument("group", metavar="SEARCH", help=SEARCH_HELP)
     show.add_argument("--watch", action="store_true", help="redraw the table until the search ends")
     add_json_arg(show, "the search document")
     add_controller_args(show)
     show.set_defaults(handler=cmd_show)
     cancel = actions.add_parser("cancel", help="stop a search and its running trials")
-    cancel.add_argument("group", metavar="GROUP", help="the g-... that submit printed")
+    cancel.add_argument("group", metavar="SEARCH", help=SEARCH_HELP)
     add_json_arg(cancel, "the search document")
     add_controller_args(cancel)
     cancel.set_defaults(handler=cmd_cancel)

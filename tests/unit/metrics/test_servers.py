@@ -6,6 +6,7 @@ import os
 from collections.abc import Sequence
 
 import psutil
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -19,7 +20,8 @@ from tunelab.agent.servers.states import ServerState
 
 NOW = 1_800_000_000.0
 UUID = "GPU-d054c584-9e1b-bfe2-19d0-26060914d318"
-ME = ProcessId(os.getpid(), psutil.Process().create_time())
+ME = ProcessId.of(os.getpid())  # as the product reads it (one boot time per process)
+assert ME is not None
 
 
 def record(
@@ -156,6 +158,21 @@ def test_gpu_memory_is_attributed_by_pid_and_create_time() -> None:
     gpu0 = {"server": "llama", "gpu": "0"}
     assert registry.get_sample_value("tunelab_server_gpu_memory_bytes", gpu0) == 9_600_761_856
     assert source.gpu_memory_by_server() == {"srv-1": 9_600_762_856}
+
+
+def test_gpu_memory_stays_attributed_when_the_boot_time_moves_by_a_second(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """/proc/stat's btime is whole seconds of wall clock minus uptime: a slewed clock moves it
+    by one, and psutil reads it afresh on every create_time(). The server is still itself."""
+    import psutil._pslinux as pslinux
+
+    moved = pslinux.boot_time() + 1.0
+    monkeypatch.setattr(pslinux, "boot_time", lambda: moved)
+    assert abs(psutil.Process().create_time() - ME.create_time) >= 0.95  # psutil's view moved
+    mine = record("srv-1", "llama", ServerState.READY, pid=ME)
+    processes = [GpuProcess(0, UUID, ME.pid, 4_096)]
+    assert attribute_gpu_memory([mine], processes) == {"srv-1": {0: 4_096}}
 
 
 def test_a_finished_server_exports_no_gpu_memory() -> None:

@@ -10,7 +10,6 @@ checked, then the signal); never to a bare group number, never to pid <= 1.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import psutil
@@ -27,19 +26,20 @@ class ProcessId:
 
     @classmethod
     def of(cls, pid: int) -> ProcessId | None:
-        try:
-            return cls(pid, psutil.Process(pid).create_time())
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            return None
+        stat = identity.read_stat(pid)
+        return None if stat is None or stat.state == "Z" else cls(pid, stat.create_time)
 
     def process(self) -> psutil.Process | None:
-        """The live process with this identity, or None (gone, zombie, or pid reused)."""
-        if self.pid <= 1 or not math.isfinite(self.create_time):
+        """The live process with this identity, or None (gone, zombie, or pid reused).
+
+        The create time is compared as :func:`identity.matches` does, with one boot time per
+        process: psutil reads /proc/stat's ``btime`` afresh each call, a whole second that moves
+        by one when the wall clock is slewed, so two psutil readings of one process can differ
+        by a second."""
+        if not identity.matches(self.pid, self.create_time):
             return None
         try:
             proc = psutil.Process(self.pid)
-            if abs(proc.create_time() - self.create_time) > 0.05:
-                return None
             if proc.status() == psutil.STATUS_ZOMBIE:
                 return None
             return proc
