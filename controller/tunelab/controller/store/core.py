@@ -233,16 +233,24 @@ class SqlStore(SearchStatements, SlurmStatements, ABC):
         submission's group is returned (a retry after a lost answer queues nothing twice)."""
         group = rows[0].group if rows else ""
         with self._tx() as conn:
-            if request_id:
-                earlier = conn.execute(self.sql.submission_group, (request_id,)).fetchone()
-                if earlier is not None:
-                    return str(earlier["grp"])
-                conn.execute(
-                    self.sql.insert_submission,
-                    (request_id, group, rows[0].submitted_at if rows else self.now()),
-                )
+            now = rows[0].submitted_at if rows else self.now()
+            earlier = self._claim_request(conn, request_id, group, now)
+            if earlier is not None:
+                return earlier
             self._insert_experiment_rows(conn, rows)
         return group
+
+    def _claim_request(self, conn: Any, request_id: str, group: str, now: float) -> str | None:
+        """In a submission's transaction: the group an earlier submission with this client
+        request id made (the caller then writes nothing), or None after recording ``group``
+        as this id's. No id, no record: every such submission is a new one."""
+        if not request_id:
+            return None
+        earlier = conn.execute(self.sql.submission_group, (request_id,)).fetchone()
+        if earlier is not None:
+            return str(earlier["grp"])
+        conn.execute(self.sql.insert_submission, (request_id, group, now))
+        return None
 
     def _insert_experiment_rows(self, conn: Any, rows: Sequence[ExperimentRow]) -> None:
         """In the caller's transaction (a search inserts its trials with them)."""

@@ -125,8 +125,17 @@ class SearchStatements:
     def _insert_experiment_rows(self, conn: Any, rows: Sequence[ExperimentRow]) -> None:
         raise NotImplementedError
 
-    def insert_search(self, row: SearchRow) -> None:
+    def _claim_request(self, conn: Any, request_id: str, group: str, now: float) -> str | None:
+        raise NotImplementedError
+
+    def insert_search(self, row: SearchRow, request_id: str = "") -> str:
+        """Keep a submitted search; returns its group. With a client's ``request_id`` that an
+        earlier submission already used, nothing is written and that submission's group is
+        returned (a retry after a lost answer starts no second search)."""
         with self._tx() as conn:
+            earlier = self._claim_request(conn, request_id, row.group, row.submitted_at)
+            if earlier is not None:
+                return earlier
             conn.execute(
                 self.search_sql.insert_search,
                 (
@@ -140,6 +149,7 @@ class SearchStatements:
                 ),
             )
             self._event(conn, "search", row.group, None, row.state, "submitted")
+        return row.group
 
     def get_search(self, group: str) -> SearchRow | None:
         rows = self._query(self.search_sql.get_search, (group,))
