@@ -25,8 +25,8 @@ from tunelab.controller.search.space import SearchSpec
 from tunelab.controller.search.strategies import Proposal, TrialView, better, key, strategy_for
 from tunelab.controller.search.trials import outcome, trial_label, trial_spec
 from tunelab.controller.states import ExperimentState
-from tunelab.controller.store.base import Store, StoreConflict, StoreError
-from tunelab.controller.store.models import ExperimentRow, selector_key
+from tunelab.controller.store.base import Store, StoreConflict, StoreError, StoreFenced
+from tunelab.controller.store.models import ExperimentRow, FencingToken, selector_key
 from tunelab.controller.store.search_models import SearchRow, TrialRow
 
 log = structlog.get_logger(__name__)
@@ -113,12 +113,21 @@ class SearchDriver:
         self._store = store
         self._clock = clock
 
-    def tick(self) -> int:
-        """Advance every running search; returns how many trials were queued."""
+    def tick(self, fence: FencingToken | None = None) -> int:
+        """Advance every running search; returns how many trials were queued. ``fence`` is
+        the scheduling turn this step runs in (the control loop's): every write of the step
+        checks it in its transaction, so a controller that lost the turn writes nothing. With
+        none given (tools, tests), the step takes the turn itself, or does nothing while another
+        controller holds it."""
+        if fence is None:
+            with self._store.scheduling_pass() as turn:
+                return 0 if turn is None else self.tick(turn)
         queued = 0
         for search in self._store.running_searches():
             try:
-                queued += self.advance(search)
+                queued += self.advance(search, fence)
+            except StoreFenced:
+                raise  # the turn is lost: nothing more of this step is written
             except StoreConflict as exc:  # another controller moved it: the next tick re-reads
                 log.info("search_conflict", group=search.group, error=str(exc))
             except StoreError:
@@ -126,22 +135,27 @@ class SearchDriver:
             except Exception as exc:  # one broken search must not stop the queue's other work
                 log.exception("search_advance_failed", group=search.group)
                 self._store.finish_search(
-                    search.group, "FAILED", f"the search could not go on: {exc}", self._clock()
+                    search.group,
+                    "FAILED",
+                    f"the search could not go on: {exc}",
+                    self._clock(),
+                    fence,
                 )
         return queued
 
-    def advance(self, search: SearchRow) -> int:
+    def advance(self, search: SearchRow, fence: FencingToken) -> int:
         spec = SearchSpec.from_dict(search.spec)
-        trials = self._collect(spec, self._store.search_trials(search.group))
+        trials = self._collect(spec, self._store.search_trials(search.group), fence)
         now = self._clock()
         running = [t for t in trials if t.state == "RUNNING"]
         if search.cancel_requested:
-            self._stop_running(running, "search cancelled")
-            self._finish(search, spec, trials, "CANCELLED", "cancelled")
+            self._stop_running(running, "search cancelled", fence)
+            self._finish(search, spec, trials, "CANCELLED", "cancelled", fence)
             return 0
         if spec.max_seconds and now - search.submitted_at >= spec.max_seconds:
-            self._stop_running(running, "search duration budget spent")
-            self._finish(search, spec, trials, None, f"duration budget {spec.max_seconds:g}s spent")
+            self._stop_running(running, "search duration budget spent", fence)
+            why = f"duration budget {spec.max_seconds:g}s spent"
+            self._finish(search, spec, trials, None, why, fence)
             return 0
         launched = counted(trials)
         slots = min(spec.parallel - len(running), spec.max_trials - launched)
@@ -173,7 +187,7 @@ class SearchDriver:
             if exhausted or not answer.proposals or all(t.experiment_id for t in new):
                 break
         if new:
-            self._store.add_trials(new, experiments)
+            self._store.add_trials(new, experiments, fence)
             log.info("search_trials_queued", group=search.group, count=len(experiments))
         all_trials = [*trials, *new]
         still = [t for t in all_trials if t.state == "RUNNING"]
@@ -184,7 +198,7 @@ class SearchDriver:
                 if budget_spent and not exhausted
                 else "every candidate tried"
             )
-            self._finish(search, spec, all_trials, None, why)
+            self._finish(search, spec, all_trials, None, why, fence)
         return len(experiments)
 
     def _trial(
@@ -226,7 +240,9 @@ class SearchDriver:
         row.details = {"label": trial_label(proposal.params)}
         return row, experiment
 
-    def _collect(self, spec: SearchSpec, trials: list[TrialRow]) -> list[TrialRow]:
+    def _collect(
+        self, spec: SearchSpec, trials: list[TrialRow], fence: FencingToken
+    ) -> list[TrialRow]:
         """Record the outcome of every trial whose experiment has ended."""
         running = [t for t in trials if t.state == "RUNNING" and t.experiment_id]
         if not running:
@@ -250,10 +266,10 @@ class SearchDriver:
                     for s in (o.samples if o.number < t.number else t.samples)
                 ]
                 t.objective = round(sum(pooled) / len(pooled), 6)
-            self._store.finish_trial(t)
+            self._store.finish_trial(t, fence)
         return trials
 
-    def _stop_running(self, running: Sequence[TrialRow], why: str) -> None:
+    def _stop_running(self, running: Sequence[TrialRow], why: str, fence: FencingToken) -> None:
         for t in running:
             if t.experiment_id is None:
                 continue
@@ -274,7 +290,7 @@ class SearchDriver:
                 self._store.request_cancel(exp.id)
             t.state, t.failure_reason, t.finished_at = "CANCELLED", "CANCELLED", self._clock()
             t.details = {**t.details, "message": why}
-            self._store.finish_trial(t)
+            self._store.finish_trial(t, fence)
 
     def _finish(
         self,
@@ -283,6 +299,7 @@ class SearchDriver:
         trials: Sequence[TrialRow],
         state: str | None,
         why: str,
+        fence: FencingToken,
     ) -> None:
         best = best_trial(spec, trials)
         done = sum(1 for t in trials if t.state in ("DONE", "FAILED"))
@@ -299,5 +316,5 @@ class SearchDriver:
                 f"{spec.slo}" + (f" ({failed} failed)" if failed else "")
             )
         target = state or ("DONE" if best is not None else "FAILED")
-        self._store.finish_search(search.group, target, summary, self._clock())
+        self._store.finish_search(search.group, target, summary, self._clock(), fence)
         log.info("search_finished", group=search.group, state=target, message=summary)

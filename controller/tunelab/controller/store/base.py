@@ -18,11 +18,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from tunelab.controller.states import AttemptState, ExperimentState, HostState
-from tunelab.controller.store.models import AttemptChange, AttemptRow, ExperimentRow, HostRow
+from tunelab.controller.store.models import (
+    AttemptChange,
+    AttemptRow,
+    ExperimentRow,
+    FencingToken,
+    HostRow,
+)
 from tunelab.controller.store.search_models import SearchStore
 
 
@@ -41,17 +46,6 @@ class StoreFenced(StoreConflict):
 
 class StoreNotFound(StoreError):
     """No row with this key (host name, experiment id, attempt id)."""
-
-
-@dataclass(frozen=True)
-class FencingToken:
-    """Proof of one scheduling turn, handed to the writes of the pass it guards and checked in
-    their transaction. ``epoch`` rises each time a controller takes the turn; ``holder`` is
-    the database session holding it (PostgreSQL's backend pid; 0 for SQLite, whose one
-    controller always holds the turn)."""
-
-    epoch: int
-    holder: int = 0
 
 
 class StoreUnavailable(StoreError):

@@ -25,8 +25,14 @@ from tunelab.controller.states import (
     check_host,
     experiment_outcome,
 )
-from tunelab.controller.store.base import FencingToken, StoreConflict, StoreNotFound
-from tunelab.controller.store.models import AttemptChange, AttemptRow, ExperimentRow, HostRow
+from tunelab.controller.store.base import StoreConflict, StoreNotFound
+from tunelab.controller.store.models import (
+    AttemptChange,
+    AttemptRow,
+    ExperimentRow,
+    FencingToken,
+    HostRow,
+)
 from tunelab.controller.store.rows import (
     attempt_of,
     chunks,

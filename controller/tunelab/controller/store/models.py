@@ -9,6 +9,17 @@ from typing import Any
 from tunelab.controller.states import AttemptState, ExperimentState, HostState
 
 
+@dataclass(frozen=True)
+class FencingToken:
+    """Proof of one scheduling turn, handed to the writes of the pass it guards and checked in
+    their transaction. ``epoch`` rises each time a controller takes the turn; ``holder`` is
+    the database session holding it (PostgreSQL's backend pid; 0 for SQLite, whose one
+    controller always holds the turn)."""
+
+    epoch: int
+    holder: int = 0
+
+
 @dataclass
 class HostRow:
     name: str

@@ -16,7 +16,7 @@ from typing import Any
 
 from tunelab.controller.store.base import StoreConflict, StoreNotFound
 from tunelab.controller.store.dialect import Dialect
-from tunelab.controller.store.models import ExperimentRow
+from tunelab.controller.store.models import ExperimentRow, FencingToken
 from tunelab.controller.store.search_models import SearchRow, TrialRow
 
 SEARCH_STATES = ("RUNNING", "DONE", "FAILED", "CANCELLED")
@@ -128,6 +128,9 @@ class SearchStatements:
     def _claim_request(self, conn: Any, request_id: str, group: str, now: float) -> str | None:
         raise NotImplementedError
 
+    def _check_fence(self, conn: Any, fence: FencingToken) -> None:
+        raise NotImplementedError
+
     def insert_search(self, row: SearchRow, request_id: str = "") -> str:
         """Keep a submitted search; returns its group. With a client's ``request_id`` that an
         earlier submission already used, nothing is written and that submission's group is
@@ -163,12 +166,19 @@ class SearchStatements:
         rows = self._query(self.search_sql.trials, (group,))
         return [_trial(r) for r in rows]
 
-    def add_trials(self, trials: Sequence[TrialRow], experiments: Sequence[ExperimentRow]) -> None:
+    def add_trials(
+        self,
+        trials: Sequence[TrialRow],
+        experiments: Sequence[ExperimentRow],
+        fence: FencingToken,
+    ) -> None:
         """New trials and their experiments in one transaction: a trial is queued exactly once
-        (a second writer of the same numbers fails on the primary key and writes nothing)."""
+        (a second writer of the same numbers fails on the primary key and writes nothing), and
+        only while ``fence`` (the scheduling turn the search step runs in) still holds."""
         if not trials:
             return
         with self._tx() as conn:
+            self._check_fence(conn, fence)
             group = trials[0].group
             state = conn.execute(self.search_sql.search_state, (group,)).fetchone()
             if state is None or state["state"] != "RUNNING":
@@ -200,9 +210,11 @@ class SearchStatements:
             for t in trials:
                 self._event(conn, "search", group, None, t.state, f"trial {t.number}: {t.params}")
 
-    def finish_trial(self, trial: TrialRow) -> None:
-        """A running trial's outcome, written once (compare-and-set on RUNNING)."""
+    def finish_trial(self, trial: TrialRow, fence: FencingToken) -> None:
+        """A running trial's outcome, written once (compare-and-set on RUNNING), while
+        ``fence`` holds."""
         with self._tx() as conn:
+            self._check_fence(conn, fence)
             current = conn.execute(
                 self.search_sql.trial_state, (trial.group, trial.number)
             ).fetchone()
@@ -231,8 +243,12 @@ class SearchStatements:
                 f"trial {trial.number}: {trial.failure_reason or trial.objective}",
             )
 
-    def finish_search(self, group: str, state: str, message: str, now: float) -> SearchRow:
+    def finish_search(
+        self, group: str, state: str, message: str, now: float, fence: FencingToken
+    ) -> SearchRow:
+        """A running search's end, written once, while ``fence`` holds."""
         with self._tx() as conn:
+            self._check_fence(conn, fence)
             current = conn.execute(self.search_sql.search_state, (group,)).fetchone()
             if current is None:
                 raise StoreNotFound(f"no search {group}")
