@@ -21,7 +21,8 @@ from typing import Any
 
 import structlog
 
-from tunelab.controller.search.space import SearchSpec
+from tunelab.controller.search.backoff import SearchSpecError, StepBackoff
+from tunelab.controller.search.space import STRATEGIES, SearchSpec
 from tunelab.controller.search.strategies import Proposal, TrialView, better, key, strategy_for
 from tunelab.controller.search.trials import outcome, trial_label, trial_spec
 from tunelab.controller.states import ExperimentState
@@ -108,10 +109,23 @@ def best_trial(spec: SearchSpec, trials: Sequence[TrialRow]) -> TrialRow | None:
     return best
 
 
+def stored_spec(search: SearchRow) -> SearchSpec:
+    """The search's spec as stored; SearchSpecError when no controller could run it (written by
+    another version, or a strategy this code does not have)."""
+    try:
+        spec = SearchSpec.from_dict(search.spec)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SearchSpecError(f"its stored spec cannot be read ({exc!r})") from None
+    if spec.strategy not in STRATEGIES:
+        raise SearchSpecError(f"strategy {spec.strategy!r} is not one of {sorted(STRATEGIES)}")
+    return spec
+
+
 class SearchDriver:
     def __init__(self, store: Store, clock: Callable[[], float]) -> None:
         self._store = store
         self._clock = clock
+        self._backoff = StepBackoff()
 
     def tick(self, fence: FencingToken | None = None) -> int:
         """Advance every running search; returns how many trials were queued. ``fence`` is
@@ -123,7 +137,11 @@ class SearchDriver:
             with self._store.scheduling_pass() as turn:
                 return 0 if turn is None else self.tick(turn)
         queued = 0
-        for search in self._store.running_searches():
+        running = self._store.running_searches()
+        self._backoff.keep_only({s.group for s in running})
+        for search in running:
+            if not self._backoff.due(search.group, self._clock()):
+                continue
             try:
                 queued += self.advance(search, fence)
             except StoreFenced:
@@ -132,8 +150,8 @@ class SearchDriver:
                 log.info("search_conflict", group=search.group, error=str(exc))
             except StoreError:
                 raise  # the database is away: the loop says so and retries
-            except Exception as exc:  # one broken search must not stop the queue's other work
-                log.exception("search_advance_failed", group=search.group)
+            except SearchSpecError as exc:  # the search itself cannot go on, anywhere
+                log.warning("search_spec_failed", group=search.group, error=str(exc))
                 self._store.finish_search(
                     search.group,
                     "FAILED",
@@ -141,10 +159,21 @@ class SearchDriver:
                     self._clock(),
                     fence,
                 )
+            except Exception as exc:  # not the search's fault: logged in full, tried again
+                failures, delay = self._backoff.failed(search.group, self._clock())
+                log.exception(
+                    "search_step_failed",
+                    group=search.group,
+                    error=str(exc),
+                    failures=failures,
+                    retry_in_s=delay,
+                )
+            else:
+                self._backoff.succeeded(search.group)
         return queued
 
     def advance(self, search: SearchRow, fence: FencingToken) -> int:
-        spec = SearchSpec.from_dict(search.spec)
+        spec = stored_spec(search)
         trials = self._collect(spec, self._store.search_trials(search.group), fence)
         now = self._clock()
         running = [t for t in trials if t.state == "RUNNING"]
