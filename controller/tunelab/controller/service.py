@@ -161,7 +161,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         row = self._search(request.group)
         document = search_document(row, self._store.search_trials(row.group))
         return controller_pb2.GetSearchResponse(
-            search_json=json.dumps(document, sort_keys=True), terminal=row.state != "RUNNING"
+            search_json=json.dumps(document, sort_keys=True), terminal=row.state.is_terminal()
         )
 
     @_unary

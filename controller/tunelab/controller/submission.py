@@ -16,7 +16,7 @@ from tunelab.controller.search.submit import SearchSubmission, search_from_text
 from tunelab.controller.spec import SpecError, expand_text
 from tunelab.controller.spec.errors import SpecIssue
 from tunelab.controller.spec.limits import SpecLimits
-from tunelab.controller.states import ExperimentState
+from tunelab.controller.states import ExperimentState, SearchState
 from tunelab.controller.store import AttemptRow, ExperimentRow, Store
 from tunelab.controller.store.models import selector_key
 from tunelab.controller.store.search_models import SearchRow
@@ -102,7 +102,7 @@ class Submissions:
         row = SearchRow(
             group=new_group(),
             name=search.name,
-            state="RUNNING",
+            state=SearchState.RUNNING,
             spec=search.spec.to_dict(),
             base=search.base,
             submitted_at=self._clock(),

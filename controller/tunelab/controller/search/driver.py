@@ -25,7 +25,7 @@ from tunelab.controller.search.backoff import SearchSpecError, StepBackoff
 from tunelab.controller.search.space import STRATEGIES, SearchSpec
 from tunelab.controller.search.strategies import Proposal, TrialView, better, key, strategy_for
 from tunelab.controller.search.trials import outcome, trial_label, trial_spec
-from tunelab.controller.states import ExperimentState
+from tunelab.controller.states import ExperimentState, SearchState, TrialState
 from tunelab.controller.store.base import Store, StoreConflict, StoreError, StoreFenced
 from tunelab.controller.store.models import ExperimentRow, FencingToken, selector_key
 from tunelab.controller.store.search_models import SearchRow, TrialRow
@@ -65,7 +65,7 @@ def retries(trials: Sequence[TrialRow]) -> list[Proposal]:
     relaunched, fewer than MAX_RETRIES times for these parameters at this rung."""
     out = []
     for t in trials:
-        if t.state != "FAILED" or t.failure_reason not in RETRIED_REASONS:
+        if t.state is not TrialState.FAILED or t.failure_reason not in RETRIED_REASONS:
             continue
         if superseded(t, trials):
             continue
@@ -98,7 +98,7 @@ def best_trial(spec: SearchSpec, trials: Sequence[TrialRow]) -> TrialRow | None:
     interval ``search show`` gives)."""
     latest: dict[str, TrialRow] = {}
     for t in trials:
-        if t.state == "DONE" and t.objective is not None:
+        if t.state is TrialState.DONE and t.objective is not None:
             seen = latest.get(key(t.params))
             if seen is None or t.number > seen.number:
                 latest[key(t.params)] = t
@@ -154,7 +154,7 @@ class SearchDriver:
                 log.warning("search_spec_failed", group=search.group, error=str(exc))
                 self._store.finish_search(
                     search.group,
-                    "FAILED",
+                    SearchState.FAILED,
                     f"the search could not go on: {exc}",
                     self._clock(),
                     fence,
@@ -176,10 +176,10 @@ class SearchDriver:
         spec = stored_spec(search)
         trials = self._collect(spec, self._store.search_trials(search.group), fence)
         now = self._clock()
-        running = [t for t in trials if t.state == "RUNNING"]
+        running = [t for t in trials if t.state is TrialState.RUNNING]
         if search.cancel_requested:
             self._stop_running(running, "search cancelled", fence)
-            self._finish(search, spec, trials, "CANCELLED", "cancelled", fence)
+            self._finish(search, spec, trials, SearchState.CANCELLED, "cancelled", fence)
             return 0
         if spec.max_seconds and now - search.submitted_at >= spec.max_seconds:
             self._stop_running(running, "search duration budget spent", fence)
@@ -219,7 +219,7 @@ class SearchDriver:
             self._store.add_trials(new, experiments, fence)
             log.info("search_trials_queued", group=search.group, count=len(experiments))
         all_trials = [*trials, *new]
-        still = [t for t in all_trials if t.state == "RUNNING"]
+        still = [t for t in all_trials if t.state is TrialState.RUNNING]
         budget_spent = counted(all_trials) >= spec.max_trials
         if not still and (exhausted or budget_spent):
             why = (
@@ -239,16 +239,18 @@ class SearchDriver:
         number: int,
     ) -> tuple[TrialRow, ExperimentRow | None]:
         now = self._clock()
-        row = TrialRow(search.group, number, proposal.params, "RUNNING", now, proposal.rung)
+        row = TrialRow(
+            search.group, number, proposal.params, TrialState.RUNNING, now, proposal.rung
+        )
         cause = implied_oom(spec, proposal.params, trials)
         if cause is not None:
-            row.state, row.finished_at = "SKIPPED", now
+            row.state, row.finished_at = TrialState.SKIPPED, now
             row.failure_reason = "IMPLIED_OOM"
             row.details = {"message": f"implied OOM by trial {cause.number}"}
             return row, None
         doc, issues = trial_spec(search.base, spec, proposal.params, proposal.rung)
         if issues:
-            row.state, row.finished_at = "SKIPPED", now
+            row.state, row.finished_at = TrialState.SKIPPED, now
             row.failure_reason = "BAD_ARGUMENT"
             row.details = {"message": "; ".join(str(i) for i in issues)}
             return row, None
@@ -273,7 +275,7 @@ class SearchDriver:
         self, spec: SearchSpec, trials: list[TrialRow], fence: FencingToken
     ) -> list[TrialRow]:
         """Record the outcome of every trial whose experiment has ended."""
-        running = [t for t in trials if t.state == "RUNNING" and t.experiment_id]
+        running = [t for t in trials if t.state is TrialState.RUNNING and t.experiment_id]
         if not running:
             return trials
         experiments = self._store.get_experiments([t.experiment_id or "" for t in running])
@@ -317,7 +319,11 @@ class SearchDriver:
                     self._store.request_cancel(exp.id)
             elif exp is not None and exp.state is ExperimentState.RUNNING:
                 self._store.request_cancel(exp.id)
-            t.state, t.failure_reason, t.finished_at = "CANCELLED", "CANCELLED", self._clock()
+            t.state, t.failure_reason, t.finished_at = (
+                TrialState.CANCELLED,
+                "CANCELLED",
+                self._clock(),
+            )
             t.details = {**t.details, "message": why}
             self._store.finish_trial(t, fence)
 
@@ -326,12 +332,12 @@ class SearchDriver:
         search: SearchRow,
         spec: SearchSpec,
         trials: Sequence[TrialRow],
-        state: str | None,
+        state: SearchState | None,
         why: str,
         fence: FencingToken,
     ) -> None:
         best = best_trial(spec, trials)
-        done = sum(1 for t in trials if t.state in ("DONE", "FAILED"))
+        done = sum(1 for t in trials if t.state in (TrialState.DONE, TrialState.FAILED))
         if best is not None:
             summary = (
                 f"{why}; best: trial {best.number} "
@@ -339,11 +345,11 @@ class SearchDriver:
                 f"({spec.objective} {best.objective:g})"
             )
         else:
-            failed = sum(1 for t in trials if t.state == "FAILED")
+            failed = sum(1 for t in trials if t.state is TrialState.FAILED)
             summary = (
                 f"{why}; no feasible point: none of {done} finished trials met the SLOs "
                 f"{spec.slo}" + (f" ({failed} failed)" if failed else "")
             )
-        target = state or ("DONE" if best is not None else "FAILED")
+        target = state or (SearchState.DONE if best is not None else SearchState.FAILED)
         self._store.finish_search(search.group, target, summary, self._clock(), fence)
         log.info("search_finished", group=search.group, state=target, message=summary)
