@@ -8,7 +8,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import grpc
 import structlog
@@ -35,6 +35,7 @@ from tunelab.controller.store import (
     StoreNotFound,
     StoreUnavailable,
 )
+from tunelab.controller.store.changes import HostFields
 from tunelab.controller.store.search_models import SearchRow
 from tunelab.controller.submission import Submissions
 from tunelab.controller.watchcache import WatchCache
@@ -395,7 +396,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         """Change the fields given and keep every other one (labels one by one)."""
         host = self._host(request.name)
         _check_labels("set_labels", request.set_labels)
-        fields: dict[str, Any] = {}
+        fields: HostFields = {}
         if request.HasField("metrics_url"):
             agent_host, _ = split_host_port(host.address)
             fields["metrics_url"] = self._metrics_url(agent_host, request.metrics_url)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tunelab.controller.states import AttemptState, ExperimentState, HostState
+from tunelab.controller.store.changes import AttemptFields
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,7 @@ class AttemptChange:
     optionally, a move to ``target`` if the attempt is still in one of ``expect``."""
 
     attempt_id: str
-    fields: dict[str, Any] = field(default_factory=dict)
+    fields: AttemptFields = field(default_factory=lambda: AttemptFields())
     target: AttemptState | None = None
     expect: tuple[AttemptState, ...] = ()
     message: str = ""
