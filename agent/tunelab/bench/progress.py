@@ -50,7 +50,8 @@ class ProgressWriter:
         self.path = path
         self._file: IO[str] = path.open("a", encoding="utf-8")
 
-    def event(self, kind: str, **data: Any) -> None:
+    def event(self, kind: str, **data: object) -> None:
+        """One event line: ``data`` is any JSON value, by name."""
         data["event"] = kind
         data.setdefault("at", time.time())
         self._file.write(json.dumps(data, separators=(",", ":")) + "\n")
