@@ -73,6 +73,7 @@ from tunelab.common.pyexec import python_module_argv
 from tunelab.controller.search.driver import MAX_ASK_ROUNDS, best_trial, implied_oom, views
 from tunelab.controller.search.space import SearchSpec, parse_search
 from tunelab.controller.search.strategies import key, strategy_for
+from tunelab.controller.states import TrialState
 from tunelab.controller.store.search_models import TrialRow
 
 SEQS = "server.flags.--max-num-seqs"
@@ -373,12 +374,12 @@ def run_search(strategy: str, agents: int, seed: int, surf: Surface = SURFACE) -
             exhausted = answer.exhausted
             for proposal in answer.proposals:
                 trial = TrialRow(
-                    "g", len(trials) + 1, proposal.params, "RUNNING", now, proposal.rung
+                    "g", len(trials) + 1, proposal.params, TrialState.RUNNING, now, proposal.rung
                 )
                 cause = implied_oom(spec, proposal.params, trials)
                 trials.append(trial)
                 if cause is not None:
-                    trial.state, trial.failure_reason = "SKIPPED", "IMPLIED_OOM"
+                    trial.state, trial.failure_reason = TrialState.SKIPPED, "IMPLIED_OOM"
                     continue
                 trial.experiment_id = f"x{trial.number}"
                 result = launch(proposal.params, rung0 * spec.eta**proposal.rung, rng, surf)
@@ -392,9 +393,9 @@ def run_search(strategy: str, agents: int, seed: int, surf: Surface = SURFACE) -
         now = finish
         gpu += result.duration_s
         if result.failure:
-            trial.state, trial.failure_reason = "FAILED", result.failure
+            trial.state, trial.failure_reason = TrialState.FAILED, result.failure
             continue
-        trial.state = "DONE"
+        trial.state = TrialState.DONE
         if result.objective is not None:
             trial.samples = [result.objective]
             pooled = [

@@ -26,7 +26,7 @@ from tunelab.controller.slurm.commands import SlurmCli
 from tunelab.controller.slurm.driver import SlurmDriver, pool_host
 from tunelab.controller.spec import expand_text
 from tunelab.controller.states import ExperimentState
-from tunelab.controller.store import ExperimentRow, SqliteStore
+from tunelab.controller.store import ExperimentRow, FencingToken, SqliteStore
 from tunelab.controller.store.models import selector_key
 from tunelab.v1 import controller_pb2
 
@@ -277,12 +277,12 @@ def test_a_job_submitted_just_before_a_crash_is_adopted_by_name_not_submitted_ag
     driver = SlurmDriver(
         store, AttemptDriver(store, agents, None, DriverSettings()), cli, tmp_path / "jobs", "x:1"
     )
-    driver.tick()
+    driver.tick(FencingToken(epoch=0))  # a SQLite file's turn
     kept = store.slurm_job(attempt.id)
     assert kept is not None and kept.job_id == job
     assert "sbatch" not in cli.calls and jobs_named(slurm, attempt.id) == [job]
     assert store.get_attempt(attempt.id).state.value == "STARTING"  # type: ignore[union-attr]
-    driver.tick()
+    driver.tick(FencingToken(epoch=0))  # a SQLite file's turn
     assert "queued at Slurm" in store.get_attempt(attempt.id).message  # type: ignore[union-attr]
 
     slurm.run("scancel", job)
@@ -290,7 +290,7 @@ def test_a_job_submitted_just_before_a_crash_is_adopted_by_name_not_submitted_ag
         "Slurm to let the job go",
         lambda: not slurm.run("squeue", "-h", "-j", job, check=False).strip(),
     )
-    driver.tick()
+    driver.tick(FencingToken(epoch=0))  # a SQLite file's turn
     lost = store.get_attempt(attempt.id)
     assert lost is not None and lost.state.value == "LOST"
     assert f"Slurm job {job} ended CANCELLED" in lost.message

@@ -97,7 +97,9 @@ def test_slurm_pools_and_jobs_on_both_engines(store: SqliteStore) -> None:
     attempt = slurm_attempt(store)
     assert store.slurm_pools() == {"pool": {"max_jobs": 4, "partition": "gpu"}}
     assert store.slurm_job(attempt) is None
-    store.record_slurm_job(attempt, "pool", "41", 1.8e9, "Slurm job 41 submitted")
+    with store.scheduling_pass() as turn:
+        assert turn is not None
+        store.record_slurm_job(attempt, "pool", "41", 1.8e9, "Slurm job 41 submitted", turn)
     row = store.get_attempt(attempt)
     assert row is not None and row.state is AttemptState.STARTING
     assert (row.dispatched_at, row.acked_at, row.message) == (
@@ -109,10 +111,12 @@ def test_slurm_pools_and_jobs_on_both_engines(store: SqliteStore) -> None:
     assert ("DISPATCHING", "STARTING") in moves
     assert store.slurm_job(attempt) == SlurmJobRow(attempt, "pool", "41", 1.8e9)
     with pytest.raises(StoreConflict, match="no longer DISPATCHING"):  # never a second job
-        store.record_slurm_job(attempt, "pool", "42", 1.8e9, "again")
+        store.record_slurm_job(attempt, "pool", "42", 1.8e9, "again", None)
     with pytest.raises(StoreConflict, match="no longer DISPATCHING"):
-        store.record_slurm_job("no-such-attempt", "pool", "43", 1.8e9, "none")
-    store.set_slurm_job_state(attempt, "PENDING", "Resources")
+        store.record_slurm_job("no-such-attempt", "pool", "43", 1.8e9, "none", None)
+    with store.scheduling_pass() as turn:
+        assert turn is not None
+        store.set_slurm_job_state(attempt, "PENDING", "Resources", turn)
     assert store.slurm_job(attempt) == SlurmJobRow(
         attempt, "pool", "41", 1.8e9, "PENDING", "Resources"
     )
@@ -124,8 +128,10 @@ def test_an_export_and_import_keeps_slurm_pools_and_jobs(
     store: SqliteStore, target: str, tmp_path: Path, postgres: PostgresServer
 ) -> None:
     attempt = slurm_attempt(store)
-    store.record_slurm_job(attempt, "pool", "41", 1.8e9, "Slurm job 41 submitted")
-    store.set_slurm_job_state(attempt, "PENDING", "Priority")
+    with store.scheduling_pass() as turn:
+        assert turn is not None
+        store.record_slurm_job(attempt, "pool", "41", 1.8e9, "Slurm job 41 submitted", turn)
+        store.set_slurm_job_state(attempt, "PENDING", "Priority", turn)
     assert {"slurm_pools", "slurm_jobs"} <= set(TABLES)
     copy = (
         SqliteStore(tmp_path / "copy.db")

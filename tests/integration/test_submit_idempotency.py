@@ -142,3 +142,42 @@ def test_a_malformed_request_id_is_refused_naming_the_field(
         controller_pb2_grpc.ControllerStub(channel).SubmitExperiments(request, timeout=30)
     assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT
     assert "request_id" in (refused.value.details() or "")
+
+
+SEARCH_SPEC = """
+name: searched
+host: {labels: {pool: a}}
+server: {command: [sim], flags: {--port: "{port}", --max-num-seqs: 16}, ready: {model: m}}
+benchmark: {requests: 5}
+search:
+  space: {server.flags.--max-num-seqs: [16, 32]}
+  objective: {maximize: output_throughput}
+  load: {concurrency: [1, 4]}
+  budget: {trials: 2}
+  strategy: grid
+"""
+
+
+def test_a_search_resent_with_its_request_id_is_one_search(
+    served: tuple[Daemon, AnswerLostStore],
+) -> None:
+    """Before the fix, a search returned before its request id was looked at: the re-send
+    started a second search."""
+    daemon, store = served
+    request = controller_pb2.SubmitExperimentsRequest(
+        spec_yaml=SEARCH_SPEC, source="search.yaml", request_id="retry-1"
+    )
+    with grpc.insecure_channel(f"127.0.0.1:{daemon.port}") as channel:
+        stub = controller_pb2_grpc.ControllerStub(channel)
+        first = stub.SubmitExperiments(request, timeout=30)
+        again = stub.SubmitExperiments(request, timeout=30)
+        other = stub.SubmitExperiments(
+            controller_pb2.SubmitExperimentsRequest(spec_yaml=SEARCH_SPEC, request_id="retry-2"),
+            timeout=30,
+        )
+    assert first.search_group and again.search_group == first.search_group
+    assert other.search_group not in ("", first.search_group)
+    assert [s.group for s in store.running_searches()] == [
+        first.search_group,
+        other.search_group,
+    ]

@@ -70,9 +70,7 @@ VLLM_ONLY = (
 
 
 class _Refuse(argparse.Action):
-    def __init__(self, option_strings: list[str], dest: str, **kw: Any) -> None:
-        kw.pop("nargs", None)
-        super().__init__(option_strings, dest, nargs="*", **kw)
+    """A vLLM flag tunelab bench refuses, whatever values follow it (add it with nargs="*")."""
 
     def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
         raise CliError(
@@ -131,7 +129,7 @@ def add_vllm_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--ramp-up-end-rps", type=int, help="ramp: last rate")
     g.add_argument("--disable-tqdm", action="store_true", default=None, help="no progress bar")
     for flag in UNSUPPORTED:
-        p.add_argument(flag, action=_Refuse, help=argparse.SUPPRESS)
+        p.add_argument(flag, action=_Refuse, nargs="*", help=argparse.SUPPRESS)
 
 
 def vllm_mode(args: argparse.Namespace) -> bool:

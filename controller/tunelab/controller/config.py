@@ -12,7 +12,7 @@ from tunelab.analysis.mlflow.sink import safe_uri
 from tunelab.common.auth import ServerAuth
 from tunelab.common.capacity import DEFAULT_MAX_STREAMS
 from tunelab.common.configload import ConfigError, KeyKinds, check_daemon_basics, load_layered
-from tunelab.controller.store.factory import check_db, is_url, redact
+from tunelab.controller.store.dburl import check_db, is_url, redact
 
 ENV_PREFIX = "TUNELAB_CONTROLLER_"
 __all__ = ["ENV_PREFIX", "ConfigError", "ControllerConfig", "load_config"]

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, Unpack
 
 import grpc
 import structlog
@@ -34,6 +34,7 @@ from tunelab.controller.slurm.commands import is_slurm
 from tunelab.controller.spec.render import to_run_spec
 from tunelab.controller.states import ATTEMPT_LIVE, AttemptState
 from tunelab.controller.store import AttemptChange, AttemptRow, HostRow, Store, StoreConflict
+from tunelab.controller.store.changes import AttemptFields
 from tunelab.v1 import agent_pb2, run_pb2, server_pb2
 
 log = structlog.get_logger(__name__)
@@ -150,7 +151,7 @@ class AttemptDriver:
             self._reset_failures(attempt.id)
             if attempt.dispatched_at is None:  # the first send, not a re-send after doubt
                 self._on_latency(answered - attempt.created_at)
-            fields: dict[str, Any] = {
+            fields: AttemptFields = {
                 "dispatched_at": sent,
                 "acked_at": answered,
                 "agent_instance_id": run.agent_instance_id,
@@ -376,7 +377,12 @@ class AttemptDriver:
             )
 
     def _finish(
-        self, attempt: AttemptRow, target: AttemptState, message: str, **fields: Any
+        self,
+        attempt: AttemptRow,
+        target: AttemptState,
+        message: str,
+        /,
+        **fields: Unpack[AttemptFields],
     ) -> None:
         with self._lock:
             self._detail_at.pop(attempt.id, None)
@@ -388,8 +394,9 @@ class AttemptDriver:
             summary["tokens_per_joule"] = tokens_per_joule(fields.get("result"), summary)
             fields["gpu_summary"] = summary
         try:
+            fields["message"] = message
             done, experiment = self._store.finish_attempt(
-                attempt.id, target, ATTEMPT_LIVE, message=message, **fields
+                attempt.id, target, ATTEMPT_LIVE, **fields
             )
         except StoreConflict:
             return

@@ -17,6 +17,7 @@ from tunelab.controller.agent_client import AgentClient
 from tunelab.controller.inflight import InFlight, poll_key
 from tunelab.controller.slurm.commands import is_slurm
 from tunelab.controller.store import HostRow, Store
+from tunelab.controller.store.changes import HostMove
 
 log = structlog.get_logger(__name__)
 
@@ -67,7 +68,7 @@ class HostMonitor:
             return
         if info.instance_id != host.agent_instance_id and host.agent_instance_id:
             log.info("agent_restarted", host=host.name, instance_id=info.instance_id)
-        observed = {
+        observed: HostMove = {
             "gpu_count": len(info.gpus),
             "gpus": [
                 {

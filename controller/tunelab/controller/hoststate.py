@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from tunelab.controller.states import HostState, settled_host_state
 from tunelab.controller.store import HostRow, Store, StoreConflict
+from tunelab.controller.store.changes import HostMove
 
 CAS_TRIES = 8
 
@@ -21,7 +21,7 @@ CAS_TRIES = 8
 @dataclass(frozen=True)
 class HostChange:
     state: HostState
-    fields: dict[str, Any] = field(default_factory=dict)
+    fields: HostMove = field(default_factory=lambda: HostMove())
 
 
 Decide = Callable[[HostRow], HostChange | None]  # None: nothing to write
@@ -46,17 +46,17 @@ def change_host(
     raise StoreConflict(f"host {name!r} kept changing under {CAS_TRIES} writes; try again")
 
 
-def answered(observed: dict[str, Any], now: float) -> Decide:
-    """The agent answered GetInfo: settled by the flags; ``observed`` = GPUs, versions."""
+def answered(observed: HostMove, now: float) -> Decide:
+    """The agent answered GetInfo: settled by the flags; ``observed`` = GPUs, versions (no
+    flag: those are a person's)."""
 
     def decide(host: HostRow) -> HostChange:
         state = settled_host_state(host.drain, host.quarantined)
         reason = host.state_reason if state is not HostState.READY else ""
         if state is HostState.DRAINING and host.state is not HostState.DRAINING:
             reason = "drained by a person"
-        return HostChange(
-            state, {**observed, "failures": 0, "last_seen": now, "state_reason": reason}
-        )
+        fields: HostMove = {**observed, "failures": 0, "last_seen": now, "state_reason": reason}
+        return HostChange(state, fields)
 
     return decide
 
@@ -94,7 +94,7 @@ def drain(drained: bool, clear_quarantine: bool) -> Decide:
 
     def decide(host: HostRow) -> HostChange:
         quarantined = host.quarantined and not clear_quarantine
-        fields: dict[str, Any] = {"drain": drained, "quarantined": quarantined}
+        fields: HostMove = {"drain": drained, "quarantined": quarantined}
         if host.state is HostState.UNREACHABLE and not quarantined:
             return HostChange(HostState.UNREACHABLE, fields)
         state = settled_host_state(drained, quarantined)

@@ -32,7 +32,7 @@ class ControlLoop:
         attempt_poll_interval: float = 2.0,
         workers: int = 32,
         on_pass: Callable[[float], None] = lambda seconds: None,
-        searches: Callable[[], int] = lambda: 0,
+        searches: Callable[[FencingToken], int] = lambda turn: 0,
         slurm: SlurmDriver | None = None,
     ) -> None:
         self._slurm = slurm
@@ -93,7 +93,7 @@ class ControlLoop:
         force = self._force_host_poll.is_set()
         self._force_host_poll.clear()
         self._monitor.poll_due(self.calls, force=force)
-        self._searches()
+        self._searches(turn)  # the search step writes under the tick's turn
         started = time.perf_counter()
         sending = 0.0  # time in dispatch_new, inside the pass: not the pass's own cost
 
@@ -110,7 +110,7 @@ class ControlLoop:
         now = time.monotonic()
         due = now - self._last_drive >= self._attempt_poll
         if self._slurm is not None and (due or created):
-            self._slurm.tick()  # one squeue; submits this pass's Slurm attempts
+            self._slurm.tick(turn)  # one squeue; submits this pass's Slurm attempts
         if due:
             self._last_drive = now
             self._driver.drive_all(self.calls)

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
-import secrets
 import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import grpc
 import structlog
@@ -21,13 +19,11 @@ from tunelab.common.auth import is_loopback, split_host_port
 from tunelab.common.rpcerrors import StatusMapper, StatusTable
 from tunelab.controller.agent_client import AgentClient
 from tunelab.controller.hoststate import change_host, drain
-from tunelab.controller.search.submit import SearchSubmission, search_from_text
 from tunelab.controller.search.summary import search_document
 from tunelab.controller.slurm.commands import SlurmError, is_slurm
 from tunelab.controller.slurm.driver import BadReportToken, ReportRefused, SlurmDriver
 from tunelab.controller.slurm.logs import STREAMS, job_log_chunks
-from tunelab.controller.spec import SpecError, expand_text
-from tunelab.controller.spec.errors import SpecIssue
+from tunelab.controller.spec import SpecError
 from tunelab.controller.spec.limits import DEFAULT_LIMITS, SpecLimits
 from tunelab.controller.states import ExperimentState, HostState
 from tunelab.controller.store import (
@@ -39,8 +35,9 @@ from tunelab.controller.store import (
     StoreNotFound,
     StoreUnavailable,
 )
-from tunelab.controller.store.models import selector_key
+from tunelab.controller.store.changes import HostFields
 from tunelab.controller.store.search_models import SearchRow
+from tunelab.controller.submission import Submissions
 from tunelab.controller.watchcache import WatchCache
 from tunelab.controller.wire import (
     PB_TO_EXPERIMENT,
@@ -114,6 +111,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         self._clock = clock
         self._limits = spec_limits
         self._watched = WatchCache(self._read_watched, WATCH_POLL / 2)
+        self._submissions = Submissions(store, clock, spec_limits)
 
     # --- experiments -------------------------------------------------------------------------
 
@@ -140,68 +138,16 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
                 "request_id: at most 128 characters of letters, digits and . _ : - "
                 f"(got {len(request.request_id)} characters)"
             )
-        search = search_from_text(request.spec_yaml, request.source, self._limits)
-        if search is not None:
-            return self._submit_search(search, request.dry_run)
-        expanded = expand_text(request.spec_yaml, request.source, self._limits)
-        group = f"g-{secrets.token_hex(8)}"
-        now = self._clock()
-        ids = unique_ids("x-", len(expanded))
-        rows = [
-            ExperimentRow(
-                id=ids[i],
-                group=group,
-                name=e.name,
-                state=ExperimentState.QUEUED,
-                spec=e.spec,
-                priority=e.priority,
-                varied=e.varied,
-                selector_key=selector_key(e.host),
-                gpus_needed=int(e.host.get("gpus") or 0),
-                repeat_index=e.repeat_index,
-                max_attempts=e.max_attempts,
-                submitted_at=now,
-            )
-            for i, e in enumerate(expanded)
-        ]
-        if not request.dry_run:
-            stored = self._store.insert_experiments(rows, request.request_id)
-            if stored != group:  # a retry of a submission already queued: its group, again
-                log.info("experiments_resubmitted", group=stored, request_id=request.request_id)
-                earlier = self._store.group_experiments(stored)
-                attempts = self._store.attempts_for_many([e.id for e in earlier])
-                return controller_pb2.SubmitExperimentsResponse(
-                    experiments=[experiment_to_pb(e, attempts[e.id]) for e in earlier]
-                )
-            log.info("experiments_submitted", group=group, count=len(rows), source=request.source)
+        done = self._submissions.submit(
+            request.spec_yaml, request.source, request.request_id, request.dry_run
+        )
+        if not request.dry_run and not done.again:
             self._wake(False)
+        if done.search:
+            return controller_pb2.SubmitExperimentsResponse(search_group=done.group)
         return controller_pb2.SubmitExperimentsResponse(
-            experiments=[experiment_to_pb(r, []) for r in rows]
+            experiments=[experiment_to_pb(e, done.attempts.get(e.id, [])) for e in done.experiments]
         )
-
-    def _submit_search(
-        self, search: SearchSubmission, dry_run: bool
-    ) -> controller_pb2.SubmitExperimentsResponse:
-        if search.spec.strategy == "tpe" and importlib.util.find_spec("optuna") is None:
-            raise SpecError(
-                [SpecIssue("search.strategy", "tpe needs Optuna on the controller: "
-                           "pip install 'tunelab[search]' there, or use another strategy")]
-            )  # fmt: skip
-        group = f"g-{secrets.token_hex(8)}"
-        row = SearchRow(
-            group=group,
-            name=search.name,
-            state="RUNNING",
-            spec=search.spec.to_dict(),
-            base=search.base,
-            submitted_at=self._clock(),
-            message="searching",
-        )
-        if not dry_run:
-            self._store.insert_search(row)
-            log.info("search_submitted", group=group, strategy=search.spec.strategy)
-            self._wake(False)
-        return controller_pb2.SubmitExperimentsResponse(search_group=group)
 
     def _search(self, group: str) -> SearchRow:
         row = self._store.get_search(group)
@@ -216,7 +162,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         row = self._search(request.group)
         document = search_document(row, self._store.search_trials(row.group))
         return controller_pb2.GetSearchResponse(
-            search_json=json.dumps(document, sort_keys=True), terminal=row.state != "RUNNING"
+            search_json=json.dumps(document, sort_keys=True), terminal=row.state.is_terminal()
         )
 
     @_unary
@@ -450,7 +396,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         """Change the fields given and keep every other one (labels one by one)."""
         host = self._host(request.name)
         _check_labels("set_labels", request.set_labels)
-        fields: dict[str, Any] = {}
+        fields: HostFields = {}
         if request.HasField("metrics_url"):
             agent_host, _ = split_host_port(host.address)
             fields["metrics_url"] = self._metrics_url(agent_host, request.metrics_url)
@@ -536,15 +482,6 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         return controller_pb2.CompareRunsResponse(
             comparison_json=json.dumps(document, sort_keys=True)
         )
-
-
-def unique_ids(prefix: str, count: int) -> list[str]:
-    """``count`` distinct random 64-bit ids (an 18,000-variant matrix collided with 32 bits;
-    at 64 bits a collision with the stored ones is ~1e-10 even at a million experiments)."""
-    ids: dict[str, None] = {}
-    while len(ids) < count:
-        ids[f"{prefix}{secrets.token_hex(8)}"] = None
-    return list(ids)
 
 
 def _check_labels(field: str, labels: Mapping[str, str]) -> None:

@@ -1,4 +1,5 @@
-"""Experiment, attempt and host state machines as data: states, terminal sets, allowed moves."""
+"""Experiment, attempt, host, search and trial state machines as data: states, terminal sets,
+allowed moves."""
 
 from __future__ import annotations
 
@@ -46,6 +47,32 @@ class HostState(StrEnum):
     def takes_work(self) -> bool:
         """The scheduler places runs only on READY hosts (drain and quarantine are not READY)."""
         return self is HostState.READY
+
+
+class SearchState(StrEnum):
+    """A search: RUNNING until it ends DONE (some trial met the SLOs), FAILED or CANCELLED."""
+
+    RUNNING = "RUNNING"
+    DONE = "DONE"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+    def is_terminal(self) -> bool:
+        return self is not SearchState.RUNNING
+
+
+class TrialState(StrEnum):
+    """A search's trial: RUNNING (its experiment queued or running) until DONE, FAILED or
+    CANCELLED, or born SKIPPED (implied by another's OOM, or a bad argument)."""
+
+    RUNNING = "RUNNING"
+    DONE = "DONE"
+    FAILED = "FAILED"
+    SKIPPED = "SKIPPED"
+    CANCELLED = "CANCELLED"
+
+    def is_terminal(self) -> bool:
+        return self is not TrialState.RUNNING
 
 
 EXPERIMENT_TERMINAL = frozenset(
@@ -134,6 +161,17 @@ HOST_TRANSITIONS: frozenset[tuple[HostState, HostState]] = frozenset(
 )
 
 
+S = SearchState
+SEARCH_TRANSITIONS: frozenset[tuple[SearchState, SearchState]] = frozenset(
+    {(S.RUNNING, S.DONE), (S.RUNNING, S.FAILED), (S.RUNNING, S.CANCELLED)}
+)
+T = TrialState
+# SKIPPED is a state a trial is born in, never moved to
+TRIAL_TRANSITIONS: frozenset[tuple[TrialState, TrialState]] = frozenset(
+    {(T.RUNNING, T.DONE), (T.RUNNING, T.FAILED), (T.RUNNING, T.CANCELLED)}
+)
+
+
 def settled_host_state(drain: bool, quarantined: bool) -> HostState:
     """The state of a host that answers: a person's quarantine, then drain, win over READY."""
     if quarantined:
@@ -158,6 +196,16 @@ def check_attempt(current: AttemptState, target: AttemptState) -> None:
 def check_host(current: HostState, target: HostState) -> None:
     if (current, target) not in HOST_TRANSITIONS:
         raise TransitionError(f"host {current} -> {target} is not allowed")
+
+
+def check_search(current: SearchState, target: SearchState) -> None:
+    if (current, target) not in SEARCH_TRANSITIONS:
+        raise TransitionError(f"search {current} -> {target} is not allowed")
+
+
+def check_trial(current: TrialState, target: TrialState) -> None:
+    if (current, target) not in TRIAL_TRANSITIONS:
+        raise TransitionError(f"trial {current} -> {target} is not allowed")
 
 
 def experiment_outcome(attempt: AttemptState) -> ExperimentState | None:

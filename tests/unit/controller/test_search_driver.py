@@ -304,23 +304,6 @@ def test_successive_halving_drops_a_candidate_clearly_below_the_incumbent() -> N
     assert [(p.params["server.flags.--a"], p.rung) for p in answer.proposals] == [(1, 1), (2, 1)]
 
 
-def test_a_search_that_cannot_go_on_fails_with_why_and_the_queue_moves(
-    store: SqliteStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from tunelab.controller.search import driver as driver_module
-
-    submit(store, BASE + SEARCH.replace("STRATEGY", "grid"))
-
-    def broken(name: str) -> object:
-        raise RuntimeError("strategy tpe needs Optuna on the controller")
-
-    monkeypatch.setattr(driver_module, "strategy_for", broken)
-    assert SearchDriver(store, lambda: 1.0).tick() == 0
-    search = store.get_search("g-1")
-    assert search is not None and search.state == "FAILED"
-    assert "could not go on: strategy tpe needs Optuna" in search.message
-
-
 def test_a_failure_of_the_host_is_launched_again_and_the_search_goes_on(
     store: SqliteStore,
 ) -> None:

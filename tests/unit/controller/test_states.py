@@ -1,8 +1,10 @@
-"""Unit: experiment and attempt state machines — every allowed and forbidden transition."""
+"""Unit: experiment, attempt, search and trial state machines — every allowed and forbidden
+transition."""
 
 from __future__ import annotations
 
 import itertools
+import json
 
 import pytest
 
@@ -10,11 +12,17 @@ from tunelab.controller.states import (
     ATTEMPT_TERMINAL,
     ATTEMPT_TRANSITIONS,
     EXPERIMENT_TRANSITIONS,
+    SEARCH_TRANSITIONS,
+    TRIAL_TRANSITIONS,
     AttemptState,
     ExperimentState,
+    SearchState,
     TransitionError,
+    TrialState,
     check_attempt,
     check_experiment,
+    check_search,
+    check_trial,
     experiment_outcome,
 )
 
@@ -60,3 +68,33 @@ def test_tables_and_terminal_rules() -> None:
     # only LOST (infrastructure) sends an experiment back to the queue
     assert [s for s in ENDS if experiment_outcome(s) is None] == [A.LOST]
     assert experiment_outcome(A.FAILED_BENCHMARK) is E.FAILED
+
+
+@pytest.mark.parametrize(("current", "target"), list(itertools.product(SearchState, SearchState)))
+def test_every_search_pair(current: SearchState, target: SearchState) -> None:
+    allowed = current is SearchState.RUNNING and target.is_terminal()
+    assert ((current, target) in SEARCH_TRANSITIONS) is allowed
+    if allowed:
+        check_search(current, target)
+    else:
+        with pytest.raises(TransitionError):
+            check_search(current, target)
+
+
+@pytest.mark.parametrize(("current", "target"), list(itertools.product(TrialState, TrialState)))
+def test_every_trial_pair(current: TrialState, target: TrialState) -> None:
+    """A trial ends once, from RUNNING; SKIPPED is a state it is born in, never moved to."""
+    ends = {TrialState.DONE, TrialState.FAILED, TrialState.CANCELLED}
+    allowed = current is TrialState.RUNNING and target in ends
+    assert ((current, target) in TRIAL_TRANSITIONS) is allowed
+    if allowed:
+        check_trial(current, target)
+    else:
+        with pytest.raises(TransitionError):
+            check_trial(current, target)
+
+
+def test_search_states_keep_the_stored_and_shown_strings() -> None:
+    assert [s.value for s in SearchState] == ["RUNNING", "DONE", "FAILED", "CANCELLED"]
+    assert [t.value for t in TrialState] == ["RUNNING", "DONE", "FAILED", "SKIPPED", "CANCELLED"]
+    assert json.dumps({"state": TrialState.SKIPPED}) == '{"state": "SKIPPED"}'

@@ -24,11 +24,14 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from tunelab.analysis.mlflow.plan import DIGEST_TAG, KEY_TAG, RunPlan
+
+T = TypeVar("T")
 
 INSTALL_HINT = "MLflow export needs its client: pip install 'tunelab[mlflow]'"
 BATCH = 900  # MLflow takes at most 1,000 metrics (100 params, 100 tags) per log_batch
@@ -102,7 +105,7 @@ class MlflowSink:
         self._experiment_id: str | None = None
         self._known: dict[str, tuple[str, str]] | None = None  # key -> (run id, digest)
 
-    def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    def _call(self, what: str, call: Callable[[], T]) -> T:
         """One client call, its failure mapped to our tree with a message free of secrets."""
         from mlflow.exceptions import MlflowException
 
@@ -110,7 +113,7 @@ class MlflowSink:
 
         try:
             with bounded(*self._limits):
-                return fn(*args, **kwargs)
+                return call()
         except MlflowException as exc:
             code = str(getattr(exc, "error_code", ""))
             text = str(exc.message if hasattr(exc, "message") else exc).replace(
@@ -127,13 +130,15 @@ class MlflowSink:
     def experiment_id(self) -> str:
         if self._experiment_id is None:
             found = self._call(
-                "find experiment", self._client.get_experiment_by_name, self._experiment_name
+                "find experiment",
+                partial(self._client.get_experiment_by_name, self._experiment_name),
             )
             self._experiment_id = (
                 found.experiment_id
                 if found is not None
                 else self._call(
-                    "create experiment", self._client.create_experiment, self._experiment_name
+                    "create experiment",
+                    partial(self._client.create_experiment, self._experiment_name),
                 )
             )
         return str(self._experiment_id)
@@ -171,12 +176,14 @@ class MlflowSink:
         so every writer sees the same order."""
         return self._call(
             what,
-            self._client.search_runs,
-            [self.experiment_id()],
-            filter_string=where,
-            max_results=most,
-            order_by=["attributes.start_time ASC", "attributes.run_id ASC"],
-            page_token=token,
+            partial(
+                self._client.search_runs,
+                [self.experiment_id()],
+                filter_string=where,
+                max_results=most,
+                order_by=["attributes.start_time ASC", "attributes.run_id ASC"],
+                page_token=token,
+            ),
         )
 
     def url(self, run_id: str) -> str:
@@ -196,7 +203,7 @@ class MlflowSink:
             created = not run_id
             run_id = run_id or self._create(plan, parent)
             self._fill(run_id, plan, created)
-            self._call("set tag", self._client.set_tag, run_id, DIGEST_TAG, digest)
+            self._call("set tag", partial(self._client.set_tag, run_id, DIGEST_TAG, digest))
             known[plan.key] = (run_id, digest)
             done.append(Exported(plan.key, run_id, self.url(run_id), written=True))
         return done
@@ -207,18 +214,20 @@ class MlflowSink:
             tags["mlflow.parentRunId"] = parent_run_id
         run = self._call(
             "create run",
-            self._client.create_run,
-            self.experiment_id(),
-            start_time=plan.start_ms or None,
-            tags=tags,
-            run_name=plan.name,
+            partial(
+                self._client.create_run,
+                self.experiment_id(),
+                start_time=plan.start_ms or None,
+                tags=tags,
+                run_name=plan.name,
+            ),
         )
         return str(run.info.run_id)
 
     def _fill(self, run_id: str, plan: RunPlan, created: bool) -> None:
         from mlflow.entities import Metric, Param, RunTag
 
-        existing = self._call("read run", self._client.get_run, run_id).data
+        existing = self._call("read run", partial(self._client.get_run, run_id)).data
         params = [
             Param(k, v) for k, v in plan.params.items() if existing.params.get(k) in (None, v)
         ]  # a parameter is written once in MLflow; a changed one keeps its first value
@@ -229,27 +238,26 @@ class MlflowSink:
         metrics = [Metric(k, v, stamp, step) for k, v, step in logged]
         tags = [RunTag(k, v) for k, v in plan.tags.items()]
         for chunk in _chunks(params, 100):
-            self._call("log params", self._client.log_batch, run_id, params=chunk)
+            self._call("log params", partial(self._client.log_batch, run_id, params=chunk))
         for chunk in _chunks(tags, 100):
-            self._call("log tags", self._client.log_batch, run_id, tags=chunk)
+            self._call("log tags", partial(self._client.log_batch, run_id, tags=chunk))
         for chunk in _chunks(metrics, BATCH):
-            self._call("log metrics", self._client.log_batch, run_id, metrics=chunk)
+            self._call("log metrics", partial(self._client.log_batch, run_id, metrics=chunk))
         # the series tag after the metrics: an export cut short between them logs them again
         if series and series != existing.tags.get(SERIES_TAG):
-            self._call("set tag", self._client.set_tag, run_id, SERIES_TAG, series)
+            self._call("set tag", partial(self._client.set_tag, run_id, SERIES_TAG, series))
         if plan.artifacts:
             with tempfile.TemporaryDirectory(prefix="tunelab-mlflow-") as folder:
                 for name, content in plan.artifacts.items():
                     path = Path(folder) / name
                     path.write_bytes(content)
-                    self._call("upload artifact", self._client.log_artifact, run_id, str(path))
+                    self._call(
+                        "upload artifact", partial(self._client.log_artifact, run_id, str(path))
+                    )
         if plan.end_ms is not None or plan.parent_key is None:
             self._call(
                 "finish run",
-                self._client.set_terminated,
-                run_id,
-                plan.status,
-                end_time=plan.end_ms,
+                partial(self._client.set_terminated, run_id, plan.status, end_time=plan.end_ms),
             )
 
 

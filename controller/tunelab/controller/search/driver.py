@@ -21,12 +21,13 @@ from typing import Any
 
 import structlog
 
-from tunelab.controller.search.space import SearchSpec
+from tunelab.controller.search.backoff import SearchSpecError, StepBackoff
+from tunelab.controller.search.space import STRATEGIES, SearchSpec
 from tunelab.controller.search.strategies import Proposal, TrialView, better, key, strategy_for
 from tunelab.controller.search.trials import outcome, trial_label, trial_spec
-from tunelab.controller.states import ExperimentState
-from tunelab.controller.store.base import Store, StoreConflict, StoreError
-from tunelab.controller.store.models import ExperimentRow, selector_key
+from tunelab.controller.states import ExperimentState, SearchState, TrialState
+from tunelab.controller.store.base import Store, StoreConflict, StoreError, StoreFenced
+from tunelab.controller.store.models import ExperimentRow, FencingToken, selector_key
 from tunelab.controller.store.search_models import SearchRow, TrialRow
 
 log = structlog.get_logger(__name__)
@@ -64,7 +65,7 @@ def retries(trials: Sequence[TrialRow]) -> list[Proposal]:
     relaunched, fewer than MAX_RETRIES times for these parameters at this rung."""
     out = []
     for t in trials:
-        if t.state != "FAILED" or t.failure_reason not in RETRIED_REASONS:
+        if t.state is not TrialState.FAILED or t.failure_reason not in RETRIED_REASONS:
             continue
         if superseded(t, trials):
             continue
@@ -97,7 +98,7 @@ def best_trial(spec: SearchSpec, trials: Sequence[TrialRow]) -> TrialRow | None:
     interval ``search show`` gives)."""
     latest: dict[str, TrialRow] = {}
     for t in trials:
-        if t.state == "DONE" and t.objective is not None:
+        if t.state is TrialState.DONE and t.objective is not None:
             seen = latest.get(key(t.params))
             if seen is None or t.number > seen.number:
                 latest[key(t.params)] = t
@@ -108,40 +109,82 @@ def best_trial(spec: SearchSpec, trials: Sequence[TrialRow]) -> TrialRow | None:
     return best
 
 
+def stored_spec(search: SearchRow) -> SearchSpec:
+    """The search's spec as stored; SearchSpecError when no controller could run it (written by
+    another version, or a strategy this code does not have)."""
+    try:
+        spec = SearchSpec.from_dict(search.spec)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SearchSpecError(f"its stored spec cannot be read ({exc!r})") from None
+    if spec.strategy not in STRATEGIES:
+        raise SearchSpecError(f"strategy {spec.strategy!r} is not one of {sorted(STRATEGIES)}")
+    return spec
+
+
 class SearchDriver:
     def __init__(self, store: Store, clock: Callable[[], float]) -> None:
         self._store = store
         self._clock = clock
+        self._backoff = StepBackoff()
 
-    def tick(self) -> int:
-        """Advance every running search; returns how many trials were queued."""
+    def tick(self, fence: FencingToken | None = None) -> int:
+        """Advance every running search; returns how many trials were queued. ``fence`` is
+        the scheduling turn this step runs in (the control loop's): every write of the step
+        checks it in its transaction, so a controller that lost the turn writes nothing. With
+        none given (tools, tests), the step takes the turn itself, or does nothing while another
+        controller holds it."""
+        if fence is None:
+            with self._store.scheduling_pass() as turn:
+                return 0 if turn is None else self.tick(turn)
         queued = 0
-        for search in self._store.running_searches():
+        running = self._store.running_searches()
+        self._backoff.keep_only({s.group for s in running})
+        for search in running:
+            if not self._backoff.due(search.group, self._clock()):
+                continue
             try:
-                queued += self.advance(search)
+                queued += self.advance(search, fence)
+            except StoreFenced:
+                raise  # the turn is lost: nothing more of this step is written
             except StoreConflict as exc:  # another controller moved it: the next tick re-reads
                 log.info("search_conflict", group=search.group, error=str(exc))
             except StoreError:
                 raise  # the database is away: the loop says so and retries
-            except Exception as exc:  # one broken search must not stop the queue's other work
-                log.exception("search_advance_failed", group=search.group)
+            except SearchSpecError as exc:  # the search itself cannot go on, anywhere
+                log.warning("search_spec_failed", group=search.group, error=str(exc))
                 self._store.finish_search(
-                    search.group, "FAILED", f"the search could not go on: {exc}", self._clock()
+                    search.group,
+                    SearchState.FAILED,
+                    f"the search could not go on: {exc}",
+                    self._clock(),
+                    fence,
                 )
+            except Exception as exc:  # not the search's fault: logged in full, tried again
+                failures, delay = self._backoff.failed(search.group, self._clock())
+                log.exception(
+                    "search_step_failed",
+                    group=search.group,
+                    error=str(exc),
+                    failures=failures,
+                    retry_in_s=delay,
+                )
+            else:
+                self._backoff.succeeded(search.group)
         return queued
 
-    def advance(self, search: SearchRow) -> int:
-        spec = SearchSpec.from_dict(search.spec)
-        trials = self._collect(spec, self._store.search_trials(search.group))
+    def advance(self, search: SearchRow, fence: FencingToken) -> int:
+        spec = stored_spec(search)
+        trials = self._collect(spec, self._store.search_trials(search.group), fence)
         now = self._clock()
-        running = [t for t in trials if t.state == "RUNNING"]
+        running = [t for t in trials if t.state is TrialState.RUNNING]
         if search.cancel_requested:
-            self._stop_running(running, "search cancelled")
-            self._finish(search, spec, trials, "CANCELLED", "cancelled")
+            self._stop_running(running, "search cancelled", fence)
+            self._finish(search, spec, trials, SearchState.CANCELLED, "cancelled", fence)
             return 0
         if spec.max_seconds and now - search.submitted_at >= spec.max_seconds:
-            self._stop_running(running, "search duration budget spent")
-            self._finish(search, spec, trials, None, f"duration budget {spec.max_seconds:g}s spent")
+            self._stop_running(running, "search duration budget spent", fence)
+            why = f"duration budget {spec.max_seconds:g}s spent"
+            self._finish(search, spec, trials, None, why, fence)
             return 0
         launched = counted(trials)
         slots = min(spec.parallel - len(running), spec.max_trials - launched)
@@ -173,10 +216,10 @@ class SearchDriver:
             if exhausted or not answer.proposals or all(t.experiment_id for t in new):
                 break
         if new:
-            self._store.add_trials(new, experiments)
+            self._store.add_trials(new, experiments, fence)
             log.info("search_trials_queued", group=search.group, count=len(experiments))
         all_trials = [*trials, *new]
-        still = [t for t in all_trials if t.state == "RUNNING"]
+        still = [t for t in all_trials if t.state is TrialState.RUNNING]
         budget_spent = counted(all_trials) >= spec.max_trials
         if not still and (exhausted or budget_spent):
             why = (
@@ -184,7 +227,7 @@ class SearchDriver:
                 if budget_spent and not exhausted
                 else "every candidate tried"
             )
-            self._finish(search, spec, all_trials, None, why)
+            self._finish(search, spec, all_trials, None, why, fence)
         return len(experiments)
 
     def _trial(
@@ -196,16 +239,18 @@ class SearchDriver:
         number: int,
     ) -> tuple[TrialRow, ExperimentRow | None]:
         now = self._clock()
-        row = TrialRow(search.group, number, proposal.params, "RUNNING", now, proposal.rung)
+        row = TrialRow(
+            search.group, number, proposal.params, TrialState.RUNNING, now, proposal.rung
+        )
         cause = implied_oom(spec, proposal.params, trials)
         if cause is not None:
-            row.state, row.finished_at = "SKIPPED", now
+            row.state, row.finished_at = TrialState.SKIPPED, now
             row.failure_reason = "IMPLIED_OOM"
             row.details = {"message": f"implied OOM by trial {cause.number}"}
             return row, None
         doc, issues = trial_spec(search.base, spec, proposal.params, proposal.rung)
         if issues:
-            row.state, row.finished_at = "SKIPPED", now
+            row.state, row.finished_at = TrialState.SKIPPED, now
             row.failure_reason = "BAD_ARGUMENT"
             row.details = {"message": "; ".join(str(i) for i in issues)}
             return row, None
@@ -226,9 +271,11 @@ class SearchDriver:
         row.details = {"label": trial_label(proposal.params)}
         return row, experiment
 
-    def _collect(self, spec: SearchSpec, trials: list[TrialRow]) -> list[TrialRow]:
+    def _collect(
+        self, spec: SearchSpec, trials: list[TrialRow], fence: FencingToken
+    ) -> list[TrialRow]:
         """Record the outcome of every trial whose experiment has ended."""
-        running = [t for t in trials if t.state == "RUNNING" and t.experiment_id]
+        running = [t for t in trials if t.state is TrialState.RUNNING and t.experiment_id]
         if not running:
             return trials
         experiments = self._store.get_experiments([t.experiment_id or "" for t in running])
@@ -250,10 +297,10 @@ class SearchDriver:
                     for s in (o.samples if o.number < t.number else t.samples)
                 ]
                 t.objective = round(sum(pooled) / len(pooled), 6)
-            self._store.finish_trial(t)
+            self._store.finish_trial(t, fence)
         return trials
 
-    def _stop_running(self, running: Sequence[TrialRow], why: str) -> None:
+    def _stop_running(self, running: Sequence[TrialRow], why: str, fence: FencingToken) -> None:
         for t in running:
             if t.experiment_id is None:
                 continue
@@ -272,20 +319,25 @@ class SearchDriver:
                     self._store.request_cancel(exp.id)
             elif exp is not None and exp.state is ExperimentState.RUNNING:
                 self._store.request_cancel(exp.id)
-            t.state, t.failure_reason, t.finished_at = "CANCELLED", "CANCELLED", self._clock()
+            t.state, t.failure_reason, t.finished_at = (
+                TrialState.CANCELLED,
+                "CANCELLED",
+                self._clock(),
+            )
             t.details = {**t.details, "message": why}
-            self._store.finish_trial(t)
+            self._store.finish_trial(t, fence)
 
     def _finish(
         self,
         search: SearchRow,
         spec: SearchSpec,
         trials: Sequence[TrialRow],
-        state: str | None,
+        state: SearchState | None,
         why: str,
+        fence: FencingToken,
     ) -> None:
         best = best_trial(spec, trials)
-        done = sum(1 for t in trials if t.state in ("DONE", "FAILED"))
+        done = sum(1 for t in trials if t.state in (TrialState.DONE, TrialState.FAILED))
         if best is not None:
             summary = (
                 f"{why}; best: trial {best.number} "
@@ -293,11 +345,11 @@ class SearchDriver:
                 f"({spec.objective} {best.objective:g})"
             )
         else:
-            failed = sum(1 for t in trials if t.state == "FAILED")
+            failed = sum(1 for t in trials if t.state is TrialState.FAILED)
             summary = (
                 f"{why}; no feasible point: none of {done} finished trials met the SLOs "
                 f"{spec.slo}" + (f" ({failed} failed)" if failed else "")
             )
-        target = state or ("DONE" if best is not None else "FAILED")
-        self._store.finish_search(search.group, target, summary, self._clock())
+        target = state or (SearchState.DONE if best is not None else SearchState.FAILED)
+        self._store.finish_search(search.group, target, summary, self._clock(), fence)
         log.info("search_finished", group=search.group, state=target, message=summary)

@@ -14,6 +14,7 @@ from tunelab.controller.search.space import SearchSpec
 from tunelab.controller.search.strategies import interval, key
 from tunelab.controller.search.trials import trial_spec
 from tunelab.controller.spec.render import server_argv
+from tunelab.controller.states import SearchState
 from tunelab.controller.store.search_models import SearchRow, TrialRow
 
 
@@ -116,7 +117,7 @@ def search_document(search: SearchRow, trials: Sequence[TrialRow]) -> dict[str, 
             "trial": best.number,
             "slo_margins": best.details.get("slo_margins"),
         }
-        if search.state == "DONE":
+        if search.state is SearchState.DONE:
             doc["recommendation"] = {
                 **recommendation(search, spec, best),
                 "effect": effect(spec, trials, best),

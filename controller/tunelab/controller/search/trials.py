@@ -20,7 +20,7 @@ from tunelab.controller.spec.errors import SpecIssue
 from tunelab.controller.spec.expand import change_label, split_path
 from tunelab.controller.spec.render import run_spec_issue
 from tunelab.controller.spec.schema import check_experiment
-from tunelab.controller.states import AttemptState, ExperimentState
+from tunelab.controller.states import AttemptState, ExperimentState, TrialState
 from tunelab.controller.store.models import AttemptRow, ExperimentRow
 
 FAILED_STATES = {
@@ -112,7 +112,7 @@ def check_trial(doc: Mapping[str, Any]) -> tuple[dict[str, Any], list[SpecIssue]
 class Outcome:
     """What a finished trial taught: ``objective`` None when it failed or no load met the SLOs."""
 
-    state: str  # DONE, FAILED, CANCELLED
+    state: TrialState  # DONE, FAILED, CANCELLED
     objective: float | None = None
     samples: tuple[float, ...] = ()
     failure_reason: str = ""
@@ -161,7 +161,7 @@ def outcome(search: SearchSpec, exp: ExperimentRow, attempts: Sequence[AttemptRo
     last = attempts[-1] if attempts else None
     used = {"gpu_seconds": gpu_seconds(attempts), "experiment": exp.id}
     if exp.state is ExperimentState.CANCELLED:
-        return Outcome("CANCELLED", failure_reason="CANCELLED", details=used)
+        return Outcome(TrialState.CANCELLED, failure_reason="CANCELLED", details=used)
     result = (last.result if last else None) or {}
     if exp.state is not ExperimentState.SUCCEEDED or last is None:
         # the attempt's column is the record (migration 5 moved reasons out of result JSON)
@@ -169,7 +169,7 @@ def outcome(search: SearchSpec, exp: ExperimentRow, attempts: Sequence[AttemptRo
         if not reason and last is not None:
             reason = FAILED_STATES.get(last.state, last.state.value)
         used["message"] = (last.message if last else "") or exp.message
-        return Outcome("FAILED", failure_reason=reason or "FAILED", details=used)
+        return Outcome(TrialState.FAILED, failure_reason=reason or "FAILED", details=used)
     run = (last.gpu_summary or {}) if last else {}
     points = [p for p in result.get("points", []) if isinstance(p, Mapping)]
     # what the server counted of the prompts, and whether the lengths asked were exact
@@ -187,7 +187,7 @@ def outcome(search: SearchSpec, exp: ExperimentRow, attempts: Sequence[AttemptRo
         used["slo_margins"] = margins(search, closest)
         used["load"] = _load_of(closest) if closest else {}
         used["message"] = "no load met the SLOs"
-        return Outcome("DONE", None, failure_reason="", details=used)
+        return Outcome(TrialState.DONE, None, failure_reason="", details=used)
     if isinstance(found, Mapping):
         samples = tuple(v for v, _ in scored)
         best_point = scored[-1][1]
@@ -197,4 +197,4 @@ def outcome(search: SearchSpec, exp: ExperimentRow, attempts: Sequence[AttemptRo
     used["slo_margins"] = margins(search, best_point)
     used["load"] = _load_of(best_point)
     objective = sum(samples) / len(samples)
-    return Outcome("DONE", round(objective, 6), samples, details=used)
+    return Outcome(TrialState.DONE, round(objective, 6), samples, details=used)

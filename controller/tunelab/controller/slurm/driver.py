@@ -51,8 +51,10 @@ from tunelab.controller.states import AttemptState, HostState
 from tunelab.controller.store import (
     AttemptRow,
     ExperimentRow,
+    FencingToken,
     HostRow,
     StoreConflict,
+    StoreFenced,
 )
 from tunelab.controller.store.core import SqlStore
 from tunelab.v1 import controller_pb2
@@ -126,10 +128,12 @@ class SlurmDriver:
 
     # --- the tick ----------------------------------------------------------------------------
 
-    def tick(self) -> None:
+    def tick(self, fence: FencingToken) -> None:
         """Settle every live attempt on a pool: one ``squeue`` for all of them. The loop calls
         this after a pass that placed attempts and every attempt poll interval, so Slurm's
-        controller sees one squeue per interval however many jobs there are."""
+        controller sees one squeue per interval however many jobs there are. ``fence`` is the
+        tick's scheduling turn: the job bookkeeping is written only while it holds (a
+        controller that lost the turn meets StoreFenced and the loop retries next tick)."""
         hosts = {h.name for h in self._store.list_hosts() if is_slurm(h.address)}
         if not hosts:
             return
@@ -149,10 +153,16 @@ class SlurmDriver:
                 continue
             try:
                 self._settle(
-                    attempt, experiment, SlurmPoolConfig.from_dict(config), queue.get(attempt.id)
+                    attempt,
+                    experiment,
+                    SlurmPoolConfig.from_dict(config),
+                    queue.get(attempt.id),
+                    fence,
                 )
             except SlurmError as exc:
                 log.warning("slurm_call_failed", attempt=attempt.id, error=str(exc))
+            except StoreFenced:
+                raise  # the turn is lost: nothing more of this tick is written
             except StoreConflict:
                 continue  # a report moved it meanwhile; the next tick sees it
 
@@ -162,6 +172,7 @@ class SlurmDriver:
         experiment: ExperimentRow,
         pool: SlurmPoolConfig,
         queued: QueuedJob | None,
+        fence: FencingToken,
     ) -> None:
         job = self._store.slurm_job(attempt.id)
         if job is None and queued is not None and attempt.state is A.DISPATCHING:
@@ -172,6 +183,7 @@ class SlurmDriver:
                 self._clock(),
                 f"Slurm job {queued.job_id} found by its name after a restart: adopted, "
                 "not submitted again",
+                fence,
             )
             job = self._store.slurm_job(attempt.id)
         if job is None:
@@ -180,7 +192,7 @@ class SlurmDriver:
             if experiment.cancel_requested:
                 self._attempts.finish(attempt, A.CANCELLED, "cancelled before it was submitted")
                 return
-            self._submit(attempt, experiment, pool)
+            self._submit(attempt, experiment, pool, fence)
             return
         if queued is not None:
             if experiment.cancel_requested and job.job_id not in self._cancelled:
@@ -188,7 +200,7 @@ class SlurmDriver:
                 self._cancelled.add(job.job_id)
             reason = queued.reason if queued.state in PENDING_STATES else ""
             if (queued.state, reason) != (job.slurm_state, job.slurm_reason):
-                self._store.set_slurm_job_state(attempt.id, queued.state, reason)
+                self._store.set_slurm_job_state(attempt.id, queued.state, reason, fence)
                 if queued.state in PENDING_STATES:
                     said = f"queued at Slurm: job {job.job_id} {queued.state} ({reason})"
                     self._store.update_attempt(attempt.id, message=said)
@@ -204,7 +216,7 @@ class SlurmDriver:
             said += f" (exit {end.exit_code})"
         if end.reason:
             said += f", reason {end.reason}"
-        self._store.set_slurm_job_state(attempt.id, end.state, end.reason)
+        self._store.set_slurm_job_state(attempt.id, end.state, end.reason, fence)
         if experiment.cancel_requested:
             self._attempts.finish(fresh, A.CANCELLED, f"cancelled through tunelab: {said}")
         else:
@@ -212,7 +224,11 @@ class SlurmDriver:
             self._attempts.finish(fresh, A.LOST, f"{said} without a result (its log: {log_file})")
 
     def _submit(
-        self, attempt: AttemptRow, experiment: ExperimentRow, pool: SlurmPoolConfig
+        self,
+        attempt: AttemptRow,
+        experiment: ExperimentRow,
+        pool: SlurmPoolConfig,
+        fence: FencingToken,
     ) -> None:
         folder = self._dir / attempt.id
         spec_file = folder / "runspec.json"
@@ -257,6 +273,7 @@ class SlurmDriver:
             job_id,
             self._clock(),
             f"submitted to Slurm as job {job_id} (partition {pool.partition})",
+            fence,
         )
         log.info("slurm_job_submitted", attempt=attempt.id, job=job_id)
 
@@ -290,6 +307,7 @@ class SlurmDriver:
                 request.slurm_job_id,
                 self._clock(),
                 f"Slurm job {request.slurm_job_id} reported before its submission was recorded",
+                None,  # a job's report runs in no turn: the move from DISPATCHING guards it
             )
             attempt = self._store.get_attempt(attempt.id) or attempt
         if attempt.id not in self._reported:

@@ -1,7 +1,6 @@
 """The controller's durable state: every SQL statement lives in this package (statements.py)."""
 
 from tunelab.controller.store.base import (
-    FencingToken,
     Store,
     StoreConflict,
     StoreError,
@@ -10,7 +9,13 @@ from tunelab.controller.store.base import (
     StoreNotFound,
     StoreUnavailable,
 )
-from tunelab.controller.store.models import AttemptChange, AttemptRow, ExperimentRow, HostRow
+from tunelab.controller.store.models import (
+    AttemptChange,
+    AttemptRow,
+    ExperimentRow,
+    FencingToken,
+    HostRow,
+)
 from tunelab.controller.store.sqlite import SqliteStore
 
 __all__ = [

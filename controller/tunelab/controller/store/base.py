@@ -18,11 +18,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, Unpack
 
 from tunelab.controller.states import AttemptState, ExperimentState, HostState
-from tunelab.controller.store.models import AttemptChange, AttemptRow, ExperimentRow, HostRow
+from tunelab.controller.store.changes import AttemptFields, ExperimentFields, HostFields, HostMove
+from tunelab.controller.store.models import (
+    AttemptChange,
+    AttemptRow,
+    ExperimentRow,
+    FencingToken,
+    HostRow,
+)
 from tunelab.controller.store.search_models import SearchStore
 
 
@@ -43,17 +49,6 @@ class StoreNotFound(StoreError):
     """No row with this key (host name, experiment id, attempt id)."""
 
 
-@dataclass(frozen=True)
-class FencingToken:
-    """Proof of one scheduling turn, handed to the writes of the pass it guards and checked in
-    their transaction. ``epoch`` rises each time a controller takes the turn; ``holder`` is
-    the database session holding it (PostgreSQL's backend pid; 0 for SQLite, whose one
-    controller always holds the turn)."""
-
-    epoch: int
-    holder: int = 0
-
-
 class StoreUnavailable(StoreError):
     """The database cannot be written (read-only, deleted or replaced under us)."""
 
@@ -68,9 +63,9 @@ class Store(SearchStore, Protocol):
     def remove_host(self, name: str) -> None: ...
     def get_host(self, name: str) -> HostRow | None: ...
     def list_hosts(self) -> list[HostRow]: ...
-    def update_host(self, name: str, **fields: Any) -> None: ...
+    def update_host(self, name: str, **fields: Unpack[HostFields]) -> None: ...
     def transition_host(
-        self, name: str, seen: HostRow, target: HostState, **fields: Any
+        self, name: str, seen: HostRow, target: HostState, **fields: Unpack[HostMove]
     ) -> HostRow: ...
 
     # experiments
@@ -97,7 +92,7 @@ class Store(SearchStore, Protocol):
         experiment_id: str,
         target: ExperimentState,
         expect: Iterable[ExperimentState],
-        **fields: Any,
+        **fields: Unpack[ExperimentFields],
     ) -> ExperimentRow: ...
 
     # attempts
@@ -112,12 +107,20 @@ class Store(SearchStore, Protocol):
     def attempts_for_many(self, experiment_ids: Sequence[str]) -> dict[str, list[AttemptRow]]: ...
     def live_attempts(self, host: str | None = None) -> list[AttemptRow]: ...
     def transition_attempt(
-        self, attempt_id: str, target: AttemptState, expect: Iterable[AttemptState], **fields: Any
+        self,
+        attempt_id: str,
+        target: AttemptState,
+        expect: Iterable[AttemptState],
+        **fields: Unpack[AttemptFields],
     ) -> AttemptRow: ...
-    def update_attempt(self, attempt_id: str, **fields: Any) -> None: ...
+    def update_attempt(self, attempt_id: str, **fields: Unpack[AttemptFields]) -> None: ...
     def change_attempts(self, changes: Sequence[AttemptChange]) -> set[str]: ...
     def finish_attempt(
-        self, attempt_id: str, target: AttemptState, expect: Iterable[AttemptState], **fields: Any
+        self,
+        attempt_id: str,
+        target: AttemptState,
+        expect: Iterable[AttemptState],
+        **fields: Unpack[AttemptFields],
     ) -> tuple[AttemptRow, ExperimentRow]: ...
     def recent_results(
         self, limit: int, since: float

@@ -14,7 +14,7 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, Unpack
 
 from tunelab.controller.states import (
     AttemptState,
@@ -25,8 +25,21 @@ from tunelab.controller.states import (
     check_host,
     experiment_outcome,
 )
-from tunelab.controller.store.base import FencingToken, StoreConflict, StoreNotFound
-from tunelab.controller.store.models import AttemptChange, AttemptRow, ExperimentRow, HostRow
+from tunelab.controller.store.base import StoreConflict, StoreNotFound
+from tunelab.controller.store.changes import (
+    AttemptFields,
+    ExperimentFields,
+    HostFields,
+    HostMove,
+    checked,
+)
+from tunelab.controller.store.models import (
+    AttemptChange,
+    AttemptRow,
+    ExperimentRow,
+    FencingToken,
+    HostRow,
+)
 from tunelab.controller.store.rows import (
     attempt_of,
     chunks,
@@ -177,10 +190,11 @@ class SqlStore(SearchStatements, SlurmStatements, ABC):
     def list_hosts(self) -> list[HostRow]:
         return [host_of(r, self.secrets) for r in self._query(self.sql.list_hosts)]
 
-    def update_host(self, name: str, **fields: Any) -> None:
+    def update_host(self, name: str, **fields: Unpack[HostFields]) -> None:
         """Observations (failures, GPUs, last seen): never the state or its flags."""
         if _HOST_STATE_COLUMNS & fields.keys():
             raise TypeError("a host's state, drain and quarantined change via transition_host")
+        checked(fields, HostFields, "update_host")
         token_given, token = "token" in fields, fields.pop("token", None)
         if fields:
             values = column_values(fields)
@@ -196,11 +210,12 @@ class SqlStore(SearchStatements, SlurmStatements, ABC):
             self.secrets.set(name, token)
 
     def transition_host(
-        self, name: str, seen: HostRow, target: HostState, **fields: Any
+        self, name: str, seen: HostRow, target: HostState, **fields: Unpack[HostMove]
     ) -> HostRow:
         """Compare-and-set: write ``target`` (with ``fields``) only if the row still has the
         state, drain and quarantined flags of ``seen``; StoreConflict if a write came between."""
         check_host(seen.state, target)
+        checked(fields, HostMove, "transition_host")
         values = column_values({**fields, "state": target})
         with self._tx() as conn:
             row = conn.execute(
@@ -233,16 +248,24 @@ class SqlStore(SearchStatements, SlurmStatements, ABC):
         submission's group is returned (a retry after a lost answer queues nothing twice)."""
         group = rows[0].group if rows else ""
         with self._tx() as conn:
-            if request_id:
-                earlier = conn.execute(self.sql.submission_group, (request_id,)).fetchone()
-                if earlier is not None:
-                    return str(earlier["grp"])
-                conn.execute(
-                    self.sql.insert_submission,
-                    (request_id, group, rows[0].submitted_at if rows else self.now()),
-                )
+            now = rows[0].submitted_at if rows else self.now()
+            earlier = self._claim_request(conn, request_id, group, now)
+            if earlier is not None:
+                return earlier
             self._insert_experiment_rows(conn, rows)
         return group
+
+    def _claim_request(self, conn: Any, request_id: str, group: str, now: float) -> str | None:
+        """In a submission's transaction: the group an earlier submission with this client
+        request id made (the caller then writes nothing), or None after recording ``group``
+        as this id's. No id, no record: every such submission is a new one."""
+        if not request_id:
+            return None
+        earlier = conn.execute(self.sql.submission_group, (request_id,)).fetchone()
+        if earlier is not None:
+            return str(earlier["grp"])
+        conn.execute(self.sql.insert_submission, (request_id, group, now))
+        return None
 
     def _insert_experiment_rows(self, conn: Any, rows: Sequence[ExperimentRow]) -> None:
         """In the caller's transaction (a search inserts its trials with them)."""
@@ -352,8 +375,9 @@ class SqlStore(SearchStatements, SlurmStatements, ABC):
         experiment_id: str,
         target: ExperimentState,
         expect: Iterable[ExperimentState],
-        **fields: Any,
+        **fields: Unpack[ExperimentFields],
     ) -> ExperimentRow:
+        checked(fields, ExperimentFields, "set_experiment_state")
         with self._tx() as conn:
             self._set_experiment(conn, experiment_id, target, expect, **fields)
         return self._get_experiment(experiment_id)
@@ -364,7 +388,7 @@ class SqlStore(SearchStatements, SlurmStatements, ABC):
         experiment_id: str,
         target: ExperimentState,
         expect: Iterable[ExperimentState],
-        **fields: Any,
+        **fields: Unpack[ExperimentFields],
     ) -> None:
         expected = [s.value for s in expect]
         current = conn.execute(self.sql.experiment_state, (experiment_id,)).fetchone()
@@ -504,7 +528,7 @@ class SqlStore(SearchStatements, SlurmStatements, ABC):
         attempt_id: str,
         target: AttemptState,
         expect: Iterable[AttemptState],
-        **fields: Any,
+        **fields: Unpack[AttemptFields],
     ) -> str:
         expected = [s.value for s in expect]
         current = conn.execute(self.sql.attempt_state, (attempt_id,)).fetchone()
@@ -524,14 +548,19 @@ class SqlStore(SearchStatements, SlurmStatements, ABC):
         return str(current["state"])
 
     def transition_attempt(
-        self, attempt_id: str, target: AttemptState, expect: Iterable[AttemptState], **fields: Any
+        self,
+        attempt_id: str,
+        target: AttemptState,
+        expect: Iterable[AttemptState],
+        **fields: Unpack[AttemptFields],
     ) -> AttemptRow:
+        checked(fields, AttemptFields, "transition_attempt")
         with self._tx() as conn:
             self._set_attempt(conn, attempt_id, target, expect, **fields)
         return self._get_attempt(attempt_id)
 
-    def update_attempt(self, attempt_id: str, **fields: Any) -> None:
-        values = column_values(fields)
+    def update_attempt(self, attempt_id: str, **fields: Unpack[AttemptFields]) -> None:
+        values = column_values(checked(fields, AttemptFields, "update_attempt"))
         with self._tx() as conn:
             conn.execute(
                 self.sql.update("attempts", values, ["id"]), (*values.values(), attempt_id)
@@ -544,6 +573,8 @@ class SqlStore(SearchStatements, SlurmStatements, ABC):
         moved: set[str] = set()
         if not changes:
             return moved
+        for change in changes:
+            checked(change.fields, AttemptFields, "change_attempts")
         with self._tx() as conn:
             for change in changes:
                 if change.fields:
@@ -568,13 +599,19 @@ class SqlStore(SearchStatements, SlurmStatements, ABC):
         return moved
 
     def finish_attempt(
-        self, attempt_id: str, target: AttemptState, expect: Iterable[AttemptState], **fields: Any
+        self,
+        attempt_id: str,
+        target: AttemptState,
+        expect: Iterable[AttemptState],
+        **fields: Unpack[AttemptFields],
     ) -> tuple[AttemptRow, ExperimentRow]:
         """End an attempt and settle its experiment in one transaction: done, failed, cancelled,
         or (LOST, retries left, not cancelled) queued again with the lost host avoided."""
+        checked(fields, AttemptFields, "finish_attempt")
         now = self.now()
         with self._tx() as conn:
-            self._set_attempt(conn, attempt_id, target, expect, finished_at=now, **fields)
+            fields["finished_at"] = now
+            self._set_attempt(conn, attempt_id, target, expect, **fields)
             attempt = conn.execute(self.sql.get_attempt, (attempt_id,)).fetchone()
             exp = conn.execute(self.sql.experiment_row, (attempt["experiment_id"],)).fetchone()
             outcome = experiment_outcome(target)

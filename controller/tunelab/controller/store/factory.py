@@ -1,32 +1,13 @@
-"""``--db``: a SQLite file path, or a ``postgresql://`` URL (psycopg is imported only then)."""
+"""``--db``: a SQLite file path, or a ``postgresql://`` URL (psycopg is imported only then).
+What a setting is and how it is shown are in dburl.py, which the engines import too."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from tunelab.controller.store.base import Store, StoreUnavailable
+from tunelab.controller.store.dburl import URL_SCHEMES, check_db, is_url, redact
 from tunelab.controller.store.sqlite import SqliteStore
-
-URL_SCHEMES = ("postgresql://", "postgres://")
-
-
-def is_url(db: str) -> bool:
-    return "://" in db
-
-
-def redact(db: str) -> str:
-    """The setting without a URL's password, for messages and logs."""
-    return re.sub(r"(://[^:/@]+):[^@/]*@", r"\1:***@", db)
-
-
-def check_db(db: str) -> str | None:
-    """What is wrong with a ``db`` setting, or None."""
-    if not db:
-        return "must be a file path or a postgresql:// URL"
-    if is_url(db) and not db.startswith(URL_SCHEMES):
-        return f"unsupported database URL {db.split('://')[0]}:// (a file path or postgresql://)"
-    return None
 
 
 def open_store(db: str, secrets_file: Path | None = None, turn_lease: float | None = None) -> Store:
@@ -44,3 +25,6 @@ def open_store(db: str, secrets_file: Path | None = None, turn_lease: float | No
 
         return PostgresStore(db, secrets_file, lease=turn_lease or LEASE)
     return SqliteStore(Path(db).expanduser(), secrets_file)
+
+
+__all__ = ["URL_SCHEMES", "check_db", "is_url", "open_store", "redact"]

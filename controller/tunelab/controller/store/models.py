@@ -7,6 +7,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tunelab.controller.states import AttemptState, ExperimentState, HostState
+from tunelab.controller.store.changes import AttemptFields
+
+
+@dataclass(frozen=True)
+class FencingToken:
+    """Proof of one scheduling turn, handed to the writes of the pass it guards and checked in
+    their transaction. ``epoch`` rises each time a controller takes the turn; ``holder`` is
+    the database session holding it (PostgreSQL's backend pid; 0 for SQLite, whose one
+    controller always holds the turn)."""
+
+    epoch: int
+    holder: int = 0
 
 
 @dataclass
@@ -97,7 +109,7 @@ class AttemptChange:
     optionally, a move to ``target`` if the attempt is still in one of ``expect``."""
 
     attempt_id: str
-    fields: dict[str, Any] = field(default_factory=dict)
+    fields: AttemptFields = field(default_factory=lambda: AttemptFields())
     target: AttemptState | None = None
     expect: tuple[AttemptState, ...] = ()
     message: str = ""

@@ -38,17 +38,12 @@ import psycopg
 import psycopg_pool
 from psycopg.rows import dict_row
 
-from tunelab.controller.store.base import (
-    FencingToken,
-    StoreError,
-    StoreFenced,
-    StoreFull,
-    StoreUnavailable,
-)
+from tunelab.controller.store.base import StoreError, StoreFenced, StoreFull, StoreUnavailable
 from tunelab.controller.store.core import SqlStore
+from tunelab.controller.store.dburl import redact
 from tunelab.controller.store.dialect import POSTGRESQL
-from tunelab.controller.store.factory import redact
 from tunelab.controller.store.migrations import migrate
+from tunelab.controller.store.models import FencingToken
 from tunelab.controller.store.searches import SearchSql
 from tunelab.controller.store.secrets import HostSecrets
 from tunelab.controller.store.slurmbook import SlurmSql

@@ -4,7 +4,7 @@ sqlite3.Row or psycopg's dict row: both are read by column name)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from tunelab.controller.states import AttemptState, ExperimentState, HostState
@@ -25,7 +25,7 @@ JSON_FIELDS = {
 RENAMES = {"group": "grp"}
 
 
-def column_values(fields: dict[str, Any]) -> dict[str, Any]:
+def column_values(fields: Mapping[str, object]) -> dict[str, Any]:
     """Record field names and values → column names and stored values."""
     out: dict[str, Any] = {}
     for key, value in fields.items():

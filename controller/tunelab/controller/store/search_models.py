@@ -7,14 +7,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from tunelab.controller.store.models import ExperimentRow
+from tunelab.controller.states import SearchState, TrialState
+from tunelab.controller.store.models import ExperimentRow, FencingToken
 
 
 @dataclass
 class SearchRow:
     group: str
     name: str
-    state: str
+    state: SearchState
     spec: dict[str, Any]  # SearchSpec.to_dict()
     base: dict[str, Any]  # the raw experiment document without search:
     submitted_at: float
@@ -22,13 +23,16 @@ class SearchRow:
     cancel_requested: bool = False
     finished_at: float | None = None
 
+    def __post_init__(self) -> None:
+        self.state = SearchState(self.state)  # a misspelt state fails here, not in the store
+
 
 @dataclass
 class TrialRow:
     group: str
     number: int
     params: dict[str, Any]
-    state: str
+    state: TrialState
     created_at: float
     rung: int = 0
     experiment_id: str | None = None
@@ -38,15 +42,23 @@ class TrialRow:
     failure_reason: str = ""
     finished_at: float | None = None
 
+    def __post_init__(self) -> None:
+        self.state = TrialState(self.state)  # a misspelt state fails here, not in the store
+
 
 class SearchStore(Protocol):
-    def insert_search(self, row: SearchRow) -> None: ...
+    def insert_search(self, row: SearchRow, request_id: str = "") -> str: ...
     def get_search(self, group: str) -> SearchRow | None: ...
     def running_searches(self) -> list[SearchRow]: ...
     def search_trials(self, group: str) -> list[TrialRow]: ...
     def add_trials(
-        self, trials: Sequence[TrialRow], experiments: Sequence[ExperimentRow]
+        self,
+        trials: Sequence[TrialRow],
+        experiments: Sequence[ExperimentRow],
+        fence: FencingToken,
     ) -> None: ...
-    def finish_trial(self, trial: TrialRow) -> None: ...
-    def finish_search(self, group: str, state: str, message: str, now: float) -> SearchRow: ...
+    def finish_trial(self, trial: TrialRow, fence: FencingToken) -> None: ...
+    def finish_search(
+        self, group: str, state: SearchState, message: str, now: float, fence: FencingToken
+    ) -> SearchRow: ...
     def request_search_cancel(self, group: str) -> SearchRow | None: ...

@@ -2,32 +2,38 @@
 ``core.SqlStore`` so both engines have them; their statements are built once per dialect in
 ``SearchSql`` (as ``statements.py`` builds the rest), so nothing rewrites SQL text per call.
 
-States are data (as in ``states.py``): a search is RUNNING until DONE, FAILED or CANCELLED; a
-trial is RUNNING until DONE, FAILED or CANCELLED, or born SKIPPED (implied by another's OOM).
-Every change is a compare-and-set on the state with an event row in the same transaction.
+States are data, in ``states.py`` (``SearchState``, ``TrialState`` and their moves). Every
+change is a compare-and-set on the state with an event row in the same transaction.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
+from enum import StrEnum
 from typing import Any
 
+from tunelab.controller.states import (
+    SearchState,
+    TransitionError,
+    TrialState,
+    check_search,
+    check_trial,
+)
 from tunelab.controller.store.base import StoreConflict, StoreNotFound
 from tunelab.controller.store.dialect import Dialect
-from tunelab.controller.store.models import ExperimentRow
+from tunelab.controller.store.models import ExperimentRow, FencingToken
 from tunelab.controller.store.search_models import SearchRow, TrialRow
 
-SEARCH_STATES = ("RUNNING", "DONE", "FAILED", "CANCELLED")
-TRIAL_STATES = ("RUNNING", "DONE", "FAILED", "SKIPPED", "CANCELLED")
-SEARCH_MOVES = {("RUNNING", "DONE"), ("RUNNING", "FAILED"), ("RUNNING", "CANCELLED")}
-TRIAL_MOVES = {("RUNNING", "DONE"), ("RUNNING", "FAILED"), ("RUNNING", "CANCELLED")}
 
-
-def check_move(moves: set[tuple[str, str]], current: str, target: str, what: str) -> None:
-    if (current, target) not in moves:
-        raise StoreConflict(f"{what} is {current}; it cannot become {target}")
+def _moved(current: StrEnum, target: StrEnum, check: Callable[[Any, Any], None], what: str) -> None:
+    """The move's check (states.py): a move out of the table means another writer ended the
+    row first (StoreConflict: the caller re-reads), since ours only ever end a RUNNING one."""
+    try:
+        check(current, target)
+    except TransitionError:
+        raise StoreConflict(f"{what} is {current}; it cannot become {target}") from None
 
 
 TRIAL_COLUMNS = (
@@ -78,7 +84,7 @@ def _search(row: Any) -> SearchRow:
     return SearchRow(
         group=row["grp"],
         name=row["name"],
-        state=row["state"],
+        state=SearchState(row["state"]),
         spec=json.loads(row["spec_json"]),
         base=json.loads(row["base_json"]),
         submitted_at=row["submitted_at"],
@@ -93,7 +99,7 @@ def _trial(row: Any) -> TrialRow:
         group=row["grp"],
         number=row["number"],
         params=json.loads(row["params_json"]),
-        state=row["state"],
+        state=TrialState(row["state"]),
         created_at=row["created_at"],
         rung=row["rung"],
         experiment_id=row["experiment_id"],
@@ -125,21 +131,34 @@ class SearchStatements:
     def _insert_experiment_rows(self, conn: Any, rows: Sequence[ExperimentRow]) -> None:
         raise NotImplementedError
 
-    def insert_search(self, row: SearchRow) -> None:
+    def _claim_request(self, conn: Any, request_id: str, group: str, now: float) -> str | None:
+        raise NotImplementedError
+
+    def _check_fence(self, conn: Any, fence: FencingToken) -> None:
+        raise NotImplementedError
+
+    def insert_search(self, row: SearchRow, request_id: str = "") -> str:
+        """Keep a submitted search; returns its group. With a client's ``request_id`` that an
+        earlier submission already used, nothing is written and that submission's group is
+        returned (a retry after a lost answer starts no second search)."""
         with self._tx() as conn:
+            earlier = self._claim_request(conn, request_id, row.group, row.submitted_at)
+            if earlier is not None:
+                return earlier
             conn.execute(
                 self.search_sql.insert_search,
                 (
                     row.group,
                     row.name,
-                    row.state,
+                    SearchState(row.state).value,
                     json.dumps(row.spec, sort_keys=True),
                     json.dumps(row.base),  # unsorted: server flags keep the user's order
                     row.message,
                     row.submitted_at,
                 ),
             )
-            self._event(conn, "search", row.group, None, row.state, "submitted")
+            self._event(conn, "search", row.group, None, SearchState(row.state).value, "submitted")
+        return row.group
 
     def get_search(self, group: str) -> SearchRow | None:
         rows = self._query(self.search_sql.get_search, (group,))
@@ -153,15 +172,22 @@ class SearchStatements:
         rows = self._query(self.search_sql.trials, (group,))
         return [_trial(r) for r in rows]
 
-    def add_trials(self, trials: Sequence[TrialRow], experiments: Sequence[ExperimentRow]) -> None:
+    def add_trials(
+        self,
+        trials: Sequence[TrialRow],
+        experiments: Sequence[ExperimentRow],
+        fence: FencingToken,
+    ) -> None:
         """New trials and their experiments in one transaction: a trial is queued exactly once
-        (a second writer of the same numbers fails on the primary key and writes nothing)."""
+        (a second writer of the same numbers fails on the primary key and writes nothing), and
+        only while ``fence`` (the scheduling turn the search step runs in) still holds."""
         if not trials:
             return
         with self._tx() as conn:
+            self._check_fence(conn, fence)
             group = trials[0].group
             state = conn.execute(self.search_sql.search_state, (group,)).fetchone()
-            if state is None or state["state"] != "RUNNING":
+            if state is None or state["state"] != SearchState.RUNNING.value:
                 raise StoreConflict(f"search {group} is not running")
             taken = conn.execute(
                 self.search_sql.taken_numbers(len(trials)), (group, *[t.number for t in trials])
@@ -176,7 +202,7 @@ class SearchStatements:
                     json.dumps(t.params, sort_keys=True),
                     t.rung,
                     t.experiment_id,
-                    t.state,
+                    TrialState(t.state).value,
                     t.objective,
                     json.dumps(t.samples),
                     json.dumps(t.details, sort_keys=True),
@@ -188,21 +214,26 @@ class SearchStatements:
             ]:  # one statement each: never a batch left open on the wire (core._insert_rows)
                 conn.execute(self.search_sql.insert_trial, values)
             for t in trials:
-                self._event(conn, "search", group, None, t.state, f"trial {t.number}: {t.params}")
+                message = f"trial {t.number}: {t.params}"
+                self._event(conn, "search", group, None, TrialState(t.state).value, message)
 
-    def finish_trial(self, trial: TrialRow) -> None:
-        """A running trial's outcome, written once (compare-and-set on RUNNING)."""
+    def finish_trial(self, trial: TrialRow, fence: FencingToken) -> None:
+        """A running trial's outcome, written once (compare-and-set on RUNNING), while
+        ``fence`` holds."""
         with self._tx() as conn:
+            self._check_fence(conn, fence)
             current = conn.execute(
                 self.search_sql.trial_state, (trial.group, trial.number)
             ).fetchone()
             if current is None:
                 raise StoreNotFound(f"{trial.group} trial {trial.number}")
-            check_move(TRIAL_MOVES, current["state"], trial.state, f"trial {trial.number}")
+            was = TrialState(current["state"])
+            target = TrialState(trial.state)
+            _moved(was, target, check_trial, f"trial {trial.number}")
             conn.execute(
                 self.search_sql.finish_trial,
                 (
-                    trial.state,
+                    target.value,
                     trial.objective,
                     json.dumps(trial.samples),
                     json.dumps(trial.details, sort_keys=True),
@@ -216,19 +247,25 @@ class SearchStatements:
                 conn,
                 "search",
                 trial.group,
-                "RUNNING",
-                trial.state,
+                was.value,
+                target.value,
                 f"trial {trial.number}: {trial.failure_reason or trial.objective}",
             )
 
-    def finish_search(self, group: str, state: str, message: str, now: float) -> SearchRow:
+    def finish_search(
+        self, group: str, state: SearchState, message: str, now: float, fence: FencingToken
+    ) -> SearchRow:
+        """A running search's end, written once, while ``fence`` holds."""
         with self._tx() as conn:
+            self._check_fence(conn, fence)
             current = conn.execute(self.search_sql.search_state, (group,)).fetchone()
             if current is None:
                 raise StoreNotFound(f"no search {group}")
-            check_move(SEARCH_MOVES, current["state"], state, f"search {group}")
-            conn.execute(self.search_sql.finish_search, (state, message, now, group))
-            self._event(conn, "search", group, current["state"], state, message)
+            was = SearchState(current["state"])
+            target = SearchState(state)
+            _moved(was, target, check_search, f"search {group}")
+            conn.execute(self.search_sql.finish_search, (target.value, message, now, group))
+            self._event(conn, "search", group, was.value, target.value, message)
         found = self.get_search(group)
         if found is None:
             raise StoreNotFound(f"no search {group}")

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from tunelab.controller.states import AttemptState, check_attempt
 from tunelab.controller.store.base import StoreConflict
 from tunelab.controller.store.dialect import Dialect
+from tunelab.controller.store.models import FencingToken
 
 
 @dataclass(frozen=True)
@@ -45,9 +46,17 @@ class SlurmBook(Protocol):
     def slurm_pools(self) -> dict[str, dict[str, Any]]: ...
     def slurm_job(self, attempt_id: str) -> SlurmJobRow | None: ...
     def record_slurm_job(
-        self, attempt_id: str, pool: str, job_id: str, now: float, message: str
+        self,
+        attempt_id: str,
+        pool: str,
+        job_id: str,
+        now: float,
+        message: str,
+        fence: FencingToken | None,
     ) -> None: ...
-    def set_slurm_job_state(self, attempt_id: str, state: str, reason: str) -> None: ...
+    def set_slurm_job_state(
+        self, attempt_id: str, state: str, reason: str, fence: FencingToken
+    ) -> None: ...
 
 
 class SlurmSql:
@@ -90,6 +99,9 @@ class SlurmStatements:
     ) -> None:
         raise NotImplementedError
 
+    def _check_fence(self, conn: Any, fence: FencingToken) -> None:
+        raise NotImplementedError
+
     def set_slurm_pool(self, name: str, config: dict[str, Any]) -> None:
         with self._tx() as conn:
             conn.execute(self.slurm_sql.delete_pool, (name,))
@@ -104,12 +116,22 @@ class SlurmStatements:
         return _job(rows[0]) if rows else None
 
     def record_slurm_job(
-        self, attempt_id: str, pool: str, job_id: str, now: float, message: str
+        self,
+        attempt_id: str,
+        pool: str,
+        job_id: str,
+        now: float,
+        message: str,
+        fence: FencingToken | None,
     ) -> None:
         """The job sbatch returned, kept with its attempt, in one transaction with the move
-        DISPATCHING → STARTING (the attempt's "acked": Slurm has it)."""
+        DISPATCHING → STARTING (the attempt's "acked": Slurm has it). ``fence``: the turn of
+        the Slurm step that writes it (StoreFenced once lost), or None for a job's own report
+        (no turn: the compare-and-set on DISPATCHING guards it)."""
         dispatching, starting = AttemptState.DISPATCHING, AttemptState.STARTING
         with self._tx() as conn:
+            if fence is not None:
+                self._check_fence(conn, fence)
             row = conn.execute(self.slurm_sql.attempt_state, (attempt_id,)).fetchone()
             if row is None or row["state"] != dispatching.value:
                 raise StoreConflict(f"attempt {attempt_id} is no longer DISPATCHING")
@@ -121,6 +143,10 @@ class SlurmStatements:
             )
             self._event(conn, "attempt", attempt_id, dispatching.value, starting.value, message)
 
-    def set_slurm_job_state(self, attempt_id: str, state: str, reason: str) -> None:
+    def set_slurm_job_state(
+        self, attempt_id: str, state: str, reason: str, fence: FencingToken
+    ) -> None:
+        """What Slurm's queue says of the job, while ``fence`` (the Slurm step's turn) holds."""
         with self._tx() as conn:
+            self._check_fence(conn, fence)
             conn.execute(self.slurm_sql.set_job_state, (state, reason, attempt_id))

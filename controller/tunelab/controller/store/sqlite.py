@@ -17,11 +17,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tunelab.controller.store.base import FencingToken, StoreError
+from tunelab.controller.store.base import StoreError
 from tunelab.controller.store.core import SqlStore
 from tunelab.controller.store.dbfile import FileIdentity, create_private, translate
 from tunelab.controller.store.dialect import SQLITE
 from tunelab.controller.store.migrations import SQLITE_VERSIONS, migrate
+from tunelab.controller.store.models import FencingToken
 from tunelab.controller.store.searches import SearchSql
 from tunelab.controller.store.secrets import HostSecrets
 from tunelab.controller.store.slurmbook import SlurmSql
