@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from tunelab.controller.effects import EffectSettings, effects_document
+from tunelab.controller.effects import CORRECTIONS, EffectSettings, effects_document
 from tunelab.controller.roofline import annotate_points, power_share
 from tunelab.controller.states import AttemptState
 from tunelab.controller.store import AttemptRow, ExperimentRow
@@ -184,10 +184,43 @@ def _names(names: list[str]) -> str:
     return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
 
 
+def spec_settings(experiments: list[ExperimentRow]) -> tuple[EffectSettings, list[str]]:
+    """The effect settings a spec's ``compare:`` asks for (correction, primary metric), from the
+    first experiment that has them; a warning when compared submissions ask for different ones."""
+    asked = {
+        _key(e.spec.get("compare")): e.name
+        for e in experiments
+        if isinstance(e.spec, dict) and e.spec.get("compare")
+    }
+    if not asked:
+        return EffectSettings(), []
+    first = next(e.spec["compare"] for e in experiments if e.spec.get("compare"))
+    settings = EffectSettings(
+        correction=CORRECTIONS[first.get("correction", "bh")], primary=first.get("primary")
+    )
+    plain = [e.name for e in experiments if not e.spec.get("compare")]
+    if len(asked) > 1 or plain:
+        warning = (
+            "compared runs' specs ask for different compare: settings; "
+            f"judged with {first} (from {next(iter(asked.values()))})"
+        )
+        return settings, [warning]
+    return settings, []
+
+
+def _key(value: Any) -> str:
+    return repr(sorted(value.items())) if isinstance(value, dict) else repr(value)
+
+
 def compare(
     pairs: list[tuple[ExperimentRow, list[AttemptRow]]], settings: EffectSettings | None = None
 ) -> dict[str, Any]:
+    """The comparison document; effects judged with ``settings``, else with what the
+    experiments' spec asks for (``compare: {correction, primary}``), else the defaults."""
     pairs = sorted(pairs, key=lambda pair: pair[0].seq)  # submission order: baselines first
+    asked, notes = spec_settings([e for e, _ in pairs])
+    if settings is None:
+        settings = asked
     rows = [experiment_row(e, a) for e, a in pairs]
     varied = sorted({key for row in rows for key in row["varied"]})
     keys: list[str] = []
@@ -201,7 +234,7 @@ def compare(
         "experiments": rows,
         "repeats": repeat_groups(rows),
         **effects_document(rows, settings),
-        "warnings": provenance_warnings(rows, varied) + scrape_warnings(pairs),
+        "warnings": provenance_warnings(rows, varied) + scrape_warnings(pairs) + notes,
     }
 
 
