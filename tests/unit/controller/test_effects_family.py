@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from scipy import stats
 
+from tunelab.cli.compare_view import render_compare_table
 from tunelab.controller.compare import compare
 from tunelab.controller.effects import (
     BETTER,
@@ -97,9 +98,13 @@ def launches(label: str, varied: dict[str, str], values: list[list[float]]) -> l
     """One row per launch; ``values`` per launch: output tok/s at c=1 and c=4."""
     return [
         {
+            "id": f"x-{label}-{i}",
             "name": f"sim/{label}#{i + 1}",
             "group": "g-1",
             "state": "SUCCEEDED",
+            "host": "h",
+            "mean_power_watts": None,
+            "tokens_per_joule": None,
             "varied": varied,
             "points": [
                 {
@@ -278,3 +283,16 @@ def test_the_printed_resubmission_adds_launches_that_compare_counts_with_the_old
     }
     pooled = compare(old + new)
     assert {tuple(e["launches"]) for e in pooled["effects"]} == {(5, 5)}  # 3 old + 2 new each
+
+
+def test_compare_text_leads_with_survivors_and_says_the_launches() -> None:
+    text = render_compare_table({**borderline_doc(Method.BH), "repeats": []})
+    answer = text.split("answer (only what survives the correction):\n", 1)[1].split("\n\n")[0]
+    lines = answer.splitlines()
+    assert lines[0].startswith("  --itl-ms=2: better on "), answer
+    assert "3+3 launches" in lines[0] and "worse" not in lines[0]
+    assert lines[-1] == "  --tag=no-op: nothing survives the correction"
+    assert "not enough repeats (+" in text  # the no-op's first-token row, undecided
+    assert "more launches of each variant would decide" in text
+    alone = render_compare_table({**borderline_doc(Method.NONE), "repeats": []})
+    assert "--tag=no-op: better on 2 of" in alone  # what each row alone said
