@@ -325,9 +325,8 @@ def render_compare_table(doc: dict[str, Any], width: int = WIDTH) -> str:
     more = next_launches(doc)
     if more is not None:
         console.print(
-            f"\n{more.more} more launches of each variant would decide {more.decides} of the "
-            f"{more.undecided} undecided rows at this spread: submit the spec (SPEC.yaml) again "
-            f"with repeat: {more.more}, then compare old and new launches together:"
+            f"\n{more.sentence()}: submit the spec (SPEC.yaml) again with repeat: {more.more}, "
+            "then compare old and new launches together:"
         )
         for command in more.commands:
             console.print(f"  {command}", soft_wrap=True)

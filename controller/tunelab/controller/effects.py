@@ -469,30 +469,43 @@ def effects_document(
 
 @dataclass(frozen=True)
 class NextLaunches:
-    """More launches of each variant that would decide the undecided rows at this spread."""
+    """More launches of each variant that would decide undecided rows at this spread."""
 
-    more: int  # launches of each variant, to submit as `repeat:`
+    more: int  # launches of each variant, to submit as `repeat:`: the fewest that decide a row
     decides: int  # undecided rows they would decide
     undecided: int  # rows not decided ("not enough repeats")
+    half: int  # launches of each that would decide half of the undecided rows (0: none would)
     commands: tuple[str, ...]  # what supplies them, then the comparison of old and new together
+
+    def sentence(self) -> str:
+        text = (
+            f"{self.more} more launches of each variant would decide {self.decides} of the "
+            f"{self.undecided} undecided rows at this spread"
+        )
+        if self.half > self.more:
+            text += f" ({self.half} more: half of them or more)"
+        return text
 
 
 def next_launches(doc: dict[str, Any]) -> NextLaunches | None:
-    """The median need of the undecided rows (so at least half of those more launches can
-    decide), and the commands that supply them: the spec submitted again with that ``repeat``
-    (a new submission, its names the same), then ``compare`` of the spec's latest submission
-    with the groups compared now, whose launches count too."""
+    """The fewest more launches that decide an undecided row, and the commands that supply them:
+    the spec submitted again with that ``repeat`` (a new submission, its names the same), then
+    ``compare`` of the spec's latest submission with the groups compared now, whose launches
+    count too."""
     undecided = [e for e in doc.get("effects", []) if e.get("verdict") == NOT_ENOUGH]
     needs = sorted(e["more_launches"] for e in undecided if e.get("more_launches"))
     if not needs:
         return None
-    more = needs[(len(needs) - 1) // 2]
+    more = needs[0]
     names = {_REPEAT.sub("", r["name"]).split("/", 1)[0] for r in doc.get("experiments", [])}
     groups = sorted({str(r["group"]) for r in doc.get("experiments", []) if r.get("group")})
     spec = names.pop() if len(names) == 1 else "SPEC-NAME"
     submit = f"(grep -v '^repeat:' SPEC.yaml; echo 'repeat: {more}') | tunelab submit - --wait"
     compare = f"tunelab compare {spec} {' '.join(groups)}".rstrip()
-    return NextLaunches(more, sum(k <= more for k in needs), len(undecided), (submit, compare))
+    middle = (len(undecided) - 1) // 2  # the need at this rank decides half of them or more
+    half = needs[middle] if middle < len(needs) else 0
+    decides = sum(k <= more for k in needs)
+    return NextLaunches(more, decides, len(undecided), half, (submit, compare))
 
 
 METHOD_NAMES = {

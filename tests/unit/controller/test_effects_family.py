@@ -213,7 +213,9 @@ def test_the_summary_leads_only_with_what_survives() -> None:
 def test_undecided_rows_say_what_more_launches_would_decide_and_how() -> None:
     doc = borderline_doc(Method.BH)
     more = next_launches(doc)
-    assert more is not None and more.more >= 1 and more.decides >= (more.undecided + 1) // 2
+    assert more is not None and more.more >= 1 and more.decides >= 1
+    needs = sorted(e["more_launches"] for e in doc["effects"] if e["more_launches"])
+    assert more.more == needs[0] and more.decides == needs.count(needs[0])
     submit, compare = more.commands
     assert f"echo 'repeat: {more.more}') | tunelab submit - --wait" in submit
     assert compare == "tunelab compare sim g-1"  # the spec's latest submission with this one
@@ -296,3 +298,20 @@ def test_compare_text_leads_with_survivors_and_says_the_launches() -> None:
     assert "more launches of each variant would decide" in text
     alone = render_compare_table({**borderline_doc(Method.NONE), "repeats": []})
     assert "--tag=no-op: better on 2 of" in alone  # what each row alone said
+
+
+def test_the_fewest_launches_that_decide_a_row_and_those_that_decide_half() -> None:
+    needs = [9, 2, None, 5, None]  # five undecided rows, two of which launches will not settle
+    doc = {
+        "experiments": [{"name": "abl/baseline#1", "group": "g-2"}],
+        "effects": [{"verdict": NOT_ENOUGH, "more_launches": k} for k in needs]
+        + [{"verdict": BETTER, "more_launches": None}],
+    }
+    more = next_launches(doc)
+    assert more is not None
+    assert (more.more, more.decides, more.undecided, more.half) == (2, 1, 5, 9)
+    assert more.sentence() == (
+        "2 more launches of each variant would decide 1 of the 5 undecided rows at this "
+        "spread (9 more: half of them or more)"
+    )
+    assert more.commands[1] == "tunelab compare abl g-2"

@@ -306,8 +306,7 @@ def _next_launches(doc: dict[str, Any]) -> str:
         return ""
     commands = "<br>".join(f"<code>{escape(c)}</code>" for c in more.commands)
     return (
-        f"<p class='next-launches'>{more.more} more launches of each variant would decide "
-        f"{more.decides} of the {more.undecided} undecided rows at this spread: submit the spec "
+        f"<p class='next-launches'>{escape(more.sentence())}: submit the spec "
         f"(<code>SPEC.yaml</code>) again with <code>repeat: {more.more}</code>, then compare old "
         f"and new launches together:<br>{commands}</p>"
     )
