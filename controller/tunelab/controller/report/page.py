@@ -336,7 +336,8 @@ def effects_section(doc: dict[str, Any]) -> str:
                 sets_axis=e["verdict"] in VERDICT_COLORS,
             )
             for e in effects
-            if (ci := _adjusted(e)) and e["ratio"] is not None
+            # an untested row (too few launches, too noisy) is drawn with its own 95 % interval
+            if (ci := _adjusted(e) or e["ci95"]) and e["ratio"] is not None
         ]
         if rows:
             chart = interval_chart(f"effect of {change}", rows, band)
