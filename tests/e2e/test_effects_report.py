@@ -14,6 +14,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from tests.e2e.conftest import Lab, sim_experiment
 from tests.support.browser import load_page
 
@@ -81,6 +83,32 @@ def test_ablation_repeat_5_real_effect_and_null_effect_then_the_report(
     shown = controller.cli("show", done[0]["id"])
     assert "driver / CUDA  580.159.04 / 13.0" in shown.stdout, shown.stdout
 
+    # the rows are one family (issue 35): the method, its size, what survived, the confidence
+    # of the intervals beside the verdicts; each row its launches and adjusted p and interval
+    correction = doc["correction"]
+    assert correction["method"] == "benjamini-hochberg" and correction["primary"] is None
+    tested = [e for e in doc["effects"] if e["p_adjusted"] is not None]
+    assert correction["family_size"] == len(tested) > 0
+    found = [e for e in tested if e["p_adjusted"] <= 0.05]
+    assert correction["discoveries"] == len(found) > 0
+    assert correction["confidence"] == pytest.approx(1 - len(found) * 0.05 / len(tested))
+    for e in doc["effects"]:
+        assert e["launches"] == [5, 5] and e["family"] == "all", e
+        if e["verdict"] in ("better", "worse"):
+            assert e["p_adjusted"] <= 0.05, e
+            lo, hi = e["interval_adjusted"]
+            assert lo <= e["ci95"][0] and e["ci95"][1] <= hi, e  # wider than its own 95 %
+    holm = controller.cli_json(
+        "compare", group, "--correction", "holm", "--primary", "output_throughput"
+    )
+    assert holm["settings"]["correction"] == "holm"
+    assert holm["correction"]["method"] == "holm"
+    assert holm["correction"]["primary"] == "output_throughput"
+    assert [f["name"] for f in holm["correction"]["families"]] == ["primary", "secondary"]
+    first = holm["correction"]["families"][0]
+    assert first["confidence"] == pytest.approx(1 - 0.05 / first["family_size"])
+    assert effect(holm, "--itl-ms=5", "output_throughput")["verdict"] == "better"
+
     strict = controller.cli_json("compare", group, "--min-effect", "50%")  # recomputed by the CLI
     assert strict["settings"]["min_effect"] == 0.5
     assert (
@@ -92,6 +120,9 @@ def test_ablation_repeat_5_real_effect_and_null_effect_then_the_report(
     assert (
         "effect of --itl-ms=5 against the baseline (5 baseline, 5 variant launches)" in table.stdout
     )
+    answer = table.stdout.split("answer (only what survives the correction):", 1)[1]
+    assert answer.lstrip().startswith("--itl-ms=5: better on "), answer[:300]
+    assert "5+5 launches" in answer.split("\n\n", 1)[0]
 
     out = tmp_path / "report.html"
     made = controller.cli("report", group, "--out", str(out))

@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tunelab.analysis.effects import EffectSettings, effects_document
+from tunelab.analysis.effects import CORRECTIONS, EffectSettings, effects_document
 from tunelab.analysis.roofline import annotate_points, power_share
 from tunelab.analysis.rows import AttemptRecord, ExperimentRecord
 from tunelab.bench.promptlengths import lengths_exact
@@ -188,11 +188,44 @@ def _names(names: list[str]) -> str:
     return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
 
 
+def spec_settings(experiments: Sequence[ExperimentRecord]) -> tuple[EffectSettings, list[str]]:
+    """The effect settings a spec's ``compare:`` asks for (correction, primary metric), from the
+    first experiment that has them; a warning when compared submissions ask for different ones."""
+    asked = {
+        _key(e.spec.get("compare")): e.name
+        for e in experiments
+        if isinstance(e.spec, dict) and e.spec.get("compare")
+    }
+    if not asked:
+        return EffectSettings(), []
+    first = next(e.spec["compare"] for e in experiments if e.spec.get("compare"))
+    settings = EffectSettings(
+        correction=CORRECTIONS[first.get("correction", "bh")], primary=first.get("primary")
+    )
+    plain = [e.name for e in experiments if not e.spec.get("compare")]
+    if len(asked) > 1 or plain:
+        warning = (
+            "compared runs' specs ask for different compare: settings; "
+            f"judged with {first} (from {next(iter(asked.values()))})"
+        )
+        return settings, [warning]
+    return settings, []
+
+
+def _key(value: Any) -> str:
+    return repr(sorted(value.items())) if isinstance(value, dict) else repr(value)
+
+
 def compare(
     pairs: Sequence[tuple[ExperimentRecord, Sequence[AttemptRecord]]],
     settings: EffectSettings | None = None,
 ) -> dict[str, Any]:
+    """The comparison document; effects judged with ``settings``, else with what the
+    experiments' spec asks for (``compare: {correction, primary}``), else the defaults."""
     pairs = sorted(pairs, key=lambda pair: pair[0].seq)  # submission order: baselines first
+    asked, notes = spec_settings([e for e, _ in pairs])
+    if settings is None:
+        settings = asked
     rows = [experiment_row(e, a) for e, a in pairs]
     varied = sorted({key for row in rows for key in row["varied"]})
     keys: list[str] = []
@@ -206,7 +239,7 @@ def compare(
         "experiments": rows,
         "repeats": repeat_groups(rows),
         **effects_document(rows, settings),
-        "warnings": provenance_warnings(rows, varied) + scrape_warnings(pairs),
+        "warnings": provenance_warnings(rows, varied) + scrape_warnings(pairs) + notes,
     }
 
 

@@ -1,9 +1,20 @@
 """Which change made the difference: effects of each ablation step or matrix factor level over
-repeated launches, with a 95 % interval and a verdict (README, "Effects").
+repeated launches, with an interval and a verdict (docs/report.md, "Effects").
 
 Input is the ``experiments`` list of a compare document (one row per launch); output is the
 ``effects`` list of ``tunelab compare --json`` plus, for a matrix, its interactions. The same
-function serves the controller (default thresholds) and the CLI (``--min-effect``, ``--max-cv``).
+function serves the controller (the spec's ``compare:`` settings) and the CLI (``--min-effect``,
+``--max-cv``, ``--correction``, ``--primary``).
+
+**A comparison is one family of tests** (DESIGN.md, "Answers"). Every row (change x metric x
+point) is tested, and the verdicts are corrected together: Benjamini-Hochberg by default (the
+false discovery rate across the rows), Holm when asked (the family-wise error). With a declared
+primary metric, its rows are the first family, at the full alpha; every other row is a second
+family, judged at ``alpha x (primary discoveries / primary rows)`` (nothing found on the primary
+metric: nothing else is called better or worse). A matrix's interactions are a family of their
+own. "better"/"worse" needs the adjusted p <= alpha and the family's interval on one side of 0;
+"no meaningful difference" needs that interval inside +-min_effect. ``ci95`` stays the row's
+own 95 % interval; ``interval_adjusted`` is the one verdicts use.
 """
 
 from __future__ import annotations
@@ -16,7 +27,16 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tunelab.analysis.intervals import Cell, Estimate, log_contrast
+from tunelab.analysis.intervals import (
+    ALPHA,
+    Cell,
+    Estimate,
+    Method,
+    adjust,
+    family_confidence,
+    launches_needed,
+    log_contrast,
+)
 
 # metric -> True when higher is better
 METRICS: dict[str, bool] = {
@@ -48,13 +68,35 @@ INTERACTION, NO_INTERACTION = "interaction", "no meaningful interaction"
 _REPEAT = re.compile(r"#\d+$")
 
 
+CORRECTIONS = {"bh": Method.BH, "holm": Method.HOLM}  # spelled so in a spec and on the CLI
+
+
 @dataclass(frozen=True)
 class EffectSettings:
     min_effect: float = 0.02  # an interval inside +-2 % is "no meaningful difference"
     max_cv: float = 0.10  # a cell noisier than this is "not enough repeats"
+    correction: Method = Method.BH  # across the comparison's rows; NONE: each row alone
+    primary: str | None = None  # a metric of METRICS judged first
 
-    def to_dict(self) -> dict[str, float]:
-        return {"min_effect": self.min_effect, "max_cv": self.max_cv, "confidence": 0.95}
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "min_effect": self.min_effect,
+            "max_cv": self.max_cv,
+            "confidence": 0.95,  # of ci95; interval_adjusted's is in "correction"
+            "correction": self.correction.value,
+            "primary": self.primary,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EffectSettings:
+        """The ``settings`` of a compare document back (an older one holds only the first two)."""
+        default = cls()
+        return cls(
+            min_effect=float(data.get("min_effect", default.min_effect)),
+            max_cv=float(data.get("max_cv", default.max_cv)),
+            correction=Method(data.get("correction", default.correction.value)),
+            primary=data.get("primary"),
+        )
 
 
 @dataclass(frozen=True)
@@ -103,7 +145,7 @@ def judge(
     settings: EffectSettings,
     named: tuple[str, str, str] = (BETTER, WORSE, NO_DIFFERENCE),
 ) -> str:
-    """The verdict on a relative-change interval (README, "Verdicts")."""
+    """The verdict on one relative-change interval judged alone (a search's single answer)."""
     up, down, none = named if higher_better else (named[1], named[0], named[2])
     if interval is None or any(c.n < MIN_REPEATS or c.cv > settings.max_cv for c in cells):
         return NOT_ENOUGH
@@ -117,20 +159,38 @@ def judge(
     return NOT_ENOUGH  # spans 0 and reaches past the minimum effect: more launches would decide
 
 
-def _effect(
+@dataclass(frozen=True)
+class Row:
+    """One test of a family: the row of the document and what its verdict is computed from."""
+
+    out: dict[str, Any]
+    estimate: Estimate | None
+    cells: tuple[Cell, ...]
+    higher_better: bool
+    named: tuple[str, str, str] = (BETTER, WORSE, NO_DIFFERENCE)
+
+    def testable(self, settings: EffectSettings) -> bool:
+        """Rows that cannot get a verdict whatever their p (under 3 launches, a cell noisier
+        than max_cv) are not tested and do not count in the family."""
+        return self.estimate is not None and all(
+            c.n >= MIN_REPEATS and c.cv <= settings.max_cv for c in self.cells
+        )
+
+
+def _row(
     change: str,
     metric: str,
     point: str,
     base: Sequence[Cell],
     variant: Sequence[Cell],
-    settings: EffectSettings,
-) -> dict[str, Any]:
+) -> Row:
     """Variant cells against baseline cells, paired in order (one pair per combination of the
     other factors); the estimate is the mean of the pairs' log ratios."""
     k = len(base)
     estimate = log_contrast([(-1.0 / k, c) for c in base] + [(1.0 / k, c) for c in variant])
     interval = estimate.relative_interval() if estimate else None
-    return {
+    n_base, n_variant = sum(c.n for c in base), sum(c.n for c in variant)
+    out = {
         "change": change,
         "point": point,
         "metric": metric,
@@ -138,9 +198,106 @@ def _effect(
         "mean": _mean_of_means(variant),
         "ratio": estimate.ratio if estimate else None,
         "ci95": list(interval) if interval else None,
-        "n_baseline": sum(c.n for c in base),
-        "n_variant": sum(c.n for c in variant),
-        "verdict": judge(interval, [*base, *variant], METRICS[metric], settings),
+        "n_baseline": n_base,
+        "n_variant": n_variant,
+        "launches": [n_base, n_variant],
+    }
+    return Row(out, estimate, (*base, *variant), METRICS[metric])
+
+
+def _verdict(
+    row: Row, interval: tuple[float, float], p_adjusted: float, settings: EffectSettings
+) -> str:
+    up, down, none = row.named if row.higher_better else (row.named[1], row.named[0], row.named[2])
+    lo, hi = interval
+    if -settings.min_effect <= lo and hi <= settings.min_effect:
+        return none
+    if p_adjusted <= ALPHA and (lo > 0 or hi < 0):
+        return up if lo > 0 else down
+    return NOT_ENOUGH
+
+
+def more_launches(row: Row, confidence: float, settings: EffectSettings) -> int | None:
+    """How many more launches of each variant would decide an undecided row at the spread seen
+    so far: until its interval at the family's confidence excludes 0 or fits inside
+    +-min_effect, whichever comes first; None when more launches are not what it lacks (a cell
+    noisier than max_cv) or nothing can be said."""
+    n = min((c.n for c in row.cells), default=0)
+    if row.estimate is None:
+        return MIN_REPEATS - n if n < MIN_REPEATS else None
+    if any(c.cv > settings.max_cv for c in row.cells):
+        return None
+    effect = abs(row.estimate.log_ratio)
+    room = math.log1p(settings.min_effect) - effect  # half-width that fits inside the band
+    margins = [math.expm1(m) for m in (effect, room) if m > 0]
+    needs = [launches_needed(row.estimate, n, m, confidence) for m in margins]
+    known = [k for k in needs if k is not None]
+    return max(min(known), MIN_REPEATS) - n if known else None
+
+
+def judge_family(
+    rows: Sequence[Row], settings: EffectSettings, name: str, alpha: float = ALPHA
+) -> dict[str, Any]:
+    """Correct ``rows`` as one family at level ``alpha`` (0: judged, but nothing may be called
+    better or worse) and fill in each row's ``p_value``, ``p_adjusted`` (on the scale of the
+    full alpha: a discovery is ``p_adjusted <= 0.05``), ``interval_adjusted`` (at the family's
+    confidence), ``verdict`` and ``more_launches``; returns the family's summary."""
+    tested = [r for r in rows if r.testable(settings)]
+    estimates = [r.estimate for r in tested if r.estimate is not None]
+    within = adjust([e.p_value() for e in estimates], settings.correction)
+    found = sum(p <= alpha for p in within) if alpha > 0 else 0
+    confidence = family_confidence(settings.correction, len(tested), found, alpha or ALPHA)
+    for row in rows:
+        estimate = row.estimate
+        row.out.update(
+            p_value=estimate.p_value() if estimate else None,
+            p_adjusted=None,
+            interval_adjusted=None,
+            interval_confidence=confidence,
+            family=name,
+            verdict=NOT_ENOUGH,
+        )
+    for row, estimate, p in zip(tested, estimates, within, strict=True):
+        p_adjusted = min(1.0, p * ALPHA / alpha) if alpha > 0 else 1.0
+        interval = estimate.relative_interval(confidence)
+        row.out.update(
+            p_adjusted=p_adjusted,
+            interval_adjusted=list(interval),
+            verdict=_verdict(row, interval, p_adjusted, settings),
+        )
+    for row in rows:
+        undecided = row.out["verdict"] == NOT_ENOUGH
+        row.out["more_launches"] = more_launches(row, confidence, settings) if undecided else None
+    return {
+        "name": name,
+        "metrics": sorted({r.out["metric"] for r in rows}),
+        "family_size": len(tested),
+        "rows": len(rows),
+        "discoveries": found,
+        "alpha": round(alpha, 12),
+        "confidence": confidence,
+    }
+
+
+def judge_rows(rows: Sequence[Row], settings: EffectSettings) -> dict[str, Any]:
+    """The verdicts of a comparison's effects, corrected as one family, or primary first; the
+    ``correction`` summary of ``compare --json``."""
+    primary = [r for r in rows if settings.primary and r.out["metric"] == settings.primary]
+    if primary:
+        first = judge_family(primary, settings, "primary")
+        share = first["discoveries"] / first["family_size"] if first["family_size"] else 0.0
+        rest = [r for r in rows if r.out["metric"] != settings.primary]
+        families = [first, judge_family(rest, settings, "secondary", ALPHA * share)]
+    else:
+        families = [judge_family(rows, settings, "all")]
+    return {
+        "method": settings.correction.value,
+        "alpha": round(ALPHA, 12),
+        "primary": settings.primary if primary else None,
+        "family_size": sum(f["family_size"] for f in families),
+        "discoveries": sum(f["discoveries"] for f in families),
+        "confidence": families[0]["confidence"],
+        "families": families,
     }
 
 
@@ -168,16 +325,14 @@ def _factor_label(path: str, value: str) -> str:
 # --- ablation --------------------------------------------------------------------------------
 
 
-def ablation_effects(
-    baseline: Variant, changes: Sequence[Variant], settings: EffectSettings
-) -> list[dict[str, Any]]:
+def ablation_effects(baseline: Variant, changes: Sequence[Variant]) -> list[Row]:
     out = []
     for change in changes:
         for metric, point in _keys([baseline, change]):
             base, var = baseline.cells.get((metric, point)), change.cells.get((metric, point))
             if base is None or var is None:
                 continue
-            out.append(_effect(change.label, metric, point, [base], [var], settings))
+            out.append(_row(change.label, metric, point, [base], [var]))
     return out
 
 
@@ -195,9 +350,7 @@ def _levels(variants: Sequence[Variant]) -> dict[str, list[str]]:
     return levels
 
 
-def matrix_effects(
-    variants: Sequence[Variant], settings: EffectSettings
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def matrix_effects(variants: Sequence[Variant]) -> tuple[list[Row], list[Row]]:
     """Main effects (each level against its factor's first level, averaged over the other
     factors' combinations) and every two-factor interaction (a ratio of ratios)."""
     levels = _levels(variants)
@@ -215,7 +368,7 @@ def matrix_effects(
         ]
 
     keys = _keys(variants)
-    effects: list[dict[str, Any]] = []
+    effects: list[Row] = []
     for factor, values in levels.items():
         for level in values[1:]:
             for key in keys:
@@ -227,8 +380,8 @@ def matrix_effects(
                 if known:
                     base, var = [b for b, _ in known], [v for _, v in known]
                     label = _factor_label(factor, level)
-                    effects.append(_effect(label, key[0], key[1], base, var, settings))
-    interactions = []
+                    effects.append(_row(label, key[0], key[1], base, var))
+    interactions: list[Row] = []
     for fa, fb in itertools.combinations(levels, 2):
         for a, b in itertools.product(levels[fa][1:], levels[fb][1:]):
             a0, b0 = levels[fa][0], levels[fb][0]
@@ -242,25 +395,22 @@ def matrix_effects(
                         terms += [(w / len(combos), c) for w, c in found if c is not None]
                 if terms:
                     change = f"{_factor_label(fa, a)} x {_factor_label(fb, b)}"
-                    interactions.append(_interaction(change, key, terms, settings))
+                    interactions.append(_interaction(change, key, terms))
     return effects, interactions
 
 
-def _interaction(
-    change: str, key: tuple[str, str], terms: list[tuple[float, Cell]], settings: EffectSettings
-) -> dict[str, Any]:
+def _interaction(change: str, key: tuple[str, str], terms: list[tuple[float, Cell]]) -> Row:
     estimate: Estimate | None = log_contrast(terms)
     interval = estimate.relative_interval() if estimate else None
-    named = (INTERACTION, INTERACTION, NO_INTERACTION)
-    verdict = judge(interval, [c for _, c in terms], True, settings, named)
-    return {
+    out = {
         "change": change,
         "point": key[1],
         "metric": key[0],
         "ratio": estimate.ratio if estimate else None,  # (ab / a0b) / (ab0 / a0b0)
         "ci95": list(interval) if interval else None,
-        "verdict": verdict,
     }
+    named = (INTERACTION, INTERACTION, NO_INTERACTION)
+    return Row(out, estimate, tuple(c for _, c in terms), True, named)
 
 
 def largest_interactions(interactions: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -282,8 +432,10 @@ def largest_interactions(interactions: Sequence[dict[str, Any]]) -> list[dict[st
 def effects_document(
     rows: Sequence[dict[str, Any]], settings: EffectSettings | None = None
 ) -> dict[str, Any]:
-    """``{"design", "settings", "effects", "interactions", "largest_interactions"}`` for the
-    launches in ``rows``; design is "ablation", "matrix" or "none" (nothing to compare)."""
+    """``{"design", "settings", "correction", "effects", "interactions",
+    "largest_interactions"}`` for the launches in ``rows``; design is "ablation", "matrix" or
+    "none" (nothing to compare). The effects are one family (or primary first); a matrix's
+    interactions are a family of their own, summarised in ``correction["interactions"]``."""
     settings = settings or EffectSettings()
     variants = _variants(rows)
     out: dict[str, Any] = {
@@ -295,12 +447,102 @@ def effects_document(
     }
     baselines = [v for v in variants if not v.varied]
     factors = {tuple(sorted(v.varied)) for v in variants}
+    effects: list[Row] = []
+    interactions: list[Row] = []
     if len(baselines) == 1 and len(variants) > 1:
         out["design"] = "ablation"
-        others = [v for v in variants if v.varied]
-        out["effects"] = ablation_effects(baselines[0], others, settings)
+        effects = ablation_effects(baselines[0], [v for v in variants if v.varied])
     elif not baselines and len(factors) == 1 and len(variants) > 1:
         out["design"] = "matrix"
-        out["effects"], out["interactions"] = matrix_effects(variants, settings)
-        out["largest_interactions"] = largest_interactions(out["interactions"])
+        effects, interactions = matrix_effects(variants)
+    out["correction"] = judge_rows(effects, settings)
+    if interactions:
+        out["correction"]["interactions"] = judge_family(interactions, settings, "interactions")
+    out["effects"] = [r.out for r in effects]
+    out["interactions"] = [r.out for r in interactions]
+    out["largest_interactions"] = largest_interactions(out["interactions"])
     return out
+
+
+# --- what is missing -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NextLaunches:
+    """More launches of each variant that would decide undecided rows at this spread."""
+
+    more: int  # launches of each variant, to submit as `repeat:`: the fewest that decide a row
+    decides: int  # undecided rows they would decide
+    undecided: int  # rows not decided ("not enough repeats")
+    half: int  # launches of each that would decide half of the undecided rows (0: none would)
+    commands: tuple[str, ...]  # what supplies them, then the comparison of old and new together
+
+    def sentence(self) -> str:
+        text = (
+            f"{self.more} more launches of each variant would decide {self.decides} of the "
+            f"{self.undecided} undecided rows at this spread"
+        )
+        if self.half > self.more:
+            text += f" ({self.half} more: half of them or more)"
+        return text
+
+
+def next_launches(doc: dict[str, Any]) -> NextLaunches | None:
+    """The fewest more launches that decide an undecided row, and the commands that supply them:
+    the spec submitted again with that ``repeat`` (a new submission, its names the same), then
+    ``compare`` of the spec's latest submission with the groups compared now, whose launches
+    count too."""
+    undecided = [e for e in doc.get("effects", []) if e.get("verdict") == NOT_ENOUGH]
+    needs = sorted(e["more_launches"] for e in undecided if e.get("more_launches"))
+    if not needs:
+        return None
+    more = needs[0]
+    names = {_REPEAT.sub("", r["name"]).split("/", 1)[0] for r in doc.get("experiments", [])}
+    groups = sorted({str(r["group"]) for r in doc.get("experiments", []) if r.get("group")})
+    spec = names.pop() if len(names) == 1 else "SPEC-NAME"
+    submit = f"(grep -v '^repeat:' SPEC.yaml; echo 'repeat: {more}') | tunelab submit - --wait"
+    compare = f"tunelab compare {spec} {' '.join(groups)}".rstrip()
+    middle = (len(undecided) - 1) // 2  # the need at this rank decides half of them or more
+    half = needs[middle] if middle < len(needs) else 0
+    decides = sum(k <= more for k in needs)
+    return NextLaunches(more, decides, len(undecided), half, (submit, compare))
+
+
+METHOD_NAMES = {
+    Method.BH.value: "Benjamini-Hochberg (false discovery rate)",
+    Method.HOLM.value: "Holm (family-wise error)",
+    Method.NONE.value: "no correction (each row alone)",
+}
+
+
+def describe_correction(correction: dict[str, Any] | None) -> str:
+    """One sentence: the family (or families), its correction, what survived, the intervals'
+    confidence."""
+    if not correction or not correction.get("families"):
+        return ""
+    method = METHOD_NAMES.get(correction["method"], correction["method"])
+
+    def part(f: dict[str, Any]) -> str:
+        return (
+            f"{f['discoveries']} of {f['family_size']} survive at {_percent(f['alpha'])}, "
+            f"intervals at {_percent(f['confidence'])}"
+        )
+
+    families = correction["families"]
+    if len(families) == 1:
+        text = f"every row tested is one family, {method}: {part(families[0])}"
+    else:
+        first, rest = families
+        label = METRIC_LABELS.get(correction["primary"], correction["primary"])
+        text = (
+            f"the primary metric {label} first, {method}: {part(first)}; then the other rows, "
+            f"at 5% x the primary's share of discoveries: {part(rest)}"
+        )
+    inter = correction.get("interactions")
+    if inter:
+        text += f"; interactions a family of their own: {part(inter)}"
+    return text
+
+
+def _percent(value: float) -> str:
+    return f"{100 * value:.4g}%"

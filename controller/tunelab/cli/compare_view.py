@@ -12,7 +12,15 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from tunelab.analysis.effects import METRIC_LABELS, MIN_REPEATS, NOT_ENOUGH
+from tunelab.analysis.effects import (
+    BETTER,
+    METRIC_LABELS,
+    MIN_REPEATS,
+    NOT_ENOUGH,
+    WORSE,
+    describe_correction,
+    next_launches,
+)
 from tunelab.bench.promptlengths import prompt_tokens_line
 
 WIDTH = 100
@@ -176,6 +184,18 @@ def experiments_table(doc: dict[str, Any], width: int = WIDTH) -> Table:
     return table
 
 
+def _adjusted(effect: dict[str, Any]) -> list[float] | None:
+    """The interval a verdict rests on (a document from before the correction has only ci95)."""
+    found: list[float] | None = effect.get("interval_adjusted", effect["ci95"])
+    return found
+
+
+def _verdict(effect: dict[str, Any]) -> str:
+    """The verdict; an undecided row says how many more launches of each would decide it."""
+    more = effect.get("more_launches")
+    return f"{effect['verdict']} (+{more})" if more else effect["verdict"]
+
+
 def _effects_table(title: str, effects: list[dict[str, Any]]) -> Table:
     counts = {(e["n_baseline"], e["n_variant"]) for e in effects}
     uniform = len(counts) == 1
@@ -183,7 +203,7 @@ def _effects_table(title: str, effects: list[dict[str, Any]]) -> Table:
         n_base, n_variant = next(iter(counts))
         title += f" ({n_base} baseline, {n_variant} variant launches)"
     table = Table(box=box.SIMPLE_HEAD, title=title, title_justify="left", pad_edge=False)
-    names = ["metric", "at", "baseline", "variant", "change", "95% interval", "n", "verdict"]
+    names = ["metric", "at", "baseline", "variant", "change", "adj. interval", "n", "verdict"]
     for name in [n for n in names if n != "n" or not uniform]:
         right = name not in ("metric", "at", "verdict")
         table.add_column(name, justify="right" if right else "left", no_wrap=True)
@@ -194,11 +214,40 @@ def _effects_table(title: str, effects: list[dict[str, Any]]) -> Table:
             _figure(e["metric"], e["baseline_mean"]),
             _figure(e["metric"], e["mean"]),
             _pct(e["ratio"] - 1 if e["ratio"] is not None else None),
-            _interval(e["ci95"]),
+            _interval(_adjusted(e)),
         ]
         cells += [] if uniform else [f"{e['n_baseline']}/{e['n_variant']}"]
-        table.add_row(*cells, e["verdict"])
+        table.add_row(*cells, _verdict(e))
     return table
+
+
+def answer_lines(doc: dict[str, Any]) -> list[str]:
+    """The comparison's answer, led only by what survived the family's correction: per change,
+    its verdicts better and worse (the largest of each), else that nothing survived."""
+    by_change: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for effect in doc.get("effects", []):
+        by_change[effect["change"]].append(effect)
+    lines = []
+    for change, effects in by_change.items():
+        parts = []
+        for verdict in (BETTER, WORSE):
+            found = [e for e in effects if e["verdict"] == verdict and e["ratio"] is not None]
+            if found:
+                top = max(found, key=lambda e: abs(e["ratio"] - 1))
+                parts.append(
+                    f"{verdict} on {len(found)} of {len(effects)} rows (most: {_row(top)})"
+                )
+        survived = "; ".join(parts) or "nothing survives the correction"
+        lines.append(f"{change}: {survived}")
+    return sorted(lines, key=lambda line: line.endswith("nothing survives the correction"))
+
+
+def _row(e: dict[str, Any]) -> str:
+    launches = e.get("launches") or [e["n_baseline"], e["n_variant"]]
+    return (
+        f"{METRIC_LABELS.get(e['metric'], e['metric'])} at {point_label(e['point'])} "
+        f"{_pct(e['ratio'] - 1)} [{_interval(_adjusted(e))}], {launches[0]}+{launches[1]} launches"
+    )
 
 
 def _too_few(effects: list[dict[str, Any]]) -> str | None:
@@ -231,7 +280,7 @@ def effects_tables(doc: dict[str, Any]) -> list[Table | str]:
         table = Table(
             box=box.SIMPLE_HEAD, title="largest interaction per metric", title_justify="left"
         )
-        for name in ("metric", "at", "factors", "ratio of ratios", "95% interval", "verdict"):
+        for name in ("metric", "at", "factors", "ratio of ratios", "adj. interval", "verdict"):
             table.add_column(name, overflow="fold")
         for item in largest:
             table.add_row(
@@ -239,8 +288,8 @@ def effects_tables(doc: dict[str, Any]) -> list[Table | str]:
                 point_label(item["point"]),
                 item["change"],
                 _num(item["ratio"], 3),
-                _interval(item["ci95"]),
-                item["verdict"],
+                _interval(_adjusted(item)),
+                _verdict(item),
             )
         tables.append(table)
     return tables
@@ -259,16 +308,31 @@ def render_compare_table(doc: dict[str, Any], width: int = WIDTH) -> str:
     tables = effects_tables(doc)
     if tables:
         settings = doc.get("settings") or {}
+        console.print("\nanswer (only what survives the correction):")
+        for line in answer_lines(doc):
+            console.print(f"  {line}")
+        correction = describe_correction(doc.get("correction")) or "no correction"
+        band = 100 * settings.get("min_effect", 0.02)
+        noisy = 100 * settings.get("max_cv", 0.1)
         console.print(
-            f"\neffects: 95% Welch interval over the launches; 'no meaningful difference' = "
-            f"inside ±{100 * settings.get('min_effect', 0.02):g}%; 'not enough repeats' = under "
-            f"3 launches, a CV over {100 * settings.get('max_cv', 0.1):g}%, or an interval "
-            "too wide to decide"
+            f"\neffects over launches (a Welch interval on the log ratio); {correction}; "
+            "'better'/'worse' = adjusted p <= 5% and the adjusted interval off 0; 'no meaningful "
+            f"difference' = that interval inside ±{band:g}%; 'not enough repeats (+k)' = under 3 "
+            f"launches, a CV over {noisy:g}%, or an interval too wide to decide, k more launches "
+            "of each variant would decide it at this spread"
         )
     for table in tables:
         console.print(table)
     for line in prompt_token_lines(doc):
         console.print(line)
+    more = next_launches(doc)
+    if more is not None:
+        console.print(
+            f"\n{more.sentence()}: submit the spec (SPEC.yaml) again with repeat: {more.more}, "
+            "then compare old and new launches together:"
+        )
+        for command in more.commands:
+            console.print(f"  {command}", soft_wrap=True)
     for warning in doc.get("warnings", []):
         console.print(f"warning: {warning}")
     return _text(console)

@@ -379,19 +379,26 @@ def _percent(text: str) -> float:
 
 
 def comparison(args: argparse.Namespace) -> dict[str, Any]:
-    """The controller's comparison; effects recomputed here when the thresholds are not the
-    defaults (the launches it holds are all that is needed)."""
-    from tunelab.analysis.effects import EffectSettings, effects_document  # not for --help
+    """The controller's comparison; effects recomputed here when a flag asks for other
+    thresholds, correction or primary metric than the document's (the launches it holds are all
+    that is needed)."""
+    from tunelab.analysis.effects import (  # not for --help
+        CORRECTIONS,
+        EffectSettings,
+        effects_document,
+    )
 
     client = ControllerClient.for_args(args)
     request = controller_pb2.CompareRunsRequest(ids=spec_names(client, args.ids))
     document: dict[str, Any] = json.loads(client.compare_runs(request).comparison_json)
-    defaults = EffectSettings()
+    held = EffectSettings.from_dict(document.get("settings") or {})
     settings = EffectSettings(
-        min_effect=defaults.min_effect if args.min_effect is None else args.min_effect,
-        max_cv=defaults.max_cv if args.max_cv is None else args.max_cv,
+        min_effect=held.min_effect if args.min_effect is None else args.min_effect,
+        max_cv=held.max_cv if args.max_cv is None else args.max_cv,
+        correction=held.correction if args.correction is None else CORRECTIONS[args.correction],
+        primary=held.primary if args.primary is None else args.primary or None,
     )
-    if settings != defaults:
+    if settings != held or "correction" not in document:
         document.update(effects_document(document["experiments"], settings))
     return document
 
@@ -451,6 +458,21 @@ def _add_effect_args(parser: argparse.ArgumentParser) -> None:
         metavar="PCT",
         help="launches spread more than this are 'not enough repeats' (default 10%%)",
     )
+    parser.add_argument(
+        "--correction",
+        choices=("bh", "holm"),
+        help="how the rows of the comparison are corrected as one family: bh, the false "
+        "discovery rate (Benjamini-Hochberg, the default), or holm, the family-wise error "
+        "(default: the spec's compare.correction, else bh)",
+    )
+    parser.add_argument(
+        "--primary",
+        metavar="METRIC",
+        choices=("output_throughput", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms",
+                 "p99_tpot_ms", "median_itl_ms", "p99_itl_ms", "tokens_per_joule", ""),
+        help="judge this metric's rows first, as their own family; the rest only with the "
+        "alpha its discoveries pass on (default: the spec's compare.primary; '' for none)",
+    )  # fmt: skip
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -12,7 +12,15 @@ from collections import defaultdict
 from html import escape
 from typing import Any
 
-from tunelab.analysis.effects import BETTER, METRIC_LABELS, METRICS, NO_DIFFERENCE, WORSE
+from tunelab.analysis.effects import (
+    BETTER,
+    METRIC_LABELS,
+    METRICS,
+    NO_DIFFERENCE,
+    WORSE,
+    describe_correction,
+    next_launches,
+)
 from tunelab.analysis.report.provenance import provenance_summary
 from tunelab.analysis.report.svg import (
     PALETTE,
@@ -220,27 +228,41 @@ def curves(doc: dict[str, Any]) -> str:
     return "".join(parts) or "<p class='muted'>No closed-loop results to plot.</p>"
 
 
+def _adjusted(e: dict[str, Any]) -> list[float] | None:
+    """The interval a verdict rests on (a document from before the correction has only ci95)."""
+    found: list[float] | None = e.get("interval_adjusted", e["ci95"])
+    return found
+
+
+def _launches(e: dict[str, Any]) -> str:
+    launches = e.get("launches") or [e["n_baseline"], e["n_variant"]]
+    return f"{launches[0]}+{launches[1]} launches"
+
+
 def _effect_line(e: dict[str, Any]) -> str:
+    ci, level = _adjusted(e), e.get("interval_confidence", 0.95)
     interval = (
-        f"95% interval {_pct(e['ci95'][0])} .. {_pct(e['ci95'][1])}" if e["ci95"] else "no interval"
+        f"{100 * level:.4g}% interval {_pct(ci[0])} .. {_pct(ci[1])}" if ci else "no interval"
     )
     return (
         f"<b>{escape(e['change'])}</b>: {_pct(e['ratio'] - 1)} {escape(_point(e['point']))} "
-        f"({interval}; {escape(e['verdict'])})"
+        f"({interval}, {_launches(e)}; {escape(e['verdict'])})"
     )
 
 
 def summary_section(doc: dict[str, Any]) -> str:
-    """The answer first: per metric, which change helped most, by how much, its interval and
-    verdict; and the worst change where one made it worse."""
+    """The answer first, led only by what survives the family's correction: per metric, the
+    change that helped most (and the worst, where one made it worse), by how much, its interval
+    and launches; then the metrics where nothing survived, the correction, and what more
+    launches would decide."""
     effects = [e for e in doc.get("effects", []) if e["ratio"] is not None]
     if not effects:
         return (
             "<div class='answer'><p>No ablation or matrix with a baseline: nothing to compare "
             "against, so no answer to give (the curves below show each variant).</p></div>"
         )
-    lines = []
-    for metric in SUMMARY_METRICS + tuple(m for m in METRICS if m not in SUMMARY_METRICS):
+    lines, empty = [], []
+    for metric in SUMMARY_METRICS:
         mine = [e for e in effects if e["metric"] == metric]
         if not mine:
             continue
@@ -251,25 +273,43 @@ def summary_section(doc: dict[str, Any]) -> str:
 
         label = escape(METRIC_LABELS.get(metric, metric))
         helped = [e for e in mine if e["verdict"] == BETTER]
-        if helped:
-            line = f"<b>{label}</b>: helped most: {_effect_line(max(helped, key=gain))}"
-        else:
-            best = max(mine, key=gain)
-            line = (
-                f"<b>{label}</b>: no change helped meaningfully; best estimate {_effect_line(best)}"
-            )
         hurt = [e for e in mine if e["verdict"] == WORSE]
-        if hurt:
-            line += f"; worst: {_effect_line(min(hurt, key=gain))}"
-        if metric in SUMMARY_METRICS:
-            lines.append(f"<p class='summary-line' data-metric='{escape(metric)}'>{line}</p>")
+        parts = [f"helped most: {_effect_line(max(helped, key=gain))}"] if helped else []
+        parts += [f"worst: {_effect_line(min(hurt, key=gain))}"] if hurt else []
+        if not parts:
+            empty.append(label)
+            continue
+        line = f"<b>{label}</b>: " + "; ".join(parts)
+        lines.append(f"<p class='summary-line' data-metric='{escape(metric)}'>{line}</p>")
+    if empty:
+        lines.append(
+            f"<p class='summary-none'>No change survives the correction on {', '.join(empty)}"
+            " (every estimate is in Effects below).</p>"
+        )
     settings = doc.get("settings") or {}
+    correction = describe_correction(doc.get("correction"))
     note = (
-        f"<p class='muted'>better/worse: the 95% interval lies outside "
-        f"±{100 * float(settings.get('min_effect', 0.02)):g}%; every metric and point is in "
-        "Effects below.</p>"
+        f"<p class='muted'>Each interval is over launches (the unit of evidence), at the "
+        f"confidence of its family; better/worse: the adjusted p is at most 5% and that interval "
+        f"excludes 0; no meaningful difference: it lies inside "
+        f"±{100 * float(settings.get('min_effect', 0.02)):g}%. "
+        f"{escape(correction[:1].upper() + correction[1:])}.</p>"
+        if correction
+        else ""
     )
-    return f"<div class='answer'>{''.join(lines)}{note}</div>"
+    return f"<div class='answer'>{''.join(lines)}{note}{_next_launches(doc)}</div>"
+
+
+def _next_launches(doc: dict[str, Any]) -> str:
+    more = next_launches(doc)
+    if more is None:
+        return ""
+    commands = "<br>".join(f"<code>{escape(c)}</code>" for c in more.commands)
+    return (
+        f"<p class='next-launches'>{escape(more.sentence())}: submit the spec "
+        f"(<code>SPEC.yaml</code>) again with <code>repeat: {more.more}</code>, then compare old "
+        f"and new launches together:<br>{commands}</p>"
+    )
 
 
 def _interval_color(verdict: str) -> str:
@@ -289,14 +329,15 @@ def effects_section(doc: dict[str, Any]) -> str:
             Interval(
                 f"{METRIC_LABELS.get(e['metric'], e['metric'])} @ {e['point']}",
                 e["ratio"] - 1,
-                e["ci95"][0],
-                e["ci95"][1],
+                ci[0],
+                ci[1],
                 _interval_color(e["verdict"]),
                 e["verdict"],
                 sets_axis=e["verdict"] in VERDICT_COLORS,
             )
             for e in effects
-            if e["ci95"] and e["ratio"] is not None
+            # an untested row (too few launches, too noisy) is drawn with its own 95 % interval
+            if (ci := _adjusted(e) or e["ci95"]) and e["ratio"] is not None
         ]
         if rows:
             chart = interval_chart(f"effect of {change}", rows, band)
@@ -304,8 +345,8 @@ def effects_section(doc: dict[str, Any]) -> str:
                 _figure(
                     f"effect {change}",
                     chart,
-                    f"Effect of {change}: green better, "
-                    "red worse, grey no meaningful difference, orange not enough repeats.",
+                    f"Effect of {change}, each interval at its family's confidence: green "
+                    "better, red worse, grey no meaningful difference, orange not enough repeats.",
                 )
             )
         table = [
@@ -315,19 +356,17 @@ def effects_section(doc: dict[str, Any]) -> str:
                 _num(e["baseline_mean"], 2),
                 _num(e["mean"], 2),
                 f"{100 * (e['ratio'] - 1):+.1f}%" if e["ratio"] is not None else "-",
-                f"{100 * e['ci95'][0]:+.1f}% .. {100 * e['ci95'][1]:+.1f}%" if e["ci95"] else "-",
-                f"{e['n_baseline']}/{e['n_variant']}",
-                escape(e["verdict"]),
+                _span(_adjusted(e)),
+                _level(e),
+                _p(e.get("p_adjusted")),
+                _launches(e),
+                escape(_verdict(e)),
             ]
             for e in effects
         ]
-        parts.append(
-            f"<h3>{escape(change)}</h3>"
-            + _table(
-                ["metric", "at", "baseline", "variant", "change", "95% interval", "n", "verdict"],
-                table,
-            )
-        )
+        header = ["metric", "at", "baseline", "variant", "change", "interval", "at conf.",
+                  "adjusted p", "launches", "verdict"]  # fmt: skip
+        parts.append(f"<h3>{escape(change)}</h3>" + _table(header, table))
     largest = doc.get("largest_interactions") or []
     if largest:
         rows_ = [
@@ -336,18 +375,34 @@ def effects_section(doc: dict[str, Any]) -> str:
                 escape(i["point"]),
                 escape(i["change"]),
                 _num(i["ratio"], 3),
-                f"{100 * i['ci95'][0]:+.1f}% .. {100 * i['ci95'][1]:+.1f}%" if i["ci95"] else "-",
-                escape(i["verdict"]),
+                _span(_adjusted(i)),
+                _level(i),
+                _p(i.get("p_adjusted")),
+                escape(_verdict(i)),
             ]
             for i in largest
         ]
-        parts.append(
-            "<h3>Largest interaction per metric</h3>"
-            + _table(
-                ["metric", "at", "factors", "ratio of ratios", "95% interval", "verdict"], rows_
-            )
-        )
+        header = ["metric", "at", "factors", "ratio of ratios", "interval", "at conf.",
+                  "adjusted p", "verdict"]  # fmt: skip
+        parts.append("<h3>Largest interaction per metric</h3>" + _table(header, rows_))
     return "".join(parts)
+
+
+def _span(ci: list[float] | None) -> str:
+    return f"{100 * ci[0]:+.1f}% .. {100 * ci[1]:+.1f}%" if ci else "-"
+
+
+def _level(e: dict[str, Any]) -> str:
+    return f"{100 * e.get('interval_confidence', 0.95):.4g}%"
+
+
+def _p(value: Any) -> str:
+    return f"{value:.2g}" if isinstance(value, int | float) else "-"
+
+
+def _verdict(e: dict[str, Any]) -> str:
+    more = e.get("more_launches")
+    return f"{e['verdict']} (+{more} launches each)" if more else str(e["verdict"])
 
 
 def gpu_section(doc: dict[str, Any]) -> str:

@@ -22,7 +22,7 @@ LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$")
 LABEL_VALUE = re.compile(r"^[^\x00-\x1f\x7f]{0,253}$")  # no NUL, newline or other control
 
 TOP_KEYS = {"name", "priority", "host", "server", "benchmark", "max_duration", "repeat", "matrix",
-            "ablation", "max_attempts", "roofline", "redact", "profile"}  # fmt: skip
+            "ablation", "max_attempts", "roofline", "redact", "profile", "compare"}  # fmt: skip
 SERVER_KEYS = {"command", "flags", "env", "port", "ready", "stop_grace", "cwd", "engine"}
 ENGINES = ("vllm", "sglang", "generic")  # the agent's engine profiles
 READY_KEYS = {"path", "model", "timeout"}
@@ -56,6 +56,11 @@ RAMP_KEYS = {"strategy", "start_rate", "end_rate"}
 PROFILE_KEYS = {"point", "window", "requests", "activities", "max_bytes", "start_url", "stop_url",
                 "stop_timeout"}  # fmt: skip
 FIND_KEYS = {"axis", "max", "slo"}
+# `compare:` (docs/report.md): how the comparison of this spec's runs judges its effects
+COMPARE_KEYS = {"correction", "primary"}
+COMPARE_CORRECTIONS = ("bh", "holm")  # Benjamini-Hochberg (the default), Holm
+COMPARE_METRICS = ("output_throughput", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms",
+                   "p99_tpot_ms", "median_itl_ms", "p99_itl_ms", "tokens_per_joule")  # fmt: skip
 FIND_SLO = ("p99_ttft_ms", "median_ttft_ms", "p99_tpot_ms", "median_tpot_ms", "p99_itl_ms",
             "median_itl_ms", "p99_e2el_ms", "median_e2el_ms")  # fmt: skip
 COMMAND_KEYS = {"command", "result_file", "env"}
@@ -480,6 +485,24 @@ def check_profile(check: Checker, raw: Any) -> dict[str, Any]:
     return out
 
 
+def check_compare(check: Checker, raw: Any) -> dict[str, Any]:
+    """``compare: {correction: bh|holm, primary: METRIC}``: the family correction of the
+    comparison's effects and the metric judged first (effects.py)."""
+    given = check.mapping(raw, "compare", COMPARE_KEYS)
+    out: dict[str, Any] = {}
+    if "correction" in given:
+        value = check.string(given["correction"], "compare.correction")
+        if value and value not in COMPARE_CORRECTIONS:
+            check.fail("compare.correction", f"expected one of {', '.join(COMPARE_CORRECTIONS)}")
+        out["correction"] = value
+    if "primary" in given:
+        value = check.string(given["primary"], "compare.primary")
+        if value and value not in COMPARE_METRICS:
+            check.fail("compare.primary", f"expected one of {', '.join(COMPARE_METRICS)}")
+        out["primary"] = value
+    return out
+
+
 def _find(check: Checker, raw: Any) -> dict[str, Any]:
     """``benchmark.find``: {axis: concurrency|rate, max: N, slo: {p99_tpot_ms: 50}} — the
     largest load meeting every SLO, found on one server (what ``search: load: find`` sets)."""
@@ -549,6 +572,8 @@ def check_experiment(raw: Any, prefix: str = "") -> tuple[dict[str, Any], list[S
         "repeat": check.integer(doc.get("repeat", 1), "repeat", 1, REPEAT),
         "max_attempts": check.integer(doc.get("max_attempts", 3), "max_attempts", 1, MAX_ATTEMPTS),
     }
+    if "compare" in doc:
+        spec["compare"] = check_compare(check, doc["compare"])
     if "redact" in doc:  # more names whose values never leave the controller (wire.py)
         spec["redact"] = check.string_list(doc["redact"], "redact")
     if "profile" in doc:
