@@ -16,7 +16,7 @@ from structlog.testing import capture_logs
 
 from tunelab.analysis.mlflow import bounds as mlflowbounds
 from tunelab.analysis.mlflow.sink import MlflowSink, MlflowUnavailable
-from tunelab.controller.mlflowexport import MlflowExporter
+from tunelab.controller.mlflow.export import MlflowExporter
 from tunelab.controller.store import SqliteStore
 
 BODY_LIMIT = 256 << 20  # where the hostile server gives up: what the old client read whole
