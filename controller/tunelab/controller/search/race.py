@@ -44,7 +44,7 @@ from tunelab.controller.store.search_models import TrialRow
 
 MAX_CHALLENGERS = 3
 SCREEN = 0.25  # a challenger's objective within 25 % of the incumbent's enters the race
-DEFAULT_LAUNCHES = 3  # launches of the default at the race's load (for the answer's effect)
+DEFAULT_LAUNCHES = 2  # launches of the default at the race's load (for the answer's effect)
 MAX_FAILED = 2  # a contender whose race launches failed this often leaves the race
 
 BETTER, TIE, UNDECIDED, RACING, ALONE = "better", "tie", "undecided", "racing", "alone"
