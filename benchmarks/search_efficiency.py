@@ -47,6 +47,8 @@ Usage: python benchmarks/search_efficiency.py [--seeds 5] [--check] [--real-chec
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
 import heapq
 import json
 import math
@@ -70,7 +72,14 @@ from tunelab.bench.simulator.process import SimulatorProcess
 from tunelab.bench.simulator.timing import LatenessStats
 from tunelab.bench.stats import percentile
 from tunelab.common.pyexec import python_module_argv
-from tunelab.controller.search.driver import MAX_ASK_ROUNDS, best_trial, implied_oom, views
+from tunelab.controller.search import race
+from tunelab.controller.search.driver import (
+    MAX_ASK_ROUNDS,
+    best_trial,
+    counted,
+    implied_oom,
+    views,
+)
 from tunelab.controller.search.space import SearchSpec, parse_search
 from tunelab.controller.search.strategies import key, strategy_for
 from tunelab.controller.states import TrialState
@@ -396,13 +405,10 @@ def run_search(strategy: str, agents: int, seed: int, surf: Surface = SURFACE) -
             trial.state, trial.failure_reason = TrialState.FAILED, result.failure
             continue
         trial.state = TrialState.DONE
-        if result.objective is not None:
+        trial.details["load"] = {"concurrency": surf.concurrency}
+        if result.objective is not None:  # one launch, one value (the launch is the unit)
             trial.samples = [result.objective]
-            pooled = [
-                v for o in trials if o.number <= trial.number and key(o.params) == key(trial.params)
-                for v in o.samples
-            ]  # fmt: skip
-            trial.objective = sum(pooled) / len(pooled)
+            trial.objective = result.objective
     best = best_trial(spec, trials)
     return SearchResult(
         strategy,
@@ -413,6 +419,166 @@ def run_search(strategy: str, agents: int, seed: int, surf: Surface = SURFACE) -
         now,
         best.params if best is not None else None,
     )
+
+
+# the race under launch noise -------------------------------------------------------------------
+NOISE_SURFACES = {
+    "top two 0.3 % apart": SURFACE,
+    "runner-up 10 % below": Surface(tokens=(1024, 4096), per_seq=(0.3, 0.25)),
+    "runner-up 19 % below": Surface(tokens=(512, 2048, 8192)),
+}
+NOISE_CVS = (0.03, 0.05, 0.10)
+NOISE_STRATEGIES = ("grid", "successive-halving")
+
+
+@functools.cache
+def cached_run(n: int, t: int, s: float, requests: int, surf: Surface) -> Point:
+    return finite_run(n, t, s, requests, surf)
+
+
+def noisy_launch(
+    params: dict[str, Any], requests: int, rng: random.Random, cv: float, surf: Surface
+) -> Launch:
+    """One launch: a server start, then the run; its throughput scaled by one log-normal factor
+    (mean 1, coefficient of variation ``cv``), as a real engine varies between restarts."""
+    n, t, s = flags_of(params)
+    if n > surf.oom_above:
+        return Launch(surf.startup_s, failure="CUDA_OOM")
+    point = cached_run(n, t, s, requests, surf)
+    sigma = math.sqrt(math.log1p(cv * cv))
+    factor = math.exp(rng.gauss(-sigma * sigma / 2.0, sigma))
+    objective = point.output_throughput * factor if point.meets(surf) else None
+    return Launch(surf.startup_s + point.duration_s / factor, objective=objective)
+
+
+@dataclass
+class RaceResult:
+    verdict: str
+    best: dict[str, Any] | None
+    others: list[dict[str, Any]]  # the runner-up, or the trials the best ties with
+    tried: list[dict[str, Any]]  # every configuration that met the SLO in the strategy
+    gpu_seconds: float
+    strategy_launches: int
+    race_launches: int
+
+
+def run_raced(strategy: str, seed: int, cv: float, surf: Surface, confirm: int = 6) -> RaceResult:
+    """The controller's driver loop on one agent, the strategy then the race (race.py), every
+    launch noisy: ask, skip what an OOM implies, queue the race's rounds, read its answer."""
+    spec = dataclasses.replace(search_spec(strategy, 1, seed, surf), confirm_launches=confirm)
+    rung0 = surf.full_requests // RUNG0_SHARE.get(strategy, 1)
+    rng = random.Random(seed * 7919 + int(cv * 1000))
+    trials: list[TrialRow] = []
+    gpu = 0.0
+    while True:
+        proposals = []
+        if counted(trials) < spec.max_trials:
+            answer = strategy_for(spec.strategy).ask(spec, views(trials), 1)
+            proposals = answer.proposals
+        if not proposals:
+            standing = race.standings(spec, trials)
+            if standing.settled:
+                break
+            proposals = standing.pending[:1]
+        proposal = proposals[0]
+        trial = TrialRow(
+            "g", len(trials) + 1, proposal.params, TrialState.RUNNING, 0.0, proposal.rung
+        )
+        trials.append(trial)
+        if proposal.race:
+            trial.details["race"] = proposal.race
+        elif implied_oom(spec, proposal.params, trials) is not None:
+            trial.state, trial.failure_reason = TrialState.SKIPPED, "IMPLIED_OOM"
+            continue
+        trial.experiment_id = f"x{trial.number}"
+        result = noisy_launch(proposal.params, rung0 * spec.eta**proposal.rung, rng, cv, surf)
+        gpu += result.duration_s
+        trial.details["gpu_seconds"] = result.duration_s
+        if result.failure:
+            trial.state, trial.failure_reason = TrialState.FAILED, result.failure
+            continue
+        trial.state = TrialState.DONE
+        trial.details["load"] = {"concurrency": surf.concurrency}
+        if result.objective is not None:
+            trial.samples, trial.objective = [result.objective], result.objective
+    st = race.standings(spec, trials)
+    others = [e.params for e in st.tied_with]
+    if not others and st.runner_up is not None:
+        others = [st.runner_up.params]
+    tried = [t.params for t in trials if not race.is_race(t) and t.objective is not None]
+    return RaceResult(
+        st.verdict,
+        None if st.best is None else st.best.params,
+        others,
+        tried,
+        gpu,
+        counted(trials),
+        sum(1 for t in trials if race.is_race(t) and t.experiment_id),
+    )
+
+
+def grid_three(surf: Surface) -> float:
+    """GPU-seconds of a grid with 3 launches per point at the full length (an OOM once)."""
+    total = 0.0
+    for params in surf.points():
+        n, t, s = flags_of(params)
+        if n > surf.oom_above:
+            total += surf.startup_s
+        else:
+            total += 3 * (surf.startup_s + cached_run(n, t, s, surf.full_requests, surf).duration_s)
+    return total
+
+
+def noise_table(seeds: int, confirm: int = 6) -> list[str]:
+    """Per surface, noise and strategy: how often the answer is the right winner, a tie that
+    holds the optimum, undecided, or a wrong winner called better (among searches whose
+    strategy tried a configuration that serves; the others are counted apart)."""
+    lines = [
+        (
+            f"the race under launch noise ({seeds} seeds each; margin 2 %, confirm {confirm} "
+            "launches; a configuration 'serves' within 2 % of the optimum's true value):"
+        ),
+        (
+            "| surface | launch CV | strategy | right winner | tie holding it | undecided "
+            "(holding it) | wrong winner 'better' | optimum not tried | launches (strategy + "
+            "race) | GPU-s vs grid x3 |"
+        ),
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, surf in NOISE_SURFACES.items():
+        values, optimum, _ = truth(surf)
+        baseline = grid_three(surf)
+
+        def serves(
+            params: dict[str, Any] | None,
+            values: dict[str, float | None] = values,
+            optimum: float = optimum,
+        ) -> bool:
+            return params is not None and (values[key(params)] or 0.0) >= 0.98 * optimum
+
+        for cv in NOISE_CVS:
+            for strategy in NOISE_STRATEGIES:
+                runs = [run_raced(strategy, seed, cv, surf, confirm) for seed in range(seeds)]
+                missed = [r for r in runs if not any(map(serves, r.tried))]
+                fair = [r for r in runs if any(map(serves, r.tried))]
+                right = sum(r.verdict in ("better", "alone") and serves(r.best) for r in fair)
+                wrong = sum(r.verdict == "better" and not serves(r.best) for r in fair)
+                tie = sum(
+                    r.verdict == "tie" and (serves(r.best) or any(map(serves, r.others)))
+                    for r in fair
+                )
+                undecided = [r for r in fair if r.verdict == "undecided"]
+                holding = sum(serves(r.best) or any(map(serves, r.others)) for r in undecided)
+                n = max(1, len(fair))
+                lines.append(
+                    f"| {name} | {cv:.0%} | {strategy} | {right / n:.1%} | {tie / n:.1%} "
+                    f"| {len(undecided) / n:.1%} ({holding / n:.1%}) | {wrong / n:.1%} "
+                    f"| {len(missed)} "
+                    f"| {statistics.fmean(r.strategy_launches for r in runs):.1f} + "
+                    f"{statistics.fmean(r.race_launches for r in runs):.1f} "
+                    f"| {statistics.fmean(r.gpu_seconds for r in runs) / baseline:.0%} |"
+                )
+    return lines
 
 
 def auto_tune(seed: int, surf: Surface = SURFACE) -> SearchResult:
@@ -559,7 +725,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--real-check", action="store_true", help="also run a few points on real processes"
     )
     parser.add_argument("--json", type=Path, help="write every search's result here")
+    parser.add_argument(
+        "--noise",
+        type=int,
+        metavar="SEEDS",
+        help="only the race under launch noise (CV 3, 5, 10 %%), SEEDS seeds per cell",
+    )
+    parser.add_argument(
+        "--confirm", type=int, default=6, help="with --noise: launches per contender (default 6)"
+    )
     args = parser.parse_args(argv)
+    if args.noise:
+        started = time.monotonic()
+        print("\n".join(noise_table(args.noise, args.confirm)))
+        print(f"(computed in {time.monotonic() - started:.1f} s)")
+        return 0
     surf = SURFACE
     started = time.monotonic()
     values, optimum, optimum_params = truth(surf)

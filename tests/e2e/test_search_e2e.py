@@ -1,7 +1,8 @@
 """E2E: a search on real processes — the controller, agents and simulator servers on loopback.
-examples/search-sim.yaml through `submit --wait` prints the best configuration with its evidence;
-two agents share the trials; a controller killed with SIGKILL mid-search resumes it without
-running a finished trial again."""
+examples/search-sim.yaml through `submit --wait` prints the best configuration with its evidence
+and the one-line answer; two agents share the trials; a controller killed with SIGKILL mid-race
+resumes it without running a finished trial again and reaches the same answer. The race's
+answers (test_search_race_e2e.py) are checked on real processes too."""
 
 from __future__ import annotations
 
@@ -42,17 +43,26 @@ def test_the_example_search_prints_the_best_configuration_and_two_agents_share_i
     group = re.search(r"search (g-[0-9a-f]+)", out)
     assert group, out
     assert "best configuration (trial " in out and "--max-num-seqs=64" in out, out
-    assert "vs the default --max-num-batched-tokens=512, --max-num-seqs=8:" in out, out
+    answer = re.search(r"^answer: (winner|tie|undecided): ", out, re.MULTILINE)
+    assert answer, out
+    assert "vs the default --max-num-batched-tokens=512, --max-num-seqs=8 at concurrency " in out
     assert "server argv: " in out and "--max-num-seqs 64" in out
     doc = search_doc(lab, group.group(1))
     assert doc["state"] == "DONE"
     assert doc["best"]["params"][SEQS] == 64
+    assert doc["answer"].startswith(answer.group(1)) and doc["best"]["verdict"] != "better", (
+        "512/64 and 4096/64 are the same server at this load: never one better than the other"
+    )
+    assert doc["best"]["vs_runner_up"]["params"][SEQS] == 64
+    assert doc["best"]["launches"] >= 2 and doc["best"]["interval"][0] > 0
     assert 32 <= doc["best"]["load"]["concurrency"] <= 128  # past the cap, TTFT bounds it
     trials = {(t["params"][SEQS], t["params"]["server.flags.--max-num-batched-tokens"]): t
-              for t in doc["trials"]}  # fmt: skip
+              for t in doc["trials"] if not t["race"]}  # fmt: skip
     assert trials[(128, 512)]["failure_reason"] == "CUDA_OOM"
     assert trials[(128, 4096)]["state"] == "SKIPPED"  # implied by the OOM at 128, 512
-    assert doc["recommendation"]["effect"]["relative_change"] > 1.5  # ~5x the 8 sequences
+    effect = doc["recommendation"]["effect"]
+    assert effect["relative_change"] > 1.5 and effect["load"] == doc["best"]["load"]  # ~5x
+    assert effect["launches"][1] >= 2, "the default launched at the best's load"
     hosts = {
         e["attempts"][0]["host"]
         for e in controller.cli_json("ls", "--group", group.group(1))
@@ -63,7 +73,7 @@ def test_the_example_search_prints_the_best_configuration_and_two_agents_share_i
     assert set(shown) >= {"state", "best", "trials"} and shown["best"] == doc["best"]
 
 
-def test_a_controller_killed_mid_search_resumes_without_rerunning_a_finished_trial(
+def test_a_controller_killed_mid_race_resumes_it_and_reaches_the_same_answer(
     lab: Lab, tmp_path: Path
 ) -> None:
     controller = lab.start_controller()
@@ -76,14 +86,14 @@ def test_a_controller_killed_mid_search_resumes_without_rerunning_a_finished_tri
     submitted = controller.cli("submit", str(path), "--json")
     assert submitted.returncode == 0, submitted.stderr
     group = json.loads(submitted.stdout)["search_group"]
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:  # the strategy is done and a launch of the race ended
         before = search_doc(lab, group)
-        if sum(1 for t in before["trials"] if t["state"] == "DONE") >= 2:
+        if any(t["race"] and t["state"] == "DONE" for t in before["trials"]):
             break
         time.sleep(0.2)
     else:
-        raise AssertionError(f"two trials never finished: {before}")
+        raise AssertionError(f"no launch of the race ended: {before}")
     finished_before = {t["number"]: t for t in before["trials"] if t["state"] == "DONE"}
     controller.kill9()  # SIGKILL: no shutdown path runs
     controller.start()
@@ -95,12 +105,27 @@ def test_a_controller_killed_mid_search_resumes_without_rerunning_a_finished_tri
     assert after["state"] == "DONE" and after["best"]["params"] == {SEQS: 64}, (
         json.dumps(after["trials"], indent=1) + evidence
     )
+    # 64 sequences give ~1.6x the tokens/s of 32 at 64's load: a winner, over launches
+    assert after["best"]["verdict"] == "better", after["answer"]
+    assert after["best"]["vs_runner_up"]["params"] == {SEQS: 32}
+    assert after["answer"].startswith("winner: trial ")
     for number, trial in finished_before.items():  # finished trials are kept as they were
         assert after["trials"][number - 1] == trial, (trial, after["trials"][number - 1])
-    experiments = [t["experiment"] for t in after["trials"]]
-    assert len(experiments) == len(set(experiments)) == 4, after["trials"]
+    experiments = [t["experiment"] for t in after["trials"] if t["experiment"]]
+    assert len(experiments) == len(set(experiments)), after["trials"]
+    assert sum(1 for t in after["trials"] if not t["race"]) == 4
+    rounds: dict[int, list[str]] = {}
+    for t in after["trials"]:
+        if t["race"]:
+            rounds.setdefault(t["race"], []).append(json.dumps(t["params"]))
+    assert all(len(keys) == len(set(keys)) for keys in rounds.values()), (
+        "no launch of a round queued twice across the restart",
+        rounds,
+    )
     starts = [line for line in agent.log().splitlines() if '"event": "server_started"' in line]
-    assert len(starts) == 4, "each trial's server started once:\n" + "\n".join(starts) + evidence
+    assert len(starts) == len(experiments), (
+        "each trial's server started once:\n" + "\n".join(starts) + evidence
+    )
 
 
 def test_search_cancel_stops_the_trials_and_wait_says_so(lab: Lab, tmp_path: Path) -> None:

@@ -11,7 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from tunelab.agent.engines.traces import TRACE_DIR, TraceNotFound, keep_traces, listed_in, read_trace
+from tunelab.agent.engines.traces import (
+    TRACE_DIR,
+    TraceNotFound,
+    keep_traces,
+    listed_in,
+    read_trace,
+)
 
 pytestmark = [pytest.mark.pidns, pytest.mark.needs_root]
 

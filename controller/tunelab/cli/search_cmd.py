@@ -45,8 +45,8 @@ def _progress(doc: dict[str, Any]) -> str:
     best = doc.get("best")
     best_text = (
         f"best {doc['objective'].get('maximize') or doc['objective'].get('minimize')} "
-        f"{best['objective']:g} (trial {best['trial']})"
-        if best
+        f"{best['objective']:g} (trial {best['trial']}, {best.get('verdict') or 'racing'})"
+        if best and best.get("objective") is not None
         else "no feasible point yet"
     )
     return (
@@ -114,20 +114,23 @@ def render_search(doc: dict[str, Any]) -> str:
         reverse="maximize" in doc["objective"],
     )
     rank = {t["number"]: i + 1 for i, t in enumerate(ranked)}
-    rows = [["rank", "trial", "parameters", "load", objective, "95% interval", "SLO margin",
-             "state"]]  # fmt: skip
+    rows = [["rank", "trial", "parameters", "load", objective, "95% interval", "launches",
+             "SLO margin", "state"]]  # fmt: skip
     for t in sorted(doc["trials"], key=lambda t: (rank.get(t["number"], 10**9), t["number"])):
         interval = t.get("interval")
         margins = t.get("slo_margins") or {}
         rows.append(
             [
                 str(rank.get(t["number"], "-")),
-                f"{t['number']}" + (f" (rung {t['rung']})" if t["rung"] else ""),
+                f"{t['number']}"
+                + (f" (rung {t['rung']})" if t["rung"] else "")
+                + (f" (race {t['race']})" if t.get("race") else ""),
                 _params(t["params"]),
                 ", ".join(f"{k} {v:g}" for k, v in (t.get("load") or {}).items() if v is not None)
                 or "-",
                 _number(t["objective"]),
                 f"[{interval[0]:.4g}, {interval[1]:.4g}]" if interval else "-",
+                str(t.get("launches") or "-"),
                 ", ".join(f"{k} {v:+.0%}" for k, v in margins.items() if v is not None) or "-",
                 t["failure_reason"] or t["state"]
                 if t["state"] != "DONE"
@@ -139,34 +142,43 @@ def render_search(doc: dict[str, Any]) -> str:
     lengths = _prompt_tokens(doc["trials"])
     if lengths:
         lines.append(lengths)
+    if doc.get("answer"):
+        lines += ["", f"answer: {doc['answer']}"]
     rec = doc.get("recommendation")
     best = doc.get("best")
     if best and rec:
-        lines.append("")
         lines.append(f"best configuration (trial {best['trial']}): {_params(best['params'])}")
         interval = best.get("interval")
+        launches = best.get("launches") or 0
         lines.append(
             f"  {objective} {best['objective']:.4g}"
             + (f" [95% {interval[0]:.4g}, {interval[1]:.4g}]" if interval else "")
-            + f" at {', '.join(f'{k} {v:g}' for k, v in best['load'].items())}"
+            + f" at {_load(best['load'])}, {launches} launch{'es' if launches != 1 else ''}"
         )
         effect = rec["effect"]
+        own = effect.get("default_load")
+        beside = f" (the default alone takes {_load(own)} under the SLOs)" if own else ""
+        against = f"  vs the default {_params(effect['against'])} at {_load(effect['load'])}"
         if effect.get("interval"):
             lo, hi = effect["interval"]
+            n, m = effect["launches"]
             lines.append(
-                f"  vs the default {_params(effect['against'])}: "
-                f"{effect['relative_change']:+.1%} [95% {lo:+.1%}, {hi:+.1%}] — {effect['verdict']}"
+                f"{against}: {effect['relative_change']:+.1%} [95% {lo:+.1%}, {hi:+.1%}] over "
+                f"{n} and {m} launches — {effect['verdict']}{beside}"
             )
         elif effect.get("relative_change") is not None:
             lines.append(
-                f"  vs the default {_params(effect['against'])}: "
-                f"{effect['relative_change']:+.1%} — {effect['verdict']}"
+                f"{against}: {effect['relative_change']:+.1%} — {effect['verdict']}{beside}"
             )
         else:
-            lines.append(f"  vs the default: {effect['verdict']}")
+            lines.append(f"  vs the default: {effect['verdict']}{beside}")
         lines.append(f"  server argv: {' '.join(rec['argv'])}")
         lines.append(f"  spec snippet: {json.dumps(rec['spec'])}")
     return "\n".join(lines)
+
+
+def _load(load: dict[str, Any] | None) -> str:
+    return ", ".join(f"{k} {v:g}" for k, v in (load or {}).items() if v is not None) or "-"
 
 
 def finished(doc: dict[str, Any], as_json: bool) -> int:

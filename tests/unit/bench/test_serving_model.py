@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import heapq
 import math
+import statistics
 from collections.abc import Callable
 
 import pytest
@@ -16,7 +17,12 @@ from tunelab.agent.engines.failures import COMMON_SIGNATURES, FailureReason, cla
 from tunelab.bench.simulator.app import oom_lines
 from tunelab.bench.simulator.batching import BatchEngine
 from tunelab.bench.simulator.metrics import SimMetrics
-from tunelab.bench.simulator.options import SimSettings, add_sim_arguments, settings_from_args
+from tunelab.bench.simulator.options import (
+    SimSettings,
+    add_sim_arguments,
+    launch_factor,
+    settings_from_args,
+)
 from tunelab.bench.simulator.timing import LatenessStats
 from tunelab.controller.spec.expand import expand_text
 from tunelab.controller.spec.render import server_argv
@@ -256,3 +262,20 @@ def test_requests_arriving_at_the_same_instant_share_the_first_step() -> None:
     sched.run()
     for gen in gens:
         assert close(gen.times, [1.013, 1.026])
+
+
+def test_launch_cv_scales_every_time_by_one_factor_per_launch() -> None:
+    plain = parse("--step-ms-base", "10", "--step-ms-per-seq", "0.5", "--itl-ms", "4")
+    assert (plain.step_ms_base, plain.step_ms_per_seq, plain.itl_ms) == (10.0, 0.5, 4.0)
+    args = ("--step-ms-base", "10", "--step-ms-per-seq", "0.5", "--launch-cv", "0.1")
+    one = parse(*args, "--launch-seed", "7")
+    again = parse(*args, "--launch-seed", "7")
+    assert one == again, "a seed makes the launch reproducible"
+    factor = (one.step_ms_base or 0.0) / 10.0
+    assert factor != 1.0 and one.step_ms_per_seq == pytest.approx(0.5 * factor)
+    assert one.ttft_ms == pytest.approx(50.0 * factor)
+    draws = [launch_factor(0.1, seed) for seed in range(4000)]
+    mean = statistics.fmean(draws)
+    assert mean == pytest.approx(1.0, abs=0.01)
+    assert statistics.stdev(draws) / mean == pytest.approx(0.1, abs=0.01)
+    assert launch_factor(0.0, None) == 1.0

@@ -129,7 +129,7 @@ def test_each_strategy_finds_the_optimum_of_a_small_surface(
     assert doc["state"] == "DONE", doc["message"]
     assert doc["best"]["params"] == OPTIMUM
     assert doc["best"]["load"] == {"concurrency": 64}
-    launched = [t for t in doc["trials"] if t["experiment"]]
+    launched = [t for t in doc["trials"] if t["experiment"] and not t["race"]]
     keys = [json.dumps(t["params"], sort_keys=True) for t in launched if t["rung"] == 0]
     assert len(keys) == len(set(keys)), "no candidate launched twice at one rung"
     assert doc["trials"][0]["params"] == {
@@ -186,7 +186,8 @@ def test_an_oom_skips_larger_values_and_is_never_retried(store: SqliteStore) -> 
     assert by_params[(128, 512)]["failure_reason"] == "IMPLIED_OOM"
     assert by_params[(128, 512)]["experiment"] is None
     assert "implied OOM by trial" in by_params[(128, 512)]["message"]
-    assert len(doc["trials"]) == 8 and sum(1 for t in doc["trials"] if t["experiment"]) == 6
+    strategy = [t for t in doc["trials"] if not t["race"]]
+    assert len(strategy) == 8 and sum(1 for t in strategy if t["experiment"]) == 6
     assert doc["best"]["params"]["server.flags.--max-num-seqs"] == 32
 
 
@@ -195,7 +196,7 @@ def test_the_trial_budget_ends_the_search_with_a_message(store: SqliteStore) -> 
     doc = until_done(store, SearchDriver(store, lambda: 1.0))
     assert doc["state"] == "DONE"
     assert "budget of 3 trials spent" in doc["message"]
-    assert sum(1 for t in doc["trials"] if t["experiment"]) == 3
+    assert sum(1 for t in doc["trials"] if t["experiment"] and not t["race"]) == 3
 
 
 def test_the_duration_budget_cancels_what_runs(store: SqliteStore) -> None:
@@ -259,7 +260,8 @@ def test_a_restarted_driver_resumes_without_running_a_finished_trial_again(
     doc = until_done(store, SearchDriver(store, lambda: 2.0))
     experiments = [t["experiment"] for t in doc["trials"]]
     assert experiments[:4] == first
-    assert len(experiments) == len(set(experiments)) == 8
+    assert len(experiments) == len(set(experiments))
+    assert sum(1 for t in doc["trials"] if not t["race"]) == 8
     assert doc["best"]["params"] == OPTIMUM
 
 
@@ -276,6 +278,44 @@ def test_two_hosts_share_the_trials(store: SqliteStore) -> None:
 
 
 def test_successive_halving_drops_a_candidate_clearly_below_the_incumbent() -> None:
+    """Over launches: at rung 1 each survivor has two launches (rung 0's and rung 1's), and one
+    whose upper bound lies below the incumbent's lower bound is not promoted again."""
+    from tunelab.controller.search.space import Load, Param, SearchSpec
+    from tunelab.controller.search.strategies import SuccessiveHalving, TrialView, key
+
+    spec = SearchSpec(
+        space=(Param("server.flags.--a", "choice", (1, 2, 3, 4, 5, 6)),),
+        objective="output_throughput",
+        maximize=True,
+        slo={},
+        load=Load("concurrency", False, 0.0, (1.0,)),
+        strategy="successive-halving",
+        max_trials=27,
+        eta=2,
+    )
+    launches = {1: (100.0, 101.0), 2: (99.0, 100.0), 3: (60.0, 61.0), 4: (10.0,)}
+    launches |= {5: (5.0,), 6: (1.0,)}
+    history = []
+    for a, values in launches.items():
+        for rung, value in enumerate(values):
+            number = len(history) + 1
+            history.append(
+                TrialView(number, {"server.flags.--a": a}, rung, "DONE", value, (value,))
+            )
+    members = [{"server.flags.--a": a} for a in (1, 2, 3)]
+    by_key: dict[str, list[TrialView]] = {}
+    for t in history:
+        by_key.setdefault(key(t.params), []).append(t)
+    # the top 1/eta of 1, 2, 3 are 1 and 2: 3's upper bound is below 1's lower bound anyway
+    promoted = SuccessiveHalving.promote(spec, members, by_key, 1)
+    assert [p["server.flags.--a"] for p in promoted] == [1, 2]
+    answer = SuccessiveHalving().ask(spec, history, 10)
+    assert [(p.params["server.flags.--a"], p.rung) for p in answer.proposals] == [(1, 2), (2, 2)]
+
+
+def test_two_points_of_one_launch_make_no_interval_in_successive_halving() -> None:
+    """Rung 0 gives one launch per candidate: however many answer points it has, no interval
+    (the old code made one from the points of one launch and dropped a candidate with it)."""
     from tunelab.controller.search.space import Load, Param, SearchSpec
     from tunelab.controller.search.strategies import SuccessiveHalving, TrialView, key
 
@@ -289,19 +329,15 @@ def test_successive_halving_drops_a_candidate_clearly_below_the_incumbent() -> N
         max_trials=12,
         eta=2,
     )
-    samples = {1: (100.0, 101.0), 2: (99.0, 100.0), 3: (60.0, 61.0), 4: (10.0, 11.0)}
-    samples |= {5: (5.0, 6.0), 6: (1.0, 2.0)}
+    points = {1: (100.0, 101.0), 2: (99.0, 100.0), 3: (60.0, 61.0), 4: (10.0, 11.0)}
+    points |= {5: (5.0, 6.0), 6: (1.0, 2.0)}
     history = [
         TrialView(i, {"server.flags.--a": a}, 0, "DONE", sum(s) / 2, s)
-        for i, (a, s) in enumerate(samples.items(), start=1)
+        for i, (a, s) in enumerate(points.items(), start=1)
     ]
-    members = [t.params for t in history]
     by_key = {key(t.params): [t] for t in history}
-    promoted = SuccessiveHalving.promote(spec, members, by_key, 0)
-    # the top 1/eta are 1, 2, 3; 3's upper bound is below the incumbent's lower bound: dropped
-    assert [p["server.flags.--a"] for p in promoted] == [1, 2]
-    answer = SuccessiveHalving().ask(spec, history, 10)
-    assert [(p.params["server.flags.--a"], p.rung) for p in answer.proposals] == [(1, 1), (2, 1)]
+    promoted = SuccessiveHalving.promote(spec, [t.params for t in history], by_key, 0)
+    assert [p["server.flags.--a"] for p in promoted] == [1, 2, 3]
 
 
 def test_a_failure_of_the_host_is_launched_again_and_the_search_goes_on(
@@ -318,9 +354,55 @@ def test_a_failure_of_the_host_is_launched_again_and_the_search_goes_on(
 
     doc = until_done(store, SearchDriver(store, lambda: 1.0), fail=port_taken_once)
     first = {"server.flags.--max-num-seqs": 16, "server.flags.--chunk": 512}
-    default = [t for t in doc["trials"] if t["params"] == first]
+    default = [t for t in doc["trials"] if t["params"] == first and not t["race"]]
     assert [t["failure_reason"] for t in default] == ["ADDRESS_IN_USE", None]
     assert default[1]["message"] == "launched again: the last try failed for the host"
     assert doc["best"]["params"] == OPTIMUM
     assert doc["recommendation"]["effect"]["default_objective"] is not None
-    assert len(doc["trials"]) == 9, "the relaunch does not spend the budget of 8"
+    strategy = [t for t in doc["trials"] if not t["race"]]
+    assert len(strategy) == 9, "the relaunch does not spend the budget of 8"
+
+
+def test_successive_halving_with_oom_trials_promotes_at_least_one() -> None:
+    """examples/search-sim.yaml with budget 8: rung 0 has 6 candidates, 2 of them CUDA_OOM.
+    The old code kept ceil(6/3) of them, dropped the runner-up on an interval made from the two
+    answer points of one launch, and stopped at one ("every candidate tried"); OOM'd trials are
+    not candidates, and one survivor is still promoted."""
+    from tunelab.controller.search.space import Load, Param, SearchSpec
+    from tunelab.controller.search.strategies import SuccessiveHalving, TrialView
+
+    spec = SearchSpec(
+        space=(
+            Param("server.flags.--max-num-batched-tokens", "choice", (512, 4096)),
+            Param("server.flags.--max-num-seqs", "choice", (8, 16, 32, 64, 128)),
+        ),
+        objective="output_throughput",
+        maximize=True,
+        slo={"tpot_p99_ms": 25.0},
+        load=Load("concurrency", True, 128.0),
+        strategy="successive-halving",
+        max_trials=8,
+    )
+    members = SuccessiveHalving().candidates(spec)
+    assert len(members) == 6
+    throughput = {8: 740.0, 16: 1380.0, 32: 2420.0, 64: 3900.0}
+    history = []
+    for i, m in enumerate(members, start=1):
+        seqs = m["server.flags.--max-num-seqs"]
+        if seqs > 64:
+            history.append(TrialView(i, m, 0, "FAILED"))
+        else:
+            x = throughput[seqs]
+            history.append(TrialView(i, m, 0, "DONE", x, (x * 0.99, x * 1.01)))
+    answer = SuccessiveHalving().ask(spec, history, 8)
+    feasible = sum(1 for t in history if t.objective is not None)
+    assert len(answer.proposals) == -(-feasible // 3) >= 1
+    assert {p.rung for p in answer.proposals} == {1}
+    best = max((t for t in history if t.objective), key=lambda t: t.objective or 0.0)
+    assert answer.proposals[0].params == best.params
+    only = [t if t.number == best.number else TrialView(t.number, t.params, 0, "FAILED")
+            for t in history]  # fmt: skip
+    answer = SuccessiveHalving().ask(spec, only, 8)
+    assert [(p.params, p.rung) for p in answer.proposals] == [(best.params, 1)]
+    done = [*only, TrialView(7, best.params, 1, "DONE", 3900.0, (3900.0,))]
+    assert SuccessiveHalving().ask(spec, done, 8).exhausted, "rung 1 is the budget's last"

@@ -1,6 +1,6 @@
-"""``tunelab search show --json``: ``best.interval`` is the 95 % interval of the best
-candidate's samples, ``[lo, hi]`` around its objective once it has two samples, ``null`` with
-one; the objective is the mean over all of the candidate's launches, never a stale one."""
+"""``tunelab search show --json``: every interval is over launches (one value per launch at the
+race's load), with ``launches`` beside it; the points of one launch never make an interval; the
+interval of a positive objective never reaches zero."""
 
 from __future__ import annotations
 
@@ -33,55 +33,67 @@ def search_row() -> SearchRow:
     return SearchRow("g-1", found.name, "RUNNING", found.spec.to_dict(), found.base, 0.0)
 
 
-def done(number: int, seqs: int, samples: list[float], pooled: list[float]) -> TrialRow:
-    """A finished launch: its own samples, its objective the mean of ``pooled`` (the
-    candidate's samples up to and including it, as the driver records it)."""
-    row = TrialRow("g-1", number, {SEQS: seqs}, "DONE", 1.0, rung=0, experiment_id=f"x-{number}")
-    row.samples, row.objective = samples, round(sum(pooled) / len(pooled), 6)
-    row.details = {"load": {"concurrency": 4}}
+def done(number: int, seqs: int, points: list[float], race: int = 0, rung: int = 0) -> TrialRow:
+    """A finished launch with its answer points (its value is their mean)."""
+    row = TrialRow("g-1", number, {SEQS: seqs}, "DONE", 1.0, rung=rung, experiment_id=f"x-{number}")
+    row.samples, row.objective = points, round(sum(points) / len(points), 6)
+    row.details = {"load": {"concurrency": 4}, **({"race": race} if race else {})}
     return row
 
 
-def best(trials: list[TrialRow]) -> dict[str, Any]:
+def document(trials: list[TrialRow]) -> dict[str, Any]:
     doc = search_document(search_row(), trials)
     json.dumps(doc)  # what --json prints
+    return doc
+
+
+def best(trials: list[TrialRow]) -> dict[str, Any]:
+    doc = document(trials)
     assert isinstance(doc["best"], dict)
     return doc["best"]
 
 
-def test_one_sample_gives_a_null_interval() -> None:
-    found = best([done(1, 16, [100.0], [100.0]), done(2, 32, [150.0], [150.0])])
+def test_one_launch_gives_a_null_interval() -> None:
+    found = best([done(1, 16, [100.0]), done(2, 32, [150.0])])
     assert found["params"] == {SEQS: 32}
-    assert found["objective"] == 150.0 and found["interval"] is None
+    assert found["objective"] == 150.0 and found["interval"] is None and found["launches"] == 1
 
 
-def test_two_or_more_samples_give_lo_and_hi_around_the_objective() -> None:
-    for samples in ([148.0, 152.0], [140.0, 150.0, 160.0], [150.0, 150.0]):
-        found = best([done(1, 16, [100.0], [100.0]), done(2, 32, samples, samples)])
-        interval, objective = found["interval"], found["objective"]
-        assert isinstance(interval, list) and len(interval) == 2
-        lo, hi = interval
+def test_two_points_of_one_launch_never_make_an_interval() -> None:
+    """The load found and its confirming repeat are points of one launch."""
+    doc = document([done(1, 16, [100.0]), done(2, 32, [148.0, 152.0])])
+    assert doc["best"]["interval"] is None and doc["best"]["launches"] == 1
+    assert doc["best"]["objective"] == 150.0
+    assert all(t["interval"] is None and t["launches"] == 1 for t in doc["trials"])
+
+
+def test_launches_give_an_interval_around_the_objective() -> None:
+    for values in ([148.0, 152.0], [140.0, 150.0, 160.0], [150.0, 150.0]):
+        trials = [done(1, 16, [100.0]), done(2, 32, [values[0]])]
+        trials += [done(3 + i, 32, [v], race=1 + i) for i, v in enumerate(values[1:])]
+        found = best(trials)
+        lo, hi = found["interval"]
         assert isinstance(lo, float) and isinstance(hi, float)
-        assert isinstance(objective, float)
-        assert lo <= objective <= hi, (lo, objective, hi)
-        assert objective == sum(samples) / len(samples)
+        assert lo <= found["objective"] <= hi, (lo, found["objective"], hi)
+        assert found["objective"] == round(sum(values) / len(values), 6)
+        assert found["launches"] == len(values)
 
 
-def test_the_best_is_judged_by_its_latest_launch_which_pools_every_launch() -> None:
-    """A candidate first measured high and then lower over a longer promoted run: the search
-    reports the pooled mean (inside its interval), and ranks the candidates by it."""
-    first, later = [130.0], [90.0, 91.0, 89.0, 90.0, 90.0, 91.0, 89.0]
-    trials = [
-        done(1, 16, [100.0], [100.0]),
-        done(2, 32, first, first),
-        done(3, 32, later, first + later),
-    ]
+def test_the_interval_of_a_positive_objective_never_crosses_zero() -> None:
+    """Two launches far apart: a t interval of the raw values reaches below zero (the issue's
+    [-140, 629]); the interval over launches on the log scale stays above it."""
+    trials = [done(1, 16, [10.0]), done(2, 32, [40.0]), done(3, 32, [600.0], race=1)]
     found = best(trials)
-    pooled = first + later
-    assert found["params"] == {SEQS: 16}, "32's pooled mean (95) is below 16's 100"
-    trials[0] = done(1, 16, [80.0], [80.0])
+    lo, hi = found["interval"]
+    assert 0.0 < lo < found["objective"] < hi
+    row = document(trials)["trials"][2]
+    assert row["launches"] == 2 and row["interval"][0] > 0.0
+
+
+def test_a_survivor_of_a_deeper_rung_is_the_incumbent() -> None:
+    """A candidate promoted to rung 1 ranks above one that stopped at rung 0, whatever its
+    short first launch said; its interval is over its launches at its deepest rung."""
+    trials = [done(1, 16, [100.0]), done(2, 32, [130.0]), done(3, 32, [90.0, 91.0], rung=1)]
     found = best(trials)
     assert found["params"] == {SEQS: 32} and found["trial"] == 3
-    assert found["objective"] == round(sum(pooled) / len(pooled), 6)
-    lo, hi = found["interval"]
-    assert lo <= found["objective"] <= hi
+    assert found["objective"] == 90.5 and found["launches"] == 1 and found["interval"] is None

@@ -6,6 +6,8 @@ The same flags serve ``python -m tunelab.bench.simulator`` and ``tunelab sim-ser
 from __future__ import annotations
 
 import argparse
+import math
+import random
 from dataclasses import dataclass
 
 USAGE_MODES = ("continuous", "final", "none")
@@ -226,6 +228,21 @@ def add_sim_arguments(p: argparse.ArgumentParser) -> None:
         default="",
         help="ignored: a flag with no effect, for ablations that check a null result",
     )
+    p.add_argument(
+        "--launch-cv",
+        type=_non_negative,
+        default=0.0,
+        metavar="CV",
+        help="launch-to-launch variance: every time (TTFT, ITL, each step's parts) is scaled by "
+        "one factor drawn at start-up, log-normal with this coefficient of variation, as real "
+        "engines vary between restarts (default 0: every launch alike)",
+    )
+    p.add_argument(
+        "--launch-seed",
+        type=int,
+        metavar="SEED",
+        help="the seed of --launch-cv's draw (default: a fresh one each launch)",
+    )
 
 
 def add_serving_model_arguments(p: argparse.ArgumentParser) -> None:
@@ -281,15 +298,29 @@ def add_serving_model_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def launch_factor(cv: float, seed: int | None) -> float:
+    """One launch's speed factor: log-normal with coefficient of variation ``cv`` and mean 1."""
+    if cv <= 0:
+        return 1.0
+    sigma = math.sqrt(math.log1p(cv * cv))
+    rng = random.Random(seed) if seed is not None else random.SystemRandom()
+    return math.exp(rng.gauss(-sigma * sigma / 2.0, sigma))
+
+
+def _scaled(value: float | None, factor: float) -> float | None:
+    return None if value is None else value * factor
+
+
 def settings_from_args(args: argparse.Namespace) -> SimSettings:
+    f = launch_factor(args.launch_cv, args.launch_seed)
     return SimSettings(
         host=args.host,
         port=args.port,
         model=args.model,
         startup_seconds=args.startup_seconds,
         shards=args.shards,
-        ttft_ms=args.ttft_ms,
-        itl_ms=args.itl_ms,
+        ttft_ms=args.ttft_ms * f,
+        itl_ms=args.itl_ms * f,
         tokens_per_chunk=args.tokens_per_chunk,
         default_max_tokens=args.default_max_tokens,
         eos_after=args.eos_after,
@@ -302,10 +333,10 @@ def settings_from_args(args: argparse.Namespace) -> SimSettings:
         profile_stop_delay=args.profile_stop_delay,
         profile_trace_pad=args.profile_trace_pad,
         max_num_seqs=args.max_num_seqs,
-        step_ms_base=args.step_ms_base,
-        step_ms_per_seq=args.step_ms_per_seq,
+        step_ms_base=_scaled(args.step_ms_base, f),
+        step_ms_per_seq=_scaled(args.step_ms_per_seq, f),
         max_num_batched_tokens=args.max_num_batched_tokens,
-        prefill_ms_per_token=args.prefill_ms_per_token,
+        prefill_ms_per_token=_scaled(args.prefill_ms_per_token, f),
         kv_cache_tokens=args.kv_cache_tokens,
         oom_above_seqs=args.oom_above_seqs,
     )

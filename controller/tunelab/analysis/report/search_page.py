@@ -133,24 +133,33 @@ def progress_section(search: dict[str, Any]) -> str:
 def answer_section(search: dict[str, Any]) -> str:
     best, rec = search.get("best"), search.get("recommendation")
     lines = [f"<p>{escape(search['state'])}: {escape(search['message'])}</p>"]
+    if search.get("answer"):
+        lines.append(f"<p class='answer'><b>{escape(search['answer'])}</b></p>")
     if best:
         interval = best.get("interval")
         params = ", ".join(f"{_short(k)}={v}" for k, v in best["params"].items())
+        launches = best.get("launches") or 0
         lines.append(
             f"<p><b>best (trial {best['trial']}):</b> {escape(params)} — "
             f"{escape(_objective_name(search))} {_num(best['objective'])}"
             + (f" [95 % {_num(interval[0])}, {_num(interval[1])}]" if interval else "")
-            + f" at {escape(', '.join(f'{k} {v}' for k, v in best['load'].items()))}</p>"
+            + f" at {escape(', '.join(f'{k} {v}' for k, v in best['load'].items()))}, "
+            f"{launches} launch{'es' if launches != 1 else ''}</p>"
         )
     if rec:
         effect = rec["effect"]
         change = effect.get("relative_change")
         interval = effect.get("interval")
+        at = ", ".join(f"{k} {v}" for k, v in (effect.get("load") or {}).items())
+        own = ", ".join(f"{k} {v}" for k, v in (effect.get("default_load") or {}).items())
         lines.append(
-            "<p>against the space's first point: "
+            f"<p>against the space's first point at {escape(at or 'the same load')}: "
             + (f"{change:+.1%} " if change is not None else "")
             + (f"[95 % {interval[0]:+.1%}, {interval[1]:+.1%}] " if interval else "")
-            + f"— {escape(effect['verdict'])}</p>"
+            + (f"over {' and '.join(map(str, effect['launches']))} launches " if interval else "")
+            + f"— {escape(effect['verdict'])}"
+            + (f" (the default alone takes {escape(own)} under the SLOs)" if own else "")
+            + "</p>"
         )
         lines.append(f"<p>server argv: <code>{escape(' '.join(rec['argv']))}</code></p>")
     return "".join(lines)
@@ -164,15 +173,17 @@ def trials_section(search: dict[str, Any]) -> str:
             [
                 str(t["number"]),
                 escape(", ".join(f"{_short(k)}={v}" for k, v in t["params"].items())),
-                str(t["rung"]),
+                str(t["rung"]) + (f" (race {t['race']})" if t.get("race") else ""),
                 escape(", ".join(f"{k} {v}" for k, v in (t.get("load") or {}).items())),
                 _num(t["objective"]),
                 f"[{_num(interval[0])}, {_num(interval[1])}]" if interval else "",
+                str(t.get("launches") or ""),
                 escape(t["failure_reason"] or t["state"]),
                 escape(t.get("message") or ""),
             ]
         )
-    header = ["trial", "parameters", "rung", "load", "objective", "95 %", "state", "note"]
+    header = ["trial", "parameters", "rung", "load", "objective", "95 %", "launches", "state",
+              "note"]  # fmt: skip
     return _table(header, rows, text=True)
 
 

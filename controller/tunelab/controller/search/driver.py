@@ -11,6 +11,10 @@ OOM, every candidate with a larger value along an OOM axis (the others equal) is
 SKIPPED ("implied OOM by trial N") instead of being launched. The OOM axes are
 ``search.implied_oom`` when given, else the integer axes but those whose larger values relieve
 each GPU's memory (parallel sizes, offload: ``space.default_oom_axis``).
+
+When the strategy has nothing more to propose, the top is raced (race.py): the launches of
+each round are queued as ordinary trials at the incumbent's load, and the search ends when the
+race is settled (a winner, a tie, or its confirm budget spent).
 """
 
 from __future__ import annotations
@@ -21,9 +25,11 @@ from typing import Any
 
 import structlog
 
+from tunelab.controller.search import race
+from tunelab.controller.search.answer import answer_line
 from tunelab.controller.search.backoff import SearchSpecError, StepBackoff
 from tunelab.controller.search.space import STRATEGIES, SearchSpec
-from tunelab.controller.search.strategies import Proposal, TrialView, better, key, strategy_for
+from tunelab.controller.search.strategies import Proposal, TrialView, key, strategy_for
 from tunelab.controller.search.trials import outcome, trial_label, trial_spec
 from tunelab.controller.states import ExperimentState, SearchState, TrialState
 from tunelab.controller.store.base import Store, StoreConflict, StoreError, StoreFenced
@@ -47,17 +53,21 @@ def superseded(t: TrialRow, trials: Sequence[TrialRow]) -> bool:
 
 
 def views(trials: Sequence[TrialRow]) -> list[TrialView]:
-    """What the strategy sees: every trial but those relaunched after an environment failure."""
+    """What the strategy sees: every trial but those relaunched after an environment failure
+    and the race's launches."""
     return [
         TrialView(t.number, t.params, t.rung, t.state, t.objective, tuple(t.samples))
         for t in trials
-        if not superseded(t, trials)
+        if not superseded(t, trials) and not race.is_race(t)
     ]
 
 
 def counted(trials: Sequence[TrialRow]) -> int:
-    """Launches the trial budget counts: a relaunch after a failure of the host counts once."""
-    return sum(1 for t in trials if t.experiment_id and not superseded(t, trials))
+    """Launches the trial budget counts: a relaunch after a failure of the host counts once;
+    the race's launches count against ``budget.confirm`` instead."""
+    return sum(
+        1 for t in trials if t.experiment_id and not superseded(t, trials) and not race.is_race(t)
+    )
 
 
 def retries(trials: Sequence[TrialRow]) -> list[Proposal]:
@@ -65,7 +75,11 @@ def retries(trials: Sequence[TrialRow]) -> list[Proposal]:
     relaunched, fewer than MAX_RETRIES times for these parameters at this rung."""
     out = []
     for t in trials:
-        if t.state is not TrialState.FAILED or t.failure_reason not in RETRIED_REASONS:
+        if (
+            t.state is not TrialState.FAILED
+            or t.failure_reason not in RETRIED_REASONS
+            or race.is_race(t)
+        ):
             continue
         if superseded(t, trials):
             continue
@@ -92,21 +106,12 @@ def implied_oom(
 
 
 def best_trial(spec: SearchSpec, trials: Sequence[TrialRow]) -> TrialRow | None:
-    """The feasible candidate with the best objective, each judged by its latest launch with
-    one: that launch's objective pools the samples of all of the candidate's launches, while an
-    earlier launch's is a stale partial mean (which could rank it wrongly and lie outside the
-    interval ``search show`` gives)."""
-    latest: dict[str, TrialRow] = {}
-    for t in trials:
-        if t.state is TrialState.DONE and t.objective is not None:
-            seen = latest.get(key(t.params))
-            if seen is None or t.number > seen.number:
-                latest[key(t.params)] = t
-    best: TrialRow | None = None
-    for t in sorted(latest.values(), key=lambda t: t.number):
-        if best is None or better(spec, t.objective or 0.0, best.objective or 0.0):
-            best = t
-    return best
+    """The answer's trial: the race's best configuration, by its first launch at the race's
+    load (race.standings); None when no trial met the SLOs."""
+    st = race.standings(spec, trials)
+    if st.best is None:
+        return None
+    return next((t for t in trials if t.number == st.best.trial), None)
 
 
 def stored_spec(search: SearchRow) -> SearchSpec:
@@ -221,13 +226,43 @@ class SearchDriver:
         all_trials = [*trials, *new]
         still = [t for t in all_trials if t.state is TrialState.RUNNING]
         budget_spent = counted(all_trials) >= spec.max_trials
-        if not still and (exhausted or budget_spent):
+        if all(race.is_race(t) for t in still) and (exhausted or budget_spent):
+            standing = race.standings(spec, all_trials)
+            if not standing.settled:  # race the top: this round's launches, as slots free up
+                return len(experiments) + self._race(
+                    search, spec, all_trials, standing, still, fence
+                )
             why = (
                 f"budget of {spec.max_trials} trials spent"
                 if budget_spent and not exhausted
                 else "every candidate tried"
             )
             self._finish(search, spec, all_trials, None, why, fence)
+        return len(experiments)
+
+    def _race(
+        self,
+        search: SearchRow,
+        spec: SearchSpec,
+        trials: Sequence[TrialRow],
+        standing: race.Standings,
+        running: Sequence[TrialRow],
+        fence: FencingToken,
+    ) -> int:
+        """Queue the race's next launches, at most ``parallel`` in flight."""
+        number = max((t.number for t in trials), default=0)
+        new: list[TrialRow] = []
+        experiments: list[ExperimentRow] = []
+        for proposal in standing.pending[: max(0, spec.parallel - len(running))]:
+            number += 1
+            trial, experiment = self._trial(search, spec, trials, proposal, number)
+            new.append(trial)
+            if experiment is not None:
+                experiments.append(experiment)
+        if new:
+            self._store.add_trials(new, experiments, fence)
+            log.info("search_race_queued", group=search.group, round=new[0].details.get("race"),
+                     count=len(experiments))  # fmt: skip
         return len(experiments)
 
     def _trial(
@@ -242,13 +277,13 @@ class SearchDriver:
         row = TrialRow(
             search.group, number, proposal.params, TrialState.RUNNING, now, proposal.rung
         )
-        cause = implied_oom(spec, proposal.params, trials)
+        cause = None if proposal.race else implied_oom(spec, proposal.params, trials)
         if cause is not None:
             row.state, row.finished_at = TrialState.SKIPPED, now
             row.failure_reason = "IMPLIED_OOM"
             row.details = {"message": f"implied OOM by trial {cause.number}"}
             return row, None
-        doc, issues = trial_spec(search.base, spec, proposal.params, proposal.rung)
+        doc, issues = trial_spec(search.base, spec, proposal.params, proposal.rung, proposal.load)
         if issues:
             row.state, row.finished_at = TrialState.SKIPPED, now
             row.failure_reason = "BAD_ARGUMENT"
@@ -269,6 +304,8 @@ class SearchDriver:
         )
         row.experiment_id = experiment.id
         row.details = {"label": trial_label(proposal.params)}
+        if proposal.race:
+            row.details["race"] = proposal.race
         return row, experiment
 
     def _collect(
@@ -284,19 +321,12 @@ class SearchDriver:
         attempts = self._store.attempts_for_many([t.experiment_id or "" for t in ended])
         for t in ended:
             exp = experiments[t.experiment_id or ""]
-            found = outcome(spec, exp, attempts[exp.id])
+            found = outcome(spec, exp, attempts[exp.id], fixed_load=race.is_race(t))
             t.state, t.failure_reason = found.state, found.failure_reason
             t.details = {**t.details, **found.details}
             t.finished_at = self._clock()
-            t.samples = list(found.samples)  # this launch's own
-            if found.objective is not None:  # the objective pools the candidate's launches
-                pooled = [
-                    s
-                    for o in trials
-                    if o.number <= t.number and key(o.params) == key(t.params)
-                    for s in (o.samples if o.number < t.number else t.samples)
-                ]
-                t.objective = round(sum(pooled) / len(pooled), 6)
+            t.samples = list(found.samples)  # the answer points of this one launch
+            t.objective = found.objective  # this launch's value (the launch is the unit)
             self._store.finish_trial(t, fence)
         return trials
 
@@ -336,20 +366,16 @@ class SearchDriver:
         why: str,
         fence: FencingToken,
     ) -> None:
-        best = best_trial(spec, trials)
+        standing = race.standings(spec, trials)
         done = sum(1 for t in trials if t.state in (TrialState.DONE, TrialState.FAILED))
-        if best is not None:
-            summary = (
-                f"{why}; best: trial {best.number} "
-                f"{trial_label({p.path: best.params[p.path] for p in spec.space})} "
-                f"({spec.objective} {best.objective:g})"
-            )
+        if standing.best is not None:
+            summary = f"{why}; {answer_line(spec, standing)}"
         else:
             failed = sum(1 for t in trials if t.state is TrialState.FAILED)
             summary = (
                 f"{why}; no feasible point: none of {done} finished trials met the SLOs "
                 f"{spec.slo}" + (f" ({failed} failed)" if failed else "")
             )
-        target = state or (SearchState.DONE if best is not None else SearchState.FAILED)
+        target = state or (SearchState.DONE if standing.best is not None else SearchState.FAILED)
         self._store.finish_search(search.group, target, summary, self._clock(), fence)
         log.info("search_finished", group=search.group, state=target, message=summary)

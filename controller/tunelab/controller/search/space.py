@@ -17,7 +17,7 @@ from tunelab.controller.spec.errors import SpecIssue
 from tunelab.controller.spec.schema import Checker
 
 SEARCH_KEYS = {"space", "objective", "slo", "load", "budget", "strategy", "eta", "parallel",
-               "seed", "grid_points", "implied_oom"}  # fmt: skip
+               "seed", "grid_points", "implied_oom", "margin"}  # fmt: skip
 STRATEGIES = ("grid", "random", "successive-halving", "tpe")
 # objective/SLO name -> (field of a result point, or of the run for tokens_per_joule; higher better)
 METRICS: dict[str, tuple[str, bool]] = {
@@ -42,6 +42,9 @@ MAX_AXIS_VALUES = 256
 # the TPE sampler's per-ask seeds are seed * SEED_STRIDE + ask, kept inside numpy's 2**32 - 1
 SEED_STRIDE = 1_000_003
 MAX_SEED = 2**32 - 1
+CONFIRM_LAUNCHES = 6  # the race's default: launches per contender at the incumbent's load
+MAX_CONFIRM = 100
+MARGIN = 0.02  # two configurations within +-2 % of each other tie: either serves
 MAX_FIND = 100_000
 # flags whose larger values spread the model over more GPUs or move memory off them: an OOM at
 # a value says nothing of larger ones (any flag ending in "parallel-size" is one too)
@@ -143,6 +146,9 @@ class SearchSpec:
     seed: int = 0
     grid_points: int = 4
     implied_oom: tuple[str, ...] | None = None  # None: the default rule (default_oom_axis)
+    confirm_launches: int = CONFIRM_LAUNCHES  # the race: launches per contender (0: no race)
+    confirm_seconds: float = 0.0  # the race: GPU-seconds it may spend (0: launches only)
+    margin: float = MARGIN  # the race's tie margin, relative
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -163,7 +169,13 @@ class SearchSpec:
             "slo": dict(self.slo),
             "load": self.load.to_dict(),
             "strategy": self.strategy,
-            "budget": {"trials": self.max_trials, "duration_seconds": self.max_seconds},
+            "budget": {
+                "trials": self.max_trials,
+                "duration_seconds": self.max_seconds,
+                "confirm_launches": self.confirm_launches,
+                "confirm_gpu_seconds": self.confirm_seconds,
+            },
+            "margin": self.margin,
             "eta": self.eta,
             "parallel": self.parallel,
             "seed": self.seed,
@@ -199,6 +211,10 @@ class SearchSpec:
             grid_points=data["grid_points"],
             # absent in searches stored before the key existed: the default rule
             implied_oom=None if data.get("implied_oom") is None else tuple(data["implied_oom"]),
+            # absent in searches stored before the race existed: the defaults
+            confirm_launches=data["budget"].get("confirm_launches", CONFIRM_LAUNCHES),
+            confirm_seconds=data["budget"].get("confirm_gpu_seconds", 0.0),
+            margin=data.get("margin", MARGIN),
         )
 
 
@@ -255,6 +271,40 @@ def _implied_oom(check: Checker, raw: Any, params: list[Param]) -> tuple[str, ..
         else:
             out.append(path)
     return tuple(out)
+
+
+def _confirm(check: Checker, raw: Any) -> tuple[int, float]:
+    """``search.budget.confirm``: launches per contender of the race (``6``), or
+    ``{launches: 6, gpu_time: 2h}`` (the GPU time the race may spend; either may be given)."""
+    where = "search.budget.confirm"
+    if not isinstance(raw, Mapping):
+        launches = check.integer(raw, where, 0)
+        if launches > MAX_CONFIRM:
+            check.fail(where, f"must be <= {MAX_CONFIRM}, got {launches}")
+        return launches, 0.0
+    given = check.mapping(raw, where, {"launches", "gpu_time"})
+    if not given:
+        check.fail(where, "give launches: N and/or gpu_time: DURATION")
+    launches = check.integer(given.get("launches", MAX_CONFIRM), f"{where}.launches", 0)
+    if launches > MAX_CONFIRM:
+        check.fail(f"{where}.launches", f"must be <= {MAX_CONFIRM}, got {launches}")
+    seconds = check.duration(given["gpu_time"], f"{where}.gpu_time") if "gpu_time" in given else 0.0
+    return launches, seconds
+
+
+def _margin(check: Checker, raw: Any) -> float:
+    """``search.margin``: the tie margin, a fraction (0.02) or a percentage ("2%")."""
+    if isinstance(raw, str) and raw.strip().endswith("%"):
+        try:
+            value = float(raw.strip()[:-1]) / 100.0
+        except ValueError:
+            check.fail("search.margin", f"must be a fraction such as 0.02 or 2%, got {raw!r}")
+            return MARGIN
+    else:
+        value = check.number(raw, "search.margin", 0.0)
+    if not 0.0 < value < 0.5:
+        check.fail("search.margin", f"must be above 0 and below 50 %, got {value:g}")
+    return value
 
 
 def _load(check: Checker, raw: Any) -> Load:
@@ -332,7 +382,9 @@ def parse_search(raw: Any, prefix: str = "") -> tuple[SearchSpec | None, list[Sp
     load = _load(check, doc.get("load", {}))
     if load.find and not slo:
         check.fail("search.load", "find needs an slo: the largest load that meets it is found")
-    budget = check.mapping(doc.get("budget", {}), "search.budget", {"trials", "duration"})
+    budget = check.mapping(
+        doc.get("budget", {}), "search.budget", {"trials", "duration", "confirm"}
+    )
     if "trials" not in budget:
         check.fail("search.budget.trials", "is required (the most trials to launch)")
     trials = check.integer(budget.get("trials", 1), "search.budget.trials", 1)
@@ -343,6 +395,8 @@ def parse_search(raw: Any, prefix: str = "") -> tuple[SearchSpec | None, list[Sp
         if "duration" in budget
         else 0.0
     )
+    confirm_launches, confirm_seconds = _confirm(check, budget.get("confirm", CONFIRM_LAUNCHES))
+    margin = _margin(check, doc.get("margin", MARGIN))
     strategy = check.string(doc.get("strategy", "grid"), "search.strategy")
     if strategy not in STRATEGIES:
         check.fail("search.strategy", f"must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
@@ -371,5 +425,8 @@ def parse_search(raw: Any, prefix: str = "") -> tuple[SearchSpec | None, list[Sp
         seed=seed,
         grid_points=min(grid_points, 100),
         implied_oom=implied,
+        confirm_launches=confirm_launches,
+        confirm_seconds=confirm_seconds,
+        margin=margin,
     )
     return spec, []

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from tunelab.analysis.intervals import t_quantile
+from tunelab.analysis.intervals import positive_interval
 from tunelab.controller.search.space import Param, SearchSpec, ask_seed
 
 RANDOM_TRIES = 200  # draws to find an unseen point before a finite space counts as seen
@@ -32,8 +32,8 @@ class TrialView:
     params: dict[str, Any]
     rung: int
     state: str  # RUNNING, DONE, FAILED, SKIPPED, CANCELLED
-    objective: float | None = None  # None: failed, skipped or no load met the SLOs
-    samples: tuple[float, ...] = ()
+    objective: float | None = None  # this launch's value; None: failed, skipped or no load met
+    samples: tuple[float, ...] = ()  # the answer points of this one launch
 
     @property
     def finished(self) -> bool:
@@ -44,6 +44,8 @@ class TrialView:
 class Proposal:
     params: dict[str, Any]
     rung: int = 0
+    load: dict[str, float] | None = None  # a launch of the race: this fixed load
+    race: int = 0  # a launch of the race: its round (race.py)
 
 
 @dataclass(frozen=True)
@@ -80,15 +82,6 @@ def sample(param: Param, rng: random.Random) -> Any:
     if param.kind == "int":
         return min(int(param.high), max(int(param.low), round(value)))
     return round(value, 6)
-
-
-def interval(samples: Sequence[float]) -> tuple[float, float] | None:
-    """The 95 % t interval of the mean; None below two samples."""
-    if len(samples) < 2:
-        return None
-    mean = statistics.fmean(samples)
-    half = t_quantile(0.975, len(samples) - 1) * statistics.stdev(samples) / math.sqrt(len(samples))
-    return mean - half, mean + half
 
 
 def better(spec: SearchSpec, a: float, b: float) -> bool:
@@ -137,18 +130,31 @@ class RandomSearch:
         return Ask(out)
 
 
+def launch_value(t: TrialView) -> float | None:
+    """One launch's value: the mean of its answer points (None: failed or no load met)."""
+    if t.objective is None:
+        return None
+    return statistics.fmean(t.samples) if t.samples else t.objective
+
+
 class SuccessiveHalving:
-    """Rung 0: n candidates, one short launch each. Each later rung keeps the best 1/η of the
-    rung before (by its mean over every launch so far), gives each one more launch with η times
-    the benchmark length, and drops any whose upper 95 % bound is below the incumbent's lower
-    bound. Rungs are synchronous: a rung starts when every launch of the one before ended."""
+    """Rung 0: n candidates, one short launch each. Each later rung, up to the last the budget
+    allows (``rungs``), keeps the best 1/η of the candidates that ran the rung before, by the
+    mean over their launches (OOM'd, failed and infeasible ones are not candidates; at least one
+    survives), gives each one more launch with η times the benchmark length, and drops any whose
+    upper 95 % bound over its launches is below the incumbent's lower bound. Rungs are
+    synchronous: a rung starts when every launch of the one before ended."""
+
+    @staticmethod
+    def rungs(spec: SearchSpec) -> int:
+        """The last rung: n + n/η + ... + n/η^rungs launches fit the trial budget."""
+        return max(1, math.floor(math.log(max(spec.max_trials, 1), spec.eta)))
 
     def candidates(self, spec: SearchSpec) -> list[dict[str, Any]]:
         """Rung 0's candidates: the whole space where it fits, else the default plus draws."""
         eta = spec.eta
-        rungs = max(1, math.floor(math.log(max(spec.max_trials, 1), eta)))
         # n + n/η + n/η² + ... <= budget
-        n = max(1, math.floor(spec.max_trials / sum(eta**-r for r in range(rungs + 1))))
+        n = max(1, math.floor(spec.max_trials / sum(eta**-r for r in range(self.rungs(spec) + 1))))
         size = finite_size(spec)
         if size is not None and size <= n:
             return [p.params for p in Grid().ask(spec, [], size).proposals]
@@ -174,9 +180,11 @@ class SuccessiveHalving:
                 return Ask([Proposal(m, rung) for m in todo[:slots]])
             if any(not t.finished for t in history if t.rung == rung):
                 return Ask()  # the rung is still running
+            if rung >= self.rungs(spec):
+                return Ask(exhausted=True)  # the last rung the budget allows has run
             promoted = self.promote(spec, members, by_key, rung)
-            if len(promoted) <= 1 or len(promoted) == len(members):
-                return Ask(exhausted=True)  # one left (the answer), or nothing left to halve
+            if not promoted:
+                return Ask(exhausted=True)  # no candidate met the SLOs: nothing to promote
             members, rung = promoted, rung + 1
 
     @staticmethod
@@ -186,25 +194,28 @@ class SuccessiveHalving:
         by_key: dict[str, list[TrialView]],
         rung: int,
     ) -> list[dict[str, Any]]:
-        def samples(params: dict[str, Any]) -> list[float]:
-            return [s for t in by_key.get(key(params), []) if t.rung <= rung for s in t.samples]
+        """The candidates of rung ``rung + 1``: at least one while any met the SLOs."""
+
+        def launches(params: dict[str, Any]) -> list[float]:
+            found = (launch_value(t) for t in by_key.get(key(params), []) if t.rung <= rung)
+            return [v for v in found if v is not None]
 
         scored = []
         for m in members:
             at_rung = [t for t in by_key.get(key(m), []) if t.rung == rung]
-            if all(t.objective is not None for t in at_rung) and at_rung:
-                values = samples(m)
-                scored.append((statistics.fmean(values), m, interval(values)))
+            if at_rung and all(launch_value(t) is not None for t in at_rung):
+                values = launches(m)
+                scored.append((statistics.fmean(values), m, positive_interval(values)))
         if not scored:
             return []
         scored.sort(key=lambda s: s[0], reverse=spec.maximize)
-        keep = scored[: max(1, math.ceil(len(members) / spec.eta))]
+        keep = scored[: max(1, math.ceil(len(scored) / spec.eta))]
         incumbent = keep[0][2]
         if incumbent is not None:
             lo, hi = incumbent
-            keep = [
+            keep = [keep[0]] + [
                 s
-                for s in keep
+                for s in keep[1:]
                 if s[2] is None or not (s[2][1] < lo if spec.maximize else s[2][0] > hi)
             ]
         return [s[1] for s in keep]

@@ -1,47 +1,50 @@
-"""What ``tunelab search show`` prints: the search's state, its best configuration with a 95 %
-interval, every trial, and when done the recommendation (a ready-to-run server argv, the spec
-snippet, and its effect against the space's first point through the effects code)."""
+"""What ``tunelab search show`` prints: the search's state, its answer (the race's best
+configuration with its interval over launches, its verdict against the runner-up, the one-line
+answer), every trial, and when done the recommendation (a ready-to-run server argv, the spec
+snippet, and its effect against the space's first point at the best's load)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from tunelab.analysis.effects import EffectSettings, judge
-from tunelab.analysis.intervals import Cell, log_contrast
-from tunelab.controller.search.driver import best_trial
+from tunelab.analysis.intervals import positive_interval
+from tunelab.controller.search import race
+from tunelab.controller.search.answer import answer_line, best_json, effect, ordered
 from tunelab.controller.search.space import SearchSpec
-from tunelab.controller.search.strategies import interval, key
-from tunelab.controller.search.trials import trial_spec
+from tunelab.controller.search.strategies import key
+from tunelab.controller.search.trials import launch_load, trial_spec
 from tunelab.controller.spec.render import server_argv
 from tunelab.controller.states import SearchState
 from tunelab.controller.store.search_models import SearchRow, TrialRow
 
 
-def _samples(trials: Sequence[TrialRow], params: Mapping[str, Any]) -> list[float]:
-    return [s for t in trials if key(t.params) == key(dict(params)) for s in t.samples]
-
-
-def _interval(values: Sequence[float]) -> list[float] | None:
-    found = interval(values)
-    return None if found is None else [round(found[0], 6), round(found[1], 6)]
-
-
-def ordered(spec: SearchSpec, params: Mapping[str, Any]) -> dict[str, Any]:
-    """Parameters in the space's order (the store keeps them sorted by path)."""
-    return {p.path: params[p.path] for p in spec.space if p.path in params}
+def launches_at(trials: Sequence[TrialRow], t: TrialRow) -> list[float]:
+    """The values of ``t``'s configuration's launches at its load and rung, up to ``t``: one
+    value per launch."""
+    where = launch_load(t.details.get("load"))
+    out = []
+    for o in trials:
+        if o.number > t.number or key(o.params) != key(t.params) or o.rung != t.rung:
+            continue
+        value = race.launch_value(o)
+        if value is not None and launch_load(o.details.get("load")) == where:
+            out.append(value)
+    return out
 
 
 def trial_json(spec: SearchSpec, trials: Sequence[TrialRow], t: TrialRow) -> dict[str, Any]:
-    own = [s for o in trials if o.number <= t.number and key(o.params) == key(t.params)
-           for s in o.samples]  # fmt: skip
+    values = launches_at(trials, t) if race.launch_value(t) is not None else []
+    found = positive_interval(values) if len(values) >= 2 else None
     return {
         "number": t.number,
         "params": ordered(spec, t.params),
         "rung": t.rung,
+        "race": t.details.get("race"),
         "state": t.state,
         "objective": t.objective,
-        "interval": _interval(own) if t.objective is not None else None,
+        "interval": None if found is None else [round(found[0], 6), round(found[1], 6)],
+        "launches": len(values),
         "load": t.details.get("load"),
         "slo_margins": t.details.get("slo_margins"),
         "failure_reason": t.failure_reason or None,
@@ -53,33 +56,9 @@ def trial_json(spec: SearchSpec, trials: Sequence[TrialRow], t: TrialRow) -> dic
     }
 
 
-def effect(spec: SearchSpec, trials: Sequence[TrialRow], best: TrialRow) -> dict[str, Any]:
-    """The best configuration against the space's first point, as ``compare`` judges a change."""
-    default = spec.default_params
-    base, chosen = _samples(trials, default), _samples(trials, best.params)
-    out: dict[str, Any] = {"against": ordered(spec, default), "metric": spec.objective}
-    if key(best.params) == key(default):
-        return {**out, "verdict": "the default is the best configuration found"}
-    if not base:
-        return {**out, "verdict": "the default point met no SLO (or failed): no effect to give"}
-    cells = (Cell(tuple(chosen)), Cell(tuple(base)))
-    estimate = log_contrast([(1.0, cells[0]), (-1.0, cells[1])])
-    rel = estimate.relative_interval() if estimate is not None else None
-    return {
-        **out,
-        "default_objective": round(sum(base) / len(base), 6),
-        "relative_change": round(cells[0].mean / cells[1].mean - 1.0, 6)
-        if cells[1].mean > 0
-        else None,
-        "interval": None if rel is None else [round(rel[0], 6), round(rel[1], 6)],
-        "verdict": judge(rel, cells, spec.maximize, EffectSettings()),
-        "launches": [len(chosen), len(base)],
-    }
-
-
-def recommendation(search: SearchRow, spec: SearchSpec, best: TrialRow) -> dict[str, Any]:
-    doc, _ = trial_spec(search.base, spec, best.params, 0)
-    params = ordered(spec, best.params)
+def recommendation(search: SearchRow, spec: SearchSpec, params: dict[str, Any]) -> dict[str, Any]:
+    doc, _ = trial_spec(search.base, spec, params, 0)
+    params = ordered(spec, params)
     flags = {p.split(".", 2)[2]: v for p, v in params.items() if p.startswith("server.flags.")}
     others = {p: v for p, v in params.items() if not p.startswith("server.flags.")}
     snippet: dict[str, Any] = {"server": {"flags": flags}} if flags else {}
@@ -90,7 +69,7 @@ def recommendation(search: SearchRow, spec: SearchSpec, best: TrialRow) -> dict[
 
 def search_document(search: SearchRow, trials: Sequence[TrialRow]) -> dict[str, Any]:
     spec = SearchSpec.from_dict(search.spec)
-    best = best_trial(spec, trials)
+    standing = race.standings(spec, trials)
     doc: dict[str, Any] = {
         "group": search.group,
         "name": search.name,
@@ -99,27 +78,27 @@ def search_document(search: SearchRow, trials: Sequence[TrialRow]) -> dict[str, 
         "strategy": spec.strategy,
         "objective": {("maximize" if spec.maximize else "minimize"): spec.objective},
         "slo": spec.slo,
-        "budget": {"trials": spec.max_trials, "duration_seconds": spec.max_seconds},
+        "budget": {
+            "trials": spec.max_trials,
+            "duration_seconds": spec.max_seconds,
+            "confirm_launches": spec.confirm_launches,
+            "confirm_gpu_seconds": spec.confirm_seconds,
+        },
+        "margin": spec.margin,
         "space": [p.to_dict() for p in spec.space],
         "best": None,
+        "answer": None,
         "trials": [trial_json(spec, trials, t) for t in trials],
         "gpu_seconds": round(sum(t.details.get("gpu_seconds") or 0.0 for t in trials), 3),
         "submitted_at": search.submitted_at,
         "finished_at": search.finished_at,
     }
-    if best is not None:
-        chosen = _samples(trials, best.params)
-        doc["best"] = {
-            "params": ordered(spec, best.params),
-            "objective": best.objective,
-            "interval": _interval(chosen),
-            "load": best.details.get("load") or {},
-            "trial": best.number,
-            "slo_margins": best.details.get("slo_margins"),
-        }
+    if standing.best is not None:
+        doc["best"] = best_json(spec, standing, trials)
+        doc["answer"] = answer_line(spec, standing)
         if search.state is SearchState.DONE:
             doc["recommendation"] = {
-                **recommendation(search, spec, best),
-                "effect": effect(spec, trials, best),
+                **recommendation(search, spec, standing.best.params),
+                "effect": effect(spec, standing, trials),
             }
     return doc

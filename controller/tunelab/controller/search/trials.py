@@ -3,8 +3,13 @@ learns: the objective at the load found, SLO margins, the failure reason, the GP
 
 A trial's spec is the search document without ``search:``, the proposal's parameters applied as
 ``matrix:`` applies them, and the benchmark's load set from ``search.load`` (a fixed list, or
-``find``: the agent's sweep bisects for the largest load that meets the SLOs on one server).
-Successive halving's rung r multiplies the benchmark's length (requests or duration) by η^r.
+``find``: the agent's sweep bisects for the largest load that meets the SLOs on one server); a
+launch of the race runs at one fixed load instead (the incumbent's). Successive halving's rung r
+multiplies the benchmark's length (requests or duration) by η^r.
+
+**The launch is the unit of evidence**: a trial is one launch (one server start) and gives one
+value, the mean of its answer points (the load found and its confirming repeat are points of
+one launch, never independent repeats).
 """
 
 from __future__ import annotations
@@ -56,26 +61,37 @@ def with_field(doc: Mapping[str, Any], path: str, value: Any) -> dict[str, Any]:
 
 
 def trial_document(
-    base: Mapping[str, Any], search: SearchSpec, params: Mapping[str, Any], rung: int
+    base: Mapping[str, Any],
+    search: SearchSpec,
+    params: Mapping[str, Any],
+    rung: int,
+    load: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The raw experiment document of one trial."""
+    """The raw experiment document of one trial; ``load`` (``{"concurrency": 14}`` or
+    ``{"rate": 2.0}``) fixes the load instead of the search's own."""
     doc = copy.deepcopy(dict(base))  # once: each change below copies only its own path
     for path, value in params.items():
         doc = with_field(doc, path, value)
     bench = dict(doc.get("benchmark") or {})
     for key in ("concurrency", "rate", "find"):
         bench.pop(key, None)
-    load = search.load
-    if load.find:
+    spec_load = search.load
+    if load:
+        ((axis, value),) = load.items()
+        if axis == "concurrency":
+            bench["concurrency"] = [int(value)]
+        else:
+            bench["rate"] = float(value)
+    elif spec_load.find:
         bench["find"] = {
-            "axis": load.axis,
-            "max": load.maximum,
+            "axis": spec_load.axis,
+            "max": spec_load.maximum,
             "slo": {METRICS[k][0]: v for k, v in search.slo.items()},
         }
-    elif load.axis == "concurrency":
-        bench["concurrency"] = [int(v) for v in load.values]
+    elif spec_load.axis == "concurrency":
+        bench["concurrency"] = [int(v) for v in spec_load.values]
     else:
-        bench["rate"] = load.values[0]
+        bench["rate"] = spec_load.values[0]
     scale = search.eta**rung
     if scale > 1:
         if isinstance(bench.get("requests"), int):
@@ -88,11 +104,15 @@ def trial_document(
 
 
 def trial_spec(
-    base: Mapping[str, Any], search: SearchSpec, params: Mapping[str, Any], rung: int
+    base: Mapping[str, Any],
+    search: SearchSpec,
+    params: Mapping[str, Any],
+    rung: int,
+    load: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, Any], list[SpecIssue]]:
     """The normalized spec of one trial, checked as the agent will check it."""
     try:
-        doc = trial_document(base, search, params, rung)
+        doc = trial_document(base, search, params, rung, load)
     except ValueError as exc:
         return {}, [SpecIssue("search.space", str(exc))]
     return check_trial(doc)
@@ -113,8 +133,8 @@ class Outcome:
     """What a finished trial taught: ``objective`` None when it failed or no load met the SLOs."""
 
     state: TrialState  # DONE, FAILED, CANCELLED
-    objective: float | None = None
-    samples: tuple[float, ...] = ()
+    objective: float | None = None  # this launch's value: the mean of its answer points
+    samples: tuple[float, ...] = ()  # the answer points of this one launch
     failure_reason: str = ""
     details: dict[str, Any] = field(default_factory=dict)
 
@@ -156,8 +176,24 @@ def gpu_seconds(attempts: Sequence[AttemptRow]) -> float:
     return round(total, 3)
 
 
-def outcome(search: SearchSpec, exp: ExperimentRow, attempts: Sequence[AttemptRow]) -> Outcome:
-    """The outcome of a trial whose experiment is terminal."""
+def launch_load(load: Mapping[str, Any] | None) -> tuple[str, float] | None:
+    """A load as a comparable key: ("concurrency", 14.0); None when unknown."""
+    for axis in ("concurrency", "rate"):
+        value = (load or {}).get(axis)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return axis, float(value)
+    return None
+
+
+def outcome(
+    search: SearchSpec,
+    exp: ExperimentRow,
+    attempts: Sequence[AttemptRow],
+    fixed_load: bool = False,
+) -> Outcome:
+    """The outcome of a trial whose experiment is terminal. ``fixed_load``: a launch of the
+    race, measured at the load it was given whether or not that point meets the SLOs (its
+    margins are kept beside the value)."""
     last = attempts[-1] if attempts else None
     used = {"gpu_seconds": gpu_seconds(attempts), "experiment": exp.id}
     if exp.state is ExperimentState.CANCELLED:
@@ -179,6 +215,8 @@ def outcome(search: SearchSpec, exp: ExperimentRow, attempts: Sequence[AttemptRo
     if isinstance(found, Mapping):  # load: find — the agent's bisection chose the answer
         answer = [p for p in points if p.get("point_index") in found.get("answer_points", [])]
         feasible = answer if found.get("met") else []
+    elif fixed_load:
+        feasible = points[:1]
     else:
         feasible = [p for p in points if meets(search, p)]
     scored = [(v, p) for p in feasible if (v := _value(p, search.objective, run)) is not None]
@@ -196,5 +234,7 @@ def outcome(search: SearchSpec, exp: ExperimentRow, attempts: Sequence[AttemptRo
         samples = (best_value,)
     used["slo_margins"] = margins(search, best_point)
     used["load"] = _load_of(best_point)
+    if fixed_load and not meets(search, best_point):
+        used["message"] = "missed the SLOs at the race's load"
     objective = sum(samples) / len(samples)
     return Outcome(TrialState.DONE, round(objective, 6), samples, details=used)

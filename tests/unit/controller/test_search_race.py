@@ -1,0 +1,190 @@
+"""The race of a search's top (race.py) over fake stored trials: a winner, a tie, an undecided
+answer with what would decide it, interleaved rounds (A B B A), the default launched at the
+winner's load, a replay that reaches the same answer, and by simulation an A/A race that is
+never called better beyond its error rate."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+from tunelab.controller.search import race
+from tunelab.controller.search.answer import answer_line, best_json, effect
+from tunelab.controller.search.space import Load, Param, SearchSpec
+from tunelab.controller.search.strategies import key
+from tunelab.controller.store.search_models import TrialRow
+
+A = "server.flags.--max-num-seqs"
+
+
+def spec_of(values: tuple[Any, ...], confirm: int = 6, margin: float = 0.02) -> SearchSpec:
+    return SearchSpec(
+        space=(Param(A, "choice", values),),
+        objective="output_throughput",
+        maximize=True,
+        slo={"tpot_p99_ms": 50.0},
+        load=Load("concurrency", False, 0.0, (8.0,)),
+        strategy="grid",
+        max_trials=len(values),
+        confirm_launches=confirm,
+        margin=margin,
+    )
+
+
+def launch(number: int, value: Any, objective: float | None, race_round: int = 0) -> TrialRow:
+    row = TrialRow("g-1", number, {A: value}, "DONE", 1.0, experiment_id=f"x-{number}")
+    row.objective = objective
+    row.samples = [] if objective is None else [objective]
+    row.details = {"load": {"concurrency": 8}, "gpu_seconds": 10.0}
+    if race_round:
+        row.details["race"] = race_round
+    return row
+
+
+def play(
+    spec: SearchSpec, first: dict[Any, float], measure: Callable[[Any], float]
+) -> tuple[race.Standings, list[TrialRow]]:
+    """The strategy's launches (``first``), then every launch the race asks for, measured by
+    ``measure``, until the race is settled."""
+    trials = [launch(i + 1, v, x) for i, (v, x) in enumerate(first.items())]
+    for _ in range(200):
+        st = race.standings(spec, trials)
+        if st.settled:
+            return st, trials
+        for p in st.pending:
+            value = p.params[A]
+            trials.append(launch(len(trials) + 1, value, measure(value), p.race))
+    raise AssertionError("the race never settled")
+
+
+def test_a_2x_effect_is_a_winner_better_than_its_runner_up() -> None:
+    rng = random.Random(1)
+    truth = {1: 100.0, 2: 200.0}
+    spec = spec_of((1, 2))
+    st, trials = play(spec, {1: 100.0, 2: 200.0}, lambda v: truth[v] * rng.gauss(1, 0.05))
+    assert st.verdict == race.BETTER
+    found = best_json(spec, st, trials)
+    assert found["params"] == {A: 2} and found["verdict"] == "better"
+    versus = found["vs_runner_up"]
+    assert versus["verdict"] == "better" and versus["trial"] == 1
+    assert 60 < versus["change_pct"] < 150 and versus["interval"][0] > 0
+    assert versus["launches"][0] >= 2 and versus["launches"][1] >= 2
+    assert found["tied_with"] == [] and found["launches"] == versus["launches"][0]
+    assert answer_line(spec, st).startswith("winner: trial 2 (--max-num-seqs=2) is better than")
+
+
+def test_an_a_a_race_with_little_noise_ties() -> None:
+    rng = random.Random(2)
+    spec = spec_of((1, 2))
+    st, trials = play(spec, {1: 100.0, 2: 100.2}, lambda v: 100.0 * rng.gauss(1, 0.001))
+    assert st.verdict == race.TIE
+    found = best_json(spec, st, trials)
+    assert found["vs_runner_up"]["verdict"] == "tie" and len(found["tied_with"]) == 1
+    lo, hi = found["vs_runner_up"]["interval"]
+    assert -2.0 <= lo <= hi <= 2.0
+    assert answer_line(spec, st).startswith("tie: trial ") and "either serves" in answer_line(
+        spec, st
+    )
+
+
+def test_an_undecided_race_says_what_would_decide_it() -> None:
+    rng = random.Random(3)
+    truth = {1: 100.0, 2: 104.0}
+    spec = spec_of((1, 2), confirm=3)
+    st, trials = play(spec, {1: 100.0, 2: 104.0}, lambda v: truth[v] * rng.gauss(1, 0.08))
+    assert st.verdict == race.UNDECIDED
+    assert min(len(e.values) for e in st.entries.values()) == 3, "confirm: 3 launches each"
+    assert st.needed is not None and st.needed > 3
+    line = answer_line(spec, st)
+    assert line.startswith("undecided: ") and f"search.budget.confirm: {st.needed}" in line
+    assert best_json(spec, st, trials)["vs_runner_up"]["verdict"] == "undecided"
+
+
+def test_an_a_a_race_is_never_called_better_beyond_its_error_rate() -> None:
+    """400 A/A races at 5 % launch noise: a winner (either side) in at most alpha = 5 % of
+    them, whatever the number of looks."""
+    rng = random.Random(4)
+    spec = spec_of((1, 2))
+    wrong = 0
+    for _ in range(400):
+        first = {1: 100.0 * rng.gauss(1, 0.05), 2: 100.0 * rng.gauss(1, 0.05)}
+        st, _ = play(spec, first, lambda v: 100.0 * rng.gauss(1, 0.05))
+        assert st.verdict in (race.TIE, race.UNDECIDED, race.BETTER)
+        wrong += st.verdict == race.BETTER
+    assert wrong <= 20, wrong
+
+
+def test_rounds_are_interleaved_a_b_b_a_and_the_default_runs_at_the_winners_load() -> None:
+    spec = spec_of((1, 2, 3))
+    trials = [launch(1, 1, 50.0), launch(2, 2, 100.0), launch(3, 3, 98.0)]
+    first = race.standings(spec, trials)
+    order = [p.params[A] for p in first.pending]
+    assert order == [2, 3, 1] and {p.race for p in first.pending} == {1}
+    assert all(p.load == {"concurrency": 8.0} for p in first.pending)
+    measured = zip(order, [101.0, 97.0, 50.5], strict=True)
+    trials += [launch(4 + i, v, x, 1) for i, (v, x) in enumerate(measured)]
+    second = race.standings(spec, trials)
+    # round 2 runs in reverse; the default has its two launches at the load: not again
+    assert [p.params[A] for p in second.pending] == [3, 2]
+
+
+def test_the_effect_against_the_default_is_measured_at_the_winners_load() -> None:
+    rng = random.Random(5)
+    truth = {1: 50.0, 2: 200.0}
+    spec = spec_of((1, 2))
+    st, trials = play(spec, {1: 60.0, 2: 200.0}, lambda v: truth[v] * rng.gauss(1, 0.03))
+    found = effect(spec, st, trials)
+    assert found["load"] == {"concurrency": 8} and found["default_load"] == {"concurrency": 8}
+    assert found["launches"][1] >= 2, "the default was launched at the winner's load"
+    assert found["interval"][0] > 1.0 and found["verdict"] == "better"
+
+
+def test_a_replay_of_the_same_trials_reaches_the_same_answer_mid_round_too() -> None:
+    rng = random.Random(6)
+    truth = {1: 100.0, 2: 120.0}
+    spec = spec_of((1, 2))
+    st, trials = play(spec, {1: 100.0, 2: 120.0}, lambda v: truth[v] * rng.gauss(1, 0.05))
+    again = race.standings(spec, list(reversed(trials)))  # the store's order does not matter
+    assert (again.verdict, again.best and again.best.key) == (st.verdict, st.best and st.best.key)
+    # a round half queued: the rest of it, never a new plan
+    partial = [t for t in trials if int(t.details.get("race") or 0) < 2]
+    partial.append(next(t for t in trials if t.details.get("race") == 2))
+    partial[-1].state, partial[-1].objective = "RUNNING", None
+    mid = race.standings(spec, partial)
+    assert mid.verdict == race.RACING and not mid.settled
+    assert len(mid.pending) == 1 and mid.pending[0].race == 2
+
+
+def test_a_challenger_far_below_is_not_raced_but_the_runner_up_always_is() -> None:
+    spec = spec_of((1, 2, 3, 4))
+    trials = [launch(1, 1, 10.0), launch(2, 2, 100.0), launch(3, 3, 20.0), launch(4, 4, 30.0)]
+    st = race.standings(spec, trials)
+    assert [p.params[A] for p in st.pending] == [2, 4, 1], "3 is far below: not raced"
+    assert st.entries[key({A: 1})].status == race.REFERENCE
+
+
+def test_one_feasible_configuration_alone_is_said() -> None:
+    spec = spec_of((1, 2))
+    trials = [launch(1, 1, None), launch(2, 2, 100.0)]
+    st = race.standings(spec, trials)
+    assert st.verdict == race.ALONE and [p.params[A] for p in st.pending] == [1, 1]
+    trials += [launch(3, 1, 11.0, 1), launch(4, 1, 10.5, 1)]
+    st = race.standings(spec, trials)
+    assert st.verdict == race.ALONE and st.settled
+    assert answer_line(spec, st).startswith("only candidate: trial 2")
+
+
+def test_infeasible_and_failed_trials_are_not_contenders() -> None:
+    spec = spec_of((1, 2, 3))
+    failed = launch(3, 3, None)
+    failed.state, failed.failure_reason = "FAILED", "CUDA_OOM"
+    st = race.standings(spec, [launch(1, 1, None), launch(2, 2, 100.0), failed])
+    assert [e.status for e in st.entries.values()] == [race.IN_RACE, race.REFERENCE]
+    assert st.best is not None and st.best.key == key({A: 2})
+
+
+def test_no_race_without_a_confirm_budget() -> None:
+    spec = spec_of((1, 2), confirm=0)
+    st = race.standings(spec, [launch(1, 1, 95.0), launch(2, 2, 100.0)])
+    assert st.settled and st.verdict == race.UNDECIDED and not st.pending
