@@ -24,11 +24,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.controller_scale import copy_db, percentile, spec_text
 from tunelab.controller.hoststate import change_host, drain
 from tunelab.controller.scheduler import Scheduler
-from tunelab.controller.service import unique_ids
 from tunelab.controller.spec.expand import expand_text
 from tunelab.controller.states import ExperimentState, HostState
 from tunelab.controller.store import SqliteStore
 from tunelab.controller.store.models import ExperimentRow, HostRow, selector_key
+from tunelab.controller.submission import unique_ids
 
 BATCH = 100
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
-import secrets
 import threading
 import time
 import urllib.parse
@@ -39,9 +38,12 @@ from tunelab.controller.store import (
     StoreNotFound,
     StoreUnavailable,
 )
-from tunelab.controller.store.models import selector_key
 from tunelab.controller.store.search_models import SearchRow
+from tunelab.controller.store.watch_models import WATCH_ACTIVE, WATCH_PAUSED, WatchRow
+from tunelab.controller.submission import experiment_rows, new_group
 from tunelab.controller.watchcache import WatchCache
+from tunelab.controller.watches.document import watch_document, watch_summary
+from tunelab.controller.watches.spec import watch_from_text
 from tunelab.controller.wire import (
     PB_TO_EXPERIMENT,
     experiment_to_pb,
@@ -56,6 +58,10 @@ HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 WATCH_POLL = 0.5
 REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 T = TypeVar("T")
+WATCH_STATE_OF = {
+    controller_pb2.WATCH_STATE_ACTIVE: WATCH_ACTIVE,
+    controller_pb2.WATCH_STATE_PAUSED: WATCH_PAUSED,
+}
 
 
 SHOWN_CHARS = 80  # an id or name echoed in an error: a 100 KB one must not become the message
@@ -140,30 +146,20 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
                 "request_id: at most 128 characters of letters, digits and . _ : - "
                 f"(got {len(request.request_id)} characters)"
             )
+        if watch_from_text(request.spec_yaml, request.source, self._limits) is not None:
+            raise SpecError(
+                [
+                    SpecIssue(
+                        "watch", "submit runs a spec once: add a watch with `tunelab watch add`"
+                    )
+                ]
+            )
         search = search_from_text(request.spec_yaml, request.source, self._limits)
         if search is not None:
             return self._submit_search(search, request.dry_run)
         expanded = expand_text(request.spec_yaml, request.source, self._limits)
-        group = f"g-{secrets.token_hex(8)}"
-        now = self._clock()
-        ids = unique_ids("x-", len(expanded))
-        rows = [
-            ExperimentRow(
-                id=ids[i],
-                group=group,
-                name=e.name,
-                state=ExperimentState.QUEUED,
-                spec=e.spec,
-                priority=e.priority,
-                varied=e.varied,
-                selector_key=selector_key(e.host),
-                gpus_needed=int(e.host.get("gpus") or 0),
-                repeat_index=e.repeat_index,
-                max_attempts=e.max_attempts,
-                submitted_at=now,
-            )
-            for i, e in enumerate(expanded)
-        ]
+        group = new_group()
+        rows = experiment_rows(expanded, group, self._clock())
         if not request.dry_run:
             stored = self._store.insert_experiments(rows, request.request_id)
             if stored != group:  # a retry of a submission already queued: its group, again
@@ -187,7 +183,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
                 [SpecIssue("search.strategy", "tpe needs Optuna on the controller: "
                            "pip install 'tunelab[search]' there, or use another strategy")]
             )  # fmt: skip
-        group = f"g-{secrets.token_hex(8)}"
+        group = new_group()
         row = SearchRow(
             group=group,
             name=search.name,
@@ -228,6 +224,87 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         trials = self._store.search_trials(request.group)
         document = search_document(row, trials) if row is not None else {}
         return controller_pb2.CancelSearchResponse(search_json=json.dumps(document, sort_keys=True))
+
+    # --- watches -----------------------------------------------------------------------------
+
+    def _watch(self, name: str) -> WatchRow:
+        row = self._store.get_watch(name)
+        if row is None:
+            raise NotFoundError(f"no watch {shown(name)} (tunelab watch ls lists them)")
+        return row
+
+    def _watch_summary(self, row: WatchRow) -> dict[str, Any]:
+        latest = self._store.latest_occurrences(row.name, 1)
+        return watch_summary(row, latest[0] if latest else None)
+
+    @_unary
+    def AddWatch(
+        self, request: controller_pb2.AddWatchRequest, context: grpc.ServicerContext
+    ) -> controller_pb2.AddWatchResponse:
+        found = watch_from_text(request.spec_yaml, request.source, self._limits)
+        if found is None:
+            raise SpecError([SpecIssue("watch", "is required (this spec has no watch: section)")])
+        now = self._clock()
+        row = WatchRow(
+            name=found.name,
+            spec=found.spec.to_dict(),
+            base_yaml=found.base_yaml,
+            state=WATCH_ACTIVE,
+            next_due=now,  # the first occurrence (the baseline, usually) runs at once
+            created_at=now,
+            pin=found.spec.pin,
+        )
+        if not request.dry_run:
+            self._store.insert_watch(row)
+            log.info("watch_added", watch=row.name, every=found.spec.every)
+            self._wake(False)
+        return controller_pb2.AddWatchResponse(
+            watch_json=json.dumps(watch_summary(row, None), sort_keys=True)
+        )
+
+    @_unary
+    def ListWatches(
+        self, request: controller_pb2.ListWatchesRequest, context: grpc.ServicerContext
+    ) -> controller_pb2.ListWatchesResponse:
+        summaries = [self._watch_summary(w) for w in self._store.list_watches()]
+        return controller_pb2.ListWatchesResponse(
+            watches_json=json.dumps(summaries, sort_keys=True)
+        )
+
+    @_unary
+    def GetWatch(
+        self, request: controller_pb2.GetWatchRequest, context: grpc.ServicerContext
+    ) -> controller_pb2.GetWatchResponse:
+        row = self._watch(request.name)
+        occurrences = self._store.watch_occurrences(row.name)
+        running = {
+            o.group: self._store.group_experiments(o.group)
+            for o in occurrences
+            if o.verdict is None
+        }
+        document = watch_document(row, occurrences, running)
+        return controller_pb2.GetWatchResponse(watch_json=json.dumps(document, sort_keys=True))
+
+    @_unary
+    def SetWatchState(
+        self, request: controller_pb2.SetWatchStateRequest, context: grpc.ServicerContext
+    ) -> controller_pb2.SetWatchStateResponse:
+        target = WATCH_STATE_OF.get(request.state)
+        if target is None:
+            raise InvalidRequest("state: expected WATCH_STATE_ACTIVE or WATCH_STATE_PAUSED")
+        row = self._store.set_watch_state(self._watch(request.name).name, target)
+        self._wake(False)
+        return controller_pb2.SetWatchStateResponse(
+            watch_json=json.dumps(self._watch_summary(row), sort_keys=True)
+        )
+
+    @_unary
+    def RemoveWatch(
+        self, request: controller_pb2.RemoveWatchRequest, context: grpc.ServicerContext
+    ) -> controller_pb2.RemoveWatchResponse:
+        self._store.remove_watch(self._watch(request.name).name)
+        log.info("watch_removed", watch=request.name)
+        return controller_pb2.RemoveWatchResponse()
 
     @_unary
     def ListExperiments(
@@ -536,15 +613,6 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         return controller_pb2.CompareRunsResponse(
             comparison_json=json.dumps(document, sort_keys=True)
         )
-
-
-def unique_ids(prefix: str, count: int) -> list[str]:
-    """``count`` distinct random 64-bit ids (an 18,000-variant matrix collided with 32 bits;
-    at 64 bits a collision with the stored ones is ~1e-10 even at a million experiments)."""
-    ids: dict[str, None] = {}
-    while len(ids) < count:
-        ids[f"{prefix}{secrets.token_hex(8)}"] = None
-    return list(ids)
 
 
 def _check_labels(field: str, labels: Mapping[str, str]) -> None:

@@ -26,10 +26,12 @@ from tunelab.controller.store.searches import SearchSql
 from tunelab.controller.store.secrets import HostSecrets
 from tunelab.controller.store.slurmbook import SlurmSql
 from tunelab.controller.store.statements import Statements
+from tunelab.controller.store.watches import WatchSql
 
 _STATEMENTS = Statements(SQLITE)
 _SEARCH_SQL = SearchSql(SQLITE)
 _SLURM_SQL = SlurmSql(SQLITE)
+_WATCH_SQL = WatchSql(SQLITE)
 _TURN = FencingToken(epoch=0)
 
 
@@ -38,6 +40,7 @@ class SqliteStore(SqlStore):
         self.sql = _STATEMENTS
         self.search_sql = _SEARCH_SQL
         self.slurm_sql = _SLURM_SQL
+        self.watch_sql = _WATCH_SQL
         self.path = Path(path)
         self.where = str(path)
         memory = str(path) == ":memory:"
