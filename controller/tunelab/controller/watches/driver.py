@@ -6,7 +6,9 @@ Queuing is one transaction under the fence that also moves the watch's ``next_du
 the value read (``Store.start_occurrence``): two controllers on one database, or a pass that
 raced a pause, queue it once. ``next_due`` jumps to the next slot after now, so a controller
 that was down for several slots runs one occurrence when it is back, not one per slot missed.
-Occurrences of a watch are judged in order (``previous`` needs its predecessor's verdict).
+Occurrences of a watch are judged in order (``previous`` needs its predecessor's verdict), and
+one is queued only when the previous one is judged: a watch whose runs take longer than its
+period never piles occurrences up in the queue (the due slot waits, then runs once).
 """
 
 from __future__ import annotations
@@ -51,11 +53,11 @@ class WatchDriver:
         """Occurrences queued this tick (verdicts are written too)."""
         queued = 0
         watches = self._store.list_watches()
+        self._judge_ended(fence, {w.name: w for w in watches})  # first: a verdict frees a slot
         now = self._clock()
         for watch in watches:
             if watch.state == WATCH_ACTIVE and watch.next_due <= now:
                 queued += self._queue(watch, now, fence)
-        self._judge_ended(fence, {w.name: w for w in watches})
         return queued
 
     def _queue(self, watch: WatchRow, now: float, fence: FencingToken) -> int:
@@ -68,6 +70,8 @@ class WatchDriver:
                 log.error("watch_spec_refused", watch=watch.name, error=str(exc))
             return 0
         latest = self._store.latest_occurrences(watch.name, 1)
+        if latest and latest[0].verdict is None:
+            return 0  # the previous one still runs: this slot waits for it (and runs once)
         number = latest[0].number + 1 if latest else 1
         group = new_group()
         occurrence = OccurrenceRow(watch.name, number, group, watch.next_due, now)
