@@ -27,8 +27,13 @@ def test_demo_runs_the_main_job_end_to_end() -> None:
         for launch in (1, 2, 3):
             assert f"{name}#{launch}  SUCCEEDED" in out
     # the comparison table, then the effects of each change, each line within 100 columns
-    compare = out[out.index("$ tunelab compare") : out.index("== stop what the demo started")]
+    compare = out[out.index("$ tunelab compare") : out.index("== a watch every 5 s")]
     assert max(len(line) for line in compare.splitlines()) <= 100
+    # the watch: its baseline, then an occurrence judged against it, shown by `watch show`
+    watch = out[out.index("$ tunelab watch show demo-watch") :]
+    assert "#1 " in watch and ": baseline (2/2 launches)" in watch, watch[:2000]
+    assert re.search(r"#2 .*against #1 \(2/2 launches\)", watch), watch[:2000]
+    assert "    output_throughput " in watch and "    p99_ttft_ms " in watch
     assert "effect of --itl-ms=5 against the baseline (3 baseline, 3 variant launches)" in out
     assert "effect of --tag=no-op against the baseline" in out
     found = re.search(r"^== demo done; the report: (\S+report\.html)$", out, re.MULTILINE)

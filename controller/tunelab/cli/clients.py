@@ -166,6 +166,38 @@ class ControllerClient(_Client):
     def cancel_search(self, group: str) -> controller_pb2.CancelSearchResponse:
         return self._unary(self._stub.CancelSearch, controller_pb2.CancelSearchRequest(group=group))
 
+    # watches
+    def add_watch(self, spec_yaml: str, source: str) -> controller_pb2.AddWatchResponse:
+        request = controller_pb2.AddWatchRequest(spec_yaml=spec_yaml, source=source)
+        return self._unary(self._stub.AddWatch, request)
+
+    def list_watches(self) -> controller_pb2.ListWatchesResponse:
+        return self._unary(self._stub.ListWatches, controller_pb2.ListWatchesRequest())
+
+    def get_watch(self, name: str) -> controller_pb2.GetWatchResponse:
+        return self._unary(self._stub.GetWatch, controller_pb2.GetWatchRequest(name=name))
+
+    def find_watch(self, name: str) -> controller_pb2.GetWatchResponse | None:
+        """None when no watch has this name (or the controller has no watches)."""
+        try:
+            response: controller_pb2.GetWatchResponse = self._stub.GetWatch(
+                controller_pb2.GetWatchRequest(name=name), timeout=self.timeout
+            )
+        except grpc.RpcError as exc:
+            if exc.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNIMPLEMENTED):
+                return None
+            raise rpc_error(exc, self.target, self.daemon, self.timeout) from exc
+        return response
+
+    def set_watch_state(
+        self, name: str, state: controller_pb2.WatchState.ValueType
+    ) -> controller_pb2.SetWatchStateResponse:
+        request = controller_pb2.SetWatchStateRequest(name=name, state=state)
+        return self._unary(self._stub.SetWatchState, request)
+
+    def remove_watch(self, name: str) -> controller_pb2.RemoveWatchResponse:
+        return self._unary(self._stub.RemoveWatch, controller_pb2.RemoveWatchRequest(name=name))
+
     # hosts
     def list_hosts(self) -> controller_pb2.ListHostsResponse:
         return self._unary(self._stub.ListHosts, controller_pb2.ListHostsRequest(), HOSTS_TIMEOUT)

@@ -100,7 +100,7 @@ def experiment_json(e: controller_pb2.Experiment, full: bool = False) -> dict[st
 SPEC_LIMIT = 4 << 20  # the controller's gRPC message limit; a spec is a few KiB
 
 
-def _read_spec(path: str) -> str:
+def read_spec(path: str) -> str:
     try:
         if path == "-":
             text = sys.stdin.read(SPEC_LIMIT + 1)
@@ -155,7 +155,7 @@ def _print_queued(experiments: Sequence[controller_pb2.Experiment], dry: bool) -
 def cmd_submit(args: argparse.Namespace) -> int:
     if args.wait and args.dry_run:
         raise CliError("--wait with --dry-run: nothing would run", EXIT_USAGE)
-    text = _read_spec(args.file)
+    text = read_spec(args.file)
     if args.dry_run and _dry_run_search(text, args.file, args.json):
         return EXIT_OK
     if args.dry_run:
@@ -416,6 +416,24 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _write_watch_report(args: argparse.Namespace) -> bool:
+    """``tunelab report WATCH_NAME``: the watch's history page; False when no watch has the
+    name (then it names experiments, as before)."""
+    from tunelab.cli.watches_cmd import watch_report
+
+    page = watch_report(ControllerClient.for_args(args), args.ids[0])
+    if page is None:
+        return False
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", args.ids[0])[:80]
+    out = Path(args.out or f"report-watch-{safe}.html")
+    try:
+        out.write_text(page, encoding="utf-8")
+    except OSError as exc:
+        raise CliError(f"{out}: {exc.strerror}", EXIT_USAGE) from None
+    print(f"report: {out.resolve()}")
+    return True
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from tunelab.analysis.report import write_report, write_search_report
     from tunelab.cli.search_cmd import get_search
@@ -423,6 +441,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     search = None
     if len(args.ids) == 1 and args.ids[0].startswith("g-"):
         search = get_search(ControllerClient.for_args(args), args.ids[0])
+    elif len(args.ids) == 1 and _write_watch_report(args):
+        return EXIT_OK
     document = comparison(args)
     if not args.no_profiles:
         from tunelab.cli.profile_cmd import ablation_profiles
@@ -564,7 +584,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "ids",
         nargs="+",
         metavar="ID|NAME|GROUP",
-        help="experiment ids or names, submission groups (g-...), or a spec's name",
+        help="experiment ids or names, submission groups (g-...), a spec's name, or a "
+        "watch's name (its history)",
     )
     report.add_argument("--out", help="file to write (default report-<ids>.html)")
     report.add_argument(

@@ -29,6 +29,7 @@ from tunelab.cli import (
     profile_cmd,
     search_cmd,
     server_cmd,
+    watches_cmd,
 )
 from tunelab.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, CliError
 from tunelab.common import __version__
@@ -48,6 +49,7 @@ COMMAND_MODULES = [
     export_cmd,
     bench_cmd,
     profile_cmd,
+    watches_cmd,
 ]
 EXIT_PIPE = 141  # 128 + SIGPIPE, what a shell reports for `yes | head`
 LOG_LIMIT = 1 << 20  # the trace file is rotated past 1 MiB

@@ -32,6 +32,7 @@ from tunelab.controller.states import AttemptState
 from tunelab.controller.store import StoreError
 from tunelab.controller.store.core import SqlStore
 from tunelab.controller.store.factory import open_store, redact
+from tunelab.controller.watches.driver import WatchDriver
 from tunelab.v1 import controller_pb2_grpc
 
 log = structlog.get_logger(__name__)
@@ -95,6 +96,11 @@ class ControllerApp:
             workers=config.workers,
             on_pass=self.metrics.scheduling_pass.observe,
             searches=SearchDriver(self.store, self.store.now).tick,
+            watches=WatchDriver(
+                self.store,
+                self.store.now,
+                limits=SpecLimits(max_variants=config.max_variants),
+            ).tick,
         )
         self.exporter = self._exporter(config)
         self.daemon: Daemon | None = None

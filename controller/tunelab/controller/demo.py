@@ -32,6 +32,7 @@ from tunelab.common.spawn import spawn
 
 REPO = Path(__file__).resolve().parents[3]  # controller/tunelab/controller/demo.py
 SPEC = REPO / "examples" / "demo-ablation.yaml"
+WATCH = REPO / "examples" / "demo-watch.yaml"
 SNAPSHOT = REPO / "tests" / "fixtures" / "nvml" / "h200-busy.json"
 
 
@@ -111,6 +112,27 @@ def _tunelab(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str
     return result
 
 
+def _watch(env: dict[str, str]) -> bool:
+    """A watch every 5 s: two occurrences (the baseline, then one judged against it), shown."""
+    _say(f"a watch every 5 s, each run judged against the first: {WATCH.relative_to(REPO)}")
+    if _tunelab(env, "watch", "add", str(WATCH)).returncode != 0:
+        return False
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        shown = subprocess.run(
+            python_module_argv("tunelab.cli", "watch", "show", "demo-watch", "--json"),
+            cwd=REPO, env=env, text=True, capture_output=True,
+        )  # fmt: skip
+        doc = json.loads(shown.stdout or "{}")
+        if sum(1 for o in doc.get("occurrences", []) if o["verdict"] is not None) >= 2:
+            break
+        time.sleep(0.5)
+    else:
+        return False
+    _tunelab(env, "watch", "pause", "demo-watch")
+    return _tunelab(env, "watch", "show", "demo-watch").returncode == 0
+
+
 def main(fast_polls: bool = True) -> int:
     """Run the demo; ``fast_polls=False`` keeps the controller's default cadence (benchmarks)."""
     workdir = Path(tempfile.mkdtemp(prefix="tunelab-demo-"))
@@ -180,6 +202,8 @@ def main(fast_polls: bool = True) -> int:
                 code = 1
             _say("compare: each variant, then the effect of each change over its launches")
             _tunelab(env, "compare", groups[-1])
+        if code == 0 and not _watch(env):
+            code = 1
         stack.callback(_say, "stop what the demo started")
     if code == 0:
         shutil.rmtree(workdir, ignore_errors=True)  # state and database; the logs are in kept

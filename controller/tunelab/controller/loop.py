@@ -33,6 +33,7 @@ class ControlLoop:
         workers: int = 32,
         on_pass: Callable[[float], None] = lambda seconds: None,
         searches: Callable[[FencingToken], int] = lambda turn: 0,
+        watches: Callable[[FencingToken], int] = lambda turn: 0,
         slurm: SlurmDriver | None = None,
     ) -> None:
         self._slurm = slurm
@@ -49,6 +50,7 @@ class ControlLoop:
         self._last_drive = 0.0
         self._on_pass = on_pass
         self._searches = searches  # queues the next trials of running searches (search/driver)
+        self._watches = watches  # queues due occurrences, judges ended ones (watches/driver)
         self._store_error = ""
 
     def start(self) -> None:
@@ -94,6 +96,7 @@ class ControlLoop:
         self._force_host_poll.clear()
         self._monitor.poll_due(self.calls, force=force)
         self._searches(turn)  # the search step writes under the tick's turn
+        self._watches(turn)  # under the turn's fence, like the pass's own writes
         started = time.perf_counter()
         sending = 0.0  # time in dispatch_new, inside the pass: not the pass's own cost
 

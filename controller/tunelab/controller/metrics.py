@@ -13,6 +13,7 @@ from prometheus_client.registry import Collector
 from tunelab.controller.scrape import tokens_per_joule
 from tunelab.controller.states import ATTEMPT_TERMINAL, AttemptState, ExperimentState, HostState
 from tunelab.controller.store import Store
+from tunelab.controller.watches.alerts import WatchCollector
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -175,6 +176,7 @@ class ControllerMetrics:
             registry=self.registry,
         )
         self.registry.register(ControllerCollector(store, retention_count, retention_age))
+        self.registry.register(WatchCollector(store))
 
     def count_agent_error(self, host: str, code: str) -> None:
         self.agent_errors.labels(host, code).inc()

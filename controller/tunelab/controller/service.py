@@ -8,7 +8,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
 import structlog
@@ -24,6 +24,7 @@ from tunelab.controller.slurm.commands import SlurmError, is_slurm
 from tunelab.controller.slurm.driver import BadReportToken, ReportRefused, SlurmDriver
 from tunelab.controller.slurm.logs import STREAMS, job_log_chunks
 from tunelab.controller.spec import SpecError
+from tunelab.controller.spec.errors import SpecIssue
 from tunelab.controller.spec.limits import DEFAULT_LIMITS, SpecLimits
 from tunelab.controller.states import ExperimentState, HostState
 from tunelab.controller.store import (
@@ -37,8 +38,11 @@ from tunelab.controller.store import (
 )
 from tunelab.controller.store.changes import HostFields
 from tunelab.controller.store.search_models import SearchRow
+from tunelab.controller.store.watch_models import WATCH_ACTIVE, WATCH_PAUSED, WatchRow
 from tunelab.controller.submission import Submissions
 from tunelab.controller.watchcache import WatchCache
+from tunelab.controller.watches.document import watch_document, watch_summary
+from tunelab.controller.watches.spec import watch_from_text
 from tunelab.controller.wire import (
     PB_TO_EXPERIMENT,
     experiment_to_pb,
@@ -53,6 +57,10 @@ HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 WATCH_POLL = 0.5
 REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 T = TypeVar("T")
+WATCH_STATE_OF = {
+    controller_pb2.WATCH_STATE_ACTIVE: WATCH_ACTIVE,
+    controller_pb2.WATCH_STATE_PAUSED: WATCH_PAUSED,
+}
 
 
 SHOWN_CHARS = 80  # an id or name echoed in an error: a 100 KB one must not become the message
@@ -174,6 +182,87 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         trials = self._store.search_trials(request.group)
         document = search_document(row, trials) if row is not None else {}
         return controller_pb2.CancelSearchResponse(search_json=json.dumps(document, sort_keys=True))
+
+    # --- watches -----------------------------------------------------------------------------
+
+    def _watch(self, name: str) -> WatchRow:
+        row = self._store.get_watch(name)
+        if row is None:
+            raise NotFoundError(f"no watch {shown(name)} (tunelab watch ls lists them)")
+        return row
+
+    def _watch_summary(self, row: WatchRow) -> dict[str, Any]:
+        latest = self._store.latest_occurrences(row.name, 1)
+        return watch_summary(row, latest[0] if latest else None)
+
+    @_unary
+    def AddWatch(
+        self, request: controller_pb2.AddWatchRequest, context: grpc.ServicerContext
+    ) -> controller_pb2.AddWatchResponse:
+        found = watch_from_text(request.spec_yaml, request.source, self._limits)
+        if found is None:
+            raise SpecError([SpecIssue("watch", "is required (this spec has no watch: section)")])
+        now = self._clock()
+        row = WatchRow(
+            name=found.name,
+            spec=found.spec.to_dict(),
+            base_yaml=found.base_yaml,
+            state=WATCH_ACTIVE,
+            next_due=now,  # the first occurrence (the baseline, usually) runs at once
+            created_at=now,
+            pin=found.spec.pin,
+        )
+        if not request.dry_run:
+            self._store.insert_watch(row)
+            log.info("watch_added", watch=row.name, every=found.spec.every)
+            self._wake(False)
+        return controller_pb2.AddWatchResponse(
+            watch_json=json.dumps(watch_summary(row, None), sort_keys=True)
+        )
+
+    @_unary
+    def ListWatches(
+        self, request: controller_pb2.ListWatchesRequest, context: grpc.ServicerContext
+    ) -> controller_pb2.ListWatchesResponse:
+        summaries = [self._watch_summary(w) for w in self._store.list_watches()]
+        return controller_pb2.ListWatchesResponse(
+            watches_json=json.dumps(summaries, sort_keys=True)
+        )
+
+    @_unary
+    def GetWatch(
+        self, request: controller_pb2.GetWatchRequest, context: grpc.ServicerContext
+    ) -> controller_pb2.GetWatchResponse:
+        row = self._watch(request.name)
+        occurrences = self._store.watch_occurrences(row.name)
+        running = {
+            o.group: self._store.group_experiments(o.group)
+            for o in occurrences
+            if o.verdict is None
+        }
+        document = watch_document(row, occurrences, running)
+        return controller_pb2.GetWatchResponse(watch_json=json.dumps(document, sort_keys=True))
+
+    @_unary
+    def SetWatchState(
+        self, request: controller_pb2.SetWatchStateRequest, context: grpc.ServicerContext
+    ) -> controller_pb2.SetWatchStateResponse:
+        target = WATCH_STATE_OF.get(request.state)
+        if target is None:
+            raise InvalidRequest("state: expected WATCH_STATE_ACTIVE or WATCH_STATE_PAUSED")
+        row = self._store.set_watch_state(self._watch(request.name).name, target)
+        self._wake(False)
+        return controller_pb2.SetWatchStateResponse(
+            watch_json=json.dumps(self._watch_summary(row), sort_keys=True)
+        )
+
+    @_unary
+    def RemoveWatch(
+        self, request: controller_pb2.RemoveWatchRequest, context: grpc.ServicerContext
+    ) -> controller_pb2.RemoveWatchResponse:
+        self._store.remove_watch(self._watch(request.name).name)
+        log.info("watch_removed", watch=request.name)
+        return controller_pb2.RemoveWatchResponse()
 
     @_unary
     def ListExperiments(

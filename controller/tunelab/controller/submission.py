@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import structlog
@@ -15,11 +15,13 @@ import structlog
 from tunelab.controller.search.submit import SearchSubmission, search_from_text
 from tunelab.controller.spec import SpecError, expand_text
 from tunelab.controller.spec.errors import SpecIssue
+from tunelab.controller.spec.expand import ExpandedExperiment
 from tunelab.controller.spec.limits import SpecLimits
 from tunelab.controller.states import ExperimentState, SearchState
 from tunelab.controller.store import AttemptRow, ExperimentRow, Store
 from tunelab.controller.store.models import selector_key
 from tunelab.controller.store.search_models import SearchRow
+from tunelab.controller.watches.spec import watch_from_text
 
 log = structlog.get_logger(__name__)
 
@@ -58,6 +60,9 @@ class Submissions:
         self._limits = limits
 
     def submit(self, text: str, source: str, request_id: str, dry_run: bool) -> Submitted:
+        if watch_from_text(text, source, self._limits) is not None:
+            why = "submit runs a spec once: add a watch with `tunelab watch add`"
+            raise SpecError([SpecIssue("watch", why)])
         search = search_from_text(text, source, self._limits)
         if search is not None:
             return self._search(search, request_id, dry_run)
@@ -67,24 +72,7 @@ class Submissions:
         expanded = expand_text(text, source, self._limits)
         group = new_group()
         now = self._clock()
-        ids = unique_ids("x-", len(expanded))
-        rows = [
-            ExperimentRow(
-                id=ids[i],
-                group=group,
-                name=e.name,
-                state=ExperimentState.QUEUED,
-                spec=e.spec,
-                priority=e.priority,
-                varied=e.varied,
-                selector_key=selector_key(e.host),
-                gpus_needed=int(e.host.get("gpus") or 0),
-                repeat_index=e.repeat_index,
-                max_attempts=e.max_attempts,
-                submitted_at=now,
-            )
-            for i, e in enumerate(expanded)
-        ]
+        rows = experiment_rows(expanded, group, now)
         if dry_run:
             return Submitted(group, experiments=rows)
         stored = self._store.insert_experiments(rows, request_id)
@@ -125,3 +113,27 @@ class Submissions:
         earlier = self._store.group_experiments(group)
         attempts = self._store.attempts_for_many([e.id for e in earlier])
         return Submitted(group, experiments=earlier, attempts=attempts, again=True)
+
+
+def experiment_rows(
+    expanded: Sequence[ExpandedExperiment], group: str, now: float
+) -> list[ExperimentRow]:
+    """One QUEUED row per expanded experiment, all of ``group``."""
+    ids = unique_ids("x-", len(expanded))
+    return [
+        ExperimentRow(
+            id=ids[i],
+            group=group,
+            name=e.name,
+            state=ExperimentState.QUEUED,
+            spec=e.spec,
+            priority=e.priority,
+            varied=e.varied,
+            selector_key=selector_key(e.host),
+            gpus_needed=int(e.host.get("gpus") or 0),
+            repeat_index=e.repeat_index,
+            max_attempts=e.max_attempts,
+            submitted_at=now,
+        )
+        for i, e in enumerate(expanded)
+    ]

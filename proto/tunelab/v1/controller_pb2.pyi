@@ -112,6 +112,23 @@ HOST_STATE_UNREACHABLE: HostState.ValueType  # 3
 HOST_STATE_QUARANTINED: HostState.ValueType  # 4
 Global___HostState: _TypeAlias = HostState  # noqa: Y015
 
+class _WatchState:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _WatchStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_WatchState.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    WATCH_STATE_UNSPECIFIED: _WatchState.ValueType  # 0
+    WATCH_STATE_ACTIVE: _WatchState.ValueType  # 1
+    WATCH_STATE_PAUSED: _WatchState.ValueType  # 2
+
+class WatchState(_WatchState, metaclass=_WatchStateEnumTypeWrapper): ...
+
+WATCH_STATE_UNSPECIFIED: WatchState.ValueType  # 0
+WATCH_STATE_ACTIVE: WatchState.ValueType  # 1
+WATCH_STATE_PAUSED: WatchState.ValueType  # 2
+Global___WatchState: _TypeAlias = WatchState  # noqa: Y015
+
 @_typing.final
 class Attempt(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
@@ -1148,6 +1165,204 @@ class CancelSearchResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CancelSearchResponse: _TypeAlias = CancelSearchResponse  # noqa: Y015
+
+@_typing.final
+class AddWatchRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SPEC_YAML_FIELD_NUMBER: _builtins.int
+    SOURCE_FIELD_NUMBER: _builtins.int
+    DRY_RUN_FIELD_NUMBER: _builtins.int
+    spec_yaml: _builtins.str
+    """one experiment document with a `watch:` section"""
+    source: _builtins.str
+    """the file name, for messages"""
+    dry_run: _builtins.bool
+    """validate only"""
+    def __init__(
+        self,
+        *,
+        spec_yaml: _builtins.str = ...,
+        source: _builtins.str = ...,
+        dry_run: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dry_run", b"dry_run", "source", b"source", "spec_yaml", b"spec_yaml"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AddWatchRequest: _TypeAlias = AddWatchRequest  # noqa: Y015
+
+@_typing.final
+class AddWatchResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WATCH_JSON_FIELD_NUMBER: _builtins.int
+    watch_json: _builtins.str
+    """the watch's summary (`watch ls --json`'s entry)"""
+    def __init__(
+        self,
+        *,
+        watch_json: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["watch_json", b"watch_json"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AddWatchResponse: _TypeAlias = AddWatchResponse  # noqa: Y015
+
+@_typing.final
+class ListWatchesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListWatchesRequest: _TypeAlias = ListWatchesRequest  # noqa: Y015
+
+@_typing.final
+class ListWatchesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WATCHES_JSON_FIELD_NUMBER: _builtins.int
+    watches_json: _builtins.str
+    """a list of summaries, by name"""
+    def __init__(
+        self,
+        *,
+        watches_json: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["watches_json", b"watches_json"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListWatchesResponse: _TypeAlias = ListWatchesResponse  # noqa: Y015
+
+@_typing.final
+class GetWatchRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetWatchRequest: _TypeAlias = GetWatchRequest  # noqa: Y015
+
+@_typing.final
+class GetWatchResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WATCH_JSON_FIELD_NUMBER: _builtins.int
+    watch_json: _builtins.str
+    """`watch show --json`: the summary and its occurrences"""
+    def __init__(
+        self,
+        *,
+        watch_json: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["watch_json", b"watch_json"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetWatchResponse: _TypeAlias = GetWatchResponse  # noqa: Y015
+
+@_typing.final
+class SetWatchStateRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    state: Global___WatchState.ValueType
+    """ACTIVE resumes, PAUSED pauses"""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        state: Global___WatchState.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetWatchStateRequest: _TypeAlias = SetWatchStateRequest  # noqa: Y015
+
+@_typing.final
+class SetWatchStateResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WATCH_JSON_FIELD_NUMBER: _builtins.int
+    watch_json: _builtins.str
+    def __init__(
+        self,
+        *,
+        watch_json: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["watch_json", b"watch_json"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetWatchStateResponse: _TypeAlias = SetWatchStateResponse  # noqa: Y015
+
+@_typing.final
+class RemoveWatchRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RemoveWatchRequest: _TypeAlias = RemoveWatchRequest  # noqa: Y015
+
+@_typing.final
+class RemoveWatchResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RemoveWatchResponse: _TypeAlias = RemoveWatchResponse  # noqa: Y015
 
 @_typing.final
 class ReportRunRequest(_message.Message):

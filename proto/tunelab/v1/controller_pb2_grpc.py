@@ -115,6 +115,31 @@ class ControllerStub:
                 request_serializer=tunelab_dot_v1_dot_controller__pb2.CancelSearchRequest.SerializeToString,
                 response_deserializer=tunelab_dot_v1_dot_controller__pb2.CancelSearchResponse.FromString,
                 _registered_method=True)
+        self.AddWatch = channel.unary_unary(
+                '/tunelab.v1.Controller/AddWatch',
+                request_serializer=tunelab_dot_v1_dot_controller__pb2.AddWatchRequest.SerializeToString,
+                response_deserializer=tunelab_dot_v1_dot_controller__pb2.AddWatchResponse.FromString,
+                _registered_method=True)
+        self.ListWatches = channel.unary_unary(
+                '/tunelab.v1.Controller/ListWatches',
+                request_serializer=tunelab_dot_v1_dot_controller__pb2.ListWatchesRequest.SerializeToString,
+                response_deserializer=tunelab_dot_v1_dot_controller__pb2.ListWatchesResponse.FromString,
+                _registered_method=True)
+        self.GetWatch = channel.unary_unary(
+                '/tunelab.v1.Controller/GetWatch',
+                request_serializer=tunelab_dot_v1_dot_controller__pb2.GetWatchRequest.SerializeToString,
+                response_deserializer=tunelab_dot_v1_dot_controller__pb2.GetWatchResponse.FromString,
+                _registered_method=True)
+        self.SetWatchState = channel.unary_unary(
+                '/tunelab.v1.Controller/SetWatchState',
+                request_serializer=tunelab_dot_v1_dot_controller__pb2.SetWatchStateRequest.SerializeToString,
+                response_deserializer=tunelab_dot_v1_dot_controller__pb2.SetWatchStateResponse.FromString,
+                _registered_method=True)
+        self.RemoveWatch = channel.unary_unary(
+                '/tunelab.v1.Controller/RemoveWatch',
+                request_serializer=tunelab_dot_v1_dot_controller__pb2.RemoveWatchRequest.SerializeToString,
+                response_deserializer=tunelab_dot_v1_dot_controller__pb2.RemoveWatchResponse.FromString,
+                _registered_method=True)
         self.ReportRun = channel.unary_unary(
                 '/tunelab.v1.Controller/ReportRun',
                 request_serializer=tunelab_dot_v1_dot_controller__pb2.ReportRunRequest.SerializeToString,
@@ -222,6 +247,38 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AddWatch(self, request, context):
+        """A watch (`watch:` in a spec): a spec run on a schedule, each occurrence judged against a
+        baseline (docs/watch.md). The documents are `tunelab watch ls|show --json`'s.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListWatches(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetWatch(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetWatchState(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveWatch(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ReportRun(self, request, context):
         """From `tunelab-agent run-once` inside a Slurm job: the run as it stands. Authenticated by the
         attempt's own token (in the request), not the controller's bearer token.
@@ -312,6 +369,31 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.CancelSearch,
                     request_deserializer=tunelab_dot_v1_dot_controller__pb2.CancelSearchRequest.FromString,
                     response_serializer=tunelab_dot_v1_dot_controller__pb2.CancelSearchResponse.SerializeToString,
+            ),
+            'AddWatch': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddWatch,
+                    request_deserializer=tunelab_dot_v1_dot_controller__pb2.AddWatchRequest.FromString,
+                    response_serializer=tunelab_dot_v1_dot_controller__pb2.AddWatchResponse.SerializeToString,
+            ),
+            'ListWatches': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListWatches,
+                    request_deserializer=tunelab_dot_v1_dot_controller__pb2.ListWatchesRequest.FromString,
+                    response_serializer=tunelab_dot_v1_dot_controller__pb2.ListWatchesResponse.SerializeToString,
+            ),
+            'GetWatch': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetWatch,
+                    request_deserializer=tunelab_dot_v1_dot_controller__pb2.GetWatchRequest.FromString,
+                    response_serializer=tunelab_dot_v1_dot_controller__pb2.GetWatchResponse.SerializeToString,
+            ),
+            'SetWatchState': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetWatchState,
+                    request_deserializer=tunelab_dot_v1_dot_controller__pb2.SetWatchStateRequest.FromString,
+                    response_serializer=tunelab_dot_v1_dot_controller__pb2.SetWatchStateResponse.SerializeToString,
+            ),
+            'RemoveWatch': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveWatch,
+                    request_deserializer=tunelab_dot_v1_dot_controller__pb2.RemoveWatchRequest.FromString,
+                    response_serializer=tunelab_dot_v1_dot_controller__pb2.RemoveWatchResponse.SerializeToString,
             ),
             'ReportRun': grpc.unary_unary_rpc_method_handler(
                     servicer.ReportRun,
@@ -751,6 +833,141 @@ class Controller:
             '/tunelab.v1.Controller/CancelSearch',
             tunelab_dot_v1_dot_controller__pb2.CancelSearchRequest.SerializeToString,
             tunelab_dot_v1_dot_controller__pb2.CancelSearchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddWatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tunelab.v1.Controller/AddWatch',
+            tunelab_dot_v1_dot_controller__pb2.AddWatchRequest.SerializeToString,
+            tunelab_dot_v1_dot_controller__pb2.AddWatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListWatches(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tunelab.v1.Controller/ListWatches',
+            tunelab_dot_v1_dot_controller__pb2.ListWatchesRequest.SerializeToString,
+            tunelab_dot_v1_dot_controller__pb2.ListWatchesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetWatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tunelab.v1.Controller/GetWatch',
+            tunelab_dot_v1_dot_controller__pb2.GetWatchRequest.SerializeToString,
+            tunelab_dot_v1_dot_controller__pb2.GetWatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetWatchState(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tunelab.v1.Controller/SetWatchState',
+            tunelab_dot_v1_dot_controller__pb2.SetWatchStateRequest.SerializeToString,
+            tunelab_dot_v1_dot_controller__pb2.SetWatchStateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveWatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tunelab.v1.Controller/RemoveWatch',
+            tunelab_dot_v1_dot_controller__pb2.RemoveWatchRequest.SerializeToString,
+            tunelab_dot_v1_dot_controller__pb2.RemoveWatchResponse.FromString,
             options,
             channel_credentials,
             insecure,

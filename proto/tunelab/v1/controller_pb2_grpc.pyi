@@ -49,6 +49,14 @@ class ControllerStub:
     GetSearch: _grpc.UnaryUnaryMultiCallable[_controller_pb2.GetSearchRequest, _controller_pb2.GetSearchResponse]
     """A search (`search:` in a spec): its state, best configuration and trials (docs/search.md)."""
     CancelSearch: _grpc.UnaryUnaryMultiCallable[_controller_pb2.CancelSearchRequest, _controller_pb2.CancelSearchResponse]
+    AddWatch: _grpc.UnaryUnaryMultiCallable[_controller_pb2.AddWatchRequest, _controller_pb2.AddWatchResponse]
+    """A watch (`watch:` in a spec): a spec run on a schedule, each occurrence judged against a
+    baseline (docs/watch.md). The documents are `tunelab watch ls|show --json`'s.
+    """
+    ListWatches: _grpc.UnaryUnaryMultiCallable[_controller_pb2.ListWatchesRequest, _controller_pb2.ListWatchesResponse]
+    GetWatch: _grpc.UnaryUnaryMultiCallable[_controller_pb2.GetWatchRequest, _controller_pb2.GetWatchResponse]
+    SetWatchState: _grpc.UnaryUnaryMultiCallable[_controller_pb2.SetWatchStateRequest, _controller_pb2.SetWatchStateResponse]
+    RemoveWatch: _grpc.UnaryUnaryMultiCallable[_controller_pb2.RemoveWatchRequest, _controller_pb2.RemoveWatchResponse]
     ReportRun: _grpc.UnaryUnaryMultiCallable[_controller_pb2.ReportRunRequest, _controller_pb2.ReportRunResponse]
     """From `tunelab-agent run-once` inside a Slurm job: the run as it stands. Authenticated by the
     attempt's own token (in the request), not the controller's bearer token.
@@ -74,6 +82,14 @@ class ControllerAsyncStub(ControllerStub):
     GetSearch: _aio.UnaryUnaryMultiCallable[_controller_pb2.GetSearchRequest, _controller_pb2.GetSearchResponse]  # type: ignore[assignment]
     """A search (`search:` in a spec): its state, best configuration and trials (docs/search.md)."""
     CancelSearch: _aio.UnaryUnaryMultiCallable[_controller_pb2.CancelSearchRequest, _controller_pb2.CancelSearchResponse]  # type: ignore[assignment]
+    AddWatch: _aio.UnaryUnaryMultiCallable[_controller_pb2.AddWatchRequest, _controller_pb2.AddWatchResponse]  # type: ignore[assignment]
+    """A watch (`watch:` in a spec): a spec run on a schedule, each occurrence judged against a
+    baseline (docs/watch.md). The documents are `tunelab watch ls|show --json`'s.
+    """
+    ListWatches: _aio.UnaryUnaryMultiCallable[_controller_pb2.ListWatchesRequest, _controller_pb2.ListWatchesResponse]  # type: ignore[assignment]
+    GetWatch: _aio.UnaryUnaryMultiCallable[_controller_pb2.GetWatchRequest, _controller_pb2.GetWatchResponse]  # type: ignore[assignment]
+    SetWatchState: _aio.UnaryUnaryMultiCallable[_controller_pb2.SetWatchStateRequest, _controller_pb2.SetWatchStateResponse]  # type: ignore[assignment]
+    RemoveWatch: _aio.UnaryUnaryMultiCallable[_controller_pb2.RemoveWatchRequest, _controller_pb2.RemoveWatchResponse]  # type: ignore[assignment]
     ReportRun: _aio.UnaryUnaryMultiCallable[_controller_pb2.ReportRunRequest, _controller_pb2.ReportRunResponse]  # type: ignore[assignment]
     """From `tunelab-agent run-once` inside a Slurm job: the run as it stands. Authenticated by the
     attempt's own token (in the request), not the controller's bearer token.
@@ -192,6 +208,44 @@ class ControllerServicer(metaclass=_abc_1.ABCMeta):
         request: _controller_pb2.CancelSearchRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_controller_pb2.CancelSearchResponse, _abc.Awaitable[_controller_pb2.CancelSearchResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def AddWatch(
+        self,
+        request: _controller_pb2.AddWatchRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_controller_pb2.AddWatchResponse, _abc.Awaitable[_controller_pb2.AddWatchResponse]]:
+        """A watch (`watch:` in a spec): a spec run on a schedule, each occurrence judged against a
+        baseline (docs/watch.md). The documents are `tunelab watch ls|show --json`'s.
+        """
+
+    @_abc_1.abstractmethod
+    def ListWatches(
+        self,
+        request: _controller_pb2.ListWatchesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_controller_pb2.ListWatchesResponse, _abc.Awaitable[_controller_pb2.ListWatchesResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def GetWatch(
+        self,
+        request: _controller_pb2.GetWatchRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_controller_pb2.GetWatchResponse, _abc.Awaitable[_controller_pb2.GetWatchResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def SetWatchState(
+        self,
+        request: _controller_pb2.SetWatchStateRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_controller_pb2.SetWatchStateResponse, _abc.Awaitable[_controller_pb2.SetWatchStateResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def RemoveWatch(
+        self,
+        request: _controller_pb2.RemoveWatchRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_controller_pb2.RemoveWatchResponse, _abc.Awaitable[_controller_pb2.RemoveWatchResponse]]: ...
 
     @_abc_1.abstractmethod
     def ReportRun(

@@ -224,6 +224,13 @@ def add_sim_arguments(p: argparse.ArgumentParser) -> None:
         help="pad each written trace with about this many incompressible bytes",
     )
     p.add_argument(
+        "--speed-file",
+        default="",
+        metavar="PATH",
+        help="read at start: a number that scales every step time (2 = twice as slow), as an "
+        "engine upgrade would; a missing file is 1",
+    )
+    p.add_argument(
         "--tag",
         default="",
         help="ignored: a flag with no effect, for ablations that check a null result",
@@ -311,16 +318,40 @@ def _scaled(value: float | None, factor: float) -> float | None:
     return None if value is None else value * factor
 
 
+def speed_scale(path: str) -> float:
+    """The number in ``path`` (1.0 when no path is given or the file is missing)."""
+    if not path:
+        return 1.0
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read(64).split()
+    except FileNotFoundError:
+        return 1.0
+    try:
+        scale = float(text[0]) if text else 1.0
+    except ValueError:
+        raise SystemExit(f"--speed-file {path}: expected a number, got {text[0]!r}") from None
+    if not 0.0 < scale < 1000.0:
+        raise SystemExit(f"--speed-file {path}: expected a number in (0, 1000), got {scale}")
+    return scale
+
+
 def settings_from_args(args: argparse.Namespace) -> SimSettings:
-    f = launch_factor(args.launch_cv, args.launch_seed)
+    scale = speed_scale(getattr(args, "speed_file", "")) * launch_factor(
+        args.launch_cv, args.launch_seed
+    )
+    return _settings(args, scale)
+
+
+def _settings(args: argparse.Namespace, scale: float) -> SimSettings:
     return SimSettings(
         host=args.host,
         port=args.port,
         model=args.model,
         startup_seconds=args.startup_seconds,
         shards=args.shards,
-        ttft_ms=args.ttft_ms * f,
-        itl_ms=args.itl_ms * f,
+        ttft_ms=args.ttft_ms * scale,
+        itl_ms=args.itl_ms * scale,
         tokens_per_chunk=args.tokens_per_chunk,
         default_max_tokens=args.default_max_tokens,
         eos_after=args.eos_after,
@@ -333,10 +364,10 @@ def settings_from_args(args: argparse.Namespace) -> SimSettings:
         profile_stop_delay=args.profile_stop_delay,
         profile_trace_pad=args.profile_trace_pad,
         max_num_seqs=args.max_num_seqs,
-        step_ms_base=_scaled(args.step_ms_base, f),
-        step_ms_per_seq=_scaled(args.step_ms_per_seq, f),
+        step_ms_base=_scaled(args.step_ms_base, scale),
+        step_ms_per_seq=_scaled(args.step_ms_per_seq, scale),
         max_num_batched_tokens=args.max_num_batched_tokens,
-        prefill_ms_per_token=_scaled(args.prefill_ms_per_token, f),
+        prefill_ms_per_token=_scaled(args.prefill_ms_per_token, scale),
         kv_cache_tokens=args.kv_cache_tokens,
         oom_above_seqs=args.oom_above_seqs,
     )

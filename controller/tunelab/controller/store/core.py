@@ -56,12 +56,13 @@ from tunelab.controller.store.statements import (
     LIVE_STATES,
     Statements,
 )
+from tunelab.controller.store.watches import WatchStatements
 
 # A host's state and the two flags it follows from change only through transition_host (CAS).
 _HOST_STATE_COLUMNS = frozenset({"state", "drain", "quarantined"})
 
 
-class SqlStore(SearchStatements, SlurmStatements, ABC):
+class SqlStore(SearchStatements, SlurmStatements, WatchStatements, ABC):
     """What both engines share; not a store by itself (no connection)."""
 
     sql: Statements

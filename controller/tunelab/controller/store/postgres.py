@@ -48,6 +48,7 @@ from tunelab.controller.store.searches import SearchSql
 from tunelab.controller.store.secrets import HostSecrets
 from tunelab.controller.store.slurmbook import SlurmSql
 from tunelab.controller.store.statements import Statements
+from tunelab.controller.store.watches import WatchSql
 
 WRITE_LOCK = 0x7475_6E65_0001  # "tune" + 1: one writer at a time
 SCHEDULE_LOCK = 0x7475_6E65_0002  # one scheduling turn at a time
@@ -57,6 +58,7 @@ LEASE = 3.0  # seconds a frozen controller keeps the turn (or a transaction) bef
 _STATEMENTS = Statements(POSTGRESQL)
 _SEARCH_SQL = SearchSql(POSTGRESQL)
 _SLURM_SQL = SlurmSql(POSTGRESQL)
+_WATCH_SQL = WatchSql(POSTGRESQL)
 _BUMP_EPOCH = (
     "INSERT INTO meta (key, value) VALUES ('scheduler_epoch', '1') ON CONFLICT (key) "
     "DO UPDATE SET value = (meta.value::bigint + 1)::text RETURNING value"
@@ -138,6 +140,7 @@ class PostgresStore(SqlStore):
         self.sql = _STATEMENTS
         self.search_sql = _SEARCH_SQL
         self.slurm_sql = _SLURM_SQL
+        self.watch_sql = _WATCH_SQL
         self.url = url
         self.where = redact(url)
         self.secrets = HostSecrets(secrets_path)

@@ -27,10 +27,12 @@ from tunelab.controller.store.searches import SearchSql
 from tunelab.controller.store.secrets import HostSecrets
 from tunelab.controller.store.slurmbook import SlurmSql
 from tunelab.controller.store.statements import Statements
+from tunelab.controller.store.watches import WatchSql
 
 _STATEMENTS = Statements(SQLITE)
 _SEARCH_SQL = SearchSql(SQLITE)
 _SLURM_SQL = SlurmSql(SQLITE)
+_WATCH_SQL = WatchSql(SQLITE)
 _TURN = FencingToken(epoch=0)
 
 
@@ -39,6 +41,7 @@ class SqliteStore(SqlStore):
         self.sql = _STATEMENTS
         self.search_sql = _SEARCH_SQL
         self.slurm_sql = _SLURM_SQL
+        self.watch_sql = _WATCH_SQL
         self.path = Path(path)
         self.where = str(path)
         memory = str(path) == ":memory:"

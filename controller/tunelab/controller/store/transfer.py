@@ -22,6 +22,8 @@ TABLES = (
     "search_trials",
     "slurm_pools",
     "slurm_jobs",
+    "watches",
+    "watch_occurrences",
 )  # in the order foreign keys need (a pool names a host, a job an attempt)
 FORMAT = "tunelab-store-export"
 BATCH = 500
@@ -40,6 +42,8 @@ def export_lines(store: SqlStore) -> Iterator[str]:
             "search_trials": "grp, number",
             "slurm_pools": "name",
             "slurm_jobs": "attempt_id",
+            "watches": "name",
+            "watch_occurrences": "watch, number",
         }[table]
         for row in store._query(f"SELECT * FROM {table} ORDER BY {order}"):  # noqa: S608
             yield json.dumps({"table": table, "row": dict(row)}, sort_keys=True)

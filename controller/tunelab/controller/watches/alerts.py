@@ -1,0 +1,91 @@
+"""A watch's series on the controller's /metrics, read from the store at scrape time (as the
+controller's other collectors): per watch and metric, the latest verdict (an enum-like gauge:
+1 on the verdict it has, 0 on the others), the change ratio and its interval bounds; per
+watch, when its last occurrence started, its period and whether it is active. Labels are the
+watch's name, the metric and the verdict: a lab's watches x metrics x 5, low cardinality.
+deploy/prometheus/rules/watches.yml alerts on a regression and on a watch that stopped."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from tunelab.controller.store.base import Store
+from tunelab.controller.store.watch_models import WATCH_ACTIVE
+
+VERDICTS = ("regression", "improvement", "no_change", "undecided", "baseline")
+
+
+def verdict_label(verdict: str) -> str:
+    return verdict.replace(" ", "_")
+
+
+class WatchCollector(Collector):
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        return []
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        by_metric = ["watch", "metric"]
+        verdict = GaugeMetricFamily(
+            "tunelab_watch_verdict",
+            "A watch's latest verdict per metric: 1 on the verdict it has, 0 on the others.",
+            labels=[*by_metric, "verdict"],
+        )
+        ratio = GaugeMetricFamily(
+            "tunelab_watch_change_ratio",
+            "A metric's latest change against the watch's baseline (-0.18: 18 % lower).",
+            labels=by_metric,
+        )
+        lower = GaugeMetricFamily(
+            "tunelab_watch_change_lower_ratio",
+            "The lower bound of that change's interval.",
+            labels=by_metric,
+        )
+        upper = GaugeMetricFamily(
+            "tunelab_watch_change_upper_ratio",
+            "The upper bound of that change's interval.",
+            labels=by_metric,
+        )
+        last = GaugeMetricFamily(
+            "tunelab_watch_last_occurrence_timestamp_seconds",
+            "When the watch's latest occurrence was queued.",
+            labels=["watch"],
+        )
+        period = GaugeMetricFamily(
+            "tunelab_watch_period_seconds",
+            "Time between a watch's occurrences (a cron line's smallest gap).",
+            labels=["watch"],
+        )
+        active = GaugeMetricFamily(
+            "tunelab_watch_active", "1 while the watch runs, 0 while paused.", labels=["watch"]
+        )
+        for watch in self._store.list_watches():
+            period.add_metric([watch.name], float(watch.spec["period"]))
+            active.add_metric([watch.name], 1.0 if watch.state == WATCH_ACTIVE else 0.0)
+            latest = self._store.latest_occurrences(watch.name, 1)
+            if latest:
+                last.add_metric([watch.name], latest[0].started_at)
+            judged = next(
+                (o for o in self._store.latest_occurrences(watch.name, 2) if o.verdict), None
+            )
+            if judged is None or judged.verdict is None:
+                continue
+            rows = {str(r.get("metric")): r for r in judged.verdict.get("metrics") or []}
+            for metric in watch.spec["metrics"]:
+                row = rows.get(metric)
+                shown = verdict_label(str(row["verdict"] if row else judged.verdict["verdict"]))
+                for v in VERDICTS:
+                    verdict.add_metric([watch.name, metric, v], 1.0 if v == shown else 0.0)
+                change = row.get("change_pct") if row else None
+                if isinstance(change, int | float):
+                    ratio.add_metric([watch.name, metric], change / 100.0)
+                bounds = row.get("interval") if row else None
+                if isinstance(bounds, list | tuple) and len(bounds) == 2:
+                    lower.add_metric([watch.name, metric], float(bounds[0]) / 100.0)
+                    upper.add_metric([watch.name, metric], float(bounds[1]) / 100.0)
+        yield from (verdict, ratio, lower, upper, last, period, active)
