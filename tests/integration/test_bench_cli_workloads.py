@@ -1,10 +1,12 @@
 """``tunelab bench`` end to end for issue 26: a vllm bench serve line with --save-result,
-file datasets refused before anything starts, and SIGTERM handled like Ctrl-C."""
+file datasets refused before anything starts, and SIGTERM or a SIGINT sent to it alone handled
+like Ctrl-C (issue 36)."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -73,9 +75,13 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-def test_sigterm_keeps_finished_requests_writes_out_and_stops_the_child(
-    sim: SimulatorProcess, tmp_path: Path
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_to_bench_alone_keeps_finished_requests_writes_out_and_stops_the_child(
+    sim: SimulatorProcess, tmp_path: Path, sig: signal.Signals, code: int
 ) -> None:
+    """SIGTERM, and SIGINT as ``timeout -s INT`` or a supervisor sends it (to ``tunelab bench``
+    alone, not a terminal's whole group): before issue 36, SIGINT was taken as a Ctrl-C the
+    child had also had, and the child ran on through all its 100,000 requests."""
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     out = tmp_path / "res.json"
@@ -98,15 +104,15 @@ def test_sigterm_keeps_finished_requests_writes_out_and_stops_the_child(
                 break
             time.sleep(0.1)
         assert child, (tmp_path / "cli.log").read_text()
-        cli.terminate()  # SIGTERM to tunelab bench alone, not its process group
-        assert cli.wait(30) == 143
+        cli.send_signal(sig)  # to tunelab bench alone, not its process group
+        assert cli.wait(30) == code
     finally:
         if cli.poll() is None:
             cli.kill()
             cli.wait()
         log.close()
     document = json.loads(out.read_text())
-    assert document["status"] == "stopped by SIGTERM"
+    assert document["status"] == f"stopped by {sig.name}"
     point = document["points"][0]
     assert point["interrupted"] and point["completed"] > 0
     assert out.with_suffix(".requests.jsonl").exists()

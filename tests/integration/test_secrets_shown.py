@@ -1,6 +1,6 @@
 """Integration: a real controller never hands a spec's secrets to ``tunelab show`` (issue 23.8).
 
-The 28 planted secrets of tests/unit/test_redaction.py are submitted to a real ``tunelab
+The 30 planted secrets of tests/unit/test_redaction.py are submitted to a real ``tunelab
 controller serve``; ``tunelab show --json`` and ``tunelab show`` (the real CLI, as a process)
 print none of them, and the tuning flags keep their values. Run for real on an agent and the
 simulator, neither does the HTML report nor ``compare --json`` (nor, built the same way, the
@@ -18,7 +18,10 @@ import yaml
 from tests.support.agent_proc import AgentProcess
 from tests.support.controller_proc import ControllerProcess
 from tests.unit.test_redaction import PLANTED, planted_spec
+from tunelab.analysis.report import report_bytes
+from tunelab.controller.mlflow.export import group_export
 from tunelab.controller.spec import expand_text
+from tunelab.controller.store.factory import open_store
 from tunelab.v1 import controller_pb2
 
 NVML = Path(__file__).resolve().parents[1] / "fixtures" / "nvml" / "h200-busy.json"
@@ -66,6 +69,7 @@ def _planted_run(engine: Path) -> dict[str, Any]:
     server = planted.spec["server"]
     argv = list(server["command"][3:])  # after [vllm, serve, /m]
     argv += ["-k", PLANTED["-k"], "-H", f"Authorization: Bearer {PLANTED['Authorization']}"]
+    argv += ["--internal-seed", "spec-listed-secret"]  # a flag only redact: names
     return {
         "name": "secrets-run",
         "redact": ["INTERNAL_SEED"],
@@ -86,7 +90,8 @@ def test_the_report_and_compare_json_of_a_real_run_print_none_of_the_planted_sec
     tmp_path: Path,
 ) -> None:
     """Before: ``CompareRuns`` compared the store's raw rows, so the report's provenance held
-    the spec's ``redact:`` value (the agent never sees that list) in clear."""
+    the spec's ``redact:`` value in clear; and until issue 36 the agent never saw that list, so
+    its ``server_started`` log line showed a flag named there with its value."""
     engine = tmp_path / "engine.py"
     engine.write_text(ENGINE)
     controller = ControllerProcess(tmp_path / "controller").start()
@@ -111,8 +116,27 @@ def test_the_report_and_compare_json_of_a_real_run_print_none_of_the_planted_sec
         assert "INTERNAL_SEED" in html and "8192" in html  # the env and argv are shown...
         for output in (html, compared.stdout):
             leaked = [name for name, value in PLANTED.items() if value in output]
-            assert leaked == []  # ...and none of the 28
+            assert leaked == []  # ...and none of the 30
             assert "spec-listed-secret" not in output
+        # the MLflow exporter's artifacts, from the same store: comparison.json, the attempts,
+        # report.html
+        store = open_store(str(controller.db))
+        try:
+            row = store.get_experiment(done["id"])
+            assert row is not None
+            document, attempts, reports = group_export(
+                [(row, store.attempts_for(row.id))], report_bytes
+            )
+        finally:
+            store.close()
+        artifacts = json.dumps([document, attempts]) + b"".join(reports.values()).decode()
+        assert "INTERNAL_SEED" in artifacts and reports
+        assert [name for name, value in PLANTED.items() if value in artifacts] == []
+        assert "spec-listed-secret" not in artifacts
+        log = agent.log()
+        assert "server_started" in log and "--internal-seed" in log
+        assert [name for name, value in PLANTED.items() if value in log] == []
+        assert "spec-listed-secret" not in log
     finally:
         agent.terminate()
         controller.terminate()

@@ -1,8 +1,9 @@
 """Unit: secrets never leave (issue 23.8) and tuning flags are never taken for secrets (24.5).
 
-The 28 planted secrets of issue 23 go through the one spec the controller shows (``show --json``,
-the report) and the provenance the agent records; the engines' real flag lists (read from their
-released wheels: tests/fixtures/engine_flags/) check that no tuning flag loses its value."""
+The 30 planted secrets of issues 23 and 36 go through the one spec the controller shows (``show
+--json``, the report) and the provenance the agent records; the engines' real flag lists (read
+from their released wheels: tests/fixtures/engine_flags/) check that no tuning flag loses its
+value."""
 
 from __future__ import annotations
 
@@ -54,6 +55,9 @@ PLANTED = {
     "MY_PASS": "planted-mypass-026",
     "PEM": "MIIEowIBAAKCAQEAplantedPEMbody0123456789",
     "SIGNING_PASSPHRASE": "planted-passphrase-028",
+    # the 2 shown in clear in round 4 (issue 36.6)
+    "AZURE_OPENAI_KEY": "plantedazurekey029",
+    "Slack webhook": "T0PLANTED/B0PLANTED/plantedslackhook030",  # hooks.slack.com/services/<this>
 }
 
 
@@ -90,6 +94,8 @@ server:
     MY_PASS: {p["MY_PASS"]}
     TLS_KEY_PEM: {json.dumps(PEM)}
     SIGNING_PASSPHRASE: {p["SIGNING_PASSPHRASE"]}
+    AZURE_OPENAI_KEY: {p["AZURE_OPENAI_KEY"]}
+    ALERTS: "https://hooks.slack.com/services/{p["Slack webhook"]}"
     INTERNAL_SEED: spec-listed-secret
     MAX_TOKENS_HINT: "4096"
     ECHO: "the token again: {p["HF_TOKEN"]}"
@@ -100,12 +106,12 @@ benchmark:
 """
 
 
-def test_the_28_planted_secrets_never_leave_in_the_shown_spec() -> None:
+def test_the_30_planted_secrets_never_leave_in_the_shown_spec() -> None:
     [experiment] = expand_text(planted_spec())
     shown = json.dumps(spec_redactor(experiment.spec).document(experiment.spec))
     leaked = [name for name, value in PLANTED.items() if value in shown]
     assert leaked == []
-    assert len(PLANTED) == 28
+    assert len(PLANTED) == 30
     assert "spec-listed-secret" not in shown  # a name the spec lists under redact:
     # ...and the tuning flags keep their values
     spec = json.loads(shown)
@@ -117,6 +123,7 @@ def test_the_28_planted_secrets_never_leave_in_the_shown_spec() -> None:
     assert "postgresql://u:<redacted>@db/x" in command
     assert spec["server"]["env"]["REDIS_URL"] == "redis://:<redacted>@cache:6379/0"
     assert spec["server"]["env"]["ECHO"] == f"the token again: {REDACTED}"
+    assert spec["server"]["env"]["ALERTS"] == f"https://hooks.slack.com/services/{REDACTED}"
 
 
 def test_the_planted_secrets_never_leave_in_the_agents_provenance() -> None:
@@ -189,3 +196,45 @@ def test_the_log_masks_token_file_contents_and_secrets_by_shape(
     for secret in ("daemon-token-value-123", "pw123456", "planted-key-1", "hf_x", "abcdef123456"):
         assert secret not in text
     assert text.count(REDACTED) >= 5
+
+
+@pytest.mark.parametrize(
+    ("name", "secret"),
+    [("AZURE_OPENAI_KEY", True), ("STRIPE_KEY", True), ("MISTRAL_KEY", True),
+     ("KEY", False), ("KEY_COUNT", False), ("MAX_KEY", False), ("AWS_ACCESS_KEY_ID", False),
+     ("--watermark-key", False), ("--openai-key", False), ("sort_key", False)],
+)  # fmt: skip
+def test_an_upper_case_variable_ending_key_is_a_secret_a_flag_needs_a_qualifier(
+    name: str, secret: bool
+) -> None:
+    assert secret_name(name) is secret
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [("https://hooks.slack.com/services/T01/B02/abcdefSECRET",
+      f"https://hooks.slack.com/services/{REDACTED}"),
+     ("https://hooks.slack.com/workflows/T01/A02/123/abcdefSECRET",
+      f"https://hooks.slack.com/workflows/{REDACTED}"),
+     ("https://discord.com/api/webhooks/123456/abcdefSECRET",
+      f"https://discord.com/api/webhooks/{REDACTED}"),
+     ("https://contoso.webhook.office.com/webhookb2/abc@def/IncomingWebhook/xyz/abcdefSECRET",
+      f"https://contoso.webhook.office.com/webhookb2/{REDACTED}")],
+)  # fmt: skip
+def test_a_webhook_url_keeps_its_host_and_loses_its_path_also_where_repeated(
+    url: str, shown: str
+) -> None:
+    redactor = Redactor.for_document({"SLACK_URL": url, "note": f"posts to {url}"})
+    assert redactor.document({"SLACK_URL": url}) == {"SLACK_URL": shown}
+    path = url.split("/", 5)[5] if "/api/" in url else url.split("/", 4)[4]
+    assert redactor.text(f"curl -d x {path}") == f"curl -d x {REDACTED}"  # learned as a value
+    assert Redactor().argv(["--alerts", url]) == ["--alerts", shown]
+
+
+def test_a_process_redactor_honours_the_specs_redact_names() -> None:
+    argv = ["engine", "--internal-seed", "listed-secret-value", "--max-num-seqs", "8"]
+    env = {"SEED_PHRASE": "env-listed-value", "ECHO": "env-listed-value again"}
+    redactor = Redactor.for_process(argv, env, names=["INTERNAL_SEED", "SEED_PHRASE"])
+    assert redactor.argv(argv) == ["engine", "--internal-seed", REDACTED, "--max-num-seqs", "8"]
+    assert redactor.env(env) == {"SEED_PHRASE": REDACTED, "ECHO": f"{REDACTED} again"}
+    assert Redactor.for_process(argv, env).argv(argv) == argv  # without the names: nothing

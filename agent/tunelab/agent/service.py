@@ -47,6 +47,9 @@ STATUS_BY_ERROR: StatusTable = (
 )
 SERVICE_NAME = "tunelab.v1.Agent"
 STOP_WAIT_MARGIN = 75.0  # kill timeout + GPU release wait, beyond the grace period
+# StopServer waits at most this long for the server to end: a call with no deadline reports about
+# 1e10 s left, which threading's wait refuses with OverflowError (issue 36.6)
+STOP_WAIT_CAP = 600.0
 
 _errors = StatusMapper(STATUS_BY_ERROR, daemon="agent")
 _unary, _stream = _errors.unary, _errors.stream
@@ -219,7 +222,7 @@ class AgentService(agent_pb2_grpc.AgentServicer):
     ) -> agent_pb2.StopServerResponse:
         grace = request.grace_seconds if request.grace_seconds > 0 else None
         remaining = context.time_remaining()
-        wait = None if remaining is None else max(0.0, remaining - 0.5)
+        wait = STOP_WAIT_CAP if remaining is None else min(STOP_WAIT_CAP, max(0.0, remaining - 0.5))
         record = self._registry.stop(request.id, grace, wait)
         return agent_pb2.StopServerResponse(server=self._server_pb(record))
 

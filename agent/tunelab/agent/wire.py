@@ -64,6 +64,7 @@ def spec_from_pb(pb: server_pb2.ServerSpec, auto_port: bool = False) -> ServerSp
         engine=pb.engine,
         auto_port=auto_port and (pb.auto_port or pb.port == 0),
         profile=pb.profile,
+        redact=tuple(pb.redact),
     )
 
 
@@ -81,6 +82,7 @@ def spec_to_pb(spec: ServerSpec) -> server_pb2.ServerSpec:
         engine=spec.engine,
         auto_port=spec.auto_port,
         profile=spec.profile,
+        redact=list(spec.redact),
     )
 
 

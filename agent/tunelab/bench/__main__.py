@@ -33,6 +33,8 @@ async def _run(sweep: Sweep, files: BenchFiles, progress: ProgressWriter) -> int
     stopping: list[str] = []
 
     def on_signal(sig: signal.Signals) -> None:
+        if stopping:  # a Ctrl-C comes from the terminal and again from `tunelab bench`: once
+            return
         stopping.append(sig.name)
         if main is not None:
             main.cancel()

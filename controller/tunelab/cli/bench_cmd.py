@@ -486,7 +486,8 @@ def vllm_result(document: dict[str, Any]) -> dict[str, Any]:
 def _run(config: BenchConfig, files: BenchFiles, show: bool) -> tuple[dict[str, Any], str]:
     """Run the bench process to its end; the document and what stopped it ("" when nothing
     did, else "SIGINT" or "SIGTERM"). Ctrl-C reaches the child through the terminal's process
-    group; SIGTERM reaches only us, so it is passed on, through a pidfd of the child."""
+    group, a signal sent to us alone does not: both are passed on, through a pidfd of the child,
+    and a child still running ``STOP_GRACE_S`` later is killed."""
     from tunelab.bench.console import BenchProgressView
     from tunelab.bench.launcher import spawn
     from tunelab.bench.progress import ProgressReader
@@ -509,7 +510,11 @@ def _run(config: BenchConfig, files: BenchFiles, show: bool) -> tuple[dict[str, 
                         deadline = math.inf
                     time.sleep(POLL_SECONDS)
                 except KeyboardInterrupt:
-                    stopped_by = stopped_by or "SIGINT"  # the child got SIGINT as well
+                    # a terminal's Ctrl-C reached the child too, `timeout -s INT` or a supervisor
+                    # only us (issue 36.6): pass it on (the child stops at the first it gets)
+                    stopped_by = stopped_by or "SIGINT"
+                    _signal_child(proc, pidfd, signal.SIGINT)
+                    deadline = min(deadline, time.monotonic() + STOP_GRACE_S)
                 except Terminated:
                     stopped_by = stopped_by or "SIGTERM"
                     _signal_child(proc, pidfd, signal.SIGTERM)

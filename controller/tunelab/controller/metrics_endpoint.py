@@ -11,7 +11,7 @@ from prometheus_client.exposition import choose_encoder
 
 from tunelab.common.auth import split_host_port
 from tunelab.common.httpserve import HttpServer, Limits, Request, Response
-from tunelab.common.serving import BindError
+from tunelab.common.serving import bind_error
 
 PATHS = ("/metrics", "/")
 
@@ -44,6 +44,6 @@ def serve_metrics(
     try:
         server = HttpServer(host, port, app, app.blocking, limits)
     except OSError as exc:
-        raise BindError(f"cannot serve metrics on {listen}: {exc.strerror or exc}") from exc
+        raise bind_error("serve metrics on", listen, exc) from exc
     server.start()
     return server

@@ -16,7 +16,7 @@ import structlog
 from tunelab.analysis.compare import compare
 from tunelab.analysis.mlflow.plan import MLFLOW_EVENT
 from tunelab.common.auth import is_loopback, split_host_port
-from tunelab.common.rpcerrors import StatusMapper, StatusTable
+from tunelab.common.rpcerrors import StatusMapper, StatusTable, shown
 from tunelab.controller.agent_client import AgentClient
 from tunelab.controller.hoststate import change_host, drain
 from tunelab.controller.search.summary import search_document
@@ -63,15 +63,7 @@ WATCH_STATE_OF = {
 }
 
 
-SHOWN_CHARS = 80  # an id or name echoed in an error: a 100 KB one must not become the message
 LABEL_VALUE = re.compile(r"^[^\x00-\x1f\x7f]{0,253}$")
-
-
-def shown(value: str) -> str:
-    """``value`` quoted for an error message, cut to ``SHOWN_CHARS``."""
-    if len(value) <= SHOWN_CHARS:
-        return repr(value)
-    return f"{value[:SHOWN_CHARS]!r}… ({len(value)} characters)"
 
 
 class NotFoundError(LookupError):
@@ -160,7 +152,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
     def _search(self, group: str) -> SearchRow:
         row = self._store.get_search(group)
         if row is None:
-            raise NotFoundError(f"no search {group!r} (submit printed its g-... group)")
+            raise NotFoundError(f"no search {shown(group)} (submit printed its g-... group)")
         return row
 
     @_unary
@@ -391,7 +383,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         if attempt is None:
             attempts = self._store.attempts_for(self._experiment(request.id).id)
             if not attempts:
-                raise NotFoundError(f"experiment {request.id!r} has no attempt yet")
+                raise NotFoundError(f"experiment {shown(request.id)} has no attempt yet")
             attempt = attempts[-1]
         kept = (attempt.result or {}).get("profile") or {}
         files = [*kept.get("traces", []), *kept.get("other_files", [])]

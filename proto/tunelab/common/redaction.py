@@ -5,13 +5,16 @@ Three ways a secret is found, and once found it is masked wherever it appears:
 - **by name** — an environment variable, a flag or a mapping key whose *name* is a secret's
   (``secret_name``): ``HF_TOKEN``, ``--hf-token``, ``*_API_KEY``, ``--api-key``,
   ``*PASSWORD*``, ``*PASSPHRASE*``, ``*SECRET*``, ``*CREDENTIAL*``, ``MY_PASS``, ``PGPASS``,
-  ``GH_PAT``, ``SENTRY_DSN``, ``-k``; plus the names a spec lists under ``redact:``. Names are
+  ``GH_PAT``, ``SENTRY_DSN``, ``-k``, an upper-case variable ending ``_KEY``
+  (``AZURE_OPENAI_KEY``; not a flag: ``--watermark-key`` is a tuning flag); plus the names a spec
+  lists under ``redact:`` (and, on the agent, its server's ``redact``). Names are
   read by their parts (split on ``_``/``-``), never by substring: ``TOKEN`` must be the last part
   and none of the parts may say it counts something (``--max-num-batched-tokens``,
   ``--max-total-tokens``, ``MAX_TOKENS_HINT``, ``--bucket-time-to-first-token`` are tuning
   flags), and a switch (``--allow-credentials``, ``--enable-…``) takes no value to hide;
 - **by shape** — a URL's user info (``postgresql://u:<redacted>@db``, ``https://<redacted>@sentry``),
-  an ``Authorization:``/``Bearer`` credential, a PEM private-key block;
+  a webhook URL's secret path (``https://hooks.slack.com/services/<redacted>``, Discord's and
+  Teams' too), an ``Authorization:``/``Bearer`` credential, a PEM private-key block;
 - **by value** — every value found the first two ways, and every token read from a token file
   (``known``), is masked in any other string too: another flag's value, a benchmark command, a
   log line, a URL, a failure message (values shorter than ``MIN_VALUE_CHARS`` only by name).
@@ -55,6 +58,12 @@ _AUTH_HEADER = re.compile(
     r"(?i)\b(?P<name>(?:proxy-)?authorization|x-api-key|api-key)(?P<sep>\s*[:=]\s*)"
     r"(?:(?P<scheme>bearer|basic|token|digest)\s+)?(?P<cred>[^\s'\",;]+)"
 )
+# a webhook's path is its credential: whoever has the URL can post
+_WEBHOOK = re.compile(
+    r"(?i)(?P<base>https?://(?:hooks\.slack\.com/(?:services|workflows|triggers)"
+    r"|(?:[a-z0-9-]+\.)?discord(?:app)?\.com/api/webhooks"
+    r"|[a-z0-9-]+\.webhook\.office\.com/webhookb2)/)(?P<path>[^\s'\"<>]+)"
+)
 _BEARER = re.compile(r"(?i)\b(?P<scheme>bearer)\s+(?P<cred>[A-Za-z0-9._~+/=\-]{4,})")
 _PEM = re.compile(
     r"-----BEGIN (?P<label>[A-Z0-9 ]*(?:PRIVATE KEY|KEY BLOCK|ENCRYPTED)[A-Z0-9 ]*)-----"
@@ -89,7 +98,11 @@ def _secret_name(name: str, extra: tuple[str, ...]) -> bool:
     last = parts[-1]
     if last in LAST_PART_SECRETS:
         return True
-    return last == "key" and len(parts) > 1 and parts[-2] in KEY_QUALIFIERS
+    if last != "key" or len(parts) < 2:
+        return False
+    # an environment variable's name (AZURE_OPENAI_KEY, STRIPE_KEY) ending _KEY is a key;
+    # a flag or a spec field (--watermark-key) is one only with a qualifier (--api-key)
+    return parts[-2] in KEY_QUALIFIERS or (bare.isupper() and not bare.startswith("-"))
 
 
 def _normal(name: str) -> str:
@@ -129,6 +142,8 @@ class Redactor:
         if "://" in text:
             for match in _URL_USERINFO.finditer(text):
                 self.learn(match["pw"] or match["user"] or "")
+            for match in _WEBHOOK.finditer(text):
+                self.learn(match["path"])
         for match in _AUTH_HEADER.finditer(text):
             self.learn(match["cred"])
         for match in _BEARER.finditer(text):
@@ -180,6 +195,7 @@ class Redactor:
         text = _PEM.sub(REDACTED, text)
         if "://" in text:
             text = _URL_USERINFO.sub(_mask_userinfo, text)
+            text = _WEBHOOK.sub(lambda m: f"{m['base']}{REDACTED}", text)
         text = _AUTH_HEADER.sub(_mask_header, text)
         text = _BEARER.sub(lambda m: f"{m['scheme']} {REDACTED}", text)
         for value in sorted(self._values, key=len, reverse=True):
@@ -232,6 +248,22 @@ class Redactor:
         if isinstance(value, str):
             return self.text(value)
         return value
+
+    @classmethod
+    def for_process(
+        cls,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        more_argv: Sequence[str] = (),
+        names: Iterable[str] = (),
+    ) -> Redactor:
+        """A redactor that knows every secret a process is given, ``names`` (a spec's
+        ``redact:``) secret as well."""
+        redactor = cls(names=names)
+        redactor.learn_argv(argv)
+        redactor.learn_argv(more_argv)
+        redactor.learn_env(env)
+        return redactor
 
     @classmethod
     def for_document(

@@ -5,6 +5,10 @@ status code and a message a person can act on.
 Anything else a handler raises is a bug: it is logged in full with an error id, and the caller
 gets INTERNAL with that id only — never the exception's text, which can hold paths, SQL or
 secrets.
+
+No message is longer than ``MESSAGE_CHARS``: gRPC sends it as trailing metadata, and an id of
+100 KB echoed whole made the caller's answer a metadata-size error (issue 36.6). An id or name
+put in a message goes through ``shown``.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import structlog
 T = TypeVar("T")
 StatusTable = Sequence[tuple[type[BaseException], grpc.StatusCode]]
 log = structlog.get_logger(__name__)
+SHOWN_CHARS = 80  # an id or name echoed in an error
+MESSAGE_CHARS = 2000  # any error message (the default metadata limit is 8 KiB)
 
 # What a proxied agent's transport failure means to the person who asked the controller: the
 # controller answered, so the caller gets FAILED_PRECONDITION (not "cannot reach" the controller).
@@ -29,6 +35,20 @@ PROXY_MESSAGES = {
     grpc.StatusCode.UNAVAILABLE: "cannot be reached; check that it runs and its address "
     "(`tunelab hosts ls`)",
 }
+
+
+def shown(value: str) -> str:
+    """``value`` quoted for an error message, cut to ``SHOWN_CHARS``."""
+    if len(value) <= SHOWN_CHARS:
+        return repr(value)
+    return f"{value[:SHOWN_CHARS]!r}… ({len(value)} characters)"
+
+
+def capped(message: str) -> str:
+    """``message`` cut to ``MESSAGE_CHARS``, saying how long it was."""
+    if len(message) <= MESSAGE_CHARS:
+        return message
+    return f"{message[:MESSAGE_CHARS]}… (message cut, {len(message)} characters)"
 
 
 class StatusMapper:
@@ -52,10 +72,10 @@ class StatusMapper:
             if code in PROXY_MESSAGES:
                 message = f"{self._proxy} {PROXY_MESSAGES[code]}"
                 context.abort(grpc.StatusCode.FAILED_PRECONDITION, message)
-            context.abort(code, f"{self._proxy}: {exc.details() or code.name}")
+            context.abort(code, capped(f"{self._proxy}: {exc.details() or code.name}"))
         if isinstance(exc, self._handled):
             code = next(code for kind, code in self._table if isinstance(exc, kind))
-            context.abort(code, str(exc))
+            context.abort(code, capped(str(exc)))
         if context.code() is not None:  # type: ignore[attr-defined]  # the handler aborted itself
             raise exc
         error_id = secrets.token_hex(4)

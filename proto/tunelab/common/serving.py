@@ -11,7 +11,9 @@ DEADLINE_EXCEEDED for a request never sent), never a hang.
 
 from __future__ import annotations
 
+import errno
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -25,7 +27,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from tunelab.common.admission import RequestGate
-from tunelab.common.auth import ServerAuth
+from tunelab.common.auth import ServerAuth, split_host_port
 from tunelab.common.capacity import CapacityInterceptor, Limits
 from tunelab.common.keepalive import DEFAULT_KEEPALIVE, Keepalive
 
@@ -43,7 +45,46 @@ SERVER_OPTIONS: Sequence[tuple[str, int]] = (
 
 
 class BindError(RuntimeError):
-    """The listen address could not be bound (in use, or not an address of this host)."""
+    """The listen address could not be bound (not an address of this host): exit 3."""
+
+    exit_code = 3
+
+
+class AddressInUse(BindError):
+    """Something already listens on the address: exit 2 (stop it, or choose another port)."""
+
+    exit_code = 2
+
+
+def bind_error(what: str, listen: str, exc: OSError) -> BindError:
+    """The one line for a failed bind of ``listen`` (``what``: "listen on", "serve metrics on")."""
+    if exc.errno == errno.EADDRINUSE:
+        return AddressInUse(
+            f"cannot {what} {listen}: address in use (another process listens there; "
+            "stop it or choose another port)"
+        )
+    return BindError(f"cannot {what} {listen}: {exc.strerror or exc}")
+
+
+def check_free(listen: str) -> None:
+    """Raise AddressInUse when ``listen`` (``host:port``) is taken, before gRPC tries it: gRPC's
+    C core reports a failed bind as a log line of its own and a bare port number 0 (issue 36.6).
+    Anything else about the address is left for gRPC to find."""
+    try:
+        host, port = split_host_port(listen)
+        found = socket.getaddrinfo(host or None, port, 0, socket.SOCK_STREAM, 0, socket.AI_PASSIVE)
+    except (ValueError, OSError):
+        return
+    if port == 0:
+        return
+    for family, kind, proto, _, address in found:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC binds
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    raise bind_error("listen on", listen, exc) from None
 
 
 @dataclass
@@ -103,6 +144,7 @@ def start_daemon(
             (*names, health.SERVICE_NAME, reflection.SERVICE_NAME), server
         )
     creds = auth.credentials()
+    check_free(listen)
     try:
         port = server.add_secure_port(listen, creds) if creds else server.add_insecure_port(listen)
     except RuntimeError as exc:
@@ -138,7 +180,8 @@ def run_until_signalled(name: str, start: Callable[[], object], close: Callable[
 
 def run_daemon_command(prog: str, load: Callable[[], Any], serve: Callable[[Any], int]) -> int:
     """The ``serve`` command of either daemon: load its config, set up logging, run it, and
-    turn start-up failures into a message and an exit code (2 bad settings, 3 cannot listen)."""
+    turn start-up failures into a message and an exit code (2 bad settings or an address in use,
+    3 cannot listen)."""
     from tunelab.common.auth import AuthConfigError
     from tunelab.common.configload import ConfigError
     from tunelab.common.logsetup import configure_logging
@@ -157,4 +200,4 @@ def run_daemon_command(prog: str, load: Callable[[], Any], serve: Callable[[Any]
         return 2
     except BindError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
-        return 3
+        return exc.exit_code

@@ -31,6 +31,7 @@ MAX_ARG_BYTES = 32 * 1024
 MAX_ENV_VALUE = 32 * 1024
 MAX_TEXT = 4096  # names, paths, URLs, model ids
 MAX_SWEEP_POINTS = 1024
+MAX_REDACT_NAMES = 256  # a spec's redact: list, sent to the agent with its server
 # The monitor reads its launch document (spec + the agent's own fields) up to this many bytes
 # (procs/monitor.py MAX_LAUNCH); argv and env, JSON-encoded as sent, must leave room for the
 # rest, or a spec accepted at submission would fail at dispatch.
@@ -189,6 +190,7 @@ def check_server_spec(
             startup_timeout_seconds=pb.startup_timeout_seconds,
             stop_grace_seconds=pb.stop_grace_seconds,
             auto_port=auto_port and (pb.auto_port or pb.port == 0),
+            redact=tuple(pb.redact),
         ),
         prefix,
     )
@@ -217,6 +219,7 @@ class ServerFields:
     startup_timeout_seconds: float
     stop_grace_seconds: float
     auto_port: bool = False  # port 0: the agent picks one
+    redact: Sequence[str] = ()  # more secret names
 
 
 def check_server_fields(spec: ServerFields, prefix: str = "spec.") -> None:
@@ -234,6 +237,10 @@ def check_server_fields(spec: ServerFields, prefix: str = "spec.") -> None:
     elif not 1 <= spec.port <= 65535:
         raise SpecViolation(f"{prefix}port", f"expected 1-65535, got {spec.port}")
     check_env(spec.env, f"{prefix}env")
+    if len(spec.redact) > MAX_REDACT_NAMES:
+        raise SpecViolation(f"{prefix}redact", f"more than {MAX_REDACT_NAMES} names")
+    for i, name in enumerate(spec.redact):
+        _text(name, f"{prefix}redact[{i}]", 256)
     check_launch_size(spec.argv, spec.env, f"{prefix}argv")
     _text(spec.cwd, f"{prefix}cwd")
     if spec.cwd and not spec.cwd.startswith("/"):

@@ -189,6 +189,7 @@ class ServerSpec(_message.Message):
     ENGINE_FIELD_NUMBER: _builtins.int
     AUTO_PORT_FIELD_NUMBER: _builtins.int
     PROFILE_FIELD_NUMBER: _builtins.int
+    REDACT_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """unique among live servers; defaults to the id"""
     cwd: _builtins.str
@@ -224,6 +225,13 @@ class ServerSpec(_message.Message):
     def env(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """added to the agent's environment"""
 
+    @_builtins.property
+    def redact(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """More names whose values are secrets (an experiment's `redact:`): besides the secrets it finds
+        by name and shape, the agent masks these variables' and flags' values in its log and in a
+        run's provenance.
+        """
+
     def __init__(
         self,
         *,
@@ -239,10 +247,11 @@ class ServerSpec(_message.Message):
         engine: _builtins.str = ...,
         auto_port: _builtins.bool = ...,
         profile: _builtins.bool = ...,
+        redact: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_stop_grace_seconds", b"_stop_grace_seconds", "stop_grace_seconds", b"stop_grace_seconds"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_stop_grace_seconds", b"_stop_grace_seconds", "argv", b"argv", "auto_port", b"auto_port", "cwd", b"cwd", "engine", b"engine", "env", b"env", "name", b"name", "port", b"port", "profile", b"profile", "ready_model", b"ready_model", "ready_path", b"ready_path", "startup_timeout_seconds", b"startup_timeout_seconds", "stop_grace_seconds", b"stop_grace_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_stop_grace_seconds", b"_stop_grace_seconds", "argv", b"argv", "auto_port", b"auto_port", "cwd", b"cwd", "engine", b"engine", "env", b"env", "name", b"name", "port", b"port", "profile", b"profile", "ready_model", b"ready_model", "ready_path", b"ready_path", "redact", b"redact", "startup_timeout_seconds", b"startup_timeout_seconds", "stop_grace_seconds", b"stop_grace_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__stop_grace_seconds: _TypeAlias = _typing.Literal["stop_grace_seconds"]  # noqa: Y015
     _WhichOneofArgType__stop_grace_seconds: _TypeAlias = _typing.Literal["_stop_grace_seconds", b"_stop_grace_seconds"]  # noqa: Y015

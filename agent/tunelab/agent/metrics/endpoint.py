@@ -24,7 +24,7 @@ from tunelab.agent.metrics.exposition import render
 from tunelab.agent.metrics.self_metrics import ScrapeErrors
 from tunelab.common.auth import split_host_port
 from tunelab.common.httpserve import HttpServer, Limits, Request, Response
-from tunelab.common.serving import BindError
+from tunelab.common.serving import bind_error
 
 log = structlog.get_logger(__name__)
 
@@ -98,7 +98,7 @@ class MetricsEndpoint:
         try:
             self._server = HttpServer(host, port, app, app.blocking, limits)
         except OSError as exc:
-            raise BindError(f"cannot serve metrics on {listen}: {exc.strerror or exc}") from exc
+            raise bind_error("serve metrics on", listen, exc) from exc
         self.port: int = self._server.port
         self.stats = self._server.stats
 

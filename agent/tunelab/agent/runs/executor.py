@@ -36,6 +36,7 @@ from tunelab.agent.servers.states import ServerState
 from tunelab.agent.statefile import read_json, write_json_atomic
 from tunelab.agent.statewriter import DurableWriter
 from tunelab.agent.watching import watch_versioned
+from tunelab.common.rpcerrors import shown
 
 log = structlog.get_logger(__name__)
 RUN_FILE = "run.json"
@@ -128,7 +129,7 @@ class RunExecutor:
     def get(self, run_id: str) -> RunRecord:
         with self._lock:
             if run_id not in self._runs:
-                raise NotFound(f"no run {run_id!r}")
+                raise NotFound(f"no run {shown(run_id)}")
             return self._runs[run_id].snapshot()
 
     def runs(self, include_finished: bool) -> list[RunRecord]:
@@ -205,7 +206,7 @@ class RunExecutor:
     def cancel(self, run_id: str) -> RunRecord:
         with self._runs.locked():
             if run_id not in self._runs:
-                raise NotFound(f"no run {run_id!r}")
+                raise NotFound(f"no run {shown(run_id)}")
             record = self._runs[run_id]
             if not record.state.is_terminal() and not record.cancel_requested:
                 record = self._runs.update(run_id, {"cancel_requested": True}, persist=True)

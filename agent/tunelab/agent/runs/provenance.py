@@ -93,14 +93,13 @@ SHEBANG_BYTES = 512
 
 
 def process_redactor(
-    argv: Sequence[str], env: Mapping[str, str], more_argv: Sequence[str] = ()
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    more_argv: Sequence[str] = (),
+    names: Sequence[str] = (),
 ) -> Redactor:
     """A redactor that knows every secret a process is given (tunelab.common.redaction)."""
-    redactor = Redactor()
-    redactor.learn_argv(argv)
-    redactor.learn_argv(more_argv)
-    redactor.learn_env(env)
-    return redactor
+    return Redactor.for_process(argv, env, more_argv, names)
 
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -250,7 +249,8 @@ class RunProvenance:
         env = dict(server.env) if server else {}
         bench_argv = list(spec.command.argv) if spec.command else []
         bench_env = dict(spec.command.env) if spec.command else {}
-        redactor = process_redactor(argv, {**env, **bench_env}, bench_argv)
+        names = server.redact if server else ()
+        redactor = process_redactor(argv, {**env, **bench_env}, bench_argv, names)
         system, gpus = gpu_state(self._gpu, env)
         return {
             "recorded_at": self._clock(),

@@ -50,6 +50,8 @@ from tunelab.agent.servers.supervisor import ServerSupervisor, SupervisorSetting
 from tunelab.agent.statefile import write_json_atomic
 from tunelab.agent.statewriter import DurableWriter
 from tunelab.agent.watching import watch_versioned
+from tunelab.common.redaction import Redactor
+from tunelab.common.rpcerrors import shown
 from tunelab.common.spawn import with_python
 
 log = structlog.get_logger(__name__)
@@ -112,7 +114,7 @@ class ServerRegistry:
         live = [r for r in by_name if r.state.is_live()]
         match = live or sorted(by_name, key=lambda r: r.started_at)[-1:]
         if not match:
-            raise NotFound(f"no server with id or name {id_or_name!r}")
+            raise NotFound(f"no server with id or name {shown(id_or_name)}")
         return match[0]
 
     def get(self, id_or_name: str) -> ServerRecord:
@@ -232,7 +234,9 @@ class ServerRegistry:
             self._supervisors[server_id] = supervisor
             supervisor.start()
         failpoint("after-record")
-        log.info("server_started", server_id=server_id, pid=leader.pid, argv=list(spec.argv))
+        # masked here with the spec's own redact names, which the log's redactor does not know
+        argv = Redactor.for_process(spec.argv, spec.env, names=spec.redact).argv(spec.argv)
+        log.info("server_started", server_id=server_id, pid=leader.pid, argv=argv)
         return record.snapshot()
 
     def _write_intent(self, record: ServerRecord) -> None:
@@ -272,7 +276,9 @@ class ServerRegistry:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return False
-                self._changed.wait(remaining if remaining is not None else 1.0)
+                # a minute at most per wait (the loop checks the deadline): a far deadline must not
+                # overflow threading's wait (issue 36.6)
+                self._changed.wait(min(remaining, 60.0) if remaining is not None else 1.0)
         return True
 
     def watch(self, id_or_name: str, cancelled: Callable[[], bool]) -> Iterator[ServerRecord]:

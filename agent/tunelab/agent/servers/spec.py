@@ -42,6 +42,7 @@ class ServerSpec:
     engine: str = ""  # an engine profile (vllm | sglang | generic); empty = detect from argv
     auto_port: bool = False  # a run's server: the agent picks the port (port is 0 until then)
     profile: bool = False  # started ready to be profiled (tunelab server start --profile)
+    redact: tuple[str, ...] = ()  # more secret names (the spec's redact:), masked in the log
 
     def validated(self) -> ValidServerSpec:
         """Return self, or raise InvalidSpec naming the first bad field (the bounds are
@@ -58,6 +59,7 @@ class ServerSpec:
             startup_timeout_seconds=self.startup_timeout,
             stop_grace_seconds=self.stop_grace,
             auto_port=self.auto_port,
+            redact=self.redact,
         )
         try:
             check_server_fields(fields)
@@ -77,6 +79,7 @@ class ServerSpec:
         data = asdict(self)
         data["argv"] = list(self.argv)
         data["env"] = dict(self.env)
+        data["redact"] = list(self.redact)
         return data
 
     @classmethod
@@ -94,6 +97,7 @@ class ServerSpec:
             engine=str(data.get("engine", "")),
             auto_port=bool(data.get("auto_port", False)),
             profile=bool(data.get("profile", False)),
+            redact=tuple(str(n) for n in data.get("redact", ())),
         )
 
 

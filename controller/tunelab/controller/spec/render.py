@@ -58,6 +58,7 @@ def to_run_spec(spec: dict[str, Any], run_name: str, gpus: list[int]) -> run_pb2
         startup_timeout_seconds=server["ready"]["timeout"],
         stop_grace_seconds=server["stop_grace"],
         engine=server.get("engine", ""),
+        redact=[str(name) for name in spec.get("redact", [])],
     )
     bench = spec["benchmark"]
     if bench["kind"] == "command":
