@@ -131,3 +131,15 @@ def test_a_run_file_of_such_a_shape_is_quarantined_not_loaded(tmp_path: Path) ->
     (entry,) = quarantined.items()
     assert entry.kept_as is not None and entry.kept_as.exists()
     assert "spec.server: give a server to start or the server_id" in entry.reason
+
+
+def test_redact_names_reach_the_spec_and_its_state_file_and_are_bounded() -> None:
+    pb = message(["srv", "--seed", "x"])
+    pb.server.redact.extend(["--seed", "MY_SEED"])
+    spec = run_spec_from_pb(pb)
+    assert spec.server is not None and spec.server.redact == ("--seed", "MY_SEED")
+    assert ServerSpec.from_dict(spec.server.to_dict()).redact == ("--seed", "MY_SEED")
+    pb.server.redact.extend(f"N{i}" for i in range(300))
+    with pytest.raises(InvalidSpec) as caught:
+        run_spec_from_pb(pb)
+    assert caught.value.field == "spec.redact"
