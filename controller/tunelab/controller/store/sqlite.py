@@ -23,11 +23,11 @@ from tunelab.controller.store.dbfile import FileIdentity, create_private, transl
 from tunelab.controller.store.dialect import SQLITE
 from tunelab.controller.store.migrations import SQLITE_VERSIONS, migrate
 from tunelab.controller.store.models import FencingToken
-from tunelab.controller.store.searches import SearchSql
+from tunelab.controller.store.searches import SearchSql, SearchStatements
 from tunelab.controller.store.secrets import HostSecrets
-from tunelab.controller.store.slurmbook import SlurmSql
+from tunelab.controller.store.slurmbook import SlurmSql, SlurmStatements
 from tunelab.controller.store.statements import Statements
-from tunelab.controller.store.watches import WatchSql
+from tunelab.controller.store.watches import WatchSql, WatchStatements
 
 _STATEMENTS = Statements(SQLITE)
 _SEARCH_SQL = SearchSql(SQLITE)
@@ -39,9 +39,9 @@ _TURN = FencingToken(epoch=0)
 class SqliteStore(SqlStore):
     def __init__(self, path: Path | str, secrets_file: Path | None = None) -> None:
         self.sql = _STATEMENTS
-        self.search_sql = _SEARCH_SQL
-        self.slurm_sql = _SLURM_SQL
-        self.watch_sql = _WATCH_SQL
+        self.searches = SearchStatements(self, _SEARCH_SQL)
+        self.slurm = SlurmStatements(self, _SLURM_SQL)
+        self.watches = WatchStatements(self, _WATCH_SQL)
         self.path = Path(path)
         self.where = str(path)
         memory = str(path) == ":memory:"
