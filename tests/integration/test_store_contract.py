@@ -32,8 +32,8 @@ from tunelab.controller.store import (
 )
 from tunelab.controller.store.core import SqlStore
 from tunelab.controller.store.factory import open_store
-from tunelab.controller.store.migrations import load_migrations
 from tunelab.controller.store.postgres import SCHEDULE_LOCK, PostgresStore
+from tunelab.controller.store.schema import load_migrations
 from tunelab.controller.store.slurmbook import SlurmJobRow
 from tunelab.controller.store.transfer import TABLES, export_lines, import_lines
 

@@ -15,8 +15,8 @@ from tests.support.postgres import PostgresServer
 from tunelab.controller.config import ConfigError, load_config
 from tunelab.controller.store import SqliteStore
 from tunelab.controller.store.core import SqlStore
-from tunelab.controller.store.migrations import load_migrations
 from tunelab.controller.store.postgres import PostgresStore
+from tunelab.controller.store.schema import load_migrations
 from tunelab.v1 import controller_pb2
 
 OLD_DB = REPO / "tests" / "fixtures" / "store" / "controller-f58540c.db"

@@ -115,7 +115,7 @@ def test_package_list_matches_the_tree() -> None:
     }
     # a folder of data files only (the store's migrations/*.sql) is listed as a package so that
     # setuptools ships it without its 40-line "Package would be ignored" warning; it is named
-    # in package-data and holds no Python (an __init__.py would shadow store/migrations.py)
+    # in package-data and holds no Python (the code that applies it is store/schema.py)
     data_only = set(setuptools.get("package-data", {})) - on_disk
     for name in data_only:
         assert name in listed, name

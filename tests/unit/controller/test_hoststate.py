@@ -21,7 +21,7 @@ from tunelab.controller.states import (
     check_host,
 )
 from tunelab.controller.store import HostRow, SqliteStore, StoreConflict
-from tunelab.controller.store.migrations import load_migrations
+from tunelab.controller.store.schema import load_migrations
 
 H = HostState
 EXPECTED_HOST = {

@@ -22,7 +22,7 @@ from tunelab.controller.store import (
     StoreUnavailable,
 )
 from tunelab.controller.store.dialect import POSTGRESQL
-from tunelab.controller.store.migrations import load_migrations, statements
+from tunelab.controller.store.schema import load_migrations, statements
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "store"
 OLD_DB = FIXTURES / "controller-f58540c.db"

@@ -42,8 +42,8 @@ from tunelab.controller.store.base import StoreError, StoreFenced, StoreFull, St
 from tunelab.controller.store.core import SqlStore
 from tunelab.controller.store.dburl import redact
 from tunelab.controller.store.dialect import POSTGRESQL
-from tunelab.controller.store.migrations import migrate
 from tunelab.controller.store.models import FencingToken
+from tunelab.controller.store.schema import migrate
 from tunelab.controller.store.searches import SearchSql, SearchStatements
 from tunelab.controller.store.secrets import HostSecrets
 from tunelab.controller.store.slurmbook import SlurmSql, SlurmStatements
