@@ -9,7 +9,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import psutil
@@ -51,10 +51,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
-) -> Iterator[None] | pytest.TestReport:
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     """A failing test's report ends with the log tail of each daemon it started: CI keeps
     only the report, and a daemon's own account is what says why a wait timed out."""
-    report: pytest.TestReport = yield
+    report = yield
     if report.failed and call.when in ("setup", "call"):
         for daemon in daemon_proc.STARTED:
             report.sections.append(

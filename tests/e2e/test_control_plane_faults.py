@@ -35,7 +35,8 @@ def healthy(address: str) -> bool:
         reply = health_pb2_grpc.HealthStub(channel).Check(
             health_pb2.HealthCheckRequest(), timeout=2
         )
-    return reply.status == health_pb2.HealthCheckResponse.SERVING
+    serving: bool = reply.status == health_pb2.HealthCheckResponse.SERVING
+    return serving
 
 
 def open_streams(start: Any, count: int) -> list[Any]:

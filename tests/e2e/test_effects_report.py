@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,7 +23,8 @@ from tests.support.browser import load_page
 POINT = "c1"
 
 
-def effect(doc: dict, change: str, metric: str) -> dict:
+def effect(doc: dict[str, Any], change: str, metric: str) -> dict[str, Any]:
+    found: dict[str, Any]
     [found] = [
         e
         for e in doc["effects"]

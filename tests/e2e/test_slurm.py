@@ -117,8 +117,12 @@ def test_a_matrix_runs_as_one_slurm_job_per_experiment_and_each_succeeds_once(
         gpu = attempt["gpu_summary"]
         assert gpu["samples"] >= 2 and gpu["mean_power_watts_total"] > 0, gpu
         (job,) = jobs_named(slurm, attempt["id"])
+
         # the job reports its result, then exits: Slurm says COMPLETED a moment later
-        wait_for(f"job {job} to complete", lambda j=job: slurm.job_state(j) == "COMPLETED")
+        def completed(j: str = job) -> bool:
+            return slurm.job_state(j) == "COMPLETED"
+
+        wait_for(f"job {job} to complete", completed)
         # the job-completion log, read when scontrol and sacct have forgotten the job, says so
         log_end = SlurmCli(env=slurm.env()).completion_log_end(job)
         assert (log_end.state, log_end.exit_code) == ("COMPLETED", "0:0"), log_end

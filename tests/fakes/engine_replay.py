@@ -78,8 +78,9 @@ def main() -> int:
         time.sleep(step)
         sys.stdout.buffer.write(piece + b"\n")
         sys.stdout.flush()
-    if args.exit_code >= 0:
-        return args.exit_code
+    exit_code: int = args.exit_code
+    if exit_code >= 0:
+        return exit_code
     if args.listen == "late":
         serve()
     with lock:

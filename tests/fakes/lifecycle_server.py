@@ -53,6 +53,7 @@ def main() -> int:
     p.add_argument("--model", default="fake-model")
     p.add_argument("--sleep-forever", action="store_true", help="grandchild mode")
     args = p.parse_args()
+    exit_code: int = args.exit_code
 
     if args.ignore_sigterm:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -81,7 +82,7 @@ def main() -> int:
         )
         subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
 
-    state = {"ready": False, "first_2xx": None}
+    state: dict[str, bool | float | None] = {"ready": False, "first_2xx": None}
     lock = threading.Lock()
 
     class Handler(BaseHTTPRequestHandler):
@@ -119,7 +120,7 @@ def main() -> int:
         time.sleep(args.load_seconds / max(args.shards, 1))
         if shard == args.crash_at_shard:
             print(f"RuntimeError: shard {shard} is corrupt", flush=True)
-            return args.exit_code
+            return exit_code
         elapsed = time.time() - start
         rate = shard / elapsed if elapsed else 0.0
         pct = int(100 * shard / args.shards)
@@ -142,7 +143,7 @@ def main() -> int:
     if args.die_after_ready >= 0:
         time.sleep(args.die_after_ready)
         print("fatal: CUDA error: an illegal memory access was encountered", flush=True)
-        return args.exit_code
+        return exit_code
     while True:
         time.sleep(3600)
 

@@ -45,10 +45,13 @@ def spec(*sim_args: str, profile: R.ProfileSpec | None = None, **bench: object) 
     )
 
 
-def fetch(agent: AgentProcess, run_id: str, name: str, **request: int) -> bytes:
-    chunks = agent.stub().FetchProfile(
-        agent_pb2.FetchProfileRequest(run_id=run_id, name=name, **request), timeout=30
+def fetch(
+    agent: AgentProcess, run_id: str, name: str, offset: int = 0, max_bytes: int = 0
+) -> bytes:
+    request = agent_pb2.FetchProfileRequest(
+        run_id=run_id, name=name, offset=offset, max_bytes=max_bytes
     )
+    chunks = agent.stub().FetchProfile(request, timeout=30)
     return b"".join(c.data for c in chunks)
 
 

@@ -209,7 +209,7 @@ def test_bad_run_specs_are_rejected_naming_the_field(
     with pytest.raises(grpc.RpcError) as info:
         agent.stub().StartRun(agent_pb2.StartRunRequest(run_id="x", spec=spec), timeout=10)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert info.value.details().startswith(field), info.value.details()
+    assert str(info.value.details()).startswith(field), info.value.details()
     assert (
         list(
             agent.stub().ListRuns(agent_pb2.ListRunsRequest(include_finished=True), timeout=5).runs

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -24,12 +25,12 @@ TOKEN = "s3cret-token-for-tests"
 
 
 @pytest.fixture
-def token_agent(tmp_path: Path) -> AgentProcess:
+def token_agent(tmp_path: Path) -> Iterator[AgentProcess]:
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
     agent = AgentProcess(tmp_path / "agent", ["--token-file", str(token_file)], token=TOKEN)
     agent.start()
-    yield agent  # type: ignore[misc]
+    yield agent
     agent.terminate()
 
 
@@ -208,7 +209,7 @@ def test_malformed_specs_are_rejected_naming_the_field(
     with pytest.raises(grpc.RpcError) as info:
         stub.StartServer(agent_pb2.StartServerRequest(spec=spec), timeout=5)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert info.value.details().startswith(field)
+    assert str(info.value.details()).startswith(field)
     listed = stub.ListServers(
         agent_pb2.ListServersRequest(include_finished=True), timeout=5
     ).servers

@@ -56,7 +56,9 @@ def wait_helper(timeout: float = 30.0) -> psutil.Process:
     return found[0]
 
 
-def wait_state(stub: agent_pb2_grpc.AgentStub, run_id: str, state: int) -> run_pb2.Run:
+def wait_state(
+    stub: agent_pb2_grpc.AgentStub, run_id: str, state: run_pb2.RunState.ValueType
+) -> run_pb2.Run:
     for update in stub.WatchRun(agent_pb2.WatchRunRequest(run_id=run_id), timeout=90):
         if update.run.state == state:
             return update.run

@@ -89,7 +89,12 @@ def test_ctrl_c_mid_point_keeps_the_requests_that_finished(
     files = BenchFiles(tmp_path / "run")
     proc = spawn(config(sim.url, concurrency=(1,), requests=50, output_len=20), files)
     reader = ProgressReader(files.progress)
-    wait_for(lambda: reader.poll().latest is not None and reader.state.latest.requests_done >= 2)
+
+    def two_done() -> bool:
+        latest = reader.poll().latest  # poll() returns reader.state
+        return latest is not None and latest.requests_done >= 2
+
+    wait_for(two_done)
     os.killpg(proc.pid, signal.SIGINT)
     assert proc.wait(10) == 1
     doc = json.loads(files.result.read_text())

@@ -66,7 +66,7 @@ YAML_BLOCKS = [
 
 def bench_lines() -> list[Any]:
     """Each ``tunelab bench`` command of a block that is not run whole, joined and bare."""
-    found = []
+    found: list[Any] = []
     for page in PAGES:
         for line, _language, attrs, body in blocks(page):
             if "runnable" in attrs:

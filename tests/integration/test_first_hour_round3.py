@@ -46,7 +46,7 @@ def parked_group(lab: Lab, name: str) -> str:
     path = lab.spec(name, **{"host.labels.pool": "nobody", "repeat": 3})
     submitted = lab.run("submit", str(path), "--json")
     assert submitted.returncode == 0, submitted.stderr
-    groups = {e["group"] for e in json.loads(submitted.stdout)}
+    groups: set[str] = {e["group"] for e in json.loads(submitted.stdout)}
     assert len(groups) == 1
     return groups.pop()
 

@@ -66,7 +66,7 @@ def start_fake(app: AgentApp, name: str) -> str:
         port=port,
         name=name,
     )
-    record = app.registry.start(spec)
+    record = app.registry.start(spec.validated())
     assert app.registry.wait_for(record.id, lambda r: r.state is ServerState.READY, 30)
     return record.id
 

@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -155,7 +156,7 @@ def test_a_forged_state_file_in_stopping_signals_nobody(tmp_path: Path, forgery:
         agent.terminate()
 
 
-CORRUPTIONS = {
+CORRUPTIONS: dict[str, Callable[[str], str]] = {
     "empty": lambda text: "",
     "truncated": lambda text: text[: len(text) // 2],
     "garbage": lambda text: "\x00\xff not json {{{",
@@ -233,9 +234,8 @@ def test_a_full_state_disk_spawns_nothing_loses_nothing_and_recovers(tmp_path: P
         with pytest.raises(grpc.RpcError) as refused:
             start(stub, fake_spec(port, "--load-seconds", "0.1"), "full")
         assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-        assert str(state_dir) in refused.value.details() and "nothing was started" in (
-            refused.value.details()
-        )
+        details = str(refused.value.details())
+        assert str(state_dir) in details and "nothing was started" in details
         assert not any(str(port) in " ".join(p.cmdline()) for p in psutil.process_iter())
         assert not list(stub.ListServers(agent_pb2.ListServersRequest(), timeout=5).servers)
 

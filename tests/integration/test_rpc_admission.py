@@ -66,7 +66,7 @@ def headers_only(channel: grpc.Channel, release: threading.Event, method: str = 
         release.wait(30)
         yield X.ListHostsRequest().SerializeToString()
 
-    call = channel.stream_unary(method)
+    call: grpc.StreamUnaryMultiCallable[bytes, bytes] = channel.stream_unary(method)
     return call.future(requests(), timeout=20)
 
 

@@ -95,7 +95,9 @@ def test_an_internal_error_is_internal_with_an_id_and_no_exception_text(served: 
 def test_bad_fields_are_invalid_argument_naming_the_field(served: Any) -> None:
     _, _, stub = served
     with pytest.raises(grpc.RpcError) as bad:
-        stub.ListExperiments(X.ListExperimentsRequest(states=[99]), timeout=5)
+        stub.ListExperiments(
+            X.ListExperimentsRequest(states=[X.ExperimentState.ValueType(99)]), timeout=5
+        )
     assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert (bad.value.details() or "").startswith("states: ")
 

@@ -22,6 +22,7 @@ from tests.unit.controller.test_search_driver import (
     with_hosts,
 )
 from tunelab.controller.search.driver import SearchDriver
+from tunelab.controller.states import SearchState
 from tunelab.controller.store import StoreFenced
 from tunelab.controller.store.postgres import SCHEDULE_LOCK, PostgresStore
 
@@ -93,7 +94,7 @@ def test_a_fenced_controllers_late_search_writes_are_refused(
         with pytest.raises(StoreFenced):
             SearchDriver(first, first.now).tick(turn)  # would record 4 outcomes, queue 4 more
         with pytest.raises(StoreFenced):
-            first.finish_search("g-1", "CANCELLED", "late", first.now(), turn)
+            first.finish_search("g-1", SearchState.CANCELLED, "late", first.now(), turn)
     trials = second.search_trials("g-1")
     assert [t.state for t in trials] == ["RUNNING"] * 4  # nothing of the late step
     found = second.get_search("g-1")

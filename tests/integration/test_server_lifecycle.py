@@ -181,7 +181,7 @@ def test_port_already_taken_is_refused_and_nothing_starts(agent: AgentProcess) -
             start(stub, fake_spec(port), server_id="squatted")
 
     assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-    assert str(port) in info.value.details()
+    assert str(port) in str(info.value.details())
     listed = stub.ListServers(
         agent_pb2.ListServersRequest(include_finished=True), timeout=5
     ).servers

@@ -223,7 +223,7 @@ def test_a_result_file_outside_the_run_folder_is_refused_naming_the_field(
             agent.stub().StartRun(agent_pb2.StartRunRequest(run_id="r", spec=spec), timeout=10)
 
         assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-        assert "spec.benchmark.command.result_file" in refused.value.details()
+        assert "spec.benchmark.command.result_file" in str(refused.value.details())
         assert all(c.read_text() == "keep me" for c in canaries)
         assert not (agent.state_dir / "runs" / "r").exists()
     finally:

@@ -13,6 +13,7 @@ import threading
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -26,7 +27,9 @@ SIM = [sys.executable, "-m", "tunelab.bench.simulator", "--model", "sim", "--itl
 GENERIC_URLS = ["--start-url", "/start_profile", "--stop-url", "/stop_profile"]
 
 
-def start(agent: AgentProcess, *flags: str, sim: tuple[str, ...] = ()) -> tuple[dict, int]:  # type: ignore[type-arg]
+def start(
+    agent: AgentProcess, *flags: str, sim: tuple[str, ...] = ()
+) -> tuple[dict[str, Any], int]:
     """A simulator started through the CLI (``--wait --json``); its JSON and port."""
     port = free_port()
     done = tunelab(
@@ -46,14 +49,15 @@ def sim_stats(port: int) -> dict[str, object]:
     return stats
 
 
-def fetch(agent: AgentProcess, **request: str) -> bytes:
-    chunks = agent.stub().FetchProfile(agent_pb2.FetchProfileRequest(**request), timeout=30)
+def fetch(agent: AgentProcess, *, server_id: str = "", run_id: str = "", name: str = "") -> bytes:
+    request = agent_pb2.FetchProfileRequest(server_id=server_id, run_id=run_id, name=name)
+    chunks = agent.stub().FetchProfile(request, timeout=30)
     return b"".join(c.data for c in chunks)
 
 
-def listing(agent: AgentProcess, server_id: str) -> list[dict[str, object]]:
+def listing(agent: AgentProcess, server_id: str) -> list[dict[str, Any]]:
     path = agent.state_dir / "servers" / server_id / "profiles.json"
-    profiles: list[dict[str, object]] = json.loads(path.read_text())["profiles"]
+    profiles: list[dict[str, Any]] = json.loads(path.read_text())["profiles"]
     return profiles
 
 
@@ -120,7 +124,7 @@ def _open_profile(
     request = agent_pb2.ProfileServerRequest(
         id=server_id, window_seconds=seconds, start_url="/start_profile", stop_url="/stop_profile"
     )
-    return agent.stub().ProfileServer(request, timeout=120)  # type: ignore[no-any-return]
+    return agent.stub().ProfileServer(request, timeout=120)
 
 
 def test_a_second_profile_is_refused_and_a_caller_gone_ends_the_window(
@@ -152,8 +156,8 @@ def test_a_second_profile_is_refused_and_a_caller_gone_ends_the_window(
     stats = sim_stats(port)
     assert stats["profiling"] is False and stats["stops"] == 1
     (entry,) = listing(agent, server_id)
-    assert any("ended early" in str(w) for w in entry["warnings"])  # type: ignore[union-attr]
-    assert len(entry["traces"]) == 1  # type: ignore[arg-type]
+    assert any("ended early" in str(w) for w in entry["warnings"])
+    assert len(entry["traces"]) == 1
 
 
 def test_a_stop_that_times_out_is_a_warning_and_the_server_is_not_left_profiling(
@@ -285,7 +289,7 @@ def test_an_agent_killed_in_the_window_stops_the_profiler_at_its_restart(
         assert checks < 600, agent.log()[-20000:]
     (entry,) = listing(agent, server_id)
     assert sim_stats(port)["profiling"] is False
-    assert any("agent restarted during the window" in str(w) for w in entry["warnings"])  # type: ignore[union-attr]
-    (trace,) = entry["traces"]  # type: ignore[misc]
-    assert fetch(agent, server_id=server_id, name=str(trace["name"]))  # type: ignore[index]
+    assert any("agent restarted during the window" in str(w) for w in entry["warnings"])
+    (trace,) = entry["traces"]
+    assert fetch(agent, server_id=server_id, name=str(trace["name"]))
     assert not (agent.state_dir / "servers" / server_id / "profile-open.json").exists()

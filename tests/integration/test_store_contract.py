@@ -30,9 +30,10 @@ from tunelab.controller.store import (
     StoreFenced,
     factory,
 )
+from tunelab.controller.store.core import SqlStore
 from tunelab.controller.store.factory import open_store
-from tunelab.controller.store.migrations import load_migrations
 from tunelab.controller.store.postgres import SCHEDULE_LOCK, PostgresStore
+from tunelab.controller.store.schema import load_migrations
 from tunelab.controller.store.slurmbook import SlurmJobRow
 from tunelab.controller.store.transfer import TABLES, export_lines, import_lines
 
@@ -46,7 +47,7 @@ globals().update(
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> SqliteStore:
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> SqlStore:
     if request.param == "sqlite":
         return SqliteStore(tmp_path / "controller.db")
     server: PostgresServer = request.getfixturevalue("postgres")
@@ -60,11 +61,11 @@ def test_the_open_store_follows_the_db_setting(tmp_path: Path, postgres: Postgre
     assert not (Path.cwd() / "postgresql:").exists()  # never taken for a folder name
 
 
-def test_both_engines_reach_the_same_schema_version(store: SqliteStore) -> None:
+def test_both_engines_reach_the_same_schema_version(store: SqlStore) -> None:
     assert store.schema_version == load_migrations()[-1].version
 
 
-def test_host_tokens_stay_out_of_the_database(store: SqliteStore) -> None:
+def test_host_tokens_stay_out_of_the_database(store: SqlStore) -> None:
     store.add_host(HostRow(name="h", address="h:1", token="pg-secret-token"))
     assert store.get_host("h").token == "pg-secret-token"  # type: ignore[union-attr]
     columns = {k for r in store._query("SELECT * FROM hosts") for k in r.keys()}  # noqa: SIM118
@@ -75,7 +76,7 @@ def test_host_tokens_stay_out_of_the_database(store: SqliteStore) -> None:
     assert store.get_host("h").address == "h:2"  # type: ignore[union-attr]
 
 
-def test_name_lookup_and_batched_reads(store: SqliteStore) -> None:
+def test_name_lookup_and_batched_reads(store: SqlStore) -> None:
     ids = queue(store, n=5)
     found = store.find_experiment_by_name("s#3")
     assert found is not None and found.id == ids[2]
@@ -84,7 +85,7 @@ def test_name_lookup_and_batched_reads(store: SqliteStore) -> None:
     assert store.now() > 1.7e9
 
 
-def slurm_attempt(store: SqliteStore) -> str:
+def slurm_attempt(store: SqlStore) -> str:
     """A pool (a host row and its sbatch settings) with one attempt DISPATCHING on it."""
     (experiment,) = queue(store, n=1)
     store.add_host(HostRow(name="pool", address="slurm:gpu", labels={"pool": "a"}))
@@ -93,7 +94,7 @@ def slurm_attempt(store: SqliteStore) -> str:
     return store.create_attempt(experiment, "pool", [], store.now()).id
 
 
-def test_slurm_pools_and_jobs_on_both_engines(store: SqliteStore) -> None:
+def test_slurm_pools_and_jobs_on_both_engines(store: SqlStore) -> None:
     attempt = slurm_attempt(store)
     assert store.slurm_pools() == {"pool": {"max_jobs": 4, "partition": "gpu"}}
     assert store.slurm_job(attempt) is None
@@ -125,7 +126,7 @@ def test_slurm_pools_and_jobs_on_both_engines(store: SqliteStore) -> None:
 
 @pytest.mark.parametrize("target", ["sqlite", "postgresql"])
 def test_an_export_and_import_keeps_slurm_pools_and_jobs(
-    store: SqliteStore, target: str, tmp_path: Path, postgres: PostgresServer
+    store: SqlStore, target: str, tmp_path: Path, postgres: PostgresServer
 ) -> None:
     attempt = slurm_attempt(store)
     with store.scheduling_pass() as turn:
@@ -176,7 +177,7 @@ def test_two_controllers_on_one_database_never_double_book_a_host(
     created: list[str] = []
     lock = threading.Lock()
 
-    def schedule(store: SqliteStore) -> None:
+    def schedule(store: SqlStore) -> None:
         for _ in range(20):
             made = Scheduler(store).pass_once()
             with lock:

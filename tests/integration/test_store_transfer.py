@@ -14,8 +14,9 @@ from tests.support.daemon_proc import REPO
 from tests.support.postgres import PostgresServer
 from tunelab.controller.config import ConfigError, load_config
 from tunelab.controller.store import SqliteStore
-from tunelab.controller.store.migrations import load_migrations
+from tunelab.controller.store.core import SqlStore
 from tunelab.controller.store.postgres import PostgresStore
+from tunelab.controller.store.schema import load_migrations
 from tunelab.v1 import controller_pb2
 
 OLD_DB = REPO / "tests" / "fixtures" / "store" / "controller-f58540c.db"
@@ -31,7 +32,7 @@ def tunelab(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
-def snapshot(store: SqliteStore) -> dict[str, list[tuple[object, ...]]]:
+def snapshot(store: SqlStore) -> dict[str, list[tuple[object, ...]]]:
     out = {}
     for table, order in (("hosts", "name"), ("experiments", "seq"), ("attempts", "id")):
         rows = store._query(f"SELECT * FROM {table} ORDER BY {order}")  # noqa: S608

@@ -97,8 +97,10 @@ async def serve(count: int, slow: int, starts: Path | None) -> None:
         if n == 0:
             continue
         server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-        agents = InstantAgents(starts, slow=is_slow)
-        agent_pb2_grpc.add_AgentServicer_to_server(agents, server)  # type: ignore[abstract]
+        # the fake answers the RPCs a scheduler sends; the rest stay the generated base's
+        # UNIMPLEMENTED, which the stubs declare abstract
+        agents = InstantAgents(starts, slow=is_slow)  # type: ignore[abstract]
+        agent_pb2_grpc.add_AgentServicer_to_server(agents, server)
         ports += [server.add_insecure_port("127.0.0.1:0") for _ in range(n)]
         servers.append(server)
     for server in servers:

@@ -12,6 +12,8 @@ import grpc
 
 from tunelab.common.auth import ClientAuth
 from tunelab.controller.aiocalls import AioStartRuns, StartRunCall
+from tunelab.controller.runreport import RunReport
+from tunelab.controller.runwire import run_report
 from tunelab.v1 import agent_pb2, agent_pb2_grpc, run_pb2
 
 INFO_DEADLINE = 3.0  # GetInfo, GetRun: config agent_call_timeout
@@ -19,16 +21,20 @@ RUN_DEADLINE = 10.0  # StartRun, CancelRun (the agent writes its record first): 
 AUDIT_DEADLINE = 60.0
 
 
-class AgentClient(Protocol):
-    def get_info(self, address: str, token: str | None) -> agent_pb2.GetInfoResponse: ...
+class RunCalls(Protocol):
+    """The calls that follow runs: what the attempt driver (dispatch.py) asks of agents. Each
+    answer is a plain :class:`RunReport`, built here at the edge (runwire.py)."""
+
     def start_run(
         self, address: str, token: str | None, run_id: str, spec: run_pb2.RunSpec
-    ) -> agent_pb2.StartRunResponse: ...
-    def start_runs(
-        self, calls: Sequence[StartRunCall]
-    ) -> list[Future[agent_pb2.StartRunResponse]]: ...
-    def get_run(self, address: str, token: str | None, run_id: str) -> run_pb2.Run: ...
-    def cancel_run(self, address: str, token: str | None, run_id: str) -> run_pb2.Run: ...
+    ) -> RunReport: ...
+    def start_runs(self, calls: Sequence[StartRunCall]) -> list[Future[RunReport]]: ...
+    def get_run(self, address: str, token: str | None, run_id: str) -> RunReport: ...
+    def cancel_run(self, address: str, token: str | None, run_id: str) -> RunReport: ...
+
+
+class AgentClient(RunCalls, Protocol):
+    def get_info(self, address: str, token: str | None) -> agent_pb2.GetInfoResponse: ...
     def run_audit(
         self, address: str, token: str | None, only: list[str]
     ) -> agent_pb2.RunAuditResponse: ...
@@ -74,22 +80,27 @@ class GrpcAgentClient:
 
     def start_run(
         self, address: str, token: str | None, run_id: str, spec: run_pb2.RunSpec
-    ) -> agent_pb2.StartRunResponse:
+    ) -> RunReport:
         request = agent_pb2.StartRunRequest(run_id=run_id, spec=spec)
-        return self._stub(address, token).StartRun(request, timeout=self._run_deadline)
+        answer = self._stub(address, token).StartRun(request, timeout=self._run_deadline)
+        return run_report(answer.run)
 
-    def start_runs(self, calls: Sequence[StartRunCall]) -> list[Future[agent_pb2.StartRunResponse]]:
+    def start_runs(self, calls: Sequence[StartRunCall]) -> list[Future[RunReport]]:
         """StartRun with no thread waiting on it: a pass that places 200 runs reaches 200
         agents at once, and a hung one holds nothing but its own call."""
-        return self._waves.start_runs(calls)
+        return [_reported(sent) for sent in self._waves.start_runs(calls)]
 
-    def get_run(self, address: str, token: str | None, run_id: str) -> run_pb2.Run:
+    def get_run(self, address: str, token: str | None, run_id: str) -> RunReport:
         request = agent_pb2.GetRunRequest(run_id=run_id)
-        return self._stub(address, token).GetRun(request, timeout=self._info_deadline).run
+        return run_report(
+            self._stub(address, token).GetRun(request, timeout=self._info_deadline).run
+        )
 
-    def cancel_run(self, address: str, token: str | None, run_id: str) -> run_pb2.Run:
+    def cancel_run(self, address: str, token: str | None, run_id: str) -> RunReport:
         request = agent_pb2.CancelRunRequest(run_id=run_id)
-        return self._stub(address, token).CancelRun(request, timeout=self._run_deadline).run
+        return run_report(
+            self._stub(address, token).CancelRun(request, timeout=self._run_deadline).run
+        )
 
     def run_audit(
         self, address: str, token: str | None, only: list[str]
@@ -116,3 +127,21 @@ class GrpcAgentClient:
                 channel.close()
             self._channels.clear()
             self._stubs.clear()
+
+
+def _reported(sent: Future[agent_pb2.StartRunResponse]) -> Future[RunReport]:
+    """A future of the answer's report, settled when ``sent`` is (with its error, if any)."""
+    report: Future[RunReport] = Future()
+
+    def settle(done: Future[agent_pb2.StartRunResponse]) -> None:
+        if done.cancelled():
+            report.cancel()
+            return
+        error = done.exception()
+        if error is not None:
+            report.set_exception(error)
+        else:
+            report.set_result(run_report(done.result().run))
+
+    sent.add_done_callback(settle)
+    return report

@@ -20,10 +20,12 @@ from typing import Any, Unpack
 import grpc
 import structlog
 
-from tunelab.controller.agent_client import AgentClient
+from tunelab.controller.agent_client import RunCalls
 from tunelab.controller.aiocalls import StartRunCall
 from tunelab.controller.hoststate import change_host, quarantine
 from tunelab.controller.inflight import Answer, InFlight, attempt_key
+from tunelab.controller.runreport import RunReport
+from tunelab.controller.scheduler import Placed
 from tunelab.controller.scrape import (
     MetricsScraper,
     ScrapeTarget,
@@ -35,22 +37,10 @@ from tunelab.controller.spec.render import to_run_spec
 from tunelab.controller.states import ATTEMPT_LIVE, AttemptState
 from tunelab.controller.store import AttemptChange, AttemptRow, HostRow, Store, StoreConflict
 from tunelab.controller.store.changes import AttemptFields
-from tunelab.v1 import agent_pb2, run_pb2, server_pb2
 
 log = structlog.get_logger(__name__)
 A = AttemptState
 
-RUN_TO_ATTEMPT = {
-    run_pb2.RUN_STATE_PENDING: A.STARTING,
-    run_pb2.RUN_STATE_STARTING: A.STARTING,
-    run_pb2.RUN_STATE_READY: A.READY,
-    run_pb2.RUN_STATE_BENCHMARKING: A.BENCHMARKING,
-    run_pb2.RUN_STATE_SUCCEEDED: A.SUCCEEDED,
-    run_pb2.RUN_STATE_FAILED_STARTUP: A.FAILED_STARTUP,
-    run_pb2.RUN_STATE_FAILED_BENCHMARK: A.FAILED_BENCHMARK,
-    run_pb2.RUN_STATE_CANCELLED: A.CANCELLED,
-    run_pb2.RUN_STATE_TIMED_OUT: A.TIMED_OUT,
-}
 _Sent = tuple[AttemptRow, HostRow, dict[str, Any]]  # what a StartRun in flight was for
 DETAIL_EVERY = 2.0  # seconds between writes of a starting server's moving load bar
 TRANSPORT_ERRORS = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
@@ -66,7 +56,7 @@ class AttemptDriver:
     def __init__(
         self,
         store: Store,
-        agents: AgentClient,
+        agents: RunCalls,
         scraper: MetricsScraper | None,
         settings: DriverSettings,
         clock: Callable[[], float] = time.time,
@@ -127,7 +117,7 @@ class AttemptDriver:
             self._on_error(attempt, host, exc, experiment.spec)
             return
         self._reset_failures(attempt.id)
-        if experiment.cancel_requested and not _run_terminal(run):
+        if experiment.cancel_requested and not run.terminal():
             self._cancel(attempt, host)
         self._apply(attempt, host, run)
 
@@ -136,17 +126,17 @@ class AttemptDriver:
     def _start(self, attempt: AttemptRow, host: HostRow, spec: dict[str, Any]) -> None:
         run_spec = to_run_spec(spec, attempt.id, attempt.gpus)
         sent = self._clock()
-        response = self._agents.start_run(host.address, host.token, attempt.id, run_spec)
-        self._record_starts([(attempt, host, response.run, sent, self._clock())])
+        run = self._agents.start_run(host.address, host.token, attempt.id, run_spec)
+        self._record_starts([(attempt, host, run, sent, self._clock())])
 
     def _record_starts(
-        self, started: list[tuple[AttemptRow, HostRow, run_pb2.Run, float, float]]
+        self, started: list[tuple[AttemptRow, HostRow, RunReport, float, float]]
     ) -> None:
         """Record StartRun answers in one store commit: when each was sent and answered, and
         the move out of DISPATCHING; an answer that says more than "started" (a run already
         over, a kill that failed) is then applied as any look at a run is."""
         changes: list[AttemptChange] = []
-        follow: list[tuple[AttemptRow, HostRow, run_pb2.Run]] = []
+        follow: list[tuple[AttemptRow, HostRow, RunReport]] = []
         for attempt, host, run, sent, answered in started:
             self._reset_failures(attempt.id)
             if attempt.dispatched_at is None:  # the first send, not a re-send after doubt
@@ -156,16 +146,13 @@ class AttemptDriver:
                 "acked_at": answered,
                 "agent_instance_id": run.agent_instance_id,
             }
-            progress = _progress(run)
-            if progress is not None:
-                fields["progress"] = attempt.progress = progress
+            if run.progress is not None:
+                fields["progress"] = attempt.progress = run.progress
             if run.provenance_json and attempt.provenance is None:
                 fields["provenance"] = attempt.provenance = _provenance(run.provenance_json)
             attempt.dispatched_at, attempt.acked_at = sent, answered
             plain = (
-                RUN_TO_ATTEMPT.get(run.state) is A.STARTING
-                and attempt.state is A.DISPATCHING
-                and not run.kill_failed
+                run.target is A.STARTING and attempt.state is A.DISPATCHING and not run.kill_failed
             )
             changes.append(
                 AttemptChange(
@@ -182,23 +169,17 @@ class AttemptDriver:
         for attempt, host, run in follow:
             self._apply(attempt, host, run)
 
-    def dispatch_new(
-        self,
-        attempts: list[AttemptRow],
-        specs: dict[str, dict[str, Any]],
-        calls: InFlight | None = None,
-        hosts: dict[str, HostRow] | None = None,
-    ) -> None:
-        """Send StartRun for a pass's new attempts, all at once as gRPC futures (inline with no
+    def dispatch_new(self, placed: Placed, calls: InFlight | None = None) -> None:
+        """Send StartRun for a pass's new attempts (the scheduler's decisions: each attempt,
+        its spec, the hosts as the pass read them), all at once as gRPC futures (inline with no
         ``calls``). Every request is built before the first is sent, so the calls leave in one
         burst; the answers are recorded in batches as they arrive, and a host that does not
-        answer holds up only its own attempt. ``hosts``: as the pass read them (else read
-        here); a host removed since is settled by the next ``drive_all``."""
-        if hosts is None:
-            hosts = {h.name: h for h in self._store.list_hosts()}
+        answer holds up only its own attempt. A host removed since the pass read it is settled
+        by the next ``drive_all``."""
         wave: list[tuple[str, _Sent]] = []
-        for attempt in attempts:
-            host, spec = hosts.get(attempt.host), specs.get(attempt.experiment_id)
+        for attempt in placed.attempts:
+            host = placed.hosts.get(attempt.host)
+            spec = placed.specs.get(attempt.experiment_id)
             if host is None or spec is None:
                 continue  # removed meanwhile: the next drive_all settles it
             if is_slurm(host.address):
@@ -210,7 +191,7 @@ class AttemptDriver:
         if calls is not None and wave:
             calls.start_calls(wave, self._issue, partial(self._answered, self._clock()))
 
-    def _issue(self, wave: list[_Sent]) -> list[Future[agent_pb2.StartRunResponse]]:
+    def _issue(self, wave: list[_Sent]) -> list[Future[RunReport]]:
         return self._agents.start_runs(
             [
                 StartRunCall(
@@ -223,18 +204,16 @@ class AttemptDriver:
             ]
         )
 
-    def _answered(
-        self, sent: float, answers: list[Answer[_Sent, agent_pb2.StartRunResponse]]
-    ) -> None:
+    def _answered(self, sent: float, answers: list[Answer[_Sent, RunReport]]) -> None:
         started = []
         for answer in answers:
             attempt, host, spec = answer.context
             try:
-                response = answer.future.result()
+                run = answer.future.result()
             except grpc.RpcError as exc:
                 self._on_error(attempt, host, exc, spec)
                 continue
-            started.append((attempt, host, response.run, sent, answer.answered_at))
+            started.append((attempt, host, run, sent, answer.answered_at))
         self._record_starts(started)
 
     def _dispatch_one(self, attempt: AttemptRow, host: HostRow, spec: dict[str, Any]) -> None:
@@ -274,13 +253,13 @@ class AttemptDriver:
     # --- the Slurm path (slurm/driver.py) ------------------------------------------------------
 
     def apply_run(
-        self, attempt: AttemptRow, host: HostRow, run: run_pb2.Run, gpu_metrics: str = ""
+        self, attempt: AttemptRow, host: HostRow, run: RunReport, gpu_metrics: str = ""
     ) -> None:
         """A run as a Slurm job's one-shot agent reported it: applied as any look at a run,
         its GPU figures (the job's own ``tunelab_gpu_*`` page) recorded as a scrape would be,
         before a final state takes the summary."""
         if gpu_metrics and self._scraper is not None:
-            benchmarking = run.state == run_pb2.RUN_STATE_BENCHMARKING
+            benchmarking = run.target is A.BENCHMARKING
             where = f"Slurm job of {attempt.id}"
             self._scraper.record_text(
                 ScrapeTarget(attempt.id, where, attempt.gpus, benchmarking), gpu_metrics
@@ -292,15 +271,14 @@ class AttemptDriver:
 
     # --- follow ------------------------------------------------------------------------------
 
-    def _apply(self, attempt: AttemptRow, host: HostRow, run: run_pb2.Run) -> None:
-        target = RUN_TO_ATTEMPT.get(run.state)
-        progress = _progress(run)
-        if progress is not None and progress != attempt.progress:
-            self._store.update_attempt(attempt.id, progress=progress)
+    def _apply(self, attempt: AttemptRow, host: HostRow, run: RunReport) -> None:
+        target = run.target
+        if run.progress is not None and run.progress != attempt.progress:
+            self._store.update_attempt(attempt.id, progress=run.progress)
         if run.provenance_json and attempt.provenance is None:
             attempt.provenance = _provenance(run.provenance_json)
             self._store.update_attempt(attempt.id, provenance=attempt.provenance)
-        detail = server_detail(run.server) if run.HasField("server") else ""
+        detail = run.server_detail
         if (
             detail
             and attempt.state is A.STARTING
@@ -327,7 +305,7 @@ class AttemptDriver:
                 target,
                 run.message,
                 result=with_failure(result, run),
-                failure_reason=failure_name(run),
+                failure_reason=run.failure_reason,
                 failure_line=run.failure_line if run.failure_reason else "",
             )
             return
@@ -479,11 +457,6 @@ class AttemptDriver:
                 )
 
 
-def _run_terminal(run: run_pb2.Run) -> bool:
-    target = RUN_TO_ATTEMPT.get(run.state)
-    return target is not None and target.is_terminal()
-
-
 def _provenance(text: str) -> dict[str, Any]:
     """What the agent recorded about the run; kept as an error note when it is not an object."""
     try:
@@ -493,53 +466,13 @@ def _provenance(text: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {"error": "the agent sent unreadable provenance"}
 
 
-def failure_name(run: run_pb2.Run) -> str:
-    """The run's failure reason without the enum's prefix ("CUDA_OOM"), or ""."""
-    if not run.failure_reason:
-        return ""
-    return server_pb2.FailureReason.Name(run.failure_reason).removeprefix("FAILURE_REASON_")
-
-
-def with_failure(result: dict[str, Any] | None, run: run_pb2.Run) -> dict[str, Any] | None:
+def with_failure(result: dict[str, Any] | None, run: RunReport) -> dict[str, Any] | None:
     """The result as stored: the failure reason is also kept in it (as before the attempt had
     its ``failure_reason`` column), so readers of exported results see it unchanged."""
     if not run.failure_reason:
         return result
-    return {**(result or {}), "failure_reason": failure_name(run), "failure_line": run.failure_line}
-
-
-def server_detail(server: server_pb2.Server) -> str:
-    """One line for a server that is starting: ``server LOADING, loading weights: Loading
-    safetensors checkpoint shards 12/83 (ETA 4 s)``; ``""`` once it is past starting."""
-    if server.state not in (server_pb2.SERVER_STATE_STARTING, server_pb2.SERVER_STATE_LOADING):
-        return ""
-    state = server_pb2.ServerState.Name(server.state).removeprefix("SERVER_STATE_")
-    line = f"server {state}"
-    if server.phase:
-        phase = server_pb2.ServerPhase.Name(server.phase).removeprefix("SERVER_PHASE_")
-        line += f", {phase.lower().replace('_', ' ')}"
-    bar = server.progress if server.HasField("progress") else None
-    if bar is not None and bar.total and (bar.phase == server.phase or not server.phase):
-        line += (
-            f": {bar.label} {bar.done}/{bar.total}" if bar.label else f": {bar.done}/{bar.total}"
-        )
-        if bar.eta_seconds >= 0 and bar.done < bar.total:
-            line += f" (ETA {bar.eta_seconds:.0f} s)"
-    return line
-
-
-def _progress(run: run_pb2.Run) -> dict[str, Any] | None:
-    if not run.HasField("progress"):
-        return None
-    p = run.progress
     return {
-        "point_index": p.point_index,
-        "point_count": p.point_count,
-        "concurrency": p.concurrency,
-        "request_rate": p.request_rate,
-        "requests_done": p.requests_done,
-        "requests_total": p.requests_total,
-        "errors": p.errors,
-        "output_tokens_per_second": round(p.output_tokens_per_second, 3),
-        "elapsed_seconds": round(p.elapsed_seconds, 3),
+        **(result or {}),
+        "failure_reason": run.failure_reason,
+        "failure_line": run.failure_line,
     }

@@ -14,9 +14,9 @@ import structlog
 from tunelab.controller.dispatch import AttemptDriver
 from tunelab.controller.hosts import HostMonitor
 from tunelab.controller.inflight import InFlight
-from tunelab.controller.scheduler import Scheduler
+from tunelab.controller.scheduler import Placed, Scheduler
 from tunelab.controller.slurm.driver import SlurmDriver
-from tunelab.controller.store import AttemptRow, FencingToken, StoreError
+from tunelab.controller.store import FencingToken, StoreError
 
 log = structlog.get_logger(__name__)
 
@@ -100,11 +100,10 @@ class ControlLoop:
         started = time.perf_counter()
         sending = 0.0  # time in dispatch_new, inside the pass: not the pass's own cost
 
-        def dispatch(chunk: list[AttemptRow]) -> None:
+        def dispatch(placed: Placed) -> None:
             nonlocal sending
             began = time.perf_counter()
-            scheduler = self._scheduler
-            self._driver.dispatch_new(chunk, scheduler.last_specs, self.calls, scheduler.last_hosts)
+            self._driver.dispatch_new(placed, self.calls)
             sending += time.perf_counter() - began
 
         # the tick's one turn, taken once and passed on; each committed chunk is sent at once

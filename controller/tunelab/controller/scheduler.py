@@ -98,7 +98,19 @@ PREFETCH = 64
 # placements per commit: each chunk's StartRuns leave as it commits; before, a 200-wide pass
 # committed everything first, and its last call left ~100 ms after the intent (issue 22)
 COMMIT_CHUNK = 25
-Created = Callable[[list[AttemptRow]], None]
+
+
+@dataclass(frozen=True)
+class Placed:
+    """One committed chunk of a pass's decisions, as the pass hands it on: the attempts made,
+    the spec each runs (by experiment id) and the hosts as the pass read them (by name)."""
+
+    attempts: list[AttemptRow]
+    specs: Mapping[str, dict[str, Any]]
+    hosts: Mapping[str, HostRow]
+
+
+Created = Callable[[Placed], None]
 
 
 class Scheduler:
@@ -111,8 +123,6 @@ class Scheduler:
         self._store = store
         self._clock = clock
         self._pools = pools  # Slurm pools: name -> max_jobs
-        self.last_specs: dict[str, dict[str, Any]] = {}  # experiment id -> spec, of the last pass
-        self.last_hosts: dict[str, HostRow] = {}  # name -> host as the last pass read it
 
     def _following(
         self, current: ExperimentRow, buffers: dict[str, deque[ExperimentRow]]
@@ -168,7 +178,6 @@ class Scheduler:
 
     def _pass(self, turn: FencingToken, created: Created | None) -> list[AttemptRow]:
         registered = self._store.list_hosts()
-        self.last_hosts = {h.name: h for h in registered}
         hosts = [h for h in registered if h.state.takes_work()]
         hosts_by_name = {h.name: h for h in hosts}
         busy = Occupancy()
@@ -179,7 +188,6 @@ class Scheduler:
         heapq.heapify(heap)
         plan: list[tuple[str, str, list[int]]] = []
         specs: dict[str, dict[str, Any]] = {}
-        self.last_specs = specs
         candidates: dict[str, list[HostRow]] = {}  # per selector: the hosts it may use at all
         buffers: dict[str, deque[ExperimentRow]] = {}  # per selector: the next queued, prefetched
         waits: dict[str, str] = {}  # per selector whose queue waits: why
@@ -211,10 +219,16 @@ class Scheduler:
                 heapq.heappush(heap, (-following.priority, following.seq, following))
         # the waits first: should that write fail, the pass has placed nothing and is done again
         self._store.set_queue_waits(waits)
-        return self._commit(plan, turn, created)
+        read = {h.name: h for h in registered}
+        return self._commit(plan, turn, created, specs, read)
 
     def _commit(
-        self, plan: list[tuple[str, str, list[int]]], turn: FencingToken, created: Created | None
+        self,
+        plan: list[tuple[str, str, list[int]]],
+        turn: FencingToken,
+        created: Created | None,
+        specs: Mapping[str, dict[str, Any]],
+        hosts: Mapping[str, HostRow],
     ) -> list[AttemptRow]:
         """Commit the placements chunk by chunk, each under the turn's fence and stamped with
         its own commit time, handing each on before the next commits. Should a later chunk
@@ -227,5 +241,5 @@ class Scheduler:
             )
             made += chunk
             if chunk and created is not None:
-                created(chunk)
+                created(Placed(chunk, specs, hosts))
         return made

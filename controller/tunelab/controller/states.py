@@ -3,7 +3,6 @@ allowed moves."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from enum import StrEnum
 
 
@@ -92,12 +91,6 @@ ATTEMPT_TERMINAL = frozenset(
 # "Live" = not terminal: the one definition that Python (the driver) and SQL (the store's
 # queries, and schema.sql's one_live_attempt index, checked by a unit test) both use.
 ATTEMPT_LIVE: tuple[AttemptState, ...] = tuple(s for s in AttemptState if s not in ATTEMPT_TERMINAL)
-
-
-def sql_states(states: Iterable[StrEnum]) -> str:
-    """A state set as an SQL list literal, e.g. ``('READY','STARTING')`` (values are our enums,
-    never user input)."""
-    return "(" + ",".join(f"'{s.value}'" for s in sorted(states)) + ")"
 
 
 E = ExperimentState

@@ -90,13 +90,18 @@ def test_sglang_shard_bar_sets_loading_weights_progress() -> None:
     assert watch.progress is not None and (watch.progress.done, watch.progress.total) == (45, 83)
 
 
+def phase_of(watch: EngineWatch) -> Phase:
+    """The watch's phase as of now (read afresh after each feed)."""
+    return watch.status.phase
+
+
 def test_ready_is_never_left_and_never_set_by_a_line() -> None:
     watch = EngineWatch(SGLANG, 0.0)
     watch.feed(b"The server is fired up and ready to roll!\n", 1.0)
-    assert watch.status.phase is not Phase.READY
+    assert phase_of(watch) is not Phase.READY
     watch.ready(2.0)
     watch.feed(b"Load weight begin. avail mem=1 GB\n", 3.0)
-    assert watch.status.phase is Phase.READY
+    assert phase_of(watch) is Phase.READY
     assert not may_enter(Phase.READY, Phase.COMPILING)
     assert may_enter(Phase.CAPTURING_CUDA_GRAPHS, Phase.COMPILING)
     assert not may_enter(Phase.WARMING_UP, Phase.LOADING_WEIGHTS)

@@ -138,7 +138,7 @@ def test_the_record_holds_the_gpus_the_server_will_see_at_start() -> None:
         env={"HF_TOKEN": "hf_x", "CUDA_VISIBLE_DEVICES": "0"},
     )
     spec = RunSpec(
-        server=server,
+        server=server.validated(),
         server_id="",
         command=None,
         max_duration=0,
@@ -154,7 +154,7 @@ def test_the_record_holds_the_gpus_the_server_will_see_at_start() -> None:
     assert h200["sm_clock_hertz"] == 1740000000
     assert record["benchmark"]["seed"] == 7 and len(record["benchmark"]["dataset_sha256"]) == 64
     other = RunSpec(
-        server=server,
+        server=server.validated(),
         server_id="",
         command=None,
         max_duration=0,

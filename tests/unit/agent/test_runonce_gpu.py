@@ -10,9 +10,14 @@ import pytest
 
 from tunelab.agent.gpu import open_backend
 from tunelab.agent.runonce import GpuFigures
+from tunelab.agent.servers.record import ServerRecord
 from tunelab.controller.scrape import parse_gpu_readings
 
 SNAPSHOT = Path(__file__).resolve().parents[2] / "fixtures" / "nvml" / "h200-busy.json"
+
+
+def no_servers(include_stopped: bool = False) -> list[ServerRecord]:
+    return []
 
 
 def page(monkeypatch: pytest.MonkeyPatch, granted: str | None) -> str:
@@ -20,7 +25,7 @@ def page(monkeypatch: pytest.MonkeyPatch, granted: str | None) -> str:
         monkeypatch.delenv("SLURM_JOB_GPUS", raising=False)
     else:
         monkeypatch.setenv("SLURM_JOB_GPUS", granted)
-    figures = GpuFigures(open_backend(SNAPSHOT), lambda include_stopped=False: [], "test")
+    figures = GpuFigures(open_backend(SNAPSHOT), no_servers, "test")
     figures.start()
     try:
         for _ in range(200):  # the sampler's first tick is at once; allow a loaded machine

@@ -10,6 +10,7 @@ from typing import Any
 
 from structlog.testing import capture_logs
 
+from tunelab.agent.gpu import NoGpuBackend
 from tunelab.agent.procs.monitorclient import MonitorClient
 from tunelab.agent.servers.record import ServerRecord
 from tunelab.agent.servers.spec import ServerSpec
@@ -43,28 +44,33 @@ class Keeper:
         return self.record.state
 
 
+def state_of(keeper: Keeper) -> ServerState:
+    """The record's state as of now (read afresh after each pass)."""
+    return keeper.record.state
+
+
 def test_lines_read_again_on_ready_after_this_pass_wrote_loading(tmp_path: Path) -> None:
     lines = LOG.read_bytes().splitlines(keepends=True)
     log_path = tmp_path / "server.log"
-    spec = ServerSpec(argv=["vllm", "serve"], port=8000, engine="vllm")
+    spec = ServerSpec(argv=("vllm", "serve"), port=8000, engine="vllm")
     record = ServerRecord(id="srv-1", spec=spec, state=ServerState.STARTING, started_at=1.0)
     keeper = Keeper(record)
     supervisor = ServerSupervisor(
         keeper,
         record.snapshot(),
         log_path,
-        None,
+        NoGpuBackend(),
         SupervisorSettings(),
-        MonitorClient(tmp_path),  # type: ignore[arg-type]
+        MonitorClient(tmp_path),
     )
     cut = next(i for i, line in enumerate(lines) if b"Starting to load model" in line) + 1
     log_path.write_bytes(b"".join(lines[:cut]))
     supervisor._read_progress()
-    assert keeper.record.state is ServerState.LOADING
+    assert state_of(keeper) is ServerState.LOADING
     with log_path.open("ab") as f:  # more loading lines, then the probe answers 2xx
         f.write(b"".join(lines[cut:]))
     supervisor._on_ready()  # it reads the state afresh: no view from before the pass
-    assert keeper.record.state is ServerState.READY
+    assert state_of(keeper) is ServerState.READY
     assert keeper.record.engine.phases, "the lines read on READY still count"
 
 
@@ -83,11 +89,11 @@ class FlakyKeeper(Keeper):
 
 
 def test_a_pass_that_crashes_is_retried_and_the_server_stays_watched(tmp_path: Path) -> None:
-    spec = ServerSpec(argv=["vllm", "serve"], port=8000, engine="vllm")
+    spec = ServerSpec(argv=("vllm", "serve"), port=8000, engine="vllm")
     record = ServerRecord(id="srv-2", spec=spec, state=ServerState.STARTING, started_at=1.0)
     keeper = FlakyKeeper(record)
     supervisor = ServerSupervisor(
-        keeper, record.snapshot(), tmp_path / "server.log", None, SupervisorSettings(),  # type: ignore[arg-type]
+        keeper, record.snapshot(), tmp_path / "server.log", NoGpuBackend(), SupervisorSettings(),
         MonitorClient(tmp_path),
     )  # fmt: skip
     # no leader and no monitor socket: each pass finds the monitor gone and fails the server

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import tunelab.agent.servers.spec as spec_module
+import tunelab.common.specbounds as specbounds
 from tunelab.agent.errors import InvalidSpec
 from tunelab.agent.quarantine import QuarantineList
 from tunelab.agent.recordbook import RecordBook
@@ -38,9 +39,9 @@ def message(argv: list[str]) -> run_pb2.RunSpec:
 def checks(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, ...]]]:
     """Every check of a server's values, by the argv it was given (counted, then done)."""
     seen: list[tuple[str, ...]] = []
-    real = spec_module.check_server_fields
+    real = specbounds.check_server_fields  # the one spec_module imported
 
-    def counted(fields: spec_module.ServerFields, prefix: str = "spec.") -> None:
+    def counted(fields: specbounds.ServerFields, prefix: str = "spec.") -> None:
         seen.append(tuple(fields.argv))
         real(fields, prefix)
 

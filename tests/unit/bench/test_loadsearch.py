@@ -28,8 +28,10 @@ def test_a_concurrency_search_brackets_bisects_and_confirms() -> None:
     loads = run(search)
     assert loads[:7] == [1, 2, 4, 8, 16, 32, 64]  # the ladder stops at the first miss
     assert search.answer() in range(36, 41)  # within 1/8 of the true 40
-    assert loads[-1] == search.answer() and loads.count(search.answer()) == 2  # confirmed
-    doc = search.document({search.answer(): [0, 1]})
+    answer = search.answer()
+    assert answer is not None
+    assert loads[-1] == answer and loads.count(answer) == 2  # confirmed
+    doc = search.document({answer: [0, 1]})
     assert doc["met"] and doc["confirmed"] and doc["answer_points"] == [0, 1]
     assert len(loads) <= probe_count_bound(1024)
 

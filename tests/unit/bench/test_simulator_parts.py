@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 
 import pytest
 
@@ -21,8 +22,12 @@ def test_scheduler_runs_callbacks_at_their_deadlines_in_order() -> None:
         sched = DeadlineScheduler(loop)
         start = loop.time()
         seen: list[tuple[str, float]] = []
+
+        def note(name: str) -> None:
+            seen.append((name, loop.time() - start))
+
         for name, delay in (("c", 0.030), ("a", 0.010), ("b", 0.020)):
-            sched.at(start + delay, lambda n=name: seen.append((n, loop.time() - start)))
+            sched.at(start + delay, functools.partial(note, name))
         for _ in range(500):  # until all three ran: a loaded machine may run them late
             if len(seen) == 3:
                 break

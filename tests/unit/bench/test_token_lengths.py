@@ -148,7 +148,7 @@ def test_a_specs_tokenizer_is_model_or_a_relative_path(name: str, problem: str |
     assert (found is None) if problem is None else (found is not None and problem in found)
 
 
-POINTS = [
+POINTS: list[dict[str, Any]] = [
     {"completed": 3, "mean_input_tokens": 10.0},
     {"completed": 1, "mean_input_tokens": 30.0},
     {"completed": 0, "mean_input_tokens": None},

@@ -3,19 +3,23 @@ made to give (a process that survives SIGKILL), and the transport-error rules.""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Sequence
+from concurrent.futures import Future
 from pathlib import Path
 
 import grpc
 import pytest
 
+from tunelab.controller.aiocalls import StartRunCall
 from tunelab.controller.dispatch import AttemptDriver, DriverSettings
+from tunelab.controller.runreport import RunReport
+from tunelab.controller.runwire import run_report
 from tunelab.controller.scheduler import Scheduler
 from tunelab.controller.spec import expand_text
 from tunelab.controller.states import AttemptState, ExperimentState, HostState
 from tunelab.controller.store import ExperimentRow, HostRow, SqliteStore
 from tunelab.controller.store.models import selector_key
-from tunelab.v1 import agent_pb2, run_pb2
+from tunelab.v1 import run_pb2
 
 SPEC = """
 name: q
@@ -33,7 +37,8 @@ class Unreachable(grpc.RpcError):
 
 
 class ScriptedAgent:
-    """Answers StartRun/GetRun with the run state a test sets; or raises UNAVAILABLE."""
+    """Answers StartRun/GetRun/CancelRun (the driver's RunCalls) with the run state a test
+    sets, as the real client reports it (runwire.run_report); or raises UNAVAILABLE."""
 
     def __init__(self) -> None:
         self.state = run_pb2.RUN_STATE_STARTING
@@ -42,45 +47,48 @@ class ScriptedAgent:
         self.starts = 0
         self.cancelled: list[str] = []
 
-    def _run(self, run_id: str) -> run_pb2.Run:
+    def _run(self, run_id: str) -> RunReport:
         if self.down:
             raise Unreachable()
-        return run_pb2.Run(
-            run_id=run_id, state=self.state, kill_failed=self.kill_failed, message="scripted"
+        return run_report(
+            run_pb2.Run(
+                run_id=run_id, state=self.state, kill_failed=self.kill_failed, message="scripted"
+            )
         )
-
-    def get_info(self, address: str, token: str | None) -> agent_pb2.GetInfoResponse:
-        return agent_pb2.GetInfoResponse(instance_id="i")
 
     def start_run(
         self, address: str, token: str | None, run_id: str, spec: run_pb2.RunSpec
-    ) -> agent_pb2.StartRunResponse:
+    ) -> RunReport:
         self.starts += 1
-        return agent_pb2.StartRunResponse(run=self._run(run_id))
-
-    def get_run(self, address: str, token: str | None, run_id: str) -> run_pb2.Run:
         return self._run(run_id)
 
-    def cancel_run(self, address: str, token: str | None, run_id: str) -> run_pb2.Run:
+    def start_runs(self, calls: Sequence[StartRunCall]) -> list[Future[RunReport]]:
+        answers: list[Future[RunReport]] = []
+        for call in calls:
+            answer: Future[RunReport] = Future()
+            try:
+                answer.set_result(self.start_run(call.address, call.token, call.run_id, call.spec))
+            except Unreachable as exc:
+                answer.set_exception(exc)
+            answers.append(answer)
+        return answers
+
+    def get_run(self, address: str, token: str | None, run_id: str) -> RunReport:
+        return self._run(run_id)
+
+    def cancel_run(self, address: str, token: str | None, run_id: str) -> RunReport:
         self.cancelled.append(run_id)
         return self._run(run_id)
 
-    def run_audit(
-        self, address: str, token: str | None, only: list[str]
-    ) -> agent_pb2.RunAuditResponse:
-        raise NotImplementedError
 
-    def stream_logs(
-        self, address: str, token: str | None, request: agent_pb2.StreamLogsRequest
-    ) -> Iterator[agent_pb2.StreamLogsResponse]:
-        raise NotImplementedError
+World = tuple[SqliteStore, ScriptedAgent, AttemptDriver, list[float]]
 
 
 @pytest.fixture
-def world(tmp_path: Path) -> tuple[SqliteStore, ScriptedAgent, AttemptDriver, list[float]]:
+def world(tmp_path: Path) -> World:
     store = SqliteStore(tmp_path / "c.db")
-    store.add_host(HostRow(name="h1", address="h1:1"))
-    store.transition_host("h1", store.get_host("h1"), HostState.READY)  # type: ignore[arg-type]
+    added = store.add_host(HostRow(name="h1", address="h1:1"))
+    store.transition_host("h1", added, HostState.READY)
     [e] = expand_text(SPEC)
     row = ExperimentRow("x1", "g", e.name, ExperimentState.QUEUED, e.spec)
     row.selector_key = selector_key(e.host)
@@ -98,8 +106,7 @@ def world(tmp_path: Path) -> tuple[SqliteStore, ScriptedAgent, AttemptDriver, li
 
 
 def dispatch(store: SqliteStore, driver: AttemptDriver) -> None:
-    scheduler = Scheduler(store)
-    driver.dispatch_new(scheduler.pass_once(), scheduler.last_specs)
+    Scheduler(store).pass_once(created=driver.dispatch_new)  # each committed chunk, at once
 
 
 def drive(store: SqliteStore, driver: AttemptDriver) -> None:
@@ -108,7 +115,7 @@ def drive(store: SqliteStore, driver: AttemptDriver) -> None:
         driver.drive(attempt, hosts.get(attempt.host))
 
 
-def test_kill_failed_quarantines_the_host_until_a_person_lifts_it(world: tuple) -> None:  # type: ignore[type-arg]
+def test_kill_failed_quarantines_the_host_until_a_person_lifts_it(world: World) -> None:
     store, agent, driver, _ = world
     dispatch(store, driver)
     agent.state, agent.kill_failed = run_pb2.RUN_STATE_CANCELLED, True
@@ -116,10 +123,11 @@ def test_kill_failed_quarantines_the_host_until_a_person_lifts_it(world: tuple) 
     host = store.get_host("h1")
     assert host is not None and host.state is HostState.QUARANTINED and host.quarantined
     assert "survived the stop ladder" in host.state_reason
-    assert store.get_experiment("x1").state is ExperimentState.CANCELLED  # type: ignore[union-attr]
+    experiment = store.get_experiment("x1")
+    assert experiment is not None and experiment.state is ExperimentState.CANCELLED
 
 
-def test_unreachable_agent_is_unknown_then_lost_only_after_the_lease(world: tuple) -> None:  # type: ignore[type-arg]
+def test_unreachable_agent_is_unknown_then_lost_only_after_the_lease(world: World) -> None:
     store, agent, driver, clock = world
     dispatch(store, driver)
     agent.down = True
@@ -132,10 +140,11 @@ def test_unreachable_agent_is_unknown_then_lost_only_after_the_lease(world: tupl
     clock[0] += 60.0
     drive(store, driver)
     assert store.attempts_for("x1")[0].state is AttemptState.LOST
-    assert store.get_experiment("x1").state is ExperimentState.QUEUED  # type: ignore[union-attr]
+    experiment = store.get_experiment("x1")
+    assert experiment is not None and experiment.state is ExperimentState.QUEUED
 
 
-def test_an_agent_that_answers_again_brings_the_attempt_back(world: tuple) -> None:  # type: ignore[type-arg]
+def test_an_agent_that_answers_again_brings_the_attempt_back(world: World) -> None:
     store, agent, driver, _ = world
     dispatch(store, driver)
     agent.down = True
@@ -147,7 +156,7 @@ def test_an_agent_that_answers_again_brings_the_attempt_back(world: tuple) -> No
     assert attempt.state is AttemptState.BENCHMARKING and attempt.unknown_since is None
 
 
-def test_a_run_still_going_after_its_attempt_was_lost_is_fenced_once(world: tuple) -> None:  # type: ignore[type-arg]
+def test_a_run_still_going_after_its_attempt_was_lost_is_fenced_once(world: World) -> None:
     store, agent, driver, clock = world
     dispatch(store, driver)
     agent.down = True

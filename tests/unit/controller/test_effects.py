@@ -38,7 +38,9 @@ def test_welch_interval_of_a_ratio_against_a_hand_computation() -> None:
     assert hi == pytest.approx(2.0 * math.exp(2.7764 * se) - 1, abs=1e-4)
 
 
-def launches(label: str, varied: dict[str, str], tput: list[float], **extra: Any) -> list[dict]:
+def launches(
+    label: str, varied: dict[str, str], tput: list[float], **extra: Any
+) -> list[dict[str, Any]]:
     return [
         {
             "name": f"sim/{label}#{i + 1}",
@@ -51,7 +53,7 @@ def launches(label: str, varied: dict[str, str], tput: list[float], **extra: Any
     ]
 
 
-def by(effects: list[dict], change: str, metric: str) -> dict:
+def by(effects: list[dict[str, Any]], change: str, metric: str) -> dict[str, Any]:
     [found] = [e for e in effects if e["change"] == change and e["metric"] == metric]
     return found
 
@@ -138,7 +140,7 @@ def test_failed_launches_are_left_out_of_the_cells() -> None:
     assert effect["n_variant"] == 3 and effect["verdict"] == NO_DIFFERENCE
 
 
-def matrix_rows(a1b1: float) -> list[dict]:
+def matrix_rows(a1b1: float) -> list[dict[str, Any]]:
     cells = {("4", "1"): 100.0, ("2", "1"): 200.0, ("4", "2"): 110.0, ("2", "2"): a1b1}
     rows = []
     for (itl, chunk), mean in cells.items():

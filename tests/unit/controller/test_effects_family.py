@@ -94,7 +94,7 @@ def test_nothing_found_on_the_primary_metric_nothing_else_is_called() -> None:
     assert secondary[0].out["p_adjusted"] == 1.0 and secondary[0].out["verdict"] == NOT_ENOUGH
 
 
-def launches(label: str, varied: dict[str, str], values: list[list[float]]) -> list[dict]:
+def launches(label: str, varied: dict[str, str], values: list[list[float]]) -> list[dict[str, Any]]:
     """One row per launch; ``values`` per launch: output tok/s at c=1 and c=4."""
     return [
         {
@@ -121,7 +121,7 @@ def launches(label: str, varied: dict[str, str], values: list[list[float]]) -> l
     ]
 
 
-def aa_report(rng: random.Random, cv: float, effect: float = 1.0) -> list[dict]:
+def aa_report(rng: random.Random, cv: float, effect: float = 1.0) -> list[dict[str, Any]]:
     """The demo's ablation with no true effect (3 launches of each variant, 2 points): each
     launch's level drawn with ``cv``; a third change multiplies throughput by ``effect``."""
 

@@ -3,7 +3,8 @@ before) and out on the wire."""
 
 from __future__ import annotations
 
-from tunelab.controller.dispatch import failure_name, with_failure
+from tunelab.controller.dispatch import with_failure
+from tunelab.controller.runwire import failure_name, run_report
 from tunelab.controller.wire import failure_reason_pb
 from tunelab.v1 import run_pb2, server_pb2
 
@@ -13,7 +14,7 @@ def test_failure_reason_is_kept_beside_the_result() -> None:
         failure_reason=server_pb2.FAILURE_REASON_CUDA_OOM,
         failure_line="torch.OutOfMemoryError: CUDA out of memory",
     )
-    kept = with_failure({"points": []}, run)
+    kept = with_failure({"points": []}, run_report(run))
     assert kept == {
         "points": [],
         "failure_reason": "CUDA_OOM",
@@ -21,7 +22,7 @@ def test_failure_reason_is_kept_beside_the_result() -> None:
     }
     assert failure_name(run) == "CUDA_OOM"
     assert failure_reason_pb(failure_name(run)) == server_pb2.FAILURE_REASON_CUDA_OOM
-    assert with_failure(None, run_pb2.Run()) is None
+    assert with_failure(None, run_report(run_pb2.Run())) is None
     assert failure_name(run_pb2.Run()) == ""
 
 

@@ -12,8 +12,12 @@ def test_one_call_per_key_and_a_hung_key_holds_up_no_other() -> None:
     calls = InFlight(4)
     release = threading.Event()
     duplicates: list[str] = []
+
+    def hang() -> None:
+        release.wait(10)
+
     try:
-        assert calls.start("poll:hung", lambda: release.wait(10) and None)
+        assert calls.start("poll:hung", hang)
         assert not calls.start("poll:hung", lambda: duplicates.append("second"))
         answered = threading.Event()
         assert calls.start("poll:ok", answered.set)

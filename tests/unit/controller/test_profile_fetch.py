@@ -89,7 +89,7 @@ def fetch(service: ControllerService, key: str, name: str) -> list[agent_pb2.Fet
     request = controller_pb2.FetchExperimentProfileRequest(
         id=key, name=name, offset=1, max_bytes=1000
     )
-    return list(service.FetchExperimentProfile(request, Context()))  # type: ignore[arg-type]
+    return list(service.FetchExperimentProfile(request, Context()))
 
 
 def test_a_listed_trace_or_table_is_proxied_to_the_attempts_agent(world: Any) -> None:

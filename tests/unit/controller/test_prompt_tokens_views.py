@@ -51,7 +51,8 @@ def test_show_prints_the_line_under_the_points() -> None:
         "number": 1, "id": "a-1", "gpus": [], "host": "h", "state": "SUCCEEDED", "message": "",
         "result": result(122.5, False), "gpu_summary": None, "provenance": None,
     }  # fmt: skip
-    data = {"id": "x-1", "name": "s/e1", "state": "SUCCEEDED", "group": "g-1", "varied": {},
+    data: dict[str, Any] = {
+            "id": "x-1", "name": "s/e1", "state": "SUCCEEDED", "group": "g-1", "varied": {},
             "host_selector": "any", "spec": None, "message": "", "attempts": [attempt]}  # fmt: skip
     text = render_show(data, lambda doc: [])
     lines = text.splitlines()

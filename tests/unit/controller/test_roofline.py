@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tunelab.analysis.roofline import (
@@ -56,7 +58,10 @@ def test_tp_and_an_fp8_kv_cache_from_the_server_flags() -> None:
         "server": {"flags": {"--tp-size": 8, "--kv-cache-dtype": "fp8_e4m3"}},
         "benchmark": {"input_len": 100, "output_len": 0},
     }
-    points = [{"concurrency": 2, "median_tpot_ms": 10.0}, {"concurrency": None}]
+    points: list[dict[str, Any]] = [
+        {"concurrency": 2, "median_tpot_ms": 10.0},
+        {"concurrency": None},
+    ]
     used = annotate_points(points, spec, provenance)
     assert used is not None and used["tp"] == 8 and used["kv_bytes_per_token"] == 500
     expected = (8e9 + 2 * 100 * 500) / (1.792e12 * 8)

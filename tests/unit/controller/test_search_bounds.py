@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tunelab.controller.search import space
@@ -68,7 +70,7 @@ def test_each_axis_value_is_still_checked_on_its_own_with_the_defaults() -> None
 
 
 def test_setting_a_field_copies_only_its_path() -> None:
-    doc = {"server": {"flags": {"--a": 1}}, "benchmark": {"requests": 1}}
+    doc: dict[str, Any] = {"server": {"flags": {"--a": 1}}, "benchmark": {"requests": 1}}
     out = with_field(doc, "server.flags.--b", 2)
     assert out["server"]["flags"] == {"--a": 1, "--b": 2}
     assert doc["server"]["flags"] == {"--a": 1}  # the input is untouched

@@ -17,7 +17,7 @@ import pytest
 from tunelab.controller.search.driver import SearchDriver
 from tunelab.controller.search.submit import search_from_text
 from tunelab.controller.search.summary import search_document
-from tunelab.controller.states import AttemptState, ExperimentState
+from tunelab.controller.states import AttemptState, ExperimentState, SearchState, TrialState
 from tunelab.controller.store import HostRow, SqliteStore
 from tunelab.controller.store.search_models import SearchRow
 
@@ -101,7 +101,7 @@ def with_hosts(store: SqliteStore) -> SqliteStore:
 def submit(store: SqliteStore, text: str, group: str = "g-1") -> SearchRow:
     found = search_from_text(text)
     assert found is not None
-    row = SearchRow(group, found.name, "RUNNING", found.spec.to_dict(), found.base, 0.0)
+    row = SearchRow(group, found.name, SearchState.RUNNING, found.spec.to_dict(), found.base, 0.0)
     store.insert_search(row)
     return row
 
@@ -215,7 +215,7 @@ def test_the_duration_budget_cancels_what_runs(store: SqliteStore) -> None:
     assert search is not None and search.state == "DONE"
     assert "duration budget 3600s spent" in search.message
     states = [t.state for t in store.search_trials("g-1")]
-    assert states.count("CANCELLED") == 4 and states.count("DONE") == 4
+    assert states.count(TrialState.CANCELLED) == 4 and states.count(TrialState.DONE) == 4
     assert all(
         e.state is ExperimentState.CANCELLED
         for e in store.list_experiments([ExperimentState.QUEUED, ExperimentState.CANCELLED])
@@ -295,7 +295,7 @@ def test_successive_halving_drops_a_candidate_clearly_below_the_incumbent() -> N
     )
     launches = {1: (100.0, 101.0), 2: (99.0, 100.0), 3: (60.0, 61.0), 4: (10.0,)}
     launches |= {5: (5.0,), 6: (1.0,)}
-    history = []
+    history: list[TrialView] = []
     for a, values in launches.items():
         for rung, value in enumerate(values):
             number = len(history) + 1

@@ -12,6 +12,7 @@ from tunelab.controller.search.driver import implied_oom
 from tunelab.controller.search.space import Param, SearchSpec, default_oom_axis
 from tunelab.controller.search.submit import search_from_text
 from tunelab.controller.spec.errors import SpecError
+from tunelab.controller.states import TrialState
 from tunelab.controller.store.search_models import TrialRow
 
 BASE = """
@@ -43,7 +44,7 @@ def spec_of(extra: str = "") -> SearchSpec:
 
 def oom(tp: int, seqs: int) -> TrialRow:
     params = {TP: tp, SEQS: seqs, BACKEND: "triton"}
-    return TrialRow("g-1", 1, params, "FAILED", 1.0, failure_reason="CUDA_OOM")
+    return TrialRow("g-1", 1, params, TrialState.FAILED, 1.0, failure_reason="CUDA_OOM")
 
 
 def point(tp: int, seqs: int, backend: str = "triton") -> dict[str, Any]:

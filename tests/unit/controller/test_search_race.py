@@ -13,6 +13,7 @@ from tunelab.controller.search import race
 from tunelab.controller.search.answer import answer_line, best_json, effect
 from tunelab.controller.search.space import Load, Param, SearchSpec
 from tunelab.controller.search.strategies import key
+from tunelab.controller.states import TrialState
 from tunelab.controller.store.search_models import TrialRow
 
 A = "server.flags.--max-num-seqs"
@@ -33,7 +34,7 @@ def spec_of(values: tuple[Any, ...], confirm: int = 6, margin: float = 0.02) -> 
 
 
 def launch(number: int, value: Any, objective: float | None, race_round: int = 0) -> TrialRow:
-    row = TrialRow("g-1", number, {A: value}, "DONE", 1.0, experiment_id=f"x-{number}")
+    row = TrialRow("g-1", number, {A: value}, TrialState.DONE, 1.0, experiment_id=f"x-{number}")
     row.objective = objective
     row.samples = [] if objective is None else [objective]
     row.details = {"load": {"concurrency": 8}, "gpu_seconds": 10.0}
@@ -150,7 +151,7 @@ def test_a_replay_of_the_same_trials_reaches_the_same_answer_mid_round_too() -> 
     # a round half queued: the rest of it, never a new plan
     partial = [t for t in trials if int(t.details.get("race") or 0) < 2]
     partial.append(next(t for t in trials if t.details.get("race") == 2))
-    partial[-1].state, partial[-1].objective = "RUNNING", None
+    partial[-1].state, partial[-1].objective = TrialState.RUNNING, None
     mid = race.standings(spec, partial)
     assert mid.verdict == race.RACING and not mid.settled
     assert len(mid.pending) == 1 and mid.pending[0].race == 2
@@ -178,7 +179,7 @@ def test_one_feasible_configuration_alone_is_said() -> None:
 def test_infeasible_and_failed_trials_are_not_contenders() -> None:
     spec = spec_of((1, 2, 3))
     failed = launch(3, 3, None)
-    failed.state, failed.failure_reason = "FAILED", "CUDA_OOM"
+    failed.state, failed.failure_reason = TrialState.FAILED, "CUDA_OOM"
     st = race.standings(spec, [launch(1, 1, None), launch(2, 2, 100.0), failed])
     assert [e.status for e in st.entries.values()] == [race.IN_RACE, race.REFERENCE]
     assert st.best is not None and st.best.key == key({A: 2})

@@ -9,6 +9,7 @@ from typing import Any
 
 from tunelab.controller.search.submit import search_from_text
 from tunelab.controller.search.summary import search_document
+from tunelab.controller.states import SearchState, TrialState
 from tunelab.controller.store.search_models import SearchRow, TrialRow
 
 TEXT = """
@@ -30,12 +31,14 @@ SEQS = "server.flags.--max-num-seqs"
 def search_row() -> SearchRow:
     found = search_from_text(TEXT)
     assert found is not None
-    return SearchRow("g-1", found.name, "RUNNING", found.spec.to_dict(), found.base, 0.0)
+    return SearchRow("g-1", found.name, SearchState.RUNNING, found.spec.to_dict(), found.base, 0.0)
 
 
 def done(number: int, seqs: int, points: list[float], race: int = 0, rung: int = 0) -> TrialRow:
     """A finished launch with its answer points (its value is their mean)."""
-    row = TrialRow("g-1", number, {SEQS: seqs}, "DONE", 1.0, rung=rung, experiment_id=f"x-{number}")
+    row = TrialRow(
+        "g-1", number, {SEQS: seqs}, TrialState.DONE, 1.0, rung=rung, experiment_id=f"x-{number}"
+    )
     row.samples, row.objective = points, round(sum(points) / len(points), 6)
     row.details = {"load": {"concurrency": 4}, **({"race": race} if race else {})}
     return row

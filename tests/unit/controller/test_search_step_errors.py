@@ -5,6 +5,7 @@ error (a stored search no controller could run) ends the search. A real SQLite f
 from __future__ import annotations
 
 import sys
+from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from tests.unit.controller.test_search_driver import BASE, SEARCH, submit, with_
 from tunelab.controller.search.backoff import StepBackoff
 from tunelab.controller.search.driver import SearchDriver
 from tunelab.controller.search.submit import search_from_text
+from tunelab.controller.states import SearchState
 from tunelab.controller.store import SqliteStore
 from tunelab.controller.store.search_models import SearchRow
 
@@ -27,7 +29,7 @@ class Clock:
         return self.now
 
 
-def failures(logs: list[dict[str, Any]]) -> list[tuple[int, float]]:
+def failures(logs: list[MutableMapping[str, Any]]) -> list[tuple[int, float]]:
     return [(e["failures"], e["retry_in_s"]) for e in logs if e["event"] == "search_step_failed"]
 
 
@@ -69,7 +71,7 @@ def test_a_stored_search_no_controller_can_run_ends_failed_with_its_reason(
     found = search_from_text(BASE + SEARCH.replace("STRATEGY", "grid"))
     assert found is not None
     spec = {**found.spec.to_dict(), "strategy": "annealing"}  # e.g. written by a newer version
-    store.insert_search(SearchRow("g-1", "s", "RUNNING", spec, found.base, 0.0))
+    store.insert_search(SearchRow("g-1", "s", SearchState.RUNNING, spec, found.base, 0.0))
     with capture_logs() as logs:
         assert SearchDriver(store, Clock()).tick() == 0
     search = store.get_search("g-1")

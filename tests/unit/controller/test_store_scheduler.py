@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tunelab.controller.hoststate import change_host, drain
-from tunelab.controller.scheduler import COMMIT_CHUNK, Scheduler
+from tunelab.controller.scheduler import COMMIT_CHUNK, Placed, Scheduler
 from tunelab.controller.spec import expand_text
 from tunelab.controller.states import AttemptState, ExperimentState, HostState
 from tunelab.controller.store import (
@@ -20,6 +20,7 @@ from tunelab.controller.store import (
     StoreConflict,
     StoreNotFound,
 )
+from tunelab.controller.store.core import SqlStore
 from tunelab.controller.store.models import selector_key
 
 SPEC = """
@@ -37,7 +38,7 @@ def store(tmp_path: Path) -> SqliteStore:
 
 
 def queue(
-    store: SqliteStore, gpus: int = 0, n: int = 1, priority: int = 0, prefix: str = "e"
+    store: SqlStore, gpus: int = 0, n: int = 1, priority: int = 0, prefix: str = "e"
 ) -> list[str]:
     text = SPEC.replace("GPUS", str(gpus)).replace("N", str(n)) + f"priority: {priority}\n"
     rows = []
@@ -50,7 +51,7 @@ def queue(
     return [r.id for r in rows]
 
 
-def host(store: SqliteStore, name: str, gpus: int, labels: dict[str, str] | None = None) -> None:
+def host(store: SqlStore, name: str, gpus: int, labels: dict[str, str] | None = None) -> None:
     store.add_host(HostRow(name=name, address=f"{name}:1", labels=labels or {"pool": "a"}))
     store.transition_host(name, store.get_host(name), HostState.READY, gpu_count=gpus)  # type: ignore[arg-type]
 
@@ -286,7 +287,12 @@ def test_a_wide_pass_hands_on_each_chunk_once_it_is_committed(store: SqliteStore
     scheduler = Scheduler(store, clock=lambda: next(ticks))
     seen: list[list[AttemptRow]] = []
 
-    def created(chunk: list[AttemptRow]) -> None:
+    def created(decision: Placed) -> None:
+        chunk = decision.attempts
+        for a in chunk:  # the decision carries the spec each runs and the host it runs on
+            experiment = store.get_experiment(a.experiment_id)
+            assert experiment is not None and decision.specs[a.experiment_id] == experiment.spec
+            assert decision.hosts[a.host].name == a.host
         # committed already: another reader sees the chunk DISPATCHING, the rest still queued
         assert all(store.get_attempt(a.id).state is AttemptState.DISPATCHING for a in chunk)  # type: ignore[union-attr]
         placed = {a.experiment_id for c in seen for a in c} | {a.experiment_id for a in chunk}

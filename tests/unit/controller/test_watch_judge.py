@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from html.parser import HTMLParser
+from typing import Any
 
 from tunelab.analysis.intervals import ALPHA, Method, adjust, contrast
 from tunelab.analysis.watch import (
@@ -77,7 +78,11 @@ def test_one_launch_cannot_be_judged() -> None:
 def test_the_metrics_are_one_benjamini_hochberg_family() -> None:
     rng = random.Random(3)
     base_vals = {m: tuple(100 + rng.gauss(0, 3) for _ in range(3)) for m in ("a", "b", "c")}
-    cur_vals = {"a": (90.0, 91.0, 89.5), "b": (97.0, 101.0, 96.0), "c": (99.0, 103.0, 100.0)}
+    cur_vals: dict[str, tuple[float, ...]] = {
+        "a": (90.0, 91.0, 89.5),
+        "b": (97.0, 101.0, 96.0),
+        "c": (99.0, 103.0, 100.0),
+    }
     doc = judge_occurrence(
         Occurrence(1, 0, cur_vals, {}), Occurrence(0, 0, base_vals, {}), ["a", "b", "c"], 0.02
     )
@@ -179,7 +184,7 @@ class _Parser(HTMLParser):
         self.figures += tag == "figure"
 
 
-def history(n: int = 16) -> tuple[list[Occurrence], list[dict]]:
+def history(n: int = 16) -> tuple[list[Occurrence], list[dict[str, Any]]]:
     occs = []
     for i in range(n):
         level = 1000.0 if i < 8 else 800.0

@@ -20,8 +20,15 @@ from tunelab.agent.servers.states import ServerState
 
 NOW = 1_800_000_000.0
 UUID = "GPU-d054c584-9e1b-bfe2-19d0-26060914d318"
-ME = ProcessId.of(os.getpid())  # as the product reads it (one boot time per process)
-assert ME is not None
+
+
+def _me() -> ProcessId:
+    me = ProcessId.of(os.getpid())  # as the product reads it (one boot time per process)
+    assert me is not None
+    return me
+
+
+ME = _me()
 
 
 def record(

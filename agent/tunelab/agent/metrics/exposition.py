@@ -55,7 +55,7 @@ def render(
             _render_simple(family, openmetrics, parts)
         elif openmetrics:
             one: Any = _OneFamily(family)
-            text = openmetrics_encoder(one).decode()  # type: ignore[no-untyped-call]
+            text = openmetrics_encoder(one).decode()
             parts.append(text.removesuffix("# EOF\n"))
         else:
             parts.append(text_encoder(_OneFamily(family)).decode())

@@ -84,10 +84,6 @@ def sample(param: Param, rng: random.Random) -> Any:
     return round(value, 6)
 
 
-def better(spec: SearchSpec, a: float, b: float) -> bool:
-    return a > b if spec.maximize else a < b
-
-
 class Grid:
     """Every point of the space in order (ranges spread over ``grid_points`` values)."""
 

@@ -35,6 +35,7 @@ import structlog
 from google.protobuf import json_format
 
 from tunelab.controller.dispatch import AttemptDriver
+from tunelab.controller.runwire import run_report
 from tunelab.controller.slurm import folder as slurmfolder
 from tunelab.controller.slurm.commands import (
     PENDING_STATES,
@@ -318,7 +319,7 @@ class SlurmDriver:
                 f"first report from Slurm job {request.slurm_job_id or '?'}: run-once is up",
                 attempt.state.value,
             )
-        self._attempts.apply_run(attempt, host, request.run, request.gpu_metrics)
+        self._attempts.apply_run(attempt, host, run_report(request.run), request.gpu_metrics)
         experiment = self._store.get_experiment(attempt.experiment_id)
         return controller_pb2.ReportRunResponse(
             cancel=experiment is not None and experiment.cancel_requested

@@ -26,6 +26,7 @@ from tunelab.controller.states import (
     experiment_outcome,
 )
 from tunelab.controller.store.base import StoreConflict, StoreNotFound
+from tunelab.controller.store.books import StatementBooks
 from tunelab.controller.store.changes import (
     AttemptFields,
     ExperimentFields,
@@ -47,23 +48,21 @@ from tunelab.controller.store.rows import (
     experiment_of,
     host_of,
 )
-from tunelab.controller.store.searches import SearchStatements
 from tunelab.controller.store.secrets import HostSecrets
-from tunelab.controller.store.slurmbook import SlurmStatements
 from tunelab.controller.store.statements import (
     ATTEMPT_INSERT_COLUMNS,
     EVENT_INSERT_COLUMNS,
     LIVE_STATES,
     Statements,
 )
-from tunelab.controller.store.watches import WatchStatements
 
 # A host's state and the two flags it follows from change only through transition_host (CAS).
 _HOST_STATE_COLUMNS = frozenset({"state", "drain", "quarantined"})
 
 
-class SqlStore(SearchStatements, SlurmStatements, WatchStatements, ABC):
-    """What both engines share; not a store by itself (no connection)."""
+class SqlStore(StatementBooks, ABC):
+    """What both engines share; not a store by itself (no connection). It is the engine
+    (engine.py) its searches, Slurm and watch statements (books.py) run on."""
 
     sql: Statements
     secrets: HostSecrets

@@ -42,13 +42,13 @@ from tunelab.controller.store.base import StoreError, StoreFenced, StoreFull, St
 from tunelab.controller.store.core import SqlStore
 from tunelab.controller.store.dburl import redact
 from tunelab.controller.store.dialect import POSTGRESQL
-from tunelab.controller.store.migrations import migrate
 from tunelab.controller.store.models import FencingToken
-from tunelab.controller.store.searches import SearchSql
+from tunelab.controller.store.schema import migrate
+from tunelab.controller.store.searches import SearchSql, SearchStatements
 from tunelab.controller.store.secrets import HostSecrets
-from tunelab.controller.store.slurmbook import SlurmSql
+from tunelab.controller.store.slurmbook import SlurmSql, SlurmStatements
 from tunelab.controller.store.statements import Statements
-from tunelab.controller.store.watches import WatchSql
+from tunelab.controller.store.watches import WatchSql, WatchStatements
 
 WRITE_LOCK = 0x7475_6E65_0001  # "tune" + 1: one writer at a time
 SCHEDULE_LOCK = 0x7475_6E65_0002  # one scheduling turn at a time
@@ -138,9 +138,9 @@ class PostgresStore(SqlStore):
         lease: float = LEASE,
     ) -> None:
         self.sql = _STATEMENTS
-        self.search_sql = _SEARCH_SQL
-        self.slurm_sql = _SLURM_SQL
-        self.watch_sql = _WATCH_SQL
+        self.searches = SearchStatements(self, _SEARCH_SQL)
+        self.slurm = SlurmStatements(self, _SLURM_SQL)
+        self.watches = WatchStatements(self, _WATCH_SQL)
         self.url = url
         self.where = redact(url)
         self.secrets = HostSecrets(secrets_path)

@@ -1,5 +1,5 @@
-"""The searches' transactions (migration 0006, ``0006_searches.sql``), mixed into
-``core.SqlStore`` so both engines have them; their statements are built once per dialect in
+"""The searches' transactions (migration 0006, ``0006_searches.sql``), held by
+``core.SqlStore`` (composed, not mixed in) so both engines have them; their statements are built once per dialect in
 ``SearchSql`` (as ``statements.py`` builds the rest), so nothing rewrites SQL text per call.
 
 States are data, in ``states.py`` (``SearchState``, ``TrialState`` and their moves). Every
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
 from enum import StrEnum
 from typing import Any
 
@@ -23,6 +22,7 @@ from tunelab.controller.states import (
 )
 from tunelab.controller.store.base import StoreConflict, StoreNotFound
 from tunelab.controller.store.dialect import Dialect
+from tunelab.controller.store.engine import Engine
 from tunelab.controller.store.models import ExperimentRow, FencingToken
 from tunelab.controller.store.search_models import SearchRow, TrialRow
 
@@ -112,37 +112,19 @@ def _trial(row: Any) -> TrialRow:
 
 
 class SearchStatements:
-    """Mixed into ``core.SqlStore``: uses its ``_tx``, ``_query``, ``_event`` and experiment
-    insert, and ``search_sql``, built for the store's dialect when it opens."""
+    """The searches' transactions, run on ``engine`` (engine.py) with its dialect's
+    ``SearchSql``; ``core.SqlStore`` holds one and forwards its search methods to it."""
 
-    search_sql: SearchSql
-
-    def _tx(self) -> AbstractContextManager[Any]:
-        raise NotImplementedError
-
-    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        raise NotImplementedError
-
-    def _event(
-        self, conn: Any, kind: str, ref: str, src: str | None, dst: str | None, msg: str
-    ) -> None:
-        raise NotImplementedError
-
-    def _insert_experiment_rows(self, conn: Any, rows: Sequence[ExperimentRow]) -> None:
-        raise NotImplementedError
-
-    def _claim_request(self, conn: Any, request_id: str, group: str, now: float) -> str | None:
-        raise NotImplementedError
-
-    def _check_fence(self, conn: Any, fence: FencingToken) -> None:
-        raise NotImplementedError
+    def __init__(self, engine: Engine, sql: SearchSql) -> None:
+        self._engine = engine
+        self.search_sql = sql
 
     def insert_search(self, row: SearchRow, request_id: str = "") -> str:
         """Keep a submitted search; returns its group. With a client's ``request_id`` that an
         earlier submission already used, nothing is written and that submission's group is
         returned (a retry after a lost answer starts no second search)."""
-        with self._tx() as conn:
-            earlier = self._claim_request(conn, request_id, row.group, row.submitted_at)
+        with self._engine._tx() as conn:
+            earlier = self._engine._claim_request(conn, request_id, row.group, row.submitted_at)
             if earlier is not None:
                 return earlier
             conn.execute(
@@ -157,19 +139,21 @@ class SearchStatements:
                     row.submitted_at,
                 ),
             )
-            self._event(conn, "search", row.group, None, SearchState(row.state).value, "submitted")
+            self._engine._event(
+                conn, "search", row.group, None, SearchState(row.state).value, "submitted"
+            )
         return row.group
 
     def get_search(self, group: str) -> SearchRow | None:
-        rows = self._query(self.search_sql.get_search, (group,))
+        rows = self._engine._query(self.search_sql.get_search, (group,))
         return _search(rows[0]) if rows else None
 
     def running_searches(self) -> list[SearchRow]:
-        rows = self._query(self.search_sql.running)
+        rows = self._engine._query(self.search_sql.running)
         return [_search(r) for r in rows]
 
     def search_trials(self, group: str) -> list[TrialRow]:
-        rows = self._query(self.search_sql.trials, (group,))
+        rows = self._engine._query(self.search_sql.trials, (group,))
         return [_trial(r) for r in rows]
 
     def add_trials(
@@ -183,8 +167,8 @@ class SearchStatements:
         only while ``fence`` (the scheduling turn the search step runs in) still holds."""
         if not trials:
             return
-        with self._tx() as conn:
-            self._check_fence(conn, fence)
+        with self._engine._tx() as conn:
+            self._engine._check_fence(conn, fence)
             group = trials[0].group
             state = conn.execute(self.search_sql.search_state, (group,)).fetchone()
             if state is None or state["state"] != SearchState.RUNNING.value:
@@ -194,7 +178,7 @@ class SearchStatements:
             ).fetchall()
             if taken:
                 raise StoreConflict(f"search {group}: trial numbers taken meanwhile")
-            self._insert_experiment_rows(conn, experiments)
+            self._engine._insert_experiment_rows(conn, experiments)
             for values in [
                 (
                     t.group,
@@ -215,13 +199,13 @@ class SearchStatements:
                 conn.execute(self.search_sql.insert_trial, values)
             for t in trials:
                 message = f"trial {t.number}: {t.params}"
-                self._event(conn, "search", group, None, TrialState(t.state).value, message)
+                self._engine._event(conn, "search", group, None, TrialState(t.state).value, message)
 
     def finish_trial(self, trial: TrialRow, fence: FencingToken) -> None:
         """A running trial's outcome, written once (compare-and-set on RUNNING), while
         ``fence`` holds."""
-        with self._tx() as conn:
-            self._check_fence(conn, fence)
+        with self._engine._tx() as conn:
+            self._engine._check_fence(conn, fence)
             current = conn.execute(
                 self.search_sql.trial_state, (trial.group, trial.number)
             ).fetchone()
@@ -243,7 +227,7 @@ class SearchStatements:
                     trial.number,
                 ),
             )
-            self._event(
+            self._engine._event(
                 conn,
                 "search",
                 trial.group,
@@ -256,8 +240,8 @@ class SearchStatements:
         self, group: str, state: SearchState, message: str, now: float, fence: FencingToken
     ) -> SearchRow:
         """A running search's end, written once, while ``fence`` holds."""
-        with self._tx() as conn:
-            self._check_fence(conn, fence)
+        with self._engine._tx() as conn:
+            self._engine._check_fence(conn, fence)
             current = conn.execute(self.search_sql.search_state, (group,)).fetchone()
             if current is None:
                 raise StoreNotFound(f"no search {group}")
@@ -265,15 +249,15 @@ class SearchStatements:
             target = SearchState(state)
             _moved(was, target, check_search, f"search {group}")
             conn.execute(self.search_sql.finish_search, (target.value, message, now, group))
-            self._event(conn, "search", group, was.value, target.value, message)
+            self._engine._event(conn, "search", group, was.value, target.value, message)
         found = self.get_search(group)
         if found is None:
             raise StoreNotFound(f"no search {group}")
         return found
 
     def request_search_cancel(self, group: str) -> SearchRow | None:
-        with self._tx() as conn:
+        with self._engine._tx() as conn:
             n = conn.execute(self.search_sql.cancel_search, (group,)).rowcount
             if n:
-                self._event(conn, "search", group, None, None, "cancel requested")
+                self._engine._event(conn, "search", group, None, None, "cancel requested")
         return self.get_search(group)

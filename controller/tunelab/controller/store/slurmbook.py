@@ -1,20 +1,20 @@
 """The store's Slurm statements (migration 7): pools' sbatch settings and one job per attempt.
 
-Mixed into ``core.SqlStore`` so both engines have them; their statements are built once per
-dialect in ``SlurmSql`` (as ``statements.py`` and ``searches.SearchSql`` build the rest), so
-nothing rewrites SQL text per call. It uses the store's ``_tx``, ``_query`` and ``_event``."""
+Held by ``core.SqlStore`` (composed, not mixed in) so both engines have them; their statements
+are built once per dialect in ``SlurmSql`` (as ``statements.py`` and ``searches.SearchSql``
+build the rest), so nothing rewrites SQL text per call. They run on the store's engine
+(engine.py: ``_tx``, ``_query``, ``_event``, the fence check)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from tunelab.controller.states import AttemptState, check_attempt
 from tunelab.controller.store.base import StoreConflict
 from tunelab.controller.store.dialect import Dialect
+from tunelab.controller.store.engine import Engine
 from tunelab.controller.store.models import FencingToken
 
 
@@ -83,36 +83,24 @@ class SlurmSql:
 
 
 class SlurmStatements:
-    """Mixed into ``core.SqlStore``: uses its ``_tx``, ``_query`` and ``_event``, and
-    ``slurm_sql``, built for the store's dialect when it opens."""
+    """The Slurm transactions, run on ``engine`` (engine.py) with its dialect's
+    ``SlurmSql``; ``core.SqlStore`` holds one and forwards its Slurm methods to it."""
 
-    slurm_sql: SlurmSql
-
-    def _tx(self) -> AbstractContextManager[Any]:
-        raise NotImplementedError
-
-    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        raise NotImplementedError
-
-    def _event(
-        self, conn: Any, kind: str, ref: str, src: str | None, dst: str | None, msg: str
-    ) -> None:
-        raise NotImplementedError
-
-    def _check_fence(self, conn: Any, fence: FencingToken) -> None:
-        raise NotImplementedError
+    def __init__(self, engine: Engine, sql: SlurmSql) -> None:
+        self._engine = engine
+        self.slurm_sql = sql
 
     def set_slurm_pool(self, name: str, config: dict[str, Any]) -> None:
-        with self._tx() as conn:
+        with self._engine._tx() as conn:
             conn.execute(self.slurm_sql.delete_pool, (name,))
             conn.execute(self.slurm_sql.insert_pool, (name, json.dumps(config, sort_keys=True)))
 
     def slurm_pools(self) -> dict[str, dict[str, Any]]:
-        rows = self._query(self.slurm_sql.pools)
+        rows = self._engine._query(self.slurm_sql.pools)
         return {r["name"]: json.loads(r["config_json"]) for r in rows}
 
     def slurm_job(self, attempt_id: str) -> SlurmJobRow | None:
-        rows = self._query(self.slurm_sql.job, (attempt_id,))
+        rows = self._engine._query(self.slurm_sql.job, (attempt_id,))
         return _job(rows[0]) if rows else None
 
     def record_slurm_job(
@@ -129,9 +117,9 @@ class SlurmStatements:
         the Slurm step that writes it (StoreFenced once lost), or None for a job's own report
         (no turn: the compare-and-set on DISPATCHING guards it)."""
         dispatching, starting = AttemptState.DISPATCHING, AttemptState.STARTING
-        with self._tx() as conn:
+        with self._engine._tx() as conn:
             if fence is not None:
-                self._check_fence(conn, fence)
+                self._engine._check_fence(conn, fence)
             row = conn.execute(self.slurm_sql.attempt_state, (attempt_id,)).fetchone()
             if row is None or row["state"] != dispatching.value:
                 raise StoreConflict(f"attempt {attempt_id} is no longer DISPATCHING")
@@ -141,12 +129,14 @@ class SlurmStatements:
                 self.slurm_sql.start_attempt,
                 (starting.value, now, now, message, attempt_id, dispatching.value),
             )
-            self._event(conn, "attempt", attempt_id, dispatching.value, starting.value, message)
+            self._engine._event(
+                conn, "attempt", attempt_id, dispatching.value, starting.value, message
+            )
 
     def set_slurm_job_state(
         self, attempt_id: str, state: str, reason: str, fence: FencingToken
     ) -> None:
         """What Slurm's queue says of the job, while ``fence`` (the Slurm step's turn) holds."""
-        with self._tx() as conn:
-            self._check_fence(conn, fence)
+        with self._engine._tx() as conn:
+            self._engine._check_fence(conn, fence)
             conn.execute(self.slurm_sql.set_job_state, (state, reason, attempt_id))

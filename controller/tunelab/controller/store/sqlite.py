@@ -1,7 +1,7 @@
 """SQLite engine of the controller store (WAL, one connection): one file, one controller.
 
 The statements and transactions are core.SqlStore's over statements.py in the SQLite dialect;
-this module is the connection layer. The schema is versioned (migrations.py); the files are
+this module is the connection layer. The schema is versioned (schema.py); the files are
 0600, host tokens live in a separate 0600 secrets file (secrets.py), and the file is watched for
 deletion or replacement (dbfile.py). One file has one controller, so its scheduling turn is
 always this controller's and its fencing token never goes stale.
@@ -21,13 +21,13 @@ from tunelab.controller.store.base import StoreError
 from tunelab.controller.store.core import SqlStore
 from tunelab.controller.store.dbfile import FileIdentity, create_private, translate
 from tunelab.controller.store.dialect import SQLITE
-from tunelab.controller.store.migrations import SQLITE_VERSIONS, migrate
 from tunelab.controller.store.models import FencingToken
-from tunelab.controller.store.searches import SearchSql
+from tunelab.controller.store.schema import SQLITE_VERSIONS, migrate
+from tunelab.controller.store.searches import SearchSql, SearchStatements
 from tunelab.controller.store.secrets import HostSecrets
-from tunelab.controller.store.slurmbook import SlurmSql
+from tunelab.controller.store.slurmbook import SlurmSql, SlurmStatements
 from tunelab.controller.store.statements import Statements
-from tunelab.controller.store.watches import WatchSql
+from tunelab.controller.store.watches import WatchSql, WatchStatements
 
 _STATEMENTS = Statements(SQLITE)
 _SEARCH_SQL = SearchSql(SQLITE)
@@ -39,9 +39,9 @@ _TURN = FencingToken(epoch=0)
 class SqliteStore(SqlStore):
     def __init__(self, path: Path | str, secrets_file: Path | None = None) -> None:
         self.sql = _STATEMENTS
-        self.search_sql = _SEARCH_SQL
-        self.slurm_sql = _SLURM_SQL
-        self.watch_sql = _WATCH_SQL
+        self.searches = SearchStatements(self, _SEARCH_SQL)
+        self.slurm = SlurmStatements(self, _SLURM_SQL)
+        self.watches = WatchStatements(self, _WATCH_SQL)
         self.path = Path(path)
         self.where = str(path)
         memory = str(path) == ":memory:"

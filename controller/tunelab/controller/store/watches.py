@@ -1,5 +1,5 @@
-"""The watches' transactions (migration 0008, ``0008_watches.sql``), mixed into
-``core.SqlStore`` so both engines have them; their statements are built once per dialect in
+"""The watches' transactions (migration 0008, ``0008_watches.sql``), held by
+``core.SqlStore`` (composed, not mixed in) so both engines have them; their statements are built once per dialect in
 ``WatchSql`` (as ``statements.py`` and ``searches.py`` build theirs), so nothing rewrites SQL
 text per call.
 
@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from contextlib import AbstractContextManager
 from typing import Any
 
 from tunelab.controller.store.base import StoreConflict, StoreNotFound
 from tunelab.controller.store.dialect import Dialect
+from tunelab.controller.store.engine import Engine
 from tunelab.controller.store.models import ExperimentRow, FencingToken
 from tunelab.controller.store.watch_models import WATCH_MOVES, OccurrenceRow, WatchRow
 
@@ -90,30 +90,15 @@ def _occurrence(row: Any) -> OccurrenceRow:
 
 
 class WatchStatements:
-    """Mixed into ``core.SqlStore``: uses its ``_tx``, ``_query``, ``_event``, fence check and
-    experiment insert, and ``watch_sql``, built for the store's dialect when it opens."""
+    """The watches' transactions, run on ``engine`` (engine.py) with its dialect's
+    ``WatchSql``; ``core.SqlStore`` holds one and forwards its watch methods to it."""
 
-    watch_sql: WatchSql
-
-    def _tx(self) -> AbstractContextManager[Any]:
-        raise NotImplementedError
-
-    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        raise NotImplementedError
-
-    def _event(
-        self, conn: Any, kind: str, ref: str, src: str | None, dst: str | None, msg: str
-    ) -> None:
-        raise NotImplementedError
-
-    def _check_fence(self, conn: Any, fence: FencingToken) -> None:
-        raise NotImplementedError
-
-    def _insert_experiment_rows(self, conn: Any, rows: Sequence[ExperimentRow]) -> None:
-        raise NotImplementedError
+    def __init__(self, engine: Engine, sql: WatchSql) -> None:
+        self._engine = engine
+        self.watch_sql = sql
 
     def insert_watch(self, row: WatchRow) -> None:
-        with self._tx() as conn:
+        with self._engine._tx() as conn:
             if conn.execute(self.watch_sql.watch_exists, (row.name,)).fetchall():
                 raise StoreConflict(
                     f"a watch named {row.name!r} exists (tunelab watch rm {row.name} first)"
@@ -130,19 +115,19 @@ class WatchStatements:
                     row.created_at,
                 ),
             )
-            self._event(conn, "watch", row.name, None, row.state, "added")
+            self._engine._event(conn, "watch", row.name, None, row.state, "added")
 
     def get_watch(self, name: str) -> WatchRow | None:
-        rows = self._query(self.watch_sql.get_watch, (name,))
+        rows = self._engine._query(self.watch_sql.get_watch, (name,))
         return _watch(rows[0]) if rows else None
 
     def list_watches(self) -> list[WatchRow]:
-        return [_watch(r) for r in self._query(self.watch_sql.list_watches)]
+        return [_watch(r) for r in self._engine._query(self.watch_sql.list_watches)]
 
     def set_watch_state(self, name: str, state: str) -> WatchRow:
         """Pause or resume (compare-and-set on the state read in the same transaction); the
         same state again is no change."""
-        with self._tx() as conn:
+        with self._engine._tx() as conn:
             current = conn.execute(self.watch_sql.watch_state, (name,)).fetchone()
             if current is None:
                 raise StoreNotFound(f"no watch {name!r}")
@@ -150,7 +135,7 @@ class WatchStatements:
                 if (current["state"], state) not in WATCH_MOVES:
                     raise StoreConflict(f"watch {name} is {current['state']}; not {state}")
                 conn.execute(self.watch_sql.set_state, (state, name, current["state"]))
-                self._event(conn, "watch", name, current["state"], state, state)
+                self._engine._event(conn, "watch", name, current["state"], state, state)
         found = self.get_watch(name)
         if found is None:
             raise StoreNotFound(f"no watch {name!r}")
@@ -159,22 +144,22 @@ class WatchStatements:
     def remove_watch(self, name: str) -> None:
         """The watch and its occurrence rows; the experiments it queued stay in the queue's
         history (a queued one runs unless cancelled)."""
-        with self._tx() as conn:
+        with self._engine._tx() as conn:
             if conn.execute(self.watch_sql.delete_watch, (name,)).rowcount == 0:
                 raise StoreNotFound(f"no watch {name!r}")
             conn.execute(self.watch_sql.delete_occurrences, (name,))
-            self._event(conn, "watch", name, None, None, "removed")
+            self._engine._event(conn, "watch", name, None, None, "removed")
 
     def watch_occurrences(self, name: str) -> list[OccurrenceRow]:
         """Oldest first."""
-        return [_occurrence(r) for r in self._query(self.watch_sql.occurrences, (name,))]
+        return [_occurrence(r) for r in self._engine._query(self.watch_sql.occurrences, (name,))]
 
     def latest_occurrences(self, name: str, limit: int) -> list[OccurrenceRow]:
         """The newest ``limit``, newest first."""
-        return [_occurrence(r) for r in self._query(self.watch_sql.latest, (name, limit))]
+        return [_occurrence(r) for r in self._engine._query(self.watch_sql.latest, (name, limit))]
 
     def unjudged_occurrences(self) -> list[OccurrenceRow]:
-        return [_occurrence(r) for r in self._query(self.watch_sql.unjudged)]
+        return [_occurrence(r) for r in self._engine._query(self.watch_sql.unjudged)]
 
     def start_occurrence(
         self,
@@ -187,8 +172,8 @@ class WatchStatements:
         from ``occurrence.due_at`` to ``next_due``, in one transaction under ``fence``.
         StoreFenced if the turn is lost, StoreConflict if next_due moved meanwhile (another
         pass queued it) or the watch was paused or removed: nothing is written then."""
-        with self._tx() as conn:
-            self._check_fence(conn, fence)
+        with self._engine._tx() as conn:
+            self._engine._check_fence(conn, fence)
             moved = conn.execute(
                 self.watch_sql.advance, (next_due, occurrence.watch, occurrence.due_at)
             ).rowcount
@@ -197,7 +182,7 @@ class WatchStatements:
                     f"watch {occurrence.watch}: occurrence due at {occurrence.due_at} was queued, "
                     "paused or removed meanwhile"
                 )
-            self._insert_experiment_rows(conn, experiments)
+            self._engine._insert_experiment_rows(conn, experiments)
             conn.execute(
                 self.watch_sql.insert_occurrence,
                 (
@@ -210,7 +195,7 @@ class WatchStatements:
                     None,
                 ),
             )
-            self._event(
+            self._engine._event(
                 conn,
                 "watch",
                 occurrence.watch,
@@ -223,15 +208,15 @@ class WatchStatements:
         self, watch: str, number: int, verdict: dict[str, Any], now: float, fence: FencingToken
     ) -> None:
         """An occurrence's verdict, written once (StoreConflict if it already has one)."""
-        with self._tx() as conn:
-            self._check_fence(conn, fence)
+        with self._engine._tx() as conn:
+            self._engine._check_fence(conn, fence)
             n = conn.execute(
                 self.watch_sql.judge,
                 (json.dumps(verdict, sort_keys=True), now, watch, number),
             ).rowcount
             if n != 1:
                 raise StoreConflict(f"watch {watch} occurrence {number} is judged already")
-            self._event(
+            self._engine._event(
                 conn,
                 "watch",
                 watch,

@@ -21,7 +21,7 @@ from importlib import resources
 from typing import Any, Protocol
 
 from tunelab.controller.store.base import StoreError
-from tunelab.controller.store.dialect import DIALECTS, POSTGRESQL
+from tunelab.controller.store.dialect import DIALECTS
 
 _NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 Step = Callable[[Any], None]
@@ -36,12 +36,6 @@ class Migration:
     version: int
     name: str
     sql: str
-
-
-def to_postgresql(sql: str) -> str:
-    """SQLite DDL → PostgreSQL's: identity for AUTOINCREMENT, BIGINT, DOUBLE PRECISION.
-    Everything else in the migrations is written to run on both."""
-    return POSTGRESQL.ddl(sql)
 
 
 def load_migrations(dialect: str = "sqlite") -> list[Migration]:
