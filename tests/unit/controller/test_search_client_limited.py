@@ -151,3 +151,16 @@ def test_starved_launches_are_one_warning_line() -> None:
         "(the first: the load generator was starved at concurrency 1); their figures may be low"
     )
     assert warnings(SPEC, rows) == [line]
+
+
+def test_a_drift_launch_of_the_same_configuration_is_no_relaunch_of_a_saturated_trial() -> None:
+    from tunelab.controller.search.driver import retries, superseded
+    from tunelab.controller.store.search_models import TrialRow
+
+    first = TrialRow("g-1", 1, {"a": 1}, "FAILED", 1.0, failure_reason="CLIENT_SATURATED")
+    later = TrialRow("g-1", 2, {"a": 1}, "RUNNING", 1.0)
+    later.details = {"drift": "start"}
+    assert not superseded(first, [first, later])
+    assert [p.params for p in retries([first, later])] == [{"a": 1}]
+    again = TrialRow("g-1", 3, {"a": 1}, "RUNNING", 1.0)
+    assert superseded(first, [first, later, again]) and retries([first, later, again]) == []

@@ -179,3 +179,21 @@ def test_a_machine_slowed_mid_search_is_a_warning_on_the_answer(
     assert doc["drift"]["change_pct"] == -25.0
     assert doc["drift"]["launches"] == [2, 2]
     assert any(w.startswith("drift: the default measured -25.0%") for w in doc["warnings"])
+
+
+def test_the_search_page_prints_the_warning_and_each_trials_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tunelab.analysis.report.search_page import render_search_report
+    from tunelab.cli.search_cmd import render_search
+
+    doc = _search(tmp_path, monkeypatch, 6)
+    for t in doc["trials"]:
+        t.update(host="h1", host_class="1x NVIDIA H200, driver 570")
+    page = render_search_report(doc, {}, "search")
+    assert "<p class='warning'>warning: drift: the default measured -25.0%" in page
+    assert "<th>host</th>" in page and "h1 (1x NVIDIA H200, driver 570)" in page
+    assert "(drift start)" in page and "(drift end)" in page
+    text = render_search(doc)
+    assert "\nwarning: drift: the default measured -25.0%" in text
+    assert "hosts: h1: 1x NVIDIA H200, driver 570" in text

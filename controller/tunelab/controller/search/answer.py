@@ -220,7 +220,10 @@ def excluded(trials: Sequence[TrialRow]) -> list[str]:
             (
                 o.number
                 for o in trials
-                if o.number > t.number and key(o.params) == key(t.params) and o.rung == t.rung
+                if o.number > t.number
+                and key(o.params) == key(t.params)
+                and o.rung == t.rung
+                and race.is_fixed_load(o) == race.is_fixed_load(t)
             ),
             None,
         )

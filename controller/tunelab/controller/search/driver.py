@@ -46,9 +46,14 @@ MAX_ASK_ROUNDS = 20  # asks per tick while skipped proposals keep filling the sl
 
 
 def superseded(t: TrialRow, trials: Sequence[TrialRow]) -> bool:
-    """A failure that says nothing of the configuration, launched again since."""
+    """A failure that says nothing of the configuration, launched again since (by the strategy:
+    a later launch of the race or a drift launch at a given load is no relaunch of it)."""
     return t.failure_reason in RETRIED_REASONS | CLIENT_LIMITED and any(
-        o.number > t.number and o.rung == t.rung and key(o.params) == key(t.params) for o in trials
+        o.number > t.number
+        and o.rung == t.rung
+        and key(o.params) == key(t.params)
+        and race.is_fixed_load(o) == race.is_fixed_load(t)
+        for o in trials
     )
 
 
