@@ -57,13 +57,18 @@ class Lab:
         return self.controller
 
     def add_agent(
-        self, name: str, labels: str = "pool=e2e", env: dict[str, str] | None = None
+        self,
+        name: str,
+        labels: str = "pool=e2e",
+        env: dict[str, str] | None = None,
+        nvml: Path | None = NVML_BUSY,
     ) -> AgentProcess:
+        """An agent as a process, registered; ``nvml=None``: no snapshot, so on a machine
+        without NVIDIA's driver a host with no GPU."""
         metrics = free_port()
+        snapshot = ["--nvml-snapshot", str(nvml)] if nvml is not None else []
         agent = AgentProcess(
-            self.root / name,
-            ["--metrics-listen", f"127.0.0.1:{metrics}", "--nvml-snapshot", str(NVML_BUSY)],
-            env=env,
+            self.root / name, ["--metrics-listen", f"127.0.0.1:{metrics}", *snapshot], env=env
         ).start()
         agent.metrics_port = metrics  # type: ignore[attr-defined]
         self.agents[name] = agent

@@ -115,7 +115,7 @@ def render_search(doc: dict[str, Any]) -> str:
     )
     rank = {t["number"]: i + 1 for i, t in enumerate(ranked)}
     rows = [["rank", "trial", "parameters", "load", objective, "95% interval", "launches",
-             "SLO margin", "state"]]  # fmt: skip
+             "SLO margin", "host", "state"]]  # fmt: skip
     for t in sorted(doc["trials"], key=lambda t: (rank.get(t["number"], 10**9), t["number"])):
         interval = t.get("interval")
         margins = t.get("slo_margins") or {}
@@ -124,7 +124,8 @@ def render_search(doc: dict[str, Any]) -> str:
                 str(rank.get(t["number"], "-")),
                 f"{t['number']}"
                 + (f" (rung {t['rung']})" if t["rung"] else "")
-                + (f" (race {t['race']})" if t.get("race") else ""),
+                + (f" (race {t['race']})" if t.get("race") else "")
+                + (f" (drift {t['drift']})" if t.get("drift") else ""),
                 _params(t["params"]),
                 ", ".join(f"{k} {v:g}" for k, v in (t.get("load") or {}).items() if v is not None)
                 or "-",
@@ -132,6 +133,7 @@ def render_search(doc: dict[str, Any]) -> str:
                 f"[{interval[0]:.4g}, {interval[1]:.4g}]" if interval else "-",
                 str(t.get("launches") or "-"),
                 ", ".join(f"{k} {v:+.0%}" for k, v in margins.items() if v is not None) or "-",
+                t.get("host") or "-",
                 t["failure_reason"] or t["state"]
                 if t["state"] != "DONE"
                 else ("DONE" if t["objective"] is not None else "no load met the SLOs"),
@@ -142,8 +144,14 @@ def render_search(doc: dict[str, Any]) -> str:
     lengths = _prompt_tokens(doc["trials"])
     if lengths:
         lines.append(lengths)
+    classes = {t["host"]: t.get("host_class") for t in doc["trials"] if t.get("host")}
+    if classes:
+        lines.append(
+            "hosts: " + "; ".join(f"{h}: {c or 'class not recorded'}" for h, c in classes.items())
+        )
     if doc.get("answer"):
         lines += ["", f"answer: {doc['answer']}"]
+    lines += [f"warning: {w}" for w in doc.get("warnings") or []]
     rec = doc.get("recommendation")
     best = doc.get("best")
     if best and rec:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from tunelab.controller.search import hostclass
 from tunelab.controller.search.submit import SearchSubmission, search_from_text
 from tunelab.controller.spec import SpecError, expand_text
 from tunelab.controller.spec.errors import SpecIssue
@@ -87,6 +88,9 @@ class Submissions:
                 [SpecIssue("search.strategy", "tpe needs Optuna on the controller: "
                            "pip install 'tunelab[search]' there, or use another strategy")]
             )  # fmt: skip
+        mixed = hostclass.mixed_pool(search.first.get("host") or {}, self._store.list_hosts())
+        if mixed is not None:  # its ranking would rank hosts
+            raise SpecError([mixed])
         row = SearchRow(
             group=new_group(),
             name=search.name,

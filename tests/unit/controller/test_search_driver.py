@@ -129,7 +129,7 @@ def test_each_strategy_finds_the_optimum_of_a_small_surface(
     assert doc["state"] == "DONE", doc["message"]
     assert doc["best"]["params"] == OPTIMUM
     assert doc["best"]["load"] == {"concurrency": 64}
-    launched = [t for t in doc["trials"] if t["experiment"] and not t["race"]]
+    launched = [t for t in doc["trials"] if t["experiment"] and not t["race"] and not t["drift"]]
     keys = [json.dumps(t["params"], sort_keys=True) for t in launched if t["rung"] == 0]
     assert len(keys) == len(set(keys)), "no candidate launched twice at one rung"
     assert doc["trials"][0]["params"] == {
@@ -186,7 +186,7 @@ def test_an_oom_skips_larger_values_and_is_never_retried(store: SqliteStore) -> 
     assert by_params[(128, 512)]["failure_reason"] == "IMPLIED_OOM"
     assert by_params[(128, 512)]["experiment"] is None
     assert "implied OOM by trial" in by_params[(128, 512)]["message"]
-    strategy = [t for t in doc["trials"] if not t["race"]]
+    strategy = [t for t in doc["trials"] if not t["race"] and not t["drift"]]
     assert len(strategy) == 8 and sum(1 for t in strategy if t["experiment"]) == 6
     assert doc["best"]["params"]["server.flags.--max-num-seqs"] == 32
 
@@ -196,7 +196,9 @@ def test_the_trial_budget_ends_the_search_with_a_message(store: SqliteStore) -> 
     doc = until_done(store, SearchDriver(store, lambda: 1.0))
     assert doc["state"] == "DONE"
     assert "budget of 3 trials spent" in doc["message"]
-    assert sum(1 for t in doc["trials"] if t["experiment"] and not t["race"]) == 3
+    assert (
+        sum(1 for t in doc["trials"] if t["experiment"] and not t["race"] and not t["drift"]) == 3
+    )
 
 
 def test_the_duration_budget_cancels_what_runs(store: SqliteStore) -> None:
@@ -261,7 +263,7 @@ def test_a_restarted_driver_resumes_without_running_a_finished_trial_again(
     experiments = [t["experiment"] for t in doc["trials"]]
     assert experiments[:4] == first
     assert len(experiments) == len(set(experiments))
-    assert sum(1 for t in doc["trials"] if not t["race"]) == 8
+    assert sum(1 for t in doc["trials"] if not t["race"] and not t["drift"]) == 8
     assert doc["best"]["params"] == OPTIMUM
 
 
@@ -354,12 +356,14 @@ def test_a_failure_of_the_host_is_launched_again_and_the_search_goes_on(
 
     doc = until_done(store, SearchDriver(store, lambda: 1.0), fail=port_taken_once)
     first = {"server.flags.--max-num-seqs": 16, "server.flags.--chunk": 512}
-    default = [t for t in doc["trials"] if t["params"] == first and not t["race"]]
+    default = [
+        t for t in doc["trials"] if t["params"] == first and not t["race"] and not t["drift"]
+    ]
     assert [t["failure_reason"] for t in default] == ["ADDRESS_IN_USE", None]
     assert default[1]["message"] == "launched again: the last try failed for the host"
     assert doc["best"]["params"] == OPTIMUM
     assert doc["recommendation"]["effect"]["default_objective"] is not None
-    strategy = [t for t in doc["trials"] if not t["race"]]
+    strategy = [t for t in doc["trials"] if not t["race"] and not t["drift"]]
     assert len(strategy) == 9, "the relaunch does not spend the budget of 8"
 
 

@@ -80,6 +80,23 @@ def test_matrix_is_the_cartesian_product_and_repeat_multiplies() -> None:
     assert experiments[0].name == "sim/--itl-ms=5,benchmark.input_len=64#1"
 
 
+def test_repeats_are_queued_round_by_round_every_other_round_reversed() -> None:
+    """Interleaved (A B C, C B A, A B C): a drift of the machine falls on every variant alike,
+    not on whichever variant's block of repeats ran last. Names and indexes are unchanged."""
+    text = BASE + "ablation:\n  - {server.flags.--itl-ms: 5}\n  - {server.flags.--tag: x}\n"
+    names = [e.name for e in expand_text(text + "repeat: 4\n")]
+    base, a, b = "sim/baseline", "sim/--itl-ms=5", "sim/--tag=x"
+    assert names == [
+        f"{base}#1", f"{a}#1", f"{b}#1",
+        f"{b}#2", f"{a}#2", f"{base}#2",
+        f"{base}#3", f"{a}#3", f"{b}#3",
+        f"{b}#4", f"{a}#4", f"{base}#4",
+    ]  # fmt: skip
+    indexes = {e.name: e.repeat_index for e in expand_text(text + "repeat: 4\n")}
+    assert indexes[f"{a}#3"] == 3 and indexes[f"{base}#4"] == 4
+    assert [e.name for e in expand_text(text)] == [base, a, b]  # one launch each: no suffix
+
+
 def test_a_list_of_experiments_in_one_file() -> None:
     text = (
         "- "

@@ -135,6 +135,7 @@ def answer_section(search: dict[str, Any]) -> str:
     lines = [f"<p>{escape(search['state'])}: {escape(search['message'])}</p>"]
     if search.get("answer"):
         lines.append(f"<p class='answer'><b>{escape(search['answer'])}</b></p>")
+    lines += [f"<p class='warning'>warning: {escape(w)}</p>" for w in search.get("warnings") or []]
     if best:
         interval = best.get("interval")
         params = ", ".join(f"{_short(k)}={v}" for k, v in best["params"].items())
@@ -173,17 +174,21 @@ def trials_section(search: dict[str, Any]) -> str:
             [
                 str(t["number"]),
                 escape(", ".join(f"{_short(k)}={v}" for k, v in t["params"].items())),
-                str(t["rung"]) + (f" (race {t['race']})" if t.get("race") else ""),
+                str(t["rung"])
+                + (f" (race {t['race']})" if t.get("race") else "")
+                + (f" (drift {t['drift']})" if t.get("drift") else ""),
                 escape(", ".join(f"{k} {v}" for k, v in (t.get("load") or {}).items())),
                 _num(t["objective"]),
                 f"[{_num(interval[0])}, {_num(interval[1])}]" if interval else "",
                 str(t.get("launches") or ""),
+                escape(t.get("host") or "")
+                + (f" ({escape(t['host_class'])})" if t.get("host_class") else ""),
                 escape(t["failure_reason"] or t["state"]),
                 escape(t.get("message") or ""),
             ]
         )
-    header = ["trial", "parameters", "rung", "load", "objective", "95 %", "launches", "state",
-              "note"]  # fmt: skip
+    header = ["trial", "parameters", "rung", "load", "objective", "95 %", "launches", "host",
+              "state", "note"]  # fmt: skip
     return _table(header, rows, text=True)
 
 

@@ -11,10 +11,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tunelab.analysis.intervals import Cell, contrast, positive_interval
-from tunelab.controller.search import race
+from tunelab.controller.search import drift, hostclass, race
 from tunelab.controller.search.space import SearchSpec
 from tunelab.controller.search.strategies import key
-from tunelab.controller.search.trials import trial_label
+from tunelab.controller.search.trials import CLIENT_LIMITED, trial_label
 from tunelab.controller.store.search_models import TrialRow
 
 
@@ -162,7 +162,7 @@ def effect(spec: SearchSpec, st: race.Standings, trials: Sequence[TrialRow]) -> 
     own = [
         t
         for t in trials
-        if key(t.params) == default_key and not race.is_race(t) and t.state == "DONE"
+        if key(t.params) == default_key and not race.is_fixed_load(t) and t.state == "DONE"
     ]
     met = [t for t in own if t.objective is not None]
     out["default_load"] = load_json(met[-1].details.get("load")) if met else None
@@ -188,3 +188,67 @@ def effect(spec: SearchSpec, st: race.Standings, trials: Sequence[TrialRow]) -> 
         "verdict": _verdict(spec, rel, len(chosen), len(base)),
         "launches": [len(chosen), len(base)],
     }
+
+
+def drift_json(spec: SearchSpec, trials: Sequence[TrialRow]) -> dict[str, Any] | None:
+    """``drift``: the default at the search's end against its start, over launches at one
+    load; None when no drift launch was made."""
+    found = drift.judge(spec, trials)
+    if found is None:
+        return None
+    return {
+        "start": found.start,
+        "end": found.end,
+        "load": load_json(found.load),
+        "change_pct": None if found.estimate is None else _pct(found.estimate.ratio - 1.0),
+        "interval": None
+        if found.interval is None
+        else [_pct(found.interval[0]), _pct(found.interval[1])],
+        "launches": [len(found.start), len(found.end)],
+        "verdict": found.verdict,
+    }
+
+
+def excluded(trials: Sequence[TrialRow]) -> list[str]:
+    """One line per launch left out because its load generator was short of CPU, and whether
+    it was measured again."""
+    out = []
+    for t in trials:
+        if t.failure_reason not in CLIENT_LIMITED:
+            continue
+        again = next(
+            (
+                o.number
+                for o in trials
+                if o.number > t.number
+                and key(o.params) == key(t.params)
+                and o.rung == t.rung
+                and race.is_fixed_load(o) == race.is_fixed_load(t)
+            ),
+            None,
+        )
+        then = f"; measured again as trial {again}" if again is not None else ""
+        out.append(
+            f"trial {t.number} excluded: {t.details.get('message') or t.failure_reason}{then}"
+        )
+    return out
+
+
+def starved(trials: Sequence[TrialRow]) -> str:
+    """One line naming the launches whose load generator was starved (kept as evidence)."""
+    found = [(t.number, str(t.details["client_starved"])) for t in trials
+             if t.details.get("client_starved")]  # fmt: skip
+    if not found:
+        return ""
+    numbers = ", ".join(str(n) for n, _ in found)
+    return (
+        f"trials {numbers}: kept, though the load generator was starved of CPU by other "
+        f"processes (the first: {found[0][1]}); their figures may be low"
+    )
+
+
+def warnings(spec: SearchSpec, trials: Sequence[TrialRow]) -> list[str]:
+    """What the answer must be read with: a drift of the machine beyond the noise, trials on
+    hosts of several classes, launches whose load generator was no evidence or was starved."""
+    found = [drift.warning(spec, drift.judge(spec, trials)), hostclass.warning(trials)]
+    return [w for w in found if w] + excluded(trials) + [w for w in [starved(trials)] if w]

@@ -25,12 +25,12 @@ from typing import Any
 
 import structlog
 
-from tunelab.controller.search import race
+from tunelab.controller.search import drift, race
 from tunelab.controller.search.answer import answer_line
 from tunelab.controller.search.backoff import SearchSpecError, StepBackoff
 from tunelab.controller.search.space import STRATEGIES, SearchSpec
 from tunelab.controller.search.strategies import Proposal, TrialView, key, strategy_for
-from tunelab.controller.search.trials import outcome, trial_label, trial_spec
+from tunelab.controller.search.trials import CLIENT_LIMITED, outcome, trial_label, trial_spec
 from tunelab.controller.states import ExperimentState, SearchState, TrialState
 from tunelab.controller.store.base import Store, StoreConflict, StoreError, StoreFenced
 from tunelab.controller.store.models import ExperimentRow, FencingToken, selector_key
@@ -46,9 +46,14 @@ MAX_ASK_ROUNDS = 20  # asks per tick while skipped proposals keep filling the sl
 
 
 def superseded(t: TrialRow, trials: Sequence[TrialRow]) -> bool:
-    """A failure that says nothing of the configuration, launched again since."""
-    return t.failure_reason in RETRIED_REASONS and any(
-        o.number > t.number and o.rung == t.rung and key(o.params) == key(t.params) for o in trials
+    """A failure that says nothing of the configuration, launched again since (by the strategy:
+    a later launch of the race or a drift launch at a given load is no relaunch of it)."""
+    return t.failure_reason in RETRIED_REASONS | CLIENT_LIMITED and any(
+        o.number > t.number
+        and o.rung == t.rung
+        and key(o.params) == key(t.params)
+        and race.is_fixed_load(o) == race.is_fixed_load(t)
+        for o in trials
     )
 
 
@@ -58,7 +63,7 @@ def views(trials: Sequence[TrialRow]) -> list[TrialView]:
     return [
         TrialView(t.number, t.params, t.rung, t.state, t.objective, tuple(t.samples))
         for t in trials
-        if not superseded(t, trials) and not race.is_race(t)
+        if not superseded(t, trials) and not race.is_fixed_load(t)
     ]
 
 
@@ -66,7 +71,9 @@ def counted(trials: Sequence[TrialRow]) -> int:
     """Launches the trial budget counts: a relaunch after a failure of the host counts once;
     the race's launches count against ``budget.confirm`` instead."""
     return sum(
-        1 for t in trials if t.experiment_id and not superseded(t, trials) and not race.is_race(t)
+        1
+        for t in trials
+        if t.experiment_id and not superseded(t, trials) and not race.is_fixed_load(t)
     )
 
 
@@ -77,14 +84,17 @@ def retries(trials: Sequence[TrialRow]) -> list[Proposal]:
     for t in trials:
         if (
             t.state is not TrialState.FAILED
-            or t.failure_reason not in RETRIED_REASONS
-            or race.is_race(t)
+            or t.failure_reason not in RETRIED_REASONS | CLIENT_LIMITED
+            or race.is_fixed_load(t)
         ):
             continue
         if superseded(t, trials):
             continue
         same = [o for o in trials if o.rung == t.rung and key(o.params) == key(t.params)]
-        if sum(1 for o in same if o.failure_reason in RETRIED_REASONS) <= MAX_RETRIES:
+        if t.failure_reason in CLIENT_LIMITED:  # measured once more; then it is not evidence
+            if sum(1 for o in same if o.failure_reason in CLIENT_LIMITED) <= 1:
+                out.append(Proposal(t.params, t.rung))
+        elif sum(1 for o in same if o.failure_reason in RETRIED_REASONS) <= MAX_RETRIES:
             out.append(Proposal(t.params, t.rung))
     return out
 
@@ -201,7 +211,22 @@ class SearchDriver:
         for proposal in retries(trials)[: max(0, slots)]:
             number += 1
             trial, experiment = self._trial(search, spec, trials, proposal, number)
-            trial.details["message"] = "launched again: the last try failed for the host"
+            trial.details["message"] = (
+                "measured again: the load generator was short of CPU last time"
+                if any(
+                    o.failure_reason in CLIENT_LIMITED
+                    for o in trials
+                    if key(o.params) == key(proposal.params) and o.rung == proposal.rung
+                )
+                else "launched again: the last try failed for the host"
+            )
+            new.append(trial)
+            if experiment is not None:
+                experiments.append(experiment)
+                slots -= 1
+        for proposal in drift.pending(spec, trials, drift.START)[: max(0, slots)]:
+            number += 1  # the default again at its load, at the search's start
+            trial, experiment = self._trial(search, spec, trials, proposal, number)
             new.append(trial)
             if experiment is not None:
                 experiments.append(experiment)
@@ -226,12 +251,15 @@ class SearchDriver:
         all_trials = [*trials, *new]
         still = [t for t in all_trials if t.state is TrialState.RUNNING]
         budget_spent = counted(all_trials) >= spec.max_trials
-        if all(race.is_race(t) for t in still) and (exhausted or budget_spent):
+        if all(race.is_fixed_load(t) for t in still) and (exhausted or budget_spent):
             standing = race.standings(spec, all_trials)
             if not standing.settled:  # race the top: this round's launches, as slots free up
                 return len(experiments) + self._race(
-                    search, spec, all_trials, standing, still, fence
+                    search, spec, all_trials, standing.pending, still, fence
                 )
+            end = drift.pending(spec, all_trials, drift.END)
+            if end or drift.running(all_trials):  # the default again, at the search's end
+                return len(experiments) + self._race(search, spec, all_trials, end, still, fence)
             why = (
                 f"budget of {spec.max_trials} trials spent"
                 if budget_spent and not exhausted
@@ -245,15 +273,16 @@ class SearchDriver:
         search: SearchRow,
         spec: SearchSpec,
         trials: Sequence[TrialRow],
-        standing: race.Standings,
+        pending: Sequence[Proposal],
         running: Sequence[TrialRow],
         fence: FencingToken,
     ) -> int:
-        """Queue the race's next launches, at most ``parallel`` in flight."""
+        """Queue launches at a given load (the race's next, or the default's drift launches at
+        the end), at most ``parallel`` in flight."""
         number = max((t.number for t in trials), default=0)
         new: list[TrialRow] = []
         experiments: list[ExperimentRow] = []
-        for proposal in standing.pending[: max(0, spec.parallel - len(running))]:
+        for proposal in pending[: max(0, spec.parallel - len(running))]:
             number += 1
             trial, experiment = self._trial(search, spec, trials, proposal, number)
             new.append(trial)
@@ -262,7 +291,7 @@ class SearchDriver:
         if new:
             self._store.add_trials(new, experiments, fence)
             log.info("search_race_queued", group=search.group, round=new[0].details.get("race"),
-                     count=len(experiments))  # fmt: skip
+                     drift=new[0].details.get("drift"), count=len(experiments))  # fmt: skip
         return len(experiments)
 
     def _trial(
@@ -277,7 +306,8 @@ class SearchDriver:
         row = TrialRow(
             search.group, number, proposal.params, TrialState.RUNNING, now, proposal.rung
         )
-        cause = None if proposal.race else implied_oom(spec, proposal.params, trials)
+        given = bool(proposal.race or proposal.drift)  # a launch at a given load
+        cause = None if given else implied_oom(spec, proposal.params, trials)
         if cause is not None:
             row.state, row.finished_at = TrialState.SKIPPED, now
             row.failure_reason = "IMPLIED_OOM"
@@ -306,6 +336,8 @@ class SearchDriver:
         row.details = {"label": trial_label(proposal.params)}
         if proposal.race:
             row.details["race"] = proposal.race
+        if proposal.drift:
+            row.details["drift"] = proposal.drift
         return row, experiment
 
     def _collect(
@@ -321,7 +353,7 @@ class SearchDriver:
         attempts = self._store.attempts_for_many([t.experiment_id or "" for t in ended])
         for t in ended:
             exp = experiments[t.experiment_id or ""]
-            found = outcome(spec, exp, attempts[exp.id], fixed_load=race.is_race(t))
+            found = outcome(spec, exp, attempts[exp.id], fixed_load=race.is_fixed_load(t))
             t.state, t.failure_reason = found.state, found.failure_reason
             t.details = {**t.details, **found.details}
             t.finished_at = self._clock()

@@ -39,7 +39,7 @@ from typing import Any
 from tunelab.analysis.intervals import ALPHA, Estimate, Method, adjust, contrast, launches_needed
 from tunelab.controller.search.space import SearchSpec
 from tunelab.controller.search.strategies import Proposal, key
-from tunelab.controller.search.trials import launch_load
+from tunelab.controller.search.trials import CLIENT_LIMITED, launch_load
 from tunelab.controller.store.search_models import TrialRow
 
 MAX_CHALLENGERS = 3
@@ -54,6 +54,12 @@ IN_RACE, SEPARATED, TIED, FAILED, REFERENCE = "racing", "separated", "tied", "fa
 
 def is_race(t: TrialRow) -> bool:
     return bool(t.details.get("race"))
+
+
+def is_fixed_load(t: TrialRow) -> bool:
+    """A launch at a load it was given (the race's, or a drift launch of the default), not a
+    trial of the strategy's: no ranking, trial budget or strategy sees it."""
+    return is_race(t) or bool(t.details.get("drift"))
 
 
 def launch_value(t: TrialRow) -> float | None:
@@ -80,7 +86,7 @@ def ranking(spec: SearchSpec, trials: Sequence[TrialRow]) -> list[Ranked]:
     halving's survivors), then by the mean over launches at that rung."""
     launches: dict[str, list[TrialRow]] = {}
     for t in trials:
-        if not is_race(t) and launch_value(t) is not None:
+        if not is_fixed_load(t) and launch_value(t) is not None:
             launches.setdefault(key(t.params), []).append(t)
     out = []
     for k, ts in launches.items():
@@ -182,7 +188,7 @@ class _Replay:
         for t in self.trials:
             entry = st.entries.get(key(t.params))
             value = launch_value(t)
-            if entry is None or value is None or t.rung != st.rung:
+            if entry is None or value is None or t.rung != st.rung or t.details.get("drift"):
                 continue
             if int(t.details.get("race") or 0) > upto:
                 continue
@@ -279,6 +285,7 @@ class _Replay:
             for t in self.race
             if key(t.params) == k
             and t.state in ("FAILED", "CANCELLED")
+            and t.failure_reason not in CLIENT_LIMITED
             and int(t.details["race"]) < before
         )
 
@@ -301,7 +308,7 @@ def standings(spec: SearchSpec, trials: Sequence[TrialRow]) -> Standings:
     default_key = key(spec.default_params)
     if default_key not in st.entries:
         runs = [t for t in trials if key(t.params) == default_key and t.state == "DONE"]
-        runs = [t for t in runs if not is_race(t)]
+        runs = [t for t in runs if not is_fixed_load(t)]
         if runs:
             last = runs[-1]
             st.entries[default_key] = Entry(default_key, last.params, last.number, REFERENCE)

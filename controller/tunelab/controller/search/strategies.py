@@ -46,6 +46,7 @@ class Proposal:
     rung: int = 0
     load: dict[str, float] | None = None  # a launch of the race: this fixed load
     race: int = 0  # a launch of the race: its round (race.py)
+    drift: str = ""  # a drift launch of the default: "start" or "end" (drift.py)
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from tunelab.analysis.intervals import positive_interval
-from tunelab.controller.search import race
-from tunelab.controller.search.answer import answer_line, best_json, effect, ordered
+from tunelab.controller.search import drift, race
+from tunelab.controller.search.answer import (
+    answer_line,
+    best_json,
+    drift_json,
+    effect,
+    ordered,
+    warnings,
+)
 from tunelab.controller.search.space import SearchSpec
 from tunelab.controller.search.strategies import key
 from tunelab.controller.search.trials import launch_load, trial_spec
@@ -27,6 +34,8 @@ def launches_at(trials: Sequence[TrialRow], t: TrialRow) -> list[float]:
     for o in trials:
         if o.number > t.number or key(o.params) != key(t.params) or o.rung != t.rung:
             continue
+        if drift.phase(o) != drift.phase(t):  # a drift launch counts only with its own end
+            continue
         value = race.launch_value(o)
         if value is not None and launch_load(o.details.get("load")) == where:
             out.append(value)
@@ -41,6 +50,9 @@ def trial_json(spec: SearchSpec, trials: Sequence[TrialRow], t: TrialRow) -> dic
         "params": ordered(spec, t.params),
         "rung": t.rung,
         "race": t.details.get("race"),
+        "drift": t.details.get("drift"),  # a launch of the default at the start or the end
+        "host": t.details.get("host"),  # where it ran, and that host's class
+        "host_class": t.details.get("host_class"),
         "state": t.state,
         "objective": t.objective,
         "interval": None if found is None else [round(found[0], 6), round(found[1], 6)],
@@ -89,6 +101,8 @@ def search_document(search: SearchRow, trials: Sequence[TrialRow]) -> dict[str, 
         "best": None,
         "answer": None,
         "trials": [trial_json(spec, trials, t) for t in trials],
+        "drift": drift_json(spec, trials),
+        "warnings": warnings(spec, trials),
         "gpu_seconds": round(sum(t.details.get("gpu_seconds") or 0.0 for t in trials), 3),
         "submitted_at": search.submitted_at,
         "finished_at": search.finished_at,

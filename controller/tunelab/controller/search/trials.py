@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tunelab.bench.promptlengths import lengths_exact, server_mean_prompt_tokens
+from tunelab.controller.search import hostclass
 from tunelab.controller.search.space import METRICS, SearchSpec
 from tunelab.controller.spec.errors import SpecIssue
 from tunelab.controller.spec.expand import change_label, split_path
@@ -166,6 +167,28 @@ def _load_of(point: Mapping[str, Any]) -> dict[str, Any]:
     return {"rate": point.get("request_rate")}
 
 
+# a launch whose load generator ran out of CPU (saturated): its figures measure the client, not
+# the server, so it is no evidence. A starved one (kept from the CPU by other processes) is kept
+# and said: on a shared machine every launch is, and none would be left to answer with.
+CLIENT_LIMITED = {"CLIENT_SATURATED"}
+
+
+def client_limited(points: Sequence[Mapping[str, Any]]) -> tuple[str, str] | None:
+    """(failure reason, message) when the load generator reported itself saturated or starved
+    at one of ``points`` (the bench's self-check, ``client_check``), else None."""
+    for p in points:
+        if not (p.get("client_saturated") or p.get("client_starved")):
+            continue
+        check = p.get("client_check")
+        reasons = check.get("reasons") if isinstance(check, Mapping) else None
+        why = "; ".join(str(r) for r in reasons or []) or str(p.get("client_cause") or "")
+        load = ", ".join(f"{k} {v:g}" for k, v in _load_of(p).items() if v is not None)
+        state = "saturated" if p.get("client_saturated") else "starved"
+        reason = "CLIENT_SATURATED" if p.get("client_saturated") else "CLIENT_STARVED"
+        return reason, f"the load generator was {state} at {load}" + (f": {why}" if why else "")
+    return None
+
+
 def gpu_seconds(attempts: Sequence[AttemptRow]) -> float:
     """Wall time of every attempt from dispatch to its end, times its GPUs (at least one)."""
     total = 0.0
@@ -195,7 +218,10 @@ def outcome(
     race, measured at the load it was given whether or not that point meets the SLOs (its
     margins are kept beside the value)."""
     last = attempts[-1] if attempts else None
-    used = {"gpu_seconds": gpu_seconds(attempts), "experiment": exp.id}
+    used: dict[str, Any] = {"gpu_seconds": gpu_seconds(attempts), "experiment": exp.id}
+    if last is not None:  # where it ran: the host, and its class as the attempt recorded it
+        used["host"] = last.host
+        used["host_class"] = hostclass.of_attempt(last)
     if exp.state is ExperimentState.CANCELLED:
         return Outcome(TrialState.CANCELLED, failure_reason="CANCELLED", details=used)
     result = (last.result if last else None) or {}
@@ -220,6 +246,21 @@ def outcome(
     else:
         feasible = [p for p in points if meets(search, p)]
     scored = [(v, p) for p in feasible if (v := _value(p, search.objective, run)) is not None]
+    # the points the trial's value rests on: a load search's answer points, else the one
+    # chosen (at a fixed load, the one measured)
+    if isinstance(found, Mapping):
+        used_points = [p for _, p in scored]
+    elif scored:
+        best = (max if search.maximize else min)(scored, key=lambda s: s[0])
+        used_points = [best[1]]
+    else:
+        used_points = []
+    limited = client_limited(used_points)
+    if limited is not None and limited[0] in CLIENT_LIMITED:
+        used["message"] = f"{limited[1]}: not evidence"
+        return Outcome(TrialState.FAILED, failure_reason=limited[0], details=used)
+    if limited is not None:  # starved: kept, and said
+        used["client_starved"] = limited[1]
     if not scored:
         closest = points[0] if points else {}
         used["slo_margins"] = margins(search, closest)

@@ -217,7 +217,7 @@ def expand_document(raw: Any, prefix: str = "") -> tuple[list[ExpandedExperiment
     issues.extend(_change_issues(base, raw, prefix, issues))
     if issues:
         return [], issues
-    experiments: list[ExpandedExperiment] = []
+    blocks: list[list[ExpandedExperiment]] = []
     for label, changes in variants:
         doc = base
         try:
@@ -234,10 +234,26 @@ def expand_document(raw: Any, prefix: str = "") -> tuple[list[ExpandedExperiment
             continue
         varied = {path: _value_text(v) for path, v in changes.items()}
         name = f"{base_spec['name']}/{label}" if label else base_spec["name"]
-        for index in range(1, spec["repeat"] + 1):
-            suffix = f"#{index}" if spec["repeat"] > 1 else ""
-            experiments.append(ExpandedExperiment(name + suffix, spec, varied, index))
-    return experiments, issues
+        repeats = spec["repeat"]
+        blocks.append(
+            [
+                ExpandedExperiment(name + (f"#{i}" if repeats > 1 else ""), spec, varied, i)
+                for i in range(1, repeats + 1)
+            ]
+        )
+    return interleaved(blocks), issues
+
+
+def interleaved(blocks: list[list[ExpandedExperiment]]) -> list[ExpandedExperiment]:
+    """The variants' repeats in queue order, round by round, every other round reversed
+    (A B C, C B A, A B C ...): a drift of the machine over the queue falls on every variant
+    alike, instead of on whichever variant's block ran last. Names and repeat indexes are the
+    variants' own; only the order changes."""
+    out: list[ExpandedExperiment] = []
+    for round_index in range(max((len(b) for b in blocks), default=0)):
+        ordered = blocks if round_index % 2 == 0 else blocks[::-1]
+        out.extend(b[round_index] for b in ordered if round_index < len(b))
+    return out
 
 
 def expand_text(
