@@ -24,7 +24,7 @@ from tests.unit.controller.test_search_driver import (
 from tunelab.controller.search.driver import SearchDriver
 from tunelab.controller.search.space import Load, Param, SearchSpec
 from tunelab.controller.search.trials import outcome
-from tunelab.controller.states import AttemptState, ExperimentState
+from tunelab.controller.states import AttemptState, ExperimentState, TrialState
 from tunelab.controller.store import SqliteStore
 from tunelab.controller.store.models import AttemptRow, ExperimentRow
 
@@ -142,7 +142,7 @@ def test_starved_launches_are_one_warning_line() -> None:
 
     rows = []
     for number in (1, 2, 3):
-        row = TrialRow("g-1", number, {}, "DONE", 1.0)
+        row = TrialRow("g-1", number, {}, TrialState.DONE, 1.0)
         row.details = {"client_starved": f"the load generator was starved at concurrency {number}"}
         rows.append(row)
     rows[1].details = {}
@@ -157,10 +157,10 @@ def test_a_drift_launch_of_the_same_configuration_is_no_relaunch_of_a_saturated_
     from tunelab.controller.search.driver import retries, superseded
     from tunelab.controller.store.search_models import TrialRow
 
-    first = TrialRow("g-1", 1, {"a": 1}, "FAILED", 1.0, failure_reason="CLIENT_SATURATED")
-    later = TrialRow("g-1", 2, {"a": 1}, "RUNNING", 1.0)
+    first = TrialRow("g-1", 1, {"a": 1}, TrialState.FAILED, 1.0, failure_reason="CLIENT_SATURATED")
+    later = TrialRow("g-1", 2, {"a": 1}, TrialState.RUNNING, 1.0)
     later.details = {"drift": "start"}
     assert not superseded(first, [first, later])
     assert [p.params for p in retries([first, later])] == [{"a": 1}]
-    again = TrialRow("g-1", 3, {"a": 1}, "RUNNING", 1.0)
+    again = TrialRow("g-1", 3, {"a": 1}, TrialState.RUNNING, 1.0)
     assert superseded(first, [first, later, again]) and retries([first, later, again]) == []

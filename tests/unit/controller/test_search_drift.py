@@ -24,6 +24,7 @@ from tunelab.controller.search.answer import warnings
 from tunelab.controller.search.driver import SearchDriver
 from tunelab.controller.search.space import Load, Param, SearchSpec
 from tunelab.controller.search.summary import search_document
+from tunelab.controller.states import TrialState
 from tunelab.controller.store import SqliteStore
 from tunelab.controller.store.search_models import TrialRow
 
@@ -45,7 +46,7 @@ def spec_of(margin: float = 0.05, confirm: int = 4) -> SearchSpec:
 
 
 def trial(number: int, objective: float | None, phase: str = "", value: int = 16) -> TrialRow:
-    row = TrialRow("g-1", number, {A: value}, "DONE", 1.0, experiment_id=f"x-{number}")
+    row = TrialRow("g-1", number, {A: value}, TrialState.DONE, 1.0, experiment_id=f"x-{number}")
     row.objective = objective
     row.samples = [] if objective is None else [objective]
     row.details = {"load": {"concurrency": 12}}
@@ -98,7 +99,7 @@ def test_start_launches_wait_for_the_default_load_and_are_queued_once() -> None:
     spec = spec_of()
     assert drift.pending(spec, [], drift.START) == []  # no load yet
     failed = trial(1, None)
-    failed.state = "FAILED"
+    failed.state = TrialState.FAILED
     failed.details = {}
     assert drift.pending(spec, [failed], drift.START) == []
     trials = [trial(1, 100.0)]

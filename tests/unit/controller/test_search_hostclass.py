@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from tunelab.controller.search import hostclass
-from tunelab.controller.states import AttemptState
+from tunelab.controller.states import AttemptState, TrialState
 from tunelab.controller.store.models import AttemptRow, HostRow
 from tunelab.controller.store.search_models import TrialRow
 
@@ -53,7 +53,7 @@ def test_a_selector_matching_two_classes_is_refused_with_both_named() -> None:
 
 def test_trials_of_two_classes_warn() -> None:
     def trial(number: int, cls: str) -> TrialRow:
-        row = TrialRow("g-1", number, {}, "DONE", 1.0)
+        row = TrialRow("g-1", number, {}, TrialState.DONE, 1.0)
         row.details = {"host": f"h{number}", "host_class": cls}
         return row
 
