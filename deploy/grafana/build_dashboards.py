@@ -15,6 +15,7 @@ from pathlib import Path
 import dashboard_experiments
 import dashboard_host
 import dashboard_live_run
+import dashboard_watches
 from grafana_model import JSON
 
 HERE = Path(__file__).resolve().parent
@@ -22,6 +23,7 @@ DASHBOARDS: dict[str, Callable[[], JSON]] = {
     "tunelab-host.json": dashboard_host.build,
     "tunelab-live-run.json": dashboard_live_run.build,
     "tunelab-experiments.json": dashboard_experiments.build,
+    "tunelab-watches.json": dashboard_watches.build,
 }
 
 

@@ -126,16 +126,53 @@ def test_every_shipped_query_returns_data(lab: Lab, tmp_path: Path) -> None:
         prometheus.wait_value("tunelab_experiment_output_tokens_per_joule > 0")
         prometheus.wait_value("experiment:tunelab_experiment_output_tokens_per_second:max")
         time.sleep(2 * SCRAPE)
-        check_every_query(prometheus, t0, time.time(), done)
-        check_rule_values(prometheus, t0, time.time())
+        end = time.time()
+        check_every_query(prometheus, t0, end, done)
+        check_rule_values(prometheus, t0, end)
+        # then a watch for the watches dashboard, checked once the others were (its runs would
+        # be the live-run dashboard's too)
+        run_a_watch(lab, tmp_path)
+        prometheus.wait_value("tunelab_watch_change_ratio")
+        time.sleep(2 * SCRAPE)
+        check_every_query(prometheus, end, time.time(), done, watches=True)
     finally:
         prometheus.stop()
     assert controller.proc is not None and controller.proc.poll() is None
 
 
+def run_a_watch(lab: Lab, root: Path) -> None:
+    """A watch with a baseline and one occurrence judged against it, then paused."""
+    assert lab.controller is not None
+    doc = sim_experiment(
+        "deploy-watch",
+        benchmark={"concurrency": [2], "requests": 8, "input_len": 16, "output_len": 16},
+    )
+    doc["watch"] = {"every": "2s", "launches": 3, "metrics": ["output_throughput"]}
+    path = root / "watch.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    added = lab.controller.cli("watch", "add", str(path))
+    assert added.returncode == 0, added.stdout + added.stderr
+    deadline = time.monotonic() + 240
+    judged: list[dict[str, Any]] = []
+    while time.monotonic() < deadline and len(judged) < 2:
+        shown = lab.controller.cli_json("watch", "show", "deploy-watch")
+        judged = [o for o in shown["occurrences"] if o["verdict"] is not None]
+        time.sleep(0.5)
+    assert len(judged) >= 2, lab.controller.log()[-3000:]
+    assert lab.controller.cli("watch", "pause", "deploy-watch").returncode == 0
+
+
+WATCHES = "tunelab-watches.json"
+
+
 def check_every_query(
-    prometheus: PrometheusServer, start: float, end: float, experiment: dict[str, Any]
+    prometheus: PrometheusServer,
+    start: float,
+    end: float,
+    experiment: dict[str, Any],
+    watches: bool = False,
 ) -> None:
+    """Rules and dashboards, or (``watches``) the watches dashboard alone."""
     failures: list[str] = []
     gpu_queries: list[str] = []
     untested_alternatives: set[str] = set()
@@ -159,13 +196,15 @@ def check_every_query(
             else:
                 failures.append(f"{query.where}: reads {name}, which nothing exports")
 
-    for query in rule_queries():
+    for query in [] if watches else rule_queries():
         check(query, {})
         record = query.where.split(": ", 1)[1]
         check(ShippedQuery(f"{query.where} (recorded)", record), {})
 
     resolved: dict[str, dict[str, list[str]]] = {}
     for name, dashboard in load_dashboards().items():
+        if (name == WATCHES) != watches:
+            continue
         values: dict[str, list[str]] = {}
         for var in variables(dashboard):
             match = substitute(var.metric, {k: regex_value(v) for k, v in values.items()}, 0)
@@ -179,6 +218,10 @@ def check_every_query(
             check(query, one)
             check(ShippedQuery(f"{query.where} (All)", query.expr, query.min_interval), everything)
 
+    if watches:
+        assert not failures, "\n".join(failures)
+        assert resolved[WATCHES] == {"watch": ["deploy-watch"], "metric": ["output_throughput"]}
+        return
     print("needs a GPU (answered by the fake NVML):\n  " + "\n  ".join(sorted(set(gpu_queries))))
     print("SGLang alternatives not exercised (the simulator speaks vLLM):", untested_alternatives)
     assert not failures, "\n".join(failures)
@@ -234,15 +277,17 @@ def test_committed_dashboards_are_what_the_generator_writes(tmp_path: Path) -> N
 
 def test_dashboards_have_what_grafana_provisioning_needs() -> None:
     dashboards = load_dashboards()
-    assert len(dashboards) == 3
-    assert len({d["uid"] for d in dashboards.values()}) == 3
+    assert len(dashboards) == 4
+    assert len({d["uid"] for d in dashboards.values()}) == 4
     for name, dashboard in dashboards.items():
         assert dashboard["uid"].startswith("tunelab-") and len(dashboard["uid"]) <= 40, name
         assert dashboard["title"] and isinstance(dashboard["schemaVersion"], int), name
         template = {v["name"]: v for v in dashboard["templating"]["list"]}
         assert template["datasource"]["type"] == "datasource"
         assert template["datasource"]["query"] == "prometheus"
-        assert {"host"} < set(template), f"{name}: no host variable"
+        # a watch's series are the controller's, per watch: they carry no host
+        if name != "tunelab-watches.json":
+            assert {"host"} < set(template), f"{name}: no host variable"
         for var in variables(dashboard):
             spec = template[var.name]
             assert spec["datasource"]["uid"] == "${datasource}", (name, var.name)

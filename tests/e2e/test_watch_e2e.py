@@ -1,7 +1,9 @@
 """E2E: a watch on real processes — controller, agent and simulator servers on loopback. The
 simulator reads an "upgrade" file at each start (--speed-file): no regression is called before
 the file slows it down, a regression within two occurrences after; a controller killed with
-SIGKILL between occurrences neither skips nor doubles one."""
+SIGKILL between occurrences neither skips nor doubles one. The upgrade file also names the
+engine version, so the occurrences after it say what changed; a real Prometheus scrapes the
+controller with deploy/prometheus/alerts/watches.yml loaded and fires the regression alert."""
 
 from __future__ import annotations
 
@@ -14,6 +16,14 @@ import yaml
 
 from tests.e2e.conftest import Lab, sim_experiment
 from tests.support.controller_proc import ControllerProcess
+from tests.support.prometheus_server import PrometheusServer
+from tests.support.webhook_receiver import Receiver
+
+REPO = Path(__file__).resolve().parents[2]
+ALERTS = REPO / "deploy" / "prometheus" / "alerts" / "watches.yml"
+HOOK_PATH = "/hooks/T0/B0/k3y-of-the-hook"
+CHANGE = {"field": "engine", "before": "tunelab-simulator 0.5.2",
+          "after": "tunelab-simulator 0.5.3"}  # fmt: skip
 
 
 def watch_doc(controller: ControllerProcess, name: str) -> dict[str, Any]:
@@ -37,13 +47,61 @@ def wait_judged(controller: ControllerProcess, name: str, count: int) -> dict[st
     raise AssertionError(f"{count} occurrences never judged:\n{controller.log()[-3000:]}")
 
 
+def prometheus_on(controller: ControllerProcess, workdir: Path) -> PrometheusServer:
+    """A real Prometheus scraping the controller every second, the watch alerts loaded."""
+    workdir.mkdir()
+    config = workdir / "prometheus.yml"
+    config.write_text(
+        f"""
+global:
+  scrape_interval: 1s
+  scrape_timeout: 1s
+  evaluation_interval: 1s
+rule_files: ["{ALERTS}"]
+scrape_configs:
+  - job_name: tunelab-controller
+    static_configs:
+      - targets: ["127.0.0.1:{controller.metrics_port}"]
+"""
+    )
+    return PrometheusServer(config, workdir)
+
+
+def wait_alert(prometheus: PrometheusServer, name: str, timeout: float = 60.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    alerts: list[dict[str, Any]] = []
+    while time.monotonic() < deadline:
+        alerts = prometheus.get("/api/v1/alerts")["data"]["alerts"]
+        firing = [a for a in alerts if a["labels"]["alertname"] == name]
+        if firing and firing[0]["state"] == "firing":
+            return firing[0]
+        time.sleep(0.5)
+    raise AssertionError(f"{name} never fired: {json.dumps(alerts)[:2000]}\n{prometheus.log()}")
+
+
 def test_a_watch_calls_the_upgrade_a_regression_and_survives_a_kill(
     lab: Lab, tmp_path: Path
 ) -> None:
-    controller = lab.start_controller()
+    hook = Receiver([503], HOOK_PATH)  # the first POST fails: retried
+    controller = lab.start_controller(TUNELAB_CONTROLLER_WATCH_WEBHOOK_URL=hook.url)
+    prometheus = prometheus_on(controller, tmp_path / "prometheus")
+    try:
+        run_the_watch(lab, controller, prometheus, hook, tmp_path)
+    finally:
+        prometheus.stop()
+        hook.close()
+
+
+def run_the_watch(
+    lab: Lab,
+    controller: ControllerProcess,
+    prometheus: PrometheusServer,
+    hook: Receiver,
+    tmp_path: Path,
+) -> None:
     lab.add_agent("sim-a")
     speed = tmp_path / "speed"
-    speed.write_text("1.0\n")
+    speed.write_text("1.0\nversion 0.5.2\n")
     doc = sim_experiment("nightly")
     doc["server"]["flags"]["--speed-file"] = str(speed)
     doc["benchmark"] = {"concurrency": [4], "requests": 12, "input_len": 16, "output_len": 16}
@@ -56,11 +114,19 @@ def test_a_watch_calls_the_upgrade_a_regression_and_survives_a_kill(
     assert json.loads(added.stdout)["name"] == "nightly"
 
     before = wait_judged(controller, "nightly", 2)
-    speed.write_text("1.6\n")  # the upgrade: every step 60 % slower from the next start on
+    speed.write_text("1.6\nversion 0.5.3\n")  # the upgrade: 60 % slower from the next start
     ran_before = len(judged(before))  # all their launches ended before the change
     verdicts_before = [o["verdict"] for o in judged(before)]
     assert verdicts_before[0] == "baseline"
     assert "regression" not in verdicts_before, json.dumps(judged(before), indent=1)
+    changed = [o["changes"] for o in judged(before) if o["changes"]]
+    assert not changed, changed  # same version, same argv
+    prometheus.wait_ready()
+    prometheus.wait_targets_up({"tunelab-controller"})
+    assert not [
+        a for a in prometheus.get("/api/v1/alerts")["data"]["alerts"]
+        if a["labels"]["alertname"] == "TunelabWatchRegression"
+    ]  # fmt: skip
 
     # the next may have been running at the change; the two after it ran on the slow server
     after = wait_judged(controller, "nightly", ran_before + 3)
@@ -69,9 +135,31 @@ def test_a_watch_calls_the_upgrade_a_regression_and_survives_a_kill(
     regression = next(o for o in judged(after) if o["verdict"] == "regression")
     row = regression["metrics"][0]
     assert row["metric"] == "output_throughput" and row["change_pct"] < -5
+    # every occurrence wholly after the upgrade names the version that changed
+    upgraded = [o for o in judged(after) if o["index"] >= ran_before + 2]
+    assert upgraded and all(CHANGE in o["changes"] for o in upgraded), upgraded
     shown = controller.cli("watch", "show", "nightly")
     assert shown.returncode == 0 and "output_throughput" in shown.stdout, shown.stderr
-    assert "(regression)" in shown.stdout
+    assert "(regression, " in shown.stdout
+    assert "changed since the baseline: tunelab-simulator 0.5.2 → 0.5.3" in shown.stdout
+
+    # the latest verdict is a regression (against the first occurrence): the alert fires
+    alert = wait_alert(prometheus, "TunelabWatchRegression")
+    assert alert["labels"]["watch"] == "nightly"
+    assert alert["labels"]["metric"] == "output_throughput"
+    assert "output_throughput regressed" in alert["annotations"]["summary"]
+    assert "changed by -" in alert["annotations"]["description"]  # humanizePercentage
+
+    # the webhook had every verdict, the first after a retry, the regression with its change
+    hook.wait_requests(len(judged(after)) + 1)
+    texts = [b["text"] for b in hook.bodies]
+    assert texts[0] == texts[1] == "tunelab watch nightly #1: baseline"
+    assert any(
+        t.startswith("tunelab watch nightly #") and ": regression against #1\n" in t
+        and "changed since the baseline: tunelab-simulator 0.5.2 → 0.5.3" in t
+        for t in texts
+    ), texts  # fmt: skip
+    assert HOOK_PATH not in controller.log() and hook.url not in shown.stdout
 
     # a controller killed between occurrences: after a pause longer than two periods, one
     # occurrence runs (not one per missed slot), and the numbers stay 1..n with no repeat

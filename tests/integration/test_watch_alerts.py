@@ -51,6 +51,7 @@ def test_the_series_of_a_regression_pass_promtool_and_say_it(tmp_path: Path) -> 
     assert lower < change < upper and -0.21 < change < -0.19
     assert get("tunelab_watch_period_seconds", {"watch": "nightly"}) == 5.0
     assert get("tunelab_watch_active", {"watch": "nightly"}) == 1.0
+    assert get("tunelab_watch_margin_ratio", {"watch": "nightly"}) == 0.02
     started = store.watch_occurrences("nightly")[-1].started_at
     assert get("tunelab_watch_last_occurrence_timestamp_seconds", {"watch": "nightly"}) == started
     checked = promtool("check", "metrics", text=generate_latest(registry).decode())

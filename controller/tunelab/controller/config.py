@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from tunelab.analysis.mlflow.sink import safe_uri
 from tunelab.common.auth import ServerAuth
@@ -60,6 +61,8 @@ class ControllerConfig:
     slurm_dir: str = ""  # job scripts, specs, tokens, logs; default <db>.slurm (shared with nodes)
     slurm_report_address: str = ""  # HOST:PORT a Slurm job dials to report; default listen
     slurm_agent_command: str = "tunelab-agent"  # how a job starts the agent on its node
+    watch_webhook_url: str = ""  # POST each watch verdict here as {"text": ...}; a secret
+    watch_webhook_timeout: float = 5.0  # one POST's limit; retried with back-off
 
     def auth(self) -> ServerAuth:
         return ServerAuth.from_files(
@@ -73,6 +76,10 @@ class ControllerConfig:
             raise ConfigError(f"db: {problem}")
         if self.mlflow_tracking_uri and not self.mlflow_experiment.strip():
             raise ConfigError("mlflow_experiment: must not be empty")
+        parts = urlsplit(self.watch_webhook_url)
+        if self.watch_webhook_url and (parts.scheme not in ("http", "https") or not parts.hostname):
+            # never quoted: the URL is a secret
+            raise ConfigError("watch_webhook_url: must be an http:// or https:// URL with a host")
         for key in _DURATIONS:
             if not getattr(self, key) > 0:
                 raise ConfigError(f"{key}: must be > 0")
@@ -107,6 +114,7 @@ class ControllerConfig:
         values = {f.name: str(getattr(self, f.name)) for f in fields(self)}
         values["db"] = redact(self.db)  # a URL may carry a password
         values["mlflow_tracking_uri"] = safe_uri(self.mlflow_tracking_uri)
+        values["watch_webhook_url"] = "(hidden)" if self.watch_webhook_url else ""
         return values
 
 
@@ -121,6 +129,7 @@ _DURATIONS = {
     "results_retention_age",
     "mlflow_interval",
     "db_turn_lease",
+    "watch_webhook_timeout",
 }
 
 

@@ -33,6 +33,7 @@ from tunelab.controller.store import StoreError
 from tunelab.controller.store.core import SqlStore
 from tunelab.controller.store.factory import open_store, redact
 from tunelab.controller.watches.driver import WatchDriver
+from tunelab.controller.watches.webhook import VerdictWebhook
 from tunelab.v1 import controller_pb2_grpc
 
 log = structlog.get_logger(__name__)
@@ -61,6 +62,11 @@ class ControllerApp:
             on_dispatch_latency=self.metrics.dispatch_latency.observe,
             on_agent_error=self.metrics.count_agent_error,
             clock=self.store.now,  # leases by the database's clock: one clock for every controller
+        )
+        self.webhook = (
+            VerdictWebhook(config.watch_webhook_url, timeout=config.watch_webhook_timeout)
+            if config.watch_webhook_url
+            else None
         )
         self.slurm_cli = SlurmCli()
         self.slurm: SlurmDriver | None = None
@@ -99,6 +105,7 @@ class ControllerApp:
             watches=WatchDriver(
                 self.store,
                 self.store.now,
+                on_verdict=self.webhook or WatchDriver.no_hook,
                 limits=SpecLimits(max_variants=config.max_variants),
             ).tick,
         )
@@ -165,6 +172,8 @@ class ControllerApp:
         self.scraper.start()
         if self.exporter is not None:
             self.exporter.start()
+        if self.webhook is not None:
+            self.webhook.start()
         log.info(
             "controller_listening",
             listen=self.config.listen,
@@ -182,6 +191,8 @@ class ControllerApp:
         self.scraper.close()
         if self.exporter is not None:
             self.exporter.close()
+        if self.webhook is not None:
+            self.webhook.close()
         self.agents.close()
         self.store.close()
 

@@ -60,6 +60,23 @@ def test_secrets_are_redacted_from_argv_and_env() -> None:
     }
 
 
+def test_the_simulators_version_comes_from_its_upgrade_file(tmp_path: Path) -> None:
+    speed = tmp_path / "speed"
+    speed.write_text("1.6\nversion 0.5.3\n")
+    argv = [sys.executable, "-m", "tunelab.bench.simulator", "--speed-file", str(speed)]
+    assert engine_version(argv, {}) == {
+        "name": "tunelab-simulator",
+        "version": "0.5.3",
+        "version_source": f"the simulator's --speed-file ({speed})",
+    }
+    joined = [*argv[:3], f"--speed-file={speed}"]
+    assert engine_version(joined, {})["version"] == "0.5.3"
+    speed.write_text("1.0\n")  # no version line: the package's, as for any engine
+    assert engine_version(argv, {})["version"] == __version__
+    speed.write_text("1.0\nversion $(x)\n")  # refused by the simulator: not recorded either
+    assert engine_version(argv, {})["version"] == __version__
+
+
 def test_model_path_from_the_usual_flags() -> None:
     assert model_path(["python", "-m", "sglang.launch_server", "--model-path", "/m/a"]) == "/m/a"
     assert model_path(["vllm", "serve", "/m/b", "--tp", "2"]) == "/m/b"

@@ -17,6 +17,7 @@ from tunelab.analysis.watch import (
     provenance_changes,
     verdict_line,
 )
+from tunelab.analysis.watch.provenance import arrow
 
 
 def occ(index: int, **values: tuple[float, ...]) -> Occurrence:
@@ -147,6 +148,15 @@ def test_provenance_diff_names_the_version_and_hides_secrets() -> None:
     text = repr(changes)
     assert "s3cret" not in text and "hf_" not in text and MASK in text
     assert [c["field"] for c in changes] == ["engine", "argv"]  # env differs only in secrets
+
+
+def test_a_launchs_own_port_is_no_change() -> None:
+    base = {"argv": ["sim", "--port", "31863", "--master-port=29500", "--tp", "2"]}
+    cur = {"argv": ["sim", "--port", "31990", "--master-port=29611", "--tp", "2"]}
+    assert provenance_changes(cur, base) == []
+    wider = {"argv": ["sim", "--port", "31990", "--master-port=29611", "--tp", "4"]}
+    [change] = provenance_changes(wider, base)
+    assert arrow(change) == ("sim --port PORT --master-port=PORT --tp 2 → 4")
 
 
 def test_provenance_without_differences_is_empty() -> None:

@@ -25,6 +25,7 @@ from tunelab.agent.runs.modelfiles import describe_model
 from tunelab.agent.runs.record import RunSpec
 from tunelab.agent.servers.spec import ServerSpec
 from tunelab.bench.config import BenchConfig
+from tunelab.bench.simulator.upgrade import Upgrade, read_upgrade
 from tunelab.common import __version__
 from tunelab.common.redaction import REDACTED, Redactor
 
@@ -39,6 +40,7 @@ ENGINES = (
     ("lmdeploy", "lmdeploy", "lmdeploy"),
     ("tunelab.bench.simulator", "tunelab-simulator", "tunelab"),
 )
+SIMULATOR = "tunelab-simulator"
 GPU_FIELDS = (
     "name",
     "uuid",
@@ -157,6 +159,13 @@ def engine_version(argv: Sequence[str], env: Mapping[str, str]) -> dict[str, Any
     out: dict[str, Any] = {"name": name, "version": None, "version_source": None}
     if engine is None:
         return out
+    if engine[0] == SIMULATOR:
+        speed_file = flag_value(argv, "--speed-file")
+        upgrade = _simulated_upgrade(speed_file)
+        if upgrade is not None and upgrade.version:
+            out["version"] = upgrade.version
+            out["version_source"] = f"the simulator's --speed-file ({speed_file})"
+            return out
     path_env = env.get("PATH", os.environ.get("PATH", ""))
     interpreter = _interpreter(argv[0], path_env) if argv else None
     if interpreter is not None:
@@ -173,6 +182,25 @@ def engine_version(argv: Sequence[str], env: Mapping[str, str]) -> dict[str, Any
     except metadata.PackageNotFoundError:
         pass
     return out
+
+
+def flag_value(argv: Sequence[str], flag: str) -> str:
+    """The value of ``flag V`` or ``flag=V`` in ``argv`` ("" when absent)."""
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            return str(argv[i + 1])
+        if arg.startswith(flag + "="):
+            return str(arg[len(flag) + 1 :])
+    return ""
+
+
+def _simulated_upgrade(path: str) -> Upgrade | None:
+    """The simulator's upgrade file as it will read it at start (None: unreadable or refused,
+    the start itself then says why)."""
+    try:
+        return read_upgrade(path)
+    except (OSError, SystemExit):
+        return None
 
 
 def _gpu_indices(env: Mapping[str, str], count: int) -> list[int]:

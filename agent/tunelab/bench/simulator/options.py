@@ -10,6 +10,8 @@ import math
 import random
 from dataclasses import dataclass
 
+from tunelab.bench.simulator.upgrade import read_upgrade
+
 USAGE_MODES = ("continuous", "final", "none")
 FAULT_KINDS = ("drop", "hang", "malformed")
 
@@ -228,7 +230,8 @@ def add_sim_arguments(p: argparse.ArgumentParser) -> None:
         default="",
         metavar="PATH",
         help="read at start: a number that scales every step time (2 = twice as slow), as an "
-        "engine upgrade would; a missing file is 1",
+        "engine upgrade would, then optionally a line 'version V': the engine version the "
+        "agent records in the run's provenance; a missing file is 1",
     )
     p.add_argument(
         "--tag",
@@ -320,20 +323,7 @@ def _scaled(value: float | None, factor: float) -> float | None:
 
 def speed_scale(path: str) -> float:
     """The number in ``path`` (1.0 when no path is given or the file is missing)."""
-    if not path:
-        return 1.0
-    try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read(64).split()
-    except FileNotFoundError:
-        return 1.0
-    try:
-        scale = float(text[0]) if text else 1.0
-    except ValueError:
-        raise SystemExit(f"--speed-file {path}: expected a number, got {text[0]!r}") from None
-    if not 0.0 < scale < 1000.0:
-        raise SystemExit(f"--speed-file {path}: expected a number in (0, 1000), got {scale}")
-    return scale
+    return read_upgrade(path).scale
 
 
 def settings_from_args(args: argparse.Namespace) -> SimSettings:

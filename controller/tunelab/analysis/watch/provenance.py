@@ -11,6 +11,7 @@ from tunelab.analysis.report.provenance import provenance_summary
 MASK = "(hidden)"
 MINUS = "\u2212"  # a typographic minus, as the report prints
 _SECRET = re.compile(r"key|token|secret|passw|credential|auth", re.IGNORECASE)
+_PORT_FLAG = re.compile(r"--?[\w-]*port", re.IGNORECASE)
 
 
 def _masked(prov: Mapping[str, Any]) -> dict[str, Any]:
@@ -33,8 +34,23 @@ def _masked(prov: Mapping[str, Any]) -> dict[str, Any]:
             clean.append(MASK)
         else:
             clean.append(arg)
-    doc["argv"] = clean
+    doc["argv"] = _ports_unnumbered(clean)
     return doc
+
+
+def _ports_unnumbered(argv: list[str]) -> list[str]:
+    """``--port 31863`` as ``--port PORT`` (any flag ending in "port"): each launch gets a
+    free port of its own, which is no change of what ran."""
+    out: list[str] = []
+    for i, arg in enumerate(argv):
+        flag, eq, value = arg.partition("=")
+        if eq and _PORT_FLAG.fullmatch(flag) and value.isdigit():
+            out.append(f"{flag}=PORT")
+        elif i and _PORT_FLAG.fullmatch(argv[i - 1]) and arg.isdigit():
+            out.append("PORT")
+        else:
+            out.append(arg)
+    return out
 
 
 def provenance_changes(

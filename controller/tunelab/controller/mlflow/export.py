@@ -7,6 +7,8 @@ the run's link, which ``tunelab show`` prints.
 
 While MLflow is down the exporter retries, its pause doubling from the interval up to 5 min,
 and says so once in the log; what finished meanwhile is exported when it is back.
+
+Each judged watch occurrence becomes a run too (``export_watches``), found again by its key.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import structlog
 from tunelab.analysis.compare import compare
 from tunelab.analysis.mlflow.plan import MLFLOW_EVENT, plans_for
 from tunelab.analysis.mlflow.sink import Exported, MlflowError, MlflowSink, MlflowUnavailable
+from tunelab.analysis.mlflow.watch_plan import occurrence_key, occurrence_plan
 from tunelab.analysis.report import report_bytes
 from tunelab.common.redaction import spec_redactor
 from tunelab.controller.states import ExperimentState
@@ -88,6 +91,7 @@ class MlflowExporter:
         self._settled: set[str] = set()  # finished experiments whose attempts are all noted
         self._thread = threading.Thread(target=self._run, name="mlflow-export", daemon=True)
         self._down_since: str = ""
+        self._watch_exported: set[str] = set()  # occurrences' keys in MLflow
 
     def start(self) -> None:
         self._thread.start()
@@ -147,7 +151,25 @@ class MlflowExporter:
             for e in finished
             if all(a.id in self._noted for a in attempts.get(e.id, []) if a.state.is_terminal())
         )
-        return written
+        return written + self.export_watches(sink)
+
+    def export_watches(self, sink: MlflowSink) -> int:
+        """Each judged watch occurrence not yet in MLflow as a run of its own
+        (``tunelab.analysis.mlflow.watch_plan``); the number of runs written."""
+        plans = []
+        for watch in self._store.list_watches():
+            for o in self._store.watch_occurrences(watch.name):
+                key = occurrence_key(watch.name, o.number)
+                if o.verdict is None or key in self._watch_exported:
+                    continue
+                plans.append(
+                    occurrence_plan(
+                        watch.name, o.number, o.group, o.started_at, o.judged_at, o.verdict
+                    )
+                )
+        done = sink.write(plans) if plans else []
+        self._watch_exported.update(d.key for d in done)  # a verdict is written once
+        return sum(1 for d in done if d.written)
 
     def _export_group(self, sink: MlflowSink, group: str) -> int:
         members = self._store.list_experiments(limit=1_000_000, group=group)

@@ -1,7 +1,8 @@
 """A watch's series on the controller's /metrics, read from the store at scrape time (as the
 controller's other collectors): per watch and metric, the latest verdict (an enum-like gauge:
 1 on the verdict it has, 0 on the others), the change ratio and its interval bounds; per
-watch, when its last occurrence started, its period and whether it is active. Labels are the
+watch, when its last occurrence started, its period, its margin (the band around the baseline
+that deploy/grafana's watch panel draws) and whether it is active. Labels are the
 watch's name, the metric and the verdict: a lab's watches x metrics x 5, low cardinality.
 deploy/prometheus/rules/watches.yml alerts on a regression and on a watch that stopped."""
 
@@ -64,8 +65,14 @@ class WatchCollector(Collector):
         active = GaugeMetricFamily(
             "tunelab_watch_active", "1 while the watch runs, 0 while paused.", labels=["watch"]
         )
+        margin = GaugeMetricFamily(
+            "tunelab_watch_margin_ratio",
+            "A change smaller than this is no change (0.02: 2 %): the baseline's band.",
+            labels=["watch"],
+        )
         for watch in self._store.list_watches():
             period.add_metric([watch.name], float(watch.spec["period"]))
+            margin.add_metric([watch.name], float(watch.spec["margin"]))
             active.add_metric([watch.name], 1.0 if watch.state == WATCH_ACTIVE else 0.0)
             latest = self._store.latest_occurrences(watch.name, 1)
             if latest:
@@ -88,4 +95,4 @@ class WatchCollector(Collector):
                 if isinstance(bounds, list | tuple) and len(bounds) == 2:
                     lower.add_metric([watch.name, metric], float(bounds[0]) / 100.0)
                     upper.add_metric([watch.name, metric], float(bounds[1]) / 100.0)
-        yield from (verdict, ratio, lower, upper, last, period, active)
+        yield from (verdict, ratio, lower, upper, last, period, active, margin)

@@ -37,6 +37,8 @@ def _ignore(watch: WatchRow, occurrence: OccurrenceRow, verdict: dict[str, Any])
 
 
 class WatchDriver:
+    no_hook = staticmethod(_ignore)
+
     def __init__(
         self,
         store: Store,
