@@ -196,6 +196,9 @@ def outcome(
     margins are kept beside the value)."""
     last = attempts[-1] if attempts else None
     used = {"gpu_seconds": gpu_seconds(attempts), "experiment": exp.id}
+    # the budget counts a GPU-less host's wall time as one GPU's; the document shows
+    # gpu_seconds only where a GPU was used (issue 37.6)
+    used["gpus"] = max((len(a.gpus) for a in attempts), default=0)
     if exp.state is ExperimentState.CANCELLED:
         return Outcome(TrialState.CANCELLED, failure_reason="CANCELLED", details=used)
     result = (last.result if last else None) or {}
