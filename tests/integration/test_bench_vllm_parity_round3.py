@@ -81,3 +81,44 @@ def test_the_dict_range_ratio_sets_input_and_output_apart(
     assert "--random-range-ratio: a JSON object needs exactly the keys input and output" in (
         bad.stderr
     )
+
+
+TEMPLATE = "<|user|> {prompt} <|end|> <|assistant|>"
+
+
+@pytest.fixture
+def templated(tmp_path: Path) -> Iterator[SimulatorProcess]:
+    args = ["--ttft-ms", "5", "--itl-ms", "2", "--chat-template", TEMPLATE]
+    with SimulatorProcess(args, tmp_path / "templated.log") as proc:
+        yield proc
+
+
+def custom(url: str, tmp_path: Path, *more: str) -> dict[str, object]:
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"prompt": "one two three"}\n{"prompt": "four five"}\n')
+    done = bench(
+        "--base-url", url, "--model", "tunelab-sim", "--dataset-name", "custom",
+        "--dataset-path", str(rows), "--num-prompts", "2", "--max-concurrency", "1",
+        "--custom-output-len", "3", "--json", *more, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    document: dict[str, object] = json.loads(done.stdout)
+    return document
+
+
+def test_custom_prompts_go_in_the_servers_chat_template_unless_skipped(
+    templated: SimulatorProcess, sim: SimulatorProcess, tmp_path: Path
+) -> None:
+    """As vLLM's custom dataset: each prompt wrapped in the template (the server counts the
+    template's words too), raw with --skip-chat-template, raw from a server without one."""
+    wrapped = custom(templated.url, tmp_path)
+    raw = custom(templated.url, tmp_path, "--skip-chat-template")
+    plain = custom(sim.url, tmp_path)
+    assert wrapped["dataset"]["chat_template"] is True  # type: ignore[index]
+    assert raw["dataset"]["chat_template"] is None  # type: ignore[index]
+    assert plain["dataset"]["chat_template"] is False  # type: ignore[index]
+    sent = {name: doc["points"][0]["total_input_tokens"]  # type: ignore[index]
+            for name, doc in (("wrapped", wrapped), ("raw", raw), ("plain", plain))}  # fmt: skip
+    # the template adds 3 words around each of the 2 prompts
+    assert sent["wrapped"] == sent["raw"] + 2 * 3, sent
+    assert sent["plain"] == sent["raw"], sent

@@ -42,7 +42,7 @@ UNSUPPORTED = (
     "--served-model-name", "--lora-modules", "--lora-assignment", "--ready-check-timeout-sec",
     "--chat-template-kwargs", "--extra-body", "--skip-tokenizer-init", "--insecure",
     "--plot-timeline", "--timeline-itl-thresholds", "--plot-dataset-stats",
-    "--trust-remote-code", "--no-stream", "--no-oversample", "--skip-chat-template",
+    "--trust-remote-code", "--no-stream", "--no-oversample",
     "--disable-shuffle", "--spec-bench-output-len", "--spec-bench-category",
     "--sonnet-input-len", "--sonnet-output-len", "--sonnet-prefix-len",
     "--blazedit-min-distance", "--blazedit-max-distance", "--random-batch-size",
@@ -66,7 +66,7 @@ VLLM_ONLY = (
     "timed_trace_chunk_hash_size", "timed_trace_sec_multiplier", "self_timed", "ignore_eos",
     "save_result", "result_dir", "result_filename", "percentile_metrics", "metric_percentiles",
     "goodput", "num_warmups", "ramp_up_strategy", "ramp_up_start_rps", "ramp_up_end_rps",
-    "disable_tqdm",
+    "disable_tqdm", "skip_chat_template",
 )  # fmt: skip
 
 
@@ -110,6 +110,12 @@ def add_vllm_arguments(p: argparse.ArgumentParser) -> None:
         "--custom-output-len",
         type=int,
         help="custom: max_tokens (default 256; -1: each row's output_tokens)",
+    )
+    g.add_argument(
+        "--skip-chat-template",
+        action="store_true",
+        default=None,
+        help="custom: send each prompt as it is, not in the server's chat template",
     )
     g.add_argument("--timed-trace-chunk-hash-size", type=int, help="tokens per hash id (16)")
     g.add_argument("--timed-trace-sec-multiplier", type=float, help="seconds per unit (1)")
@@ -235,7 +241,13 @@ def vllm_settings(args: argparse.Namespace) -> dict[str, Any]:
         s.update(dataset_path=args.dataset_path, file_format="sharegpt", file_filter="vllm")
         s["file_output_len"] = args.sharegpt_output_len or 0
     elif name == "custom":
-        s.update(dataset_path=args.dataset_path, file_format="jsonl")
+        # vLLM's CustomDataset wraps each prompt in the chat template unless told not to;
+        # the server renders it (chattemplate.py), and a server without one gets them raw
+        s.update(
+            dataset_path=args.dataset_path,
+            file_format="jsonl",
+            chat_template=not args.skip_chat_template,
+        )
         if args.custom_output_len == -1:  # vLLM: each row's own output_tokens
             s.update(file_output_len=0, output_len=0)
         else:
