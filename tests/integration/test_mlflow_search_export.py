@@ -5,12 +5,15 @@ attempt run carries the benchmark settings; an unreachable server is one short l
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.integration.test_cli_first_hour import Lab
+from tests.integration.test_first_hour_round3 import parked_search
 from tests.support.mlflow_server import MlflowServer
 from tests.support.ports import free_port
 from tests.unit.controller.test_search_driver import BASE, SEARCH, submit, until_done, with_hosts
@@ -88,3 +91,31 @@ def test_an_unreachable_tracking_uri_is_one_short_line() -> None:
         str(raised.value)
         == f"MLflow at {uri}: find experiment: cannot connect (Connection refused)"
     )
+
+
+def test_tunelab_export_mlflow_of_a_search_names_it_a_search(
+    mlflow: MlflowServer, tmp_path: Path
+) -> None:
+    """Through the real console script: a submitted search (parked on hosts nobody has, its
+    first trial queued) exports as its search run with a trial run under it, by its name."""
+    lab = Lab(tmp_path / "lab")
+    try:
+        submitted = lab.run("submit", str(parked_search(lab, "exported")), "--json")
+        assert submitted.returncode == 0, submitted.stderr
+        group = json.loads(submitted.stdout)["search_group"]
+        done = lab.run(
+            "export", "mlflow", "exported", "--tracking-uri", mlflow.uri, "--experiment", "cli"
+        )
+        assert done.returncode == 0, done.stderr
+        runs = by_key(mlflow.runs("cli"))
+        parent = runs[f"group:{group}"]
+        assert parent["params"]["design"] == "search"
+        assert parent["params"]["slo"] == "p99 TPOT ≤ 25 ms, p99 TTFT ≤ 150 ms"
+        assert parent["tags"]["tunelab.state"] == "RUNNING"
+        trial = runs[f"trial:{group}:1"]
+        assert trial["tags"]["mlflow.parentRunId"] == parent["info"]["run_id"]
+        assert trial["params"]["--max-num-seqs"] == "8"
+        assert lab.run("search", "cancel", group).returncode == 0
+    finally:
+        lab.controller.terminate()
+        lab.agent.terminate()
