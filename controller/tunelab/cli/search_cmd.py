@@ -101,7 +101,7 @@ def _short(path: str) -> str:
 
 
 def _params(params: dict[str, Any]) -> str:
-    return ", ".join(f"{_short(p).lstrip('-')}={v}" for p, v in params.items())
+    return ", ".join(f"{_short(p)}={v}" for p, v in params.items())
 
 
 def _values(params: dict[str, Any]) -> str:
