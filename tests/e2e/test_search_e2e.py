@@ -46,7 +46,7 @@ def test_the_example_search_prints_the_best_configuration_and_two_agents_share_i
     answer = re.search(r"^answer: (winner|tie|undecided): ", out, re.MULTILINE)
     assert answer, out
     assert "vs the default --max-num-batched-tokens=512, --max-num-seqs=8 at concurrency " in out
-    assert "server argv: " in out and "--max-num-seqs 64" in out
+    assert "server argv:" in out and "--max-num-seqs 64" in out
     doc = search_doc(lab, group.group(1))
     assert doc["state"] == "DONE"
     assert doc["best"]["params"][SEQS] == 64

@@ -16,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from tunelab.bench.chattemplate import ChatTemplateError
 from tunelab.bench.config import BenchConfig, BenchConfigError
 from tunelab.bench.fdlimit import raise_fd_limit
 from tunelab.bench.launcher import BenchFiles
@@ -74,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         if not config.model:
             config = replace(config, model=first_model_id(config.url))
         sweep = Sweep(config, progress, None)
-    except (ModelLookupError, TokenizerError, DatasetFileError) as exc:
+    except (ModelLookupError, TokenizerError, DatasetFileError, ChatTemplateError) as exc:
         progress.event("failed", error=str(exc))
         print(f"tunelab.bench: {exc}", file=sys.stderr)
         return 2

@@ -94,6 +94,8 @@ class BenchConfig:
     # file: "" keeps every usable prompt; "vllm" drops ShareGPT conversations by vLLM's length
     # rule (vllm bench serve --dataset-name sharegpt; tunelab.bench.datasets.vllm_length_valid)
     file_filter: str = ""
+    # file prompts wrapped in the server's chat template (vLLM's custom dataset; chattemplate.py)
+    chat_template: bool = False
     trace_block_size: int = 512  # trace: tokens per hash id (mooncake: 512; vLLM default 16)
     trace_sec_multiplier: float = 0.0  # trace: seconds per timestamp unit (0: ms or s by field)
     trace_timed: bool = True  # trace: send at the recorded times (vLLM --self-timed)

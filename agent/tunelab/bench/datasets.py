@@ -35,6 +35,7 @@ import hashlib
 import json
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -185,6 +186,7 @@ class Dataset:
         self._trace_t0 = 0.0
         self._trace_scale = 1.0
         self.filtered: Filtered | None = None
+        self.chat_template: bool | None = None  # None: not asked; False: the server has none
         # random: what the server's tokenizer adds to every prompt, left out of its text
         self.special = tokens.special_tokens if tokens is not None and self.name == "random" else 0
         if self.name in ("file", "trace"):
@@ -250,6 +252,17 @@ class Dataset:
         return kept
 
     # what the result says about it ----------------------------------------------------------
+    def wrap_in_chat_template(self, render: Callable[[list[str]], list[str] | None]) -> bool:
+        """A file's prompts as ``render`` wraps them in the server's chat template (vLLM's
+        custom dataset); False, prompts unchanged, when the server has none."""
+        prompts = sorted({item.prompt for item in self._items})
+        wrapped = render(prompts)
+        self.chat_template = wrapped is not None
+        if wrapped is not None:
+            by_prompt = dict(zip(prompts, wrapped, strict=True))
+            self._items = [dataclasses.replace(i, prompt=by_prompt[i.prompt]) for i in self._items]
+        return self.chat_template
+
     def parameters(self) -> dict[str, Any]:
         return {k: getattr(self.config, k) for k in PARAMETERS[self.name]}
 
@@ -274,6 +287,7 @@ class Dataset:
             "special_tokens": self.special,  # random: added by the server, left out of the text
             "malformed": len(self.problems),
             "filtered": None if self.filtered is None else dataclasses.asdict(self.filtered),
+            "chat_template": self.chat_template,  # custom: wrapped by the server's template
         }
 
     def warnings(self) -> list[str]:

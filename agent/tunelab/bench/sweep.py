@@ -30,10 +30,12 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from typing import IO, Any
 
 import aiohttp
 
+from tunelab.bench.chattemplate import server_chat_prompts
 from tunelab.bench.config import BenchConfig, Point
 from tunelab.bench.datasets import Dataset
 from tunelab.bench.loadsearch import LoadSearch
@@ -100,6 +102,10 @@ class Sweep:
         self.started_at = time.time()
         self.tokens = TokenPrompts(config.tokenizer) if config.tokenizer else None
         self.dataset = Dataset(config, self.tokens)
+        if config.chat_template and config.dataset == "file" and not self.chat:
+            self.dataset.wrap_in_chat_template(
+                partial(server_chat_prompts, config.server_url, config.model)
+            )
         if config.dataset_sha256 and self.dataset.sha256 != config.dataset_sha256.lower():
             raise DatasetFileError(
                 config.dataset_path,

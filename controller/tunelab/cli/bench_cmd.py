@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from tunelab.cli.bench_vllm import (
     add_vllm_arguments,
+    asked_prompts,
     vllm_mode,
     vllm_result_path,
     vllm_settings,
@@ -453,7 +454,8 @@ def bench(args: argparse.Namespace) -> int:
         saved = vllm_result_path(args, document)
         if saved is not None:
             saved.parent.mkdir(parents=True, exist_ok=True)
-            saved.write_text(json.dumps(vllm_result(document), indent=1) + "\n", encoding="utf-8")
+            kept = vllm_result(document, asked_prompts(args))
+            saved.write_text(json.dumps(kept, indent=1) + "\n", encoding="utf-8")
     finally:
         signal.signal(signal.SIGTERM, previous)
         shutil.rmtree(workdir, ignore_errors=True)
@@ -474,13 +476,16 @@ def bench(args: argparse.Namespace) -> int:
     return EXIT_OK if ok else EXIT_FAILED
 
 
-def vllm_result(document: dict[str, Any]) -> dict[str, Any]:
+def vllm_result(document: dict[str, Any], asked: int | None = None) -> dict[str, Any]:
     """What ``vllm bench serve --save-result`` writes: one point's flat summary (the first and
-    only point of a vLLM-mode run), with the dataset's identity beside it."""
+    only point of a vLLM-mode run), with the dataset's identity beside it; ``num_prompts`` is
+    what ``--num-prompts`` asked (``asked``), as in vLLM's file, beside ``requests_planned``
+    (what the dataset made of it) and ``completed`` + ``failed`` (what was sent)."""
     points = document.get("points", [])
     if len(points) != 1:
         return document
-    return {**points[0], "dataset": document.get("dataset"), "status": document.get("status")}
+    point = {**points[0], **({"num_prompts": asked} if asked is not None else {})}
+    return {**point, "dataset": document.get("dataset"), "status": document.get("status")}
 
 
 def _run(config: BenchConfig, files: BenchFiles, show: bool) -> tuple[dict[str, Any], str]:

@@ -18,6 +18,7 @@ A vLLM flag tunelab does not support is refused by name (exit 2), never ignored;
 from __future__ import annotations
 
 import argparse
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,7 @@ UNSUPPORTED = (
     "--served-model-name", "--lora-modules", "--lora-assignment", "--ready-check-timeout-sec",
     "--chat-template-kwargs", "--extra-body", "--skip-tokenizer-init", "--insecure",
     "--plot-timeline", "--timeline-itl-thresholds", "--plot-dataset-stats",
-    "--trust-remote-code", "--no-stream", "--no-oversample", "--skip-chat-template",
+    "--trust-remote-code", "--no-stream", "--no-oversample",
     "--disable-shuffle", "--spec-bench-output-len", "--spec-bench-category",
     "--sonnet-input-len", "--sonnet-output-len", "--sonnet-prefix-len",
     "--blazedit-min-distance", "--blazedit-max-distance", "--random-batch-size",
@@ -65,7 +66,7 @@ VLLM_ONLY = (
     "timed_trace_chunk_hash_size", "timed_trace_sec_multiplier", "self_timed", "ignore_eos",
     "save_result", "result_dir", "result_filename", "percentile_metrics", "metric_percentiles",
     "goodput", "num_warmups", "ramp_up_strategy", "ramp_up_start_rps", "ramp_up_end_rps",
-    "disable_tqdm",
+    "disable_tqdm", "skip_chat_template",
 )  # fmt: skip
 
 
@@ -95,7 +96,11 @@ def add_vllm_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-concurrency", type=int, help="requests in flight at most")
     for name, default in (("input", 1024), ("output", 128)):
         g.add_argument(f"--random-{name}-len", type=int, help=f"default {default}")
-    g.add_argument("--random-range-ratio", type=float, help="lengths in [L(1-r), L(1+r)]")
+    g.add_argument(
+        "--random-range-ratio",
+        metavar="R",
+        help='lengths in [L(1-r), L(1+r)]; or \'{"input": 0.2, "output": 0.5}\' for each',
+    )
     g.add_argument("--random-prefix-len", type=int, help="a prefix shared by all prompts")
     for name, default in (("prefix", 256), ("suffix", 256), ("num-prefixes", 10), ("output", 128)):
         suffix = "" if name == "num-prefixes" else "-len"
@@ -105,6 +110,12 @@ def add_vllm_arguments(p: argparse.ArgumentParser) -> None:
         "--custom-output-len",
         type=int,
         help="custom: max_tokens (default 256; -1: each row's output_tokens)",
+    )
+    g.add_argument(
+        "--skip-chat-template",
+        action="store_true",
+        default=None,
+        help="custom: send each prompt as it is, not in the server's chat template",
     )
     g.add_argument("--timed-trace-chunk-hash-size", type=int, help="tokens per hash id (16)")
     g.add_argument("--timed-trace-sec-multiplier", type=float, help="seconds per unit (1)")
@@ -147,6 +158,32 @@ def _floats(text: str, flag: str) -> tuple[float, ...]:
         raise _usage(flag, f"expected numbers like 25,50,99, got {text!r}") from None
 
 
+def range_ratios(text: str | None) -> dict[str, float]:
+    """``--random-range-ratio`` as vLLM takes it: one number for the input and output lengths
+    both, or a JSON object with ``input`` and ``output`` (vLLM's ``_resolve_range_ratios``)."""
+    if text is None:
+        return {"range_ratio": 0.0}
+    try:
+        return {"range_ratio": float(text)}
+    except ValueError:
+        pass
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        value = None
+    if isinstance(value, dict):
+        if set(value) != {"input", "output"}:
+            raise _usage(
+                "--random-range-ratio",
+                f"a JSON object needs exactly the keys input and output, got {sorted(value)}",
+            )
+        both = (value["input"], value["output"])
+        if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in both):
+            raise _usage("--random-range-ratio", f"input and output must be numbers: {text}")
+        return {"range_ratio": float(both[0]), "output_range_ratio": float(both[1])}
+    raise _usage("--random-range-ratio", f"expected a number or a JSON object, got {text!r}")
+
+
 def vllm_settings(args: argparse.Namespace) -> dict[str, Any]:
     """BenchConfig keyword arguments for a vLLM-mode command line (vLLM's defaults)."""
     name = args.dataset_name or "random"
@@ -185,7 +222,7 @@ def vllm_settings(args: argparse.Namespace) -> dict[str, Any]:
         "warmup": args.num_warmups or 0,
         "input_len": args.input_len or args.random_input_len or 1024,
         "output_len": args.output_len or args.random_output_len or 128,
-        "range_ratio": args.random_range_ratio or 0.0,
+        **range_ratios(args.random_range_ratio),
         "prefix_len": args.random_prefix_len or 0,
     }
     if name == "prefix_repetition":
@@ -204,7 +241,13 @@ def vllm_settings(args: argparse.Namespace) -> dict[str, Any]:
         s.update(dataset_path=args.dataset_path, file_format="sharegpt", file_filter="vllm")
         s["file_output_len"] = args.sharegpt_output_len or 0
     elif name == "custom":
-        s.update(dataset_path=args.dataset_path, file_format="jsonl")
+        # vLLM's CustomDataset wraps each prompt in the chat template unless told not to;
+        # the server renders it (chattemplate.py), and a server without one gets them raw
+        s.update(
+            dataset_path=args.dataset_path,
+            file_format="jsonl",
+            chat_template=not args.skip_chat_template,
+        )
         if args.custom_output_len == -1:  # vLLM: each row's own output_tokens
             s.update(file_output_len=0, output_len=0)
         else:
@@ -249,17 +292,32 @@ def vllm_settings(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def vllm_result_path(args: argparse.Namespace, document: dict[str, Any]) -> Path | None:
-    """Where ``--save-result`` writes (vLLM's default name when no --result-filename)."""
+    """Where ``--save-result`` writes: ``--result-filename``, else vLLM's default name
+    (``compute_result_filename``): ``{label}-{rate}qps[-concurrency{N}]-{model}-{date}.json``,
+    ``{label}-ramp-up-{strategy}-{start}qps-{end}qps[-concurrency{N}]-{model}-{date}.json`` with
+    a ramp; ``-concurrency{N}`` when ``--max-concurrency`` was given."""
     if not (args.save_result or args.result_filename):
         return None
     point = document["points"][0] if document.get("points") else {}
     if args.result_filename:
-        name = args.result_filename
+        name = str(args.result_filename)
     else:
         label = args.label or args.backend or "openai"
         model = str(document["config"].get("model", "")).split("/")[-1]
-        name = ""
-        rate = point.get("request_rate", "inf")
-        name = f"{label}-{rate}qps-{model}-{point.get('date', '')}.json"
-    name = str(name)
+        cap = f"-concurrency{args.max_concurrency}" if args.max_concurrency is not None else ""
+        date = point.get("date", "")
+        if args.ramp_up_strategy:
+            name = (
+                f"{label}-ramp-up-{args.ramp_up_strategy}-{args.ramp_up_start_rps}qps-"
+                f"{args.ramp_up_end_rps}qps{cap}-{model}-{date}.json"
+            )
+        else:
+            rate = float(args.request_rate) if args.request_rate is not None else math.inf
+            name = f"{label}-{rate}qps{cap}-{model}-{date}.json"
     return Path(args.result_dir or ".") / name
+
+
+def asked_prompts(args: argparse.Namespace) -> int:
+    """``num_prompts`` as vLLM's result has it: what ``--num-prompts`` asked (1000 by
+    default), whatever the dataset made of it (prefix_repetition sends K x (N // K))."""
+    return int(args.num_prompts) if args.num_prompts is not None else 1000

@@ -19,18 +19,38 @@ from tunelab.cli.common import (
     print_json,
 )
 from tunelab.cli.experiments_cmd import _add_effect_args, attempt_json, comparison
+from tunelab.cli.search_cmd import get_search
 from tunelab.v1 import controller_pb2
 
 DEFAULT_EXPERIMENT = "tunelab"
 
 
-def _attempts(args: argparse.Namespace, ids: list[str]) -> dict[str, list[dict[str, Any]]]:
-    out: dict[str, list[dict[str, Any]]] = {}
+Attempts = dict[str, list[dict[str, Any]]]
+
+
+def _attempts(args: argparse.Namespace, ids: list[str]) -> tuple[Attempts, dict[str, Any]]:
+    """Each experiment's attempts, and its ``benchmark:`` settings (the attempt runs' params)."""
+    out: Attempts = {}
+    benchmarks: dict[str, Any] = {}
     with ControllerClient.for_args(args) as client:
         for experiment_id in ids:
             request = controller_pb2.GetExperimentRequest(id=experiment_id)
             experiment = client.get_experiment(request).experiment
             out[experiment_id] = [attempt_json(a, full=True) for a in experiment.attempts]
+            spec = json.loads(experiment.spec_json or "{}")
+            benchmarks[experiment_id] = spec.get("benchmark") or {}
+    return out, benchmarks
+
+
+def _searches(args: argparse.Namespace, document: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The search document of each group that is a search (its MLflow parent holds the answer)."""
+    groups = sorted({str(r["group"]) for r in document.get("experiments") or [] if r["group"]})
+    out = {}
+    with ControllerClient.for_args(args) as client:
+        for group in groups:
+            found = get_search(client, group)
+            if found is not None:
+                out[group] = found
     return out
 
 
@@ -50,8 +70,10 @@ def cmd_export_mlflow(args: argparse.Namespace) -> int:
     from tunelab.analysis.mlflow.sink import MlflowError, MlflowSink, MlflowUnavailable
 
     document = comparison(args)
-    attempts = _attempts(args, [str(r["id"]) for r in document.get("experiments") or []])
-    plans = plans_for(document, attempts, _reports(document))
+    attempts, benchmarks = _attempts(
+        args, [str(r["id"]) for r in document.get("experiments") or []]
+    )
+    plans = plans_for(document, attempts, _reports(document), _searches(args, document), benchmarks)
     try:
         sink = MlflowSink(args.tracking_uri, args.experiment)
         done = sink.write(plans)

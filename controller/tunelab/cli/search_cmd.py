@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
+import textwrap
 import threading
 from typing import Any
 
+from tunelab.analysis.slos import slo_label, slo_text
 from tunelab.bench.promptlengths import prompt_tokens_line
 from tunelab.cli.clients import ControllerClient
 from tunelab.cli.common import (
@@ -86,13 +89,49 @@ def _follow_search(client: ControllerClient, group: str, quiet: bool) -> dict[st
         STOP.wait(POLL)
 
 
+WIDTH = 100  # search show's lines fit a 100-column terminal (issue 37.6)
+
+
 def _number(value: Any) -> str:
     return "-" if value is None else f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
+def _short(path: str) -> str:
+    return path.split(".", 2)[2] if path.startswith("server.flags.") else path
+
+
 def _params(params: dict[str, Any]) -> str:
-    return ", ".join(f"{p.split('.')[-1] if p.startswith('server.flags.') else p}={v}"
-                     for p, v in params.items())  # fmt: skip
+    return ", ".join(f"{_short(p)}={v}" for p, v in params.items())
+
+
+def _values(params: dict[str, Any]) -> str:
+    """The parameters' values alone, in the space's order (the legend above the table names
+    them): ``4096 64``."""
+    return " ".join(str(v) for v in params.values())
+
+
+def _wrapped(text: str, indent: str = "", later: str = "  ") -> list[str]:
+    return textwrap.wrap(
+        text, WIDTH, initial_indent=indent, subsequent_indent=indent + later,
+        break_long_words=False, break_on_hyphens=False,
+    )  # fmt: skip
+
+
+def _argv_lines(argv: list[str]) -> list[str]:
+    """The server's command, one flag and its value a line, continued with backslashes: it
+    pastes into a shell as it is."""
+    words = [shlex.quote(a) for a in argv]
+    head = next((i for i, w in enumerate(words) if w.startswith("--")), len(words))
+    groups = [" ".join(words[:head])] if head else []
+    for word in words[head:]:
+        if word.startswith("-") or not groups:
+            groups.append(word)
+        else:
+            groups[-1] += " " + word
+    return [
+        ("    " if i == 0 else "      ") + g + (" \\" if i < len(groups) - 1 else "")
+        for i, g in enumerate(groups)
+    ]
 
 
 def _prompt_tokens(trials: list[dict[str, Any]]) -> str | None:
@@ -103,19 +142,36 @@ def _prompt_tokens(trials: list[dict[str, Any]]) -> str | None:
     return prompt_tokens_line(means, False if False in said else (True if said else None))
 
 
+def _state(t: dict[str, Any]) -> str:
+    if t["state"] != "DONE":
+        return str(t["failure_reason"] or t["state"])
+    return "DONE" if t["objective"] is not None else "no load met the SLOs"
+
+
 def render_search(doc: dict[str, Any]) -> str:
-    """The table: rank, parameters, load found, objective with its interval, SLO margins and
-    state or failure reason; then the answer with its evidence when the search is done."""
-    lines = [f"search {doc['group']} ({doc['name']}): {doc['state']} — {doc['message']}"]
+    """The table: rank, trial, parameters (their values; a legend names them), load found,
+    objective with its interval, launches, SLO margins and state or failure reason; then the
+    answer with its evidence when the search is done. Every line fits 100 columns but a
+    parameter value or an argv word longer than that."""
+    lines = _wrapped(f"search {doc['group']} ({doc['name']}): {doc['state']} — {doc['message']}")
     objective = doc["objective"].get("maximize") or doc["objective"].get("minimize")
+    lines += _wrapped(
+        f"objective: {'maximize' if 'maximize' in doc['objective'] else 'minimize'} "
+        f"{objective} under {slo_text(doc.get('slo') or {})}"
+    )
+    names = [_short(p["path"]) for p in doc.get("space", [])]
+    if names:
+        lines += _wrapped(f"parameters: {' '.join(names)}")
     ranked = sorted(
         (t for t in doc["trials"] if t["objective"] is not None),
         key=lambda t: t["objective"],
         reverse="maximize" in doc["objective"],
     )
     rank = {t["number"]: i + 1 for i, t in enumerate(ranked)}
-    rows = [["rank", "trial", "parameters", "load", objective, "95% interval", "launches",
-             "SLO margin", "host", "state"]]  # fmt: skip
+    # a host column only where trials ran on several hosts (one host: the hosts: line below)
+    several = len({t.get("host") for t in doc["trials"] if t.get("host")}) > 1
+    rows = [["#", "trial", "parameters", "load", "objective [95%]", "n", "SLO margin",
+             *(["host"] if several else []), "state"]]  # fmt: skip
     for t in sorted(doc["trials"], key=lambda t: (rank.get(t["number"], 10**9), t["number"])):
         interval = t.get("interval")
         margins = t.get("slo_margins") or {}
@@ -123,70 +179,70 @@ def render_search(doc: dict[str, Any]) -> str:
             [
                 str(rank.get(t["number"], "-")),
                 f"{t['number']}"
-                + (f" (rung {t['rung']})" if t["rung"] else "")
-                + (f" (race {t['race']})" if t.get("race") else "")
-                + (f" (drift {t['drift']})" if t.get("drift") else ""),
-                _params(t["params"]),
-                ", ".join(f"{k} {v:g}" for k, v in (t.get("load") or {}).items() if v is not None)
-                or "-",
-                _number(t["objective"]),
-                f"[{interval[0]:.4g}, {interval[1]:.4g}]" if interval else "-",
+                + (f" rung {t['rung']}" if t["rung"] else "")
+                + (f" race {t['race']}" if t.get("race") else "")
+                + (f" drift {t['drift']}" if t.get("drift") else ""),
+                _values(t["params"]),
+                _load(t.get("load"), short=True),
+                _number(t["objective"])
+                + (f" [{interval[0]:.4g}, {interval[1]:.4g}]" if interval else ""),
                 str(t.get("launches") or "-"),
-                ", ".join(f"{k} {v:+.0%}" for k, v in margins.items() if v is not None) or "-",
-                t.get("host") or "-",
-                t["failure_reason"] or t["state"]
-                if t["state"] != "DONE"
-                else ("DONE" if t["objective"] is not None else "no load met the SLOs"),
+                " ".join(f"{slo_label(k).split()[-1]} {v:+.0%}" for k, v in margins.items()
+                         if v is not None) or "-",
+                *([t.get("host") or "-"] if several else []),
+                _state(t),
             ]
-        )
+        )  # fmt: skip
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     lengths = _prompt_tokens(doc["trials"])
     if lengths:
-        lines.append(lengths)
+        lines += _wrapped(lengths)
     classes = {t["host"]: t.get("host_class") for t in doc["trials"] if t.get("host")}
     if classes:
-        lines.append(
-            "hosts: " + "; ".join(f"{h}: {c or 'class not recorded'}" for h, c in classes.items())
-        )
+        hosts = "; ".join(f"{h}: {c or 'class not recorded'}" for h, c in classes.items())
+        lines += _wrapped(f"hosts: {hosts}")
     if doc.get("answer"):
-        lines += ["", f"answer: {doc['answer']}"]
-    lines += [f"warning: {w}" for w in doc.get("warnings") or []]
+        lines += ["", *_wrapped(f"answer: {doc['answer']}")]
+    for warning in doc.get("warnings") or []:
+        lines += _wrapped(f"warning: {warning}")
     rec = doc.get("recommendation")
     best = doc.get("best")
     if best and rec:
-        lines.append(f"best configuration (trial {best['trial']}): {_params(best['params'])}")
+        lines += _wrapped(f"best configuration (trial {best['trial']}): {_params(best['params'])}")
         interval = best.get("interval")
         launches = best.get("launches") or 0
-        lines.append(
-            f"  {objective} {best['objective']:.4g}"
+        lines += _wrapped(
+            f"{objective} {best['objective']:.4g}"
             + (f" [95% {interval[0]:.4g}, {interval[1]:.4g}]" if interval else "")
-            + f" at {_load(best['load'])}, {launches} launch{'es' if launches != 1 else ''}"
+            + f" at {_load(best['load'])}, {launches} launch{'es' if launches != 1 else ''}",
+            "  ",
         )
         effect = rec["effect"]
         own = effect.get("default_load")
         beside = f" (the default alone takes {_load(own)} under the SLOs)" if own else ""
-        against = f"  vs the default {_params(effect['against'])} at {_load(effect['load'])}"
+        against = f"vs the default {_params(effect['against'])} at {_load(effect['load'])}"
         if effect.get("interval"):
             lo, hi = effect["interval"]
             n, m = effect["launches"]
-            lines.append(
+            said = (
                 f"{against}: {effect['relative_change']:+.1%} [95% {lo:+.1%}, {hi:+.1%}] over "
                 f"{n} and {m} launches — {effect['verdict']}{beside}"
             )
         elif effect.get("relative_change") is not None:
-            lines.append(
-                f"{against}: {effect['relative_change']:+.1%} — {effect['verdict']}{beside}"
-            )
+            said = f"{against}: {effect['relative_change']:+.1%} — {effect['verdict']}{beside}"
         else:
-            lines.append(f"  vs the default: {effect['verdict']}{beside}")
-        lines.append(f"  server argv: {' '.join(rec['argv'])}")
-        lines.append(f"  spec snippet: {json.dumps(rec['spec'])}")
+            said = f"vs the default: {effect['verdict']}{beside}"
+        lines += _wrapped(said, "  ")
+        lines += ["  server argv:", *_argv_lines(rec["argv"])]
+        lines += ["  spec snippet:", *_wrapped(json.dumps(rec["spec"]), "    ")]
     return "\n".join(lines)
 
 
-def _load(load: dict[str, Any] | None) -> str:
-    return ", ".join(f"{k} {v:g}" for k, v in (load or {}).items() if v is not None) or "-"
+def _load(load: dict[str, Any] | None, short: bool = False) -> str:
+    names = {"concurrency": "conc"} if short else {}
+    text = ", ".join(f"{names.get(k, k)} {v:g}" for k, v in (load or {}).items() if v is not None)
+    return text or "-"
 
 
 def finished(doc: dict[str, Any], as_json: bool) -> int:

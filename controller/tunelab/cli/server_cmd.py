@@ -213,13 +213,18 @@ def _print_summary(server: server_pb2.Server) -> None:
         line += f"  ready in {format_duration(data['ready_seconds'])}"
     print(line)
     if server.state in FAILED_STATES:
-        print(f"  {server.message}")
-        if data["failure_reason"]:
-            print(f"  failure reason {data['failure_reason']}: {data['failure_line']}")
-        if data["exit_code"] is not None:
+        # the message already holds the reason, its line and the exit code when the agent put
+        # them there: each is said once (argparse's error was printed three times, issue 37.7)
+        message = server.message
+        print(f"  {message}")
+        failure_line = data["failure_line"] or ""
+        if data["failure_reason"] and not (failure_line and failure_line in message):
+            print(f"  failure reason {data['failure_reason']}: {failure_line}")
+        if data["exit_code"] is not None and f"exit code {data['exit_code']}" not in message:
             print(f"  exit code {data['exit_code']}")
         for tail in server.log_tail:
-            print(f"  | {tail}")
+            if not (failure_line and tail.strip() == failure_line and failure_line in message):
+                print(f"  | {tail}")
 
 
 # --- ls / status -----------------------------------------------------------------------------

@@ -45,7 +45,41 @@ def _spec_lines(spec: dict[str, Any], server_argv: ServerArgv) -> list[str]:
             f"  benchmark: {bench.get('api', 'completions')} {load}, {size} per point, "
             f"input {bench.get('input_len')}, output {bench.get('output_len')} tokens"
         )
+        dataset = _dataset_line(bench.get("dataset"))
+        if dataset:
+            lines.append(f"    {dataset}")
     return lines
+
+
+def _dataset_line(dataset: Any) -> str:
+    """``dataset shared-prefix (prefix_len 2048, prefix_groups 8)``; "" for the default."""
+    if isinstance(dataset, str):
+        dataset = {"name": dataset}
+    if not isinstance(dataset, dict) or (
+        dataset.get("name", "random") == "random" and len(dataset) <= 1
+    ):
+        return ""
+    rest = ", ".join(f"{k} {v}" for k, v in dataset.items() if k != "name" and v is not None)
+    return f"dataset {dataset.get('name', 'random')}" + (f" ({rest})" if rest else "")
+
+
+def _profile_line(data: dict[str, Any]) -> str:
+    """A profiled experiment says what is profiled and how to read it (the summary is made on
+    demand from the kept traces: ``tunelab profile``)."""
+    profile = (data.get("spec") or {}).get("profile")
+    if not isinstance(profile, dict):
+        return ""
+    window = profile.get("window")
+    said = ", ".join(
+        part
+        for part in (
+            f"point {profile.get('point', 0)}",
+            f"window {format_duration(float(window))}" if isinstance(window, int | float) else "",
+            f"{profile['requests']} requests" if profile.get("requests") else "",
+        )
+        if part
+    )
+    return f"  profiled ({said}): the summary of its traces: tunelab profile {data['id']}"
 
 
 def _gpu_line(gpu: dict[str, Any], host: str = "") -> str:
@@ -84,6 +118,9 @@ def render_show(data: dict[str, Any], server_argv: ServerArgv) -> str:
     out.append(f"  varied: {data['varied'] or 'baseline'}   host: {data['host_selector']}")
     if data["spec"]:
         out.extend(_spec_lines(data["spec"], server_argv))
+        profiled = _profile_line(data)
+        if profiled:
+            out.append(profiled)
     if data["message"]:
         out.append(f"  {data['message']}")
     for a in data["attempts"]:

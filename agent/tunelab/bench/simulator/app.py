@@ -108,6 +108,13 @@ class SimApp:
                 return
             self._generate(request, conn, chat=request.path.endswith("chat/completions"))
             return
+        if request.path in ("/tokenize", "/detokenize"):
+            if request.method != "POST":
+                conn.send_response(405, error_body(405, "use POST"))
+                return
+            status, body = self._tokenize(request.path, request.body)
+            conn.send_response(status, body)
+            return
         if request.path in self._posts():
             if request.method != "POST":
                 conn.send_response(405, error_body(405, "use POST"))
@@ -123,6 +130,32 @@ class SimApp:
             conn.send_response(405, error_body(405, "use GET"))
         else:
             route(conn)
+
+    def _tokenize(self, path: str, raw: bytes) -> tuple[int, bytes]:
+        """vLLM's /tokenize and /detokenize, enough for a client that renders the chat template
+        through the server: a "token" is one character's code point. /tokenize with
+        ``messages`` renders ``--chat-template`` (400 without one, as vLLM for a model with
+        no template); with ``prompt`` it takes the text as it is."""
+        try:
+            body = json.loads(raw or b"{}")
+        except json.JSONDecodeError:
+            return 400, error_body(400, "the body is not JSON")
+        if not isinstance(body, dict):
+            return 400, error_body(400, "the body is not a JSON object")
+        if path == "/detokenize":
+            tokens = body.get("tokens")
+            if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+                return 400, error_body(400, "tokens: a list of integers")
+            return 200, json.dumps({"prompt": "".join(chr(t) for t in tokens)}).encode()
+        if "messages" in body:
+            if not self.settings.chat_template:
+                return 400, error_body(400, "this model has no chat template")
+            users = [m.get("content", "") for m in body["messages"] if isinstance(m, dict)]
+            text = self.settings.chat_template.replace("{prompt}", "\n".join(map(str, users)))
+        else:
+            text = str(body.get("prompt", ""))
+        tokens = [ord(c) for c in text]
+        return 200, json.dumps({"tokens": tokens, "count": len(tokens)}).encode()
 
     def _posts(self) -> set[str]:
         paths = {"/flush_cache"}

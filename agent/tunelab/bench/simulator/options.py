@@ -83,6 +83,7 @@ class SimSettings:
     prefill_ms_per_token: float | None = None
     kv_cache_tokens: int | None = None
     oom_above_seqs: int | None = None
+    chat_template: str = ""  # {prompt}: the user's message; "": the model has none
 
     @property
     def batching(self) -> bool:
@@ -234,6 +235,14 @@ def add_sim_arguments(p: argparse.ArgumentParser) -> None:
         "agent records in the run's provenance; a missing file is 1",
     )
     p.add_argument(
+        "--chat-template",
+        default="",
+        metavar="TEXT",
+        help="the served model's chat template, {prompt} standing for the user's message: "
+        "POST /tokenize with messages renders it (then /detokenize gives the text back), as "
+        "vLLM's does; without it /tokenize with messages answers 400, as for a model with none",
+    )
+    p.add_argument(
         "--tag",
         default="",
         help="ignored: a flag with no effect, for ablations that check a null result",
@@ -360,4 +369,5 @@ def _settings(args: argparse.Namespace, scale: float) -> SimSettings:
         prefill_ms_per_token=_scaled(args.prefill_ms_per_token, scale),
         kv_cache_tokens=args.kv_cache_tokens,
         oom_above_seqs=args.oom_above_seqs,
+        chat_template=args.chat_template,
     )

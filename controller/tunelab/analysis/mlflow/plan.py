@@ -119,18 +119,27 @@ def _number(value: object) -> float | None:
     return float(value)
 
 
+def benchmark_params(benchmark: Mapping[str, Any] | None) -> dict[str, str]:
+    """The experiment's ``benchmark:`` settings as ``bench.<key>`` parameters (requests,
+    lengths, dataset, concurrency...), so runs can be filtered and compared by them."""
+    return {metric_key(f"bench.{k}"): _param(v) for k, v in sorted((benchmark or {}).items())}
+
+
 def attempt_plan(
     row: Mapping[str, Any],
     attempt: Mapping[str, Any],
     group_key: str,
     verdicts: Mapping[str, str] | None = None,
+    benchmark: Mapping[str, Any] | None = None,
 ) -> RunPlan:
-    """The run of one attempt of the experiment ``row`` (a compare-document row)."""
+    """The run of one attempt of the experiment ``row`` (a compare-document row);
+    ``benchmark``: the experiment's ``benchmark:`` settings."""
     result = attempt.get("result") or {}
     gpu = attempt.get("gpu_summary") or {}
     provenance = attempt.get("provenance") or {}
     state = str(attempt.get("state", ""))
     params = {metric_key(f"varied.{k}"): _param(v) for k, v in (row.get("varied") or {}).items()}
+    params.update(benchmark_params(benchmark))
     flags = argv_params(provenance.get("argv") or [])
     if not any(k.endswith(".--port") for k in row.get("varied") or {}):
         flags.pop("flag.--port", None)  # a port the agent picked (port: auto) varies every run
@@ -259,31 +268,53 @@ def plans_for(
     document: Mapping[str, Any],
     attempts: Mapping[str, Sequence[Mapping[str, Any]]],
     reports: Mapping[str, bytes] | None = None,
+    searches: Mapping[str, Mapping[str, Any]] | None = None,
+    benchmarks: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[RunPlan]:
     """Every run of the experiments in ``document``: a parent per group, then one per finished
-    attempt (an attempt still running is left for a later export)."""
-    reports = reports or {}
+    attempt (an attempt still running is left for a later export). A group in ``searches``
+    (its search document, ``tunelab search show --json``) is a search: its parent holds the
+    answer, a child per trial sits under it and each attempt under its trial
+    (``search_plan.py``). ``benchmarks``: per experiment id, its ``benchmark:`` settings."""
+    from tunelab.analysis.mlflow.search_plan import search_plan, trial_of, trial_plans
+
+    reports, searches, benchmarks = reports or {}, searches or {}, benchmarks or {}
     plans: list[RunPlan] = []
     groups: list[str] = []
     for row in document.get("experiments") or []:
         if row.get("group") and row["group"] not in groups:
             groups.append(row["group"])
+    parents: dict[str, str] = {}  # experiment id -> its trial's run key (a search's)
     for group in groups:
-        starts = [
-            _ms(a.get("created_at"))
-            for row in document.get("experiments") or []
-            if row.get("group") == group
-            for a in attempts.get(str(row["id"]), ())
-        ]
+        members = [r for r in document.get("experiments") or [] if r.get("group") == group]
+        starts = [_ms(a.get("created_at")) for r in members for a in attempts.get(str(r["id"]), ())]
         start = min((s for s in starts if s), default=0)
-        plans.append(group_plan(group, document, start, reports.get(group)))
+        search = searches.get(group)
+        if search is None:
+            plans.append(group_plan(group, document, start, reports.get(group)))
+            continue
+        comparison = _group_document(group, document)
+        plans.append(search_plan(group, search, start, comparison, reports.get(group)))
+        ends = {
+            str(r["id"]): max(
+                (e for a in attempts.get(str(r["id"]), ()) if (e := _ms(a.get("finished_at")))),
+                default=None,
+            )
+            for r in members
+        }
+        plans.extend(trial_plans(group, search, ends))
+        parents.update({x: f"trial:{group}:{n}" for x, n in trial_of(search).items()})
     verdicts = change_verdicts(document)
     for row in document.get("experiments") or []:
         label = variant_label(str(row["name"]))
+        in_search = row.get("group") in searches
         for attempt in attempts.get(str(row["id"]), ()):
             if attempt.get("state") in TERMINAL:
-                group_key = f"group:{row['group']}"
-                plans.append(attempt_plan(row, attempt, group_key, verdicts.get(label)))
+                parent = parents.get(str(row["id"]), f"group:{row['group']}")
+                said = None if in_search else verdicts.get(label)
+                plans.append(
+                    attempt_plan(row, attempt, parent, said, benchmarks.get(str(row["id"])))
+                )
     return plans
 
 

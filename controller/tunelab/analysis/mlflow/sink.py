@@ -20,6 +20,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -56,6 +57,33 @@ def safe_uri(uri: str) -> str:
     if not parts.netloc or "@" not in parts.netloc:
         return uri
     return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+
+
+# what urllib3 and requests say when nothing answers, inside MLflow's "API request to ... failed
+# with exception HTTPConnectionPool(...): Max retries exceeded ... (Caused by ...)"
+_ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\")\]]+)")
+_UNREACHABLE = (
+    ("timed out", "no answer (timed out)"),
+    ("Read timed out", "no answer (timed out)"),
+    ("Max retries exceeded", "cannot connect"),
+    ("NameResolutionError", "cannot resolve its host name"),
+)
+MAX_REASON = 160
+
+
+def reason(text: str) -> str:
+    """One short line for what MLflow's client said: the OS's reason when a connection failed
+    (``cannot connect (Connection refused)``), else its first line, cut between words."""
+    errno = _ERRNO.search(text)
+    if errno:
+        return f"cannot connect ({errno.group(1).strip()})"
+    for needle, said in _UNREACHABLE:
+        if needle in text:
+            return said
+    line = " ".join(text.split())
+    if len(line) <= MAX_REASON:
+        return line
+    return line[:MAX_REASON].rsplit(" ", 1)[0] + " …"
 
 
 @dataclass(frozen=True)
@@ -120,8 +148,8 @@ class MlflowSink:
                 self.uri, self.shown
             )
             if code in ("", "INTERNAL_ERROR", "TEMPORARILY_UNAVAILABLE", "ENDPOINT_NOT_FOUND"):
-                raise MlflowUnavailable(f"MLflow at {self.shown}: {what}: {text[:300]}") from None
-            raise MlflowRejected(f"MLflow at {self.shown}: {what}: {text[:300]}") from None
+                raise MlflowUnavailable(f"MLflow at {self.shown}: {what}: {reason(text)}") from None
+            raise MlflowRejected(f"MLflow at {self.shown}: {what}: {reason(text)}") from None
         except OSError as exc:  # connection refused, reset, DNS
             raise MlflowUnavailable(
                 f"MLflow at {self.shown}: {what}: {exc.strerror or exc}"
@@ -193,7 +221,7 @@ class MlflowSink:
         """Each plan as a run, parents first; an unchanged run (same digest) is not touched."""
         known = self.known_runs()
         done: list[Exported] = []
-        for plan in sorted(plans, key=lambda p: p.parent_key is not None):
+        for plan in sorted(plans, key=partial(_depth, {p.key: p for p in plans})):
             digest = plan.digest()
             run_id, seen = known.get(plan.key) or self.find(plan.key) or ("", "")
             if run_id and seen == digest:
@@ -280,6 +308,19 @@ def new_metrics(
     if series != logged_series:
         out += several
     return out, series
+
+
+def _depth(plans: dict[str, RunPlan], plan: RunPlan) -> int:
+    """How far below a top run ``plan`` sits (a search's attempt: 2), so parents come first."""
+    depth, seen = 0, {plan.key}
+    while plan.parent_key is not None:
+        depth += 1
+        parent = plans.get(plan.parent_key)
+        if parent is None or parent.key in seen:
+            break
+        seen.add(parent.key)
+        plan = parent
+    return depth
 
 
 def _chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:

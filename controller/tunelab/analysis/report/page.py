@@ -53,6 +53,8 @@ figcaption{font-size:13px;color:#555}svg text{font-size:11px;fill:#333}
 .answer p{margin:4px 0}
 code{font-size:12px;word-break:break-all}.muted{color:#777}
 table.text td,table.text th{text-align:left}
+table.trials td,table.trials th{white-space:nowrap}
+table.trials td:last-child{white-space:normal}
 """
 CHECK_SCRIPT = """
 window.__reportErrors = [];
@@ -103,11 +105,13 @@ def _figure(name: str, svg: str, caption: str) -> str:
     )
 
 
-def _table(header: list[str], rows: list[list[str]], text: bool = False) -> str:
-    """Cells are markup already escaped by the caller; ``text`` aligns every column left."""
+def _table(header: list[str], rows: list[list[str]], text: bool = False, kind: str = "") -> str:
+    """Cells are markup already escaped by the caller; ``text`` aligns every column left;
+    ``kind``: one more class (``trials``: cells on one line but the last)."""
     head = "".join(f"<th>{escape(h)}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
-    kind = " class='text'" if text else ""
+    classes = " ".join(c for c in ("text" if text else "", kind) if c)
+    kind = f" class='{classes}'" if classes else ""
     return f"<table{kind}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from tunelab.analysis.report.page import CHECK_SCRIPT, STYLE, _figure, _num, _table
 from tunelab.analysis.report.svg import PALETTE, Series, bar_chart, pareto_front, xy_chart
+from tunelab.analysis.slos import slo_label, slo_text
 
 
 def _objective_name(search: dict[str, Any]) -> str:
@@ -40,7 +41,7 @@ def objective_section(search: dict[str, Any]) -> str:
             points = [(float(t["params"][path]), float(t["objective"])) for t in scored]
             svg = xy_chart(
                 f"{name} vs {_short(path)}",
-                [Series(f"trials ({name})", points, PALETTE[i % len(PALETTE)], line=False)],
+                [Series("trials", points, PALETTE[i % len(PALETTE)], line=False)],
                 _short(path),
                 name,
                 log_x=log_x,
@@ -63,35 +64,55 @@ def objective_section(search: dict[str, Any]) -> str:
     return f"<div class='grid'>{''.join(figures)}</div>"
 
 
-def pareto_section(search: dict[str, Any], compare_doc: dict[str, Any]) -> str:
+# the search's SLO keys and the compare document's point keys (search.space.METRICS)
+_POINT_KEY = {"ttft_p99_ms": "p99_ttft_ms", "ttft_median_ms": "median_ttft_ms",
+              "tpot_p99_ms": "p99_tpot_ms", "tpot_median_ms": "median_tpot_ms",
+              "itl_p99_ms": "p99_itl_ms", "itl_median_ms": "median_itl_ms"}  # fmt: skip
+
+
+def _pareto_chart(compare_doc: dict[str, Any], key: str, limit: float | None) -> str | None:
+    """Throughput against one latency, the front and that latency's SLO line; None when no
+    point has both figures."""
+    name = slo_label(key)
     points = [
-        (float(p["output_throughput"]), float(p["p99_tpot_ms"]))
+        (float(p["output_throughput"]), float(p[_POINT_KEY[key]]))
         for row in compare_doc.get("experiments", [])
         for p in row.get("points", [])
         if isinstance(p.get("output_throughput"), int | float)
-        and isinstance(p.get("p99_tpot_ms"), int | float)
+        and isinstance(p.get(_POINT_KEY[key]), int | float)
     ]
     if not points:
-        return "<p class='muted'>No measured point yet.</p>"
-    front = pareto_front(points)
+        return None
     series = [
         Series("every point", points, "#999", line=False),
-        Series("Pareto front", front, PALETTE[1]),
+        Series("Pareto front", pareto_front(points), PALETTE[1]),
     ]
-    limit = search["slo"].get("tpot_p99_ms")
     if limit:
         xs = [x for x, _ in points]
         series.append(
             Series(
-                f"SLO {limit:g} ms", [(min(xs), limit), (max(xs), limit)], PALETTE[2], True, True
+                slo_text({key: limit}), [(min(xs), limit), (max(xs), limit)], PALETTE[2], True, True
             )
         )
-    svg = xy_chart("throughput vs p99 TPOT", series, "output tok/s", "p99 TPOT ms")
-    caption = (
-        "Every load point of every trial (the ladder and bisection included); the front holds "
-        "the points no other beats on both; the dashed line is the TPOT SLO."
+    svg = xy_chart(f"throughput vs {name}", series, "output tok/s", f"{name} ms")
+    return _figure(f"pareto-{key}", svg, f"Throughput against {name}" + (
+        f"; the dashed line is its SLO ({slo_text({key: limit})})." if limit else "."
+    ))  # fmt: skip
+
+
+def pareto_section(search: dict[str, Any], compare_doc: dict[str, Any]) -> str:
+    """One chart per SLO of the search (every limit that can bind the load is drawn against
+    its own latency); p99 TPOT alone when the search has none."""
+    slo = search.get("slo") or {}
+    keys = [k for k in slo if k in _POINT_KEY] or ["tpot_p99_ms"]
+    figures = [f for k in keys if (f := _pareto_chart(compare_doc, k, slo.get(k))) is not None]
+    if not figures:
+        return "<p class='muted'>No measured point yet.</p>"
+    note = (
+        "<p class='muted'>Every load point of every trial (the ladder and bisection included); "
+        "the front holds the points no other beats on both axes.</p>"
     )
-    return _figure("pareto", svg, caption)
+    return note + f"<div class='grid'>{''.join(figures)}</div>"
 
 
 def progress_section(search: dict[str, Any]) -> str:
@@ -113,20 +134,21 @@ def progress_section(search: dict[str, Any]) -> str:
     first = xy_chart(
         f"best {name} so far", [Series("best so far", by_trial, PALETTE[0])], "trial", name
     )
-    second = xy_chart(
-        f"best {name} vs GPU-hours",
-        [Series("best so far", by_hours, PALETTE[4])],
-        "GPU-hours",
-        name,
-    )
-    figures = [
-        _figure("progress-trials", first, "The best objective after each trial."),
-        _figure(
-            "progress-gpu-hours",
-            second,
-            "The same against the GPU-hours the trials used (attempt wall time x GPUs).",
-        ),
-    ]
+    figures = [_figure("progress-trials", first, "The best objective after each trial.")]
+    if any(t.get("gpu_seconds") for t in search["trials"]):  # none on hosts without GPUs
+        second = xy_chart(
+            f"best {name} vs GPU-hours",
+            [Series("best so far", by_hours, PALETTE[4])],
+            "GPU-hours",
+            name,
+        )
+        figures.append(
+            _figure(
+                "progress-gpu-hours",
+                second,
+                "The same against the GPU-hours the trials used (attempt wall time x GPUs).",
+            )
+        )
     return f"<div class='grid'>{''.join(figures)}</div>"
 
 
@@ -167,13 +189,16 @@ def answer_section(search: dict[str, Any]) -> str:
 
 
 def trials_section(search: dict[str, Any]) -> str:
+    """One column per parameter (its short name above, its value in each row: no cell of
+    "name=value" pairs wrapping over lines), then the trial's outcome."""
+    paths = [p["path"] for p in search["space"]]
     rows = []
     for t in search["trials"]:
         interval = t.get("interval")
         rows.append(
             [
                 str(t["number"]),
-                escape(", ".join(f"{_short(k)}={v}" for k, v in t["params"].items())),
+                *(escape(str(t["params"].get(path, ""))) for path in paths),
                 str(t["rung"])
                 + (f" (race {t['race']})" if t.get("race") else "")
                 + (f" (drift {t['drift']})" if t.get("drift") else ""),
@@ -187,16 +212,16 @@ def trials_section(search: dict[str, Any]) -> str:
                 escape(t.get("message") or ""),
             ]
         )
-    header = ["trial", "parameters", "rung", "load", "objective", "95 %", "launches", "host",
-              "state", "note"]  # fmt: skip
-    return _table(header, rows, text=True)
+    header = ["trial", *(_short(p) for p in paths), "rung", "load", _objective_name(search),
+              "95 %", "launches", "host", "state", "note"]  # fmt: skip
+    return _table(header, rows, text=True, kind="trials")
 
 
 def render_search_report(search: dict[str, Any], compare_doc: dict[str, Any], title: str) -> str:
     sections = [
         ("The answer", answer_section(search)),
         ("Objective against each parameter", objective_section(search)),
-        ("Throughput against p99 TPOT", pareto_section(search, compare_doc)),
+        ("Throughput against each SLO", pareto_section(search, compare_doc)),
         ("Progress", progress_section(search)),
         ("Trials", trials_section(search)),
     ]
@@ -207,5 +232,5 @@ def render_search_report(search: dict[str, Any], compare_doc: dict[str, Any], ti
         f"<script>{CHECK_SCRIPT}</script></head><body>"
         f"<h1>tunelab search report: {escape(title)}</h1>"
         f"<p>{len(search['trials'])} trials; strategy {escape(search['strategy'])}; "
-        f"SLO {escape(str(search['slo']))}</p>{body}</body></html>"
+        f"SLO {escape(slo_text(search['slo']))}</p>{body}</body></html>"
     )

@@ -8,6 +8,7 @@ nothing to load or execute; every mark that carries data has class ``datum`` and
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
@@ -120,7 +121,8 @@ def xy_chart(
         f'<text transform="translate(14 {(TOP + H - BOTTOM) / 2}) rotate(-90)" '
         f'text-anchor="middle">{escape(y_label)}</text>'
     )
-    for i, s in enumerate(series):
+    ly = TOP + 14
+    for s in series:
         pts = sorted(s.points) if s.line else list(s.points)
         dy = s.offset_px
         if s.line and len(pts) > 1:
@@ -135,7 +137,6 @@ def xy_chart(
                 f'<circle class="datum" cx="{ax.px(x):.1f}" cy="{ax.py(y) + dy:.1f}" r="4" '
                 f'fill="{s.color}"><title>{tip}</title></circle>'
             )
-        ly = TOP + 14 + 18 * i
         if s.dashed:
             body.append(
                 f'<line x1="{W - RIGHT + 8}" x2="{W - RIGHT + 24}" y1="{ly - 4}" y2="{ly - 4}" '
@@ -145,8 +146,18 @@ def xy_chart(
             body.append(
                 f'<rect x="{W - RIGHT + 12}" y="{ly - 9}" width="10" height="10" fill="{s.color}"/>'
             )
-        body.append(f'<text x="{W - RIGHT + 27}" y="{ly}">{escape(s.name[:22])}</text>')
+        for j, part in enumerate(_legend_lines(s.name)):
+            body.append(f'<text x="{W - RIGHT + 27}" y="{ly + 13 * j}">{escape(part)}</text>')
+        ly += 18 + 13 * (len(_legend_lines(s.name)) - 1)
     return _frame(title, body)
+
+
+LEGEND_CHARS = 19  # what fits right of the plot at the page's 11px
+
+
+def _legend_lines(name: str) -> list[str]:
+    """A legend entry on as many lines as it needs, broken between words: never cut."""
+    return textwrap.wrap(name, LEGEND_CHARS, break_on_hyphens=False) or [""]
 
 
 @dataclass(frozen=True)

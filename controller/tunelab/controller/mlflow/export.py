@@ -25,6 +25,7 @@ from tunelab.analysis.mlflow.sink import Exported, MlflowError, MlflowSink, Mlfl
 from tunelab.analysis.mlflow.watch_plan import occurrence_key, occurrence_plan
 from tunelab.analysis.report import report_bytes
 from tunelab.common.redaction import spec_redactor
+from tunelab.controller.search.summary import search_document
 from tunelab.controller.states import ExperimentState
 from tunelab.controller.store import AttemptRow, ExperimentRow, Store
 from tunelab.controller.wire import redacted_pairs
@@ -176,7 +177,14 @@ class MlflowExporter:
         attempts = self._store.attempts_for_many([e.id for e in members])
         pairs = [(e, attempts.get(e.id, [])) for e in members]
         document, by_id, reports = group_export(pairs, self._report)
-        done = sink.write(plans_for(document, by_id, reports))
+        search = self._store.get_search(group)
+        searches = (
+            {group: search_document(search, self._store.search_trials(group))}
+            if search is not None
+            else {}
+        )
+        benchmarks = {e.id: dict(e.spec.get("benchmark") or {}) for e in members}
+        done = sink.write(plans_for(document, by_id, reports, searches, benchmarks))
         self._note(done)
         return sum(1 for d in done if d.written)
 

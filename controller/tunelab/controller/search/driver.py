@@ -25,6 +25,7 @@ from typing import Any
 
 import structlog
 
+from tunelab.analysis.slos import slo_text
 from tunelab.controller.search import drift, race
 from tunelab.controller.search.answer import answer_line
 from tunelab.controller.search.backoff import SearchSpecError, StepBackoff
@@ -406,7 +407,7 @@ class SearchDriver:
             failed = sum(1 for t in trials if t.state is TrialState.FAILED)
             summary = (
                 f"{why}; no feasible point: none of {done} finished trials met the SLOs "
-                f"{spec.slo}" + (f" ({failed} failed)" if failed else "")
+                f"{slo_text(spec.slo)}" + (f" ({failed} failed)" if failed else "")
             )
         target = state or (SearchState.DONE if standing.best is not None else SearchState.FAILED)
         self._store.finish_search(search.group, target, summary, self._clock(), fence)

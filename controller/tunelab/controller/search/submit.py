@@ -77,6 +77,20 @@ def _check_points(
     return first
 
 
+def _base_issues(base: Mapping[str, Any], raw_search: Any) -> list[SpecIssue]:
+    """The base's unknown keys (its typos) when the ``search:`` section could not be read: what
+    else the base lacks may be the search's to set (its load sets the concurrency), and an
+    issue on a path the space sets is the space's values to decide."""
+    space = raw_search.get("space") if isinstance(raw_search, Mapping) else None
+    axes = [str(a) for a in space] if isinstance(space, Mapping) else []
+
+    def set_by_space(path: str) -> bool:
+        return any(a == path or a.startswith(f"{path}.") or path.startswith(f"{a}.") for a in axes)
+
+    _, found = check_trial(base)
+    return [i for i in found if i.problem.startswith("unknown key") and not set_by_space(i.path)]
+
+
 def search_from_text(
     text: str,
     source: str = "",
@@ -96,9 +110,9 @@ def search_from_text(
         if other in raw:
             raise SpecError([SpecIssue(other, "use search or matrix/ablation, not both")], source)
     spec, issues = parse_search(raw["search"])
-    if spec is None:
-        raise SpecError(issues, source)
     base = {k: v for k, v in raw.items() if k != "search"}
+    if spec is None:  # the base's own mistakes too: a user fixes both at once (issue 37.7)
+        raise SpecError(issues + _base_issues(base, raw["search"]), source)
     first = _check_points(base, spec, issues, cpu_budget)
     if issues:
         raise SpecError(issues, source)

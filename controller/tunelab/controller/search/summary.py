@@ -62,10 +62,24 @@ def trial_json(spec: SearchSpec, trials: Sequence[TrialRow], t: TrialRow) -> dic
         "failure_reason": t.failure_reason or None,
         "message": t.details.get("message", ""),
         "experiment": t.experiment_id,
-        "gpu_seconds": t.details.get("gpu_seconds"),
+        "gpu_seconds": _gpu_seconds(t),  # None on a host without GPUs
         "mean_input_tokens": t.details.get("mean_input_tokens"),  # the server's count
         "lengths_exact": t.details.get("lengths_exact"),  # False: no tokenizer, words
     }
+
+
+def _gpu_seconds(t: TrialRow) -> float | None:
+    """A trial's GPU-seconds; None where its attempts had no GPU (an older record that did not
+    say how many is taken as it was counted)."""
+    if t.details.get("gpus", 1) == 0:
+        return None
+    value = t.details.get("gpu_seconds")
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _total_gpu_seconds(trials: Sequence[TrialRow]) -> float | None:
+    used = [v for t in trials if (v := _gpu_seconds(t)) is not None]
+    return round(sum(used), 3) if used else None
 
 
 def recommendation(search: SearchRow, spec: SearchSpec, params: dict[str, Any]) -> dict[str, Any]:
@@ -103,7 +117,7 @@ def search_document(search: SearchRow, trials: Sequence[TrialRow]) -> dict[str, 
         "trials": [trial_json(spec, trials, t) for t in trials],
         "drift": drift_json(spec, trials),
         "warnings": warnings(spec, trials),
-        "gpu_seconds": round(sum(t.details.get("gpu_seconds") or 0.0 for t in trials), 3),
+        "gpu_seconds": _total_gpu_seconds(trials),
         "submitted_at": search.submitted_at,
         "finished_at": search.finished_at,
     }

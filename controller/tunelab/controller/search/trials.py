@@ -219,6 +219,9 @@ def outcome(
     margins are kept beside the value)."""
     last = attempts[-1] if attempts else None
     used: dict[str, Any] = {"gpu_seconds": gpu_seconds(attempts), "experiment": exp.id}
+    # the budget counts a GPU-less host's wall time as one GPU's; the document shows
+    # gpu_seconds only where a GPU was used (issue 37.6)
+    used["gpus"] = max((len(a.gpus) for a in attempts), default=0)
     if last is not None:  # where it ran: the host, and its class as the attempt recorded it
         used["host"] = last.host
         used["host_class"] = hostclass.of_attempt(last)

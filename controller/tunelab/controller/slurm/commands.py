@@ -170,10 +170,17 @@ class SlurmCli:
         return parse_jobcomp(text, job_id)
 
     def check_partition(self, partition: str) -> None:
-        """Raises SlurmError naming the partition when Slurm does not know it."""
+        """Raises SlurmError naming the partition when Slurm does not know it, and saying so in
+        one line when Slurm has no configuration here (the partition is not to blame then)."""
         try:
             self._run(["scontrol", "show", "partition", partition])
         except SlurmError as exc:
+            if any(sign in str(exc) for sign in NO_CONFIG):
+                raise SlurmError(
+                    "Slurm has no configuration on the controller's host (scontrol: could not "
+                    "establish a configuration source): run the controller on a Slurm submit "
+                    "host, or point SLURM_CONF at its slurm.conf"
+                ) from None
             raise SlurmError(f"partition {partition!r}: {exc}") from None
 
     def cancel(self, job_id: str) -> None:
@@ -181,6 +188,8 @@ class SlurmCli:
 
 
 QUEUE_FORMAT = "%i|%j|%T|%r"
+# what scontrol says (over several lines) when it finds no slurm.conf and no DNS SRV record
+NO_CONFIG = ("configuration source", "fetch_config", "slurm.conf")
 COMPLETION_LOG_TAIL = 4 << 20
 
 

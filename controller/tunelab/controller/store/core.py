@@ -159,7 +159,10 @@ class SqlStore(StatementBooks, ABC):
             if replace:  # a whole new row, as a new host would get (portable: no OR REPLACE)
                 conn.execute(self.sql.delete_host, (host.name,))
             elif conn.execute(self.sql.host_exists, (host.name,)).fetchall():
-                raise StoreConflict(f"host {host.name!r} exists (use --replace to change it)")
+                raise StoreConflict(
+                    f"host {host.name!r} exists; change it with: tunelab hosts set {host.name} "
+                    "--label K=V (or --metrics-url URL)"
+                )
             conn.execute(self.sql.insert("hosts", values), list(values.values()))
             self._event(conn, "host", host.name, None, host.state.value, f"added {host.address}")
             self.secrets.set(host.name, host.token)  # before COMMIT: a failed write keeps no row
