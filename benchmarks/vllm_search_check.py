@@ -101,6 +101,10 @@ def spec(args: argparse.Namespace, model: Path, cache: Path) -> dict[str, Any]:
             "input_len": args.input_len,
             "output_len": args.output_len,
             "tokenizer": "model",
+            # Without requests or duration per point, every race launch (a fixed load) is refused
+            # "benchmark: set requests (per point) or duration (per point)" and the race re-queues
+            # it without end (seen here: 1,450 SKIPPED trials in 2 minutes).
+            "duration": args.point_duration,
         },
         "max_duration": "20m",
         "search": {
@@ -297,7 +301,14 @@ def report(document: dict[str, Any], measured: dict[str, list[dict[str, float]]]
         ),
         "|---|---|---|---|---|",
     ]
-    runner = next(t for t in document["trials"] if t["number"] == rival["trial"])
+    # a trial's objective, interval and launches are over its configuration's launches at its
+    # load up to it: the runner-up's latest trial at the race's load holds all of them
+    runner = max(
+        (t for t in document["trials"]
+         if t["params"] == rival["params"] and t.get("load") == best["load"]
+         and t.get("objective") is not None),
+        key=lambda t: int(t["number"]),
+    )  # fmt: skip
     rows = [
         ("winner", best["params"], best["objective"], best.get("interval"), best.get("launches")),
         ("runner-up", rival["params"], runner.get("objective"), runner.get("interval"),
@@ -346,8 +357,9 @@ def main() -> int:
     parser.add_argument("--input-len", type=int, default=124, help="tokens (the issue's case)")
     parser.add_argument("--output-len", type=int, default=32)
     parser.add_argument("--max-concurrency", type=int, default=32)
-    parser.add_argument("--confirm", type=int, default=4, help="the race's launches per contender")
-    parser.add_argument("--duration", default="25m", help="the search's wall-time budget")
+    parser.add_argument("--point-duration", default="10s", help="benchmark.duration per point")
+    parser.add_argument("--confirm", type=int, default=3, help="the race's launches per contender")
+    parser.add_argument("--duration", default="20m", help="the search's wall-time budget")
     parser.add_argument("--runs", type=int, default=5, help="re-measure launches per config")
     parser.add_argument("--skip-search", type=Path, help="a search.json to re-measure only")
     parser.add_argument(
