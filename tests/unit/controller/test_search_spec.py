@@ -124,3 +124,17 @@ def test_the_grid_visits_every_point_once_in_order() -> None:
     proposals = Grid().ask(found.spec, [], 1000).proposals
     assert len(proposals) == 3 * 2 * 2 * 2
     assert proposals[0].params == found.spec.default_params
+
+
+def test_a_launch_at_a_found_load_measures_as_many_requests_as_a_find_point() -> None:
+    """A race or drift launch fixes the load a search found; a spec that set neither requests
+    nor a duration (the find points' own default applied) must still pass the agent's check,
+    which a fixed load requires (a real search queued 1,649 refused race launches)."""
+    found = search_from_text(BASE.replace("requests: 10, ", "") + FULL)
+    assert found is not None
+    params = found.spec.default_params
+    doc, issues = trial_spec(found.base, found.spec, params, 0, {"concurrency": 14})
+    assert not issues, issues
+    assert doc["benchmark"]["concurrency"] == [14] and doc["benchmark"]["requests"] == 70
+    rated, issues = trial_spec(found.base, found.spec, params, 0, {"rate": 0.2})
+    assert not issues and rated["benchmark"]["requests"] == 10

@@ -12,7 +12,7 @@ from typing import Any
 
 from tunelab.analysis.intervals import Cell, contrast, positive_interval
 from tunelab.controller.search import drift, hostclass, race
-from tunelab.controller.search.space import SearchSpec
+from tunelab.controller.search.space import MAX_CONFIRM, SearchSpec
 from tunelab.controller.search.strategies import key
 from tunelab.controller.search.trials import CLIENT_LIMITED, trial_label
 from tunelab.controller.store.search_models import TrialRow
@@ -102,12 +102,19 @@ def answer_line(spec: SearchSpec, st: race.Standings) -> str:
         )
     if st.verdict == race.RACING:
         return f"racing (round {st.rounds}): {head} leads " + _versus_text(spec, st, "")[1:]
-    decide = (
-        f"submit again with search.budget.confirm: {st.needed} to decide (about that many "
-        "launches each, at the spread seen)"
-        if st.needed
-        else "submit again with a larger search.budget.confirm to decide"
-    )
+    if st.needed and st.needed > MAX_CONFIRM:  # a hint no spec could follow is no next step
+        decide = (
+            f"deciding would take about {st.needed} launches each at the spread seen (confirm "
+            f"allows {MAX_CONFIRM}): at this noise either serves; a quieter host (tunelab audit) "
+            "narrows the spread"
+        )
+    elif st.needed:
+        decide = (
+            f"submit again with search.budget.confirm: {st.needed} to decide (about that many "
+            "launches each, at the spread seen)"
+        )
+    else:
+        decide = "submit again with a larger search.budget.confirm to decide"
     versus = _versus_text(spec, st, "")[1:]
     return f"undecided: {head} leads {versus} {at}; {decide}"
 

@@ -284,7 +284,7 @@ class _Replay:
             1
             for t in self.race
             if key(t.params) == k
-            and t.state in ("FAILED", "CANCELLED")
+            and t.state in ("FAILED", "CANCELLED", "SKIPPED")  # SKIPPED: refused at creation
             and t.failure_reason not in CLIENT_LIMITED
             and int(t.details["race"]) < before
         )

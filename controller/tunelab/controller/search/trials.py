@@ -15,6 +15,7 @@ one launch, never independent repeats).
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -83,6 +84,12 @@ def trial_document(
             bench["concurrency"] = [int(value)]
         else:
             bench["rate"] = float(value)
+        if "requests" not in bench and "duration" not in bench:
+            # a found load's launch measures as much as the agent's own find points do (5 x
+            # the concurrency, 30 s of arrivals at a rate, at least 10): without it the spec
+            # check refuses the launch (a fixed load needs requests or a duration)
+            per_unit = 5 if axis == "concurrency" else 30
+            bench["requests"] = max(10, math.ceil(per_unit * float(value)))
     elif spec_load.find:
         bench["find"] = {
             "axis": spec_load.axis,
