@@ -68,7 +68,9 @@ def test_every_line_fits_100_columns_and_names_the_load_point() -> None:
 def name_cells(text: str) -> list[str]:
     """The experiments table's first column, each experiment's lines joined (blocks are
     separated by blank lines; a cell ends at the first run of two spaces)."""
-    body = text.split("─\n", 1)[1].split("\nrepeat spread", 1)[0].split("\neffects:", 1)[0]
+    body = text.split("─\n", 1)[1]
+    for end in ("\nrepeat spread", "\neffects", "\nanswer ("):  # what follows the table
+        body = body.split(end, 1)[0]
     names = []
     for block in body.split("\n\n"):
         cells = [line[2:].split("  ", 1)[0] for line in block.splitlines() if line.strip()]
