@@ -305,6 +305,43 @@ def test_shared_prefix_hits_vllms_prefix_cache_where_random_does_not(
     assert sorted(shared[3]["by_prefix_group"]) == ["0", "1", "2", "3"]
 
 
+def test_custom_prompts_reach_vllm_in_its_chat_template_as_vllm_bench_serve_sends_them(
+    venv: Path, tiny_model: Path, vllm_server: Started, tmp_path: Path
+) -> None:
+    """Issue 37.4: ``--dataset-name custom`` wraps each prompt in the served model's chat
+    template (vLLM's CustomDataset), or not with ``--skip-chat-template``; the same line run
+    by both tools feeds vLLM the same prompt tokens either way (its own counter)."""
+    port = vllm_server.spec.port
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(
+        "".join(
+            json.dumps({"prompt": f"question {i}: tell me about the number {i}"}) + "\n"
+            for i in range(6)
+        )
+    )
+    pin = ["taskset", "-c", CLIENT_CPU]
+    line = ["--backend", "openai", "--base-url", f"http://127.0.0.1:{port}", "--model", "tiny"]
+    line += ["--tokenizer", str(tiny_model), "--dataset-name", "custom", "--dataset-path"]
+    line += [str(rows), "--num-prompts", "6", "--max-concurrency", "2", "--custom-output-len"]
+    line += ["4", "--ignore-eos", "--temperature", "0", "--seed", "3"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    taken: dict[tuple[str, bool], float] = {}
+    for skip in (False, True):
+        for tool, head in (
+            ("vllm", [str(venv / "bin" / "vllm"), "bench", "serve"]),
+            ("tunelab", [sys.executable, "-P", "-m", "tunelab.cli.main", "bench"]),
+        ):
+            before = _prompt_tokens_total(port)
+            more = ["--skip-chat-template"] if skip else []
+            subprocess.run([*pin, *head, *line, *more], check=True, timeout=300, env=env,
+                           stdout=subprocess.DEVNULL)  # fmt: skip
+            taken[tool, skip] = _prompt_tokens_total(port) - before
+    print(f"\nprompt tokens vLLM took in: {taken}")
+    assert taken["tunelab", False] == taken["vllm", False]
+    assert taken["tunelab", True] == taken["vllm", True]
+    assert taken["vllm", False] > taken["vllm", True]  # the template's tokens
+
+
 def test_bad_flag_and_missing_model_fail_with_their_reason(
     agent: Agent, venv: Path, tiny_model: Path, compile_cache: Path, tmp_path: Path
 ) -> None:
@@ -359,6 +396,7 @@ def _held_files(procs: list[psutil.Process]) -> set[str]:
     return held
 
 
+# The session's server is stopped here: every test that uses it comes above.
 def test_stop_leaves_no_process_and_no_file(agent: Agent, vllm_server: Started) -> None:
     server_id = vllm_server.server.id
     current = agent.stub.GetServer(agent_pb2.GetServerRequest(id=server_id), timeout=10).server
@@ -411,40 +449,3 @@ def test_stop_while_compiling_leaves_no_shared_memory(
     assert final.state == S.SERVER_STATE_STOPPED, final.message
     left = sorted(p for p in held if Path(p).exists())
     assert not left, f"left behind: {left}"
-
-
-def test_custom_prompts_reach_vllm_in_its_chat_template_as_vllm_bench_serve_sends_them(
-    venv: Path, tiny_model: Path, vllm_server: Started, tmp_path: Path
-) -> None:
-    """Issue 37.4: ``--dataset-name custom`` wraps each prompt in the served model's chat
-    template (vLLM's CustomDataset), or not with ``--skip-chat-template``; the same line run
-    by both tools feeds vLLM the same prompt tokens either way (its own counter)."""
-    port = vllm_server.spec.port
-    rows = tmp_path / "rows.jsonl"
-    rows.write_text(
-        "".join(
-            json.dumps({"prompt": f"question {i}: tell me about the number {i}"}) + "\n"
-            for i in range(6)
-        )
-    )
-    pin = ["taskset", "-c", CLIENT_CPU]
-    line = ["--backend", "openai", "--base-url", f"http://127.0.0.1:{port}", "--model", "tiny"]
-    line += ["--tokenizer", str(tiny_model), "--dataset-name", "custom", "--dataset-path"]
-    line += [str(rows), "--num-prompts", "6", "--max-concurrency", "2", "--custom-output-len"]
-    line += ["4", "--ignore-eos", "--temperature", "0", "--seed", "3"]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    taken: dict[tuple[str, bool], float] = {}
-    for skip in (False, True):
-        for tool, head in (
-            ("vllm", [str(venv / "bin" / "vllm"), "bench", "serve"]),
-            ("tunelab", [sys.executable, "-P", "-m", "tunelab.cli.main", "bench"]),
-        ):
-            before = _prompt_tokens_total(port)
-            more = ["--skip-chat-template"] if skip else []
-            subprocess.run([*pin, *head, *line, *more], check=True, timeout=300, env=env,
-                           stdout=subprocess.DEVNULL)  # fmt: skip
-            taken[tool, skip] = _prompt_tokens_total(port) - before
-    print(f"\nprompt tokens vLLM took in: {taken}")
-    assert taken["tunelab", False] == taken["vllm", False]
-    assert taken["tunelab", True] == taken["vllm", True]
-    assert taken["vllm", False] > taken["vllm", True]  # the template's tokens
