@@ -182,6 +182,7 @@ def main() -> int:
     parser.add_argument("--launches", type=int, default=4, help="re-measure launches per config")
     parser.add_argument("--server-python", default=sys.executable)
     parser.add_argument("--simulate", action="store_true", help="the simulator, no GPU")
+    parser.add_argument("--search-deadline", type=float, default=2400, help="seconds")
     parser.add_argument("--skip-search", default="", help="a search.json to re-measure only")
     args = parser.parse_args()
     out = Path(args.out)
@@ -257,18 +258,31 @@ def run_search(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         added = controller.cli("hosts", "add", "gpu", agent.address, "--label", "pool=gpu")
         print(added.stdout, added.stderr, flush=True)
         time.sleep(2)
-        submitted = controller.cli("submit", str(spec_path), "--wait", timeout=3000)
+        submitted = controller.cli("submit", str(spec_path))
         (out / "submit.txt").write_text(submitted.stdout + submitted.stderr)
         print(submitted.stdout[-4000:], submitted.stderr[-2000:], flush=True)
-        shown = controller.cli("search", "show", "gpu-search", "--json")
-        if shown.returncode != 0:  # older CLIs take only the group
-            listed = json.loads(controller.cli("ls", "--json").stdout or "[]")
-            group = listed[-1]["group"] if listed else ""
-            shown = controller.cli("search", "show", group, "--json")
-        text = controller.cli("search", "show", json.loads(shown.stdout)["group"]).stdout
+        deadline = time.monotonic() + args.search_deadline
+        document: dict[str, Any] = {}
+        while True:  # poll, so that a run cut short still leaves what it found
+            shown = controller.cli("search", "show", "gpu-search", "--json")
+            if shown.returncode == 0:
+                document = dict(json.loads(shown.stdout))
+                (out / "search.json").write_text(json.dumps(document, indent=1))
+                done = [t for t in document.get("trials", []) if t.get("state") != "RUNNING"]
+                print(f"  {time.monotonic() - deadline + args.search_deadline:5.0f} s "
+                      f"{document.get('state')}: {len(done)} trials ended", flush=True)  # fmt: skip
+                if document.get("state") not in ("PENDING", "RUNNING", "RACING"):
+                    break
+            if time.monotonic() > deadline:
+                print("search deadline passed: cancelled; what it has so far", flush=True)
+                controller.cli("cancel", "gpu-search")
+                time.sleep(15)  # its server stops before a re-measure needs the GPU
+                break
+            time.sleep(10)
+        text = controller.cli("search", "show", "gpu-search").stdout
         (out / "search_show.txt").write_text(text)
         print(text, flush=True)
-        return dict(json.loads(shown.stdout))
+        return document
     finally:
         for name, proc in (("controller", controller), ("agent", agent)):
             (out / f"{name}.log").write_text(proc.log()[-200_000:])
