@@ -177,7 +177,7 @@ def test_a_controller_frozen_while_it_holds_the_turn_loses_it_and_the_other_fini
         spec = sim_experiment(
             "freeze",
             itl_ms=10,
-            benchmark={"concurrency": [1], "requests": 6, "input_len": 8, "output_len": 16},
+            benchmark={"concurrency": [1], "requests": 24, "input_len": 8, "output_len": 16},
             matrix={"server.flags.--tokens-per-chunk": [1, 2, 3, 4]},
         )
         reply = (
@@ -191,9 +191,14 @@ def test_a_controller_frozen_while_it_holds_the_turn_loses_it_and_the_other_fini
         ids = [e.id for e in reply.experiments]
         by_pid = {c.proc.pid: c for c in controllers if c.proc is not None}
         with psycopg.connect(url, autocommit=True) as admin:
-            for _ in range(500):  # catch one mid-tick: SIGSTOP it while it holds the turn
+            # catch one mid-tick: SIGSTOP it while it holds the turn. A turn lasts one pass
+            # (milliseconds) per 0.2 s tick, so this is bounded by time, not by tries: on a
+            # busy machine 500 tries once all missed.
+            catch_by = time.monotonic() + 60
+            while time.monotonic() < catch_by:
                 holder = turn_holder(admin)
                 if holder not in by_pid:
+                    time.sleep(0.001)
                     continue
                 victim = by_pid[holder]
                 assert victim.proc is not None and victim.proc.poll() is None  # our own child
