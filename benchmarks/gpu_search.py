@@ -79,8 +79,15 @@ def spec(args: argparse.Namespace) -> dict[str, Any]:
         "search": {
             "space": {f"server.flags.{axis}": list(args.space)},
             "objective": {"maximize": "output_throughput"},
-            "slo": {"tpot_p99_ms": args.slo_tpot, "ttft_p99_ms": args.slo_ttft},
-            "load": {"concurrency": "find", "max": max(args.space)},
+            "slo": {
+                "tpot_p99_ms": args.slo_tpot,
+                **({"ttft_p99_ms": args.slo_ttft} if args.slo_ttft else {}),
+            },
+            "load": {
+                "concurrency": "find",
+                "max": max(args.space),
+                **({"plateau": args.plateau} if args.plateau else {}),
+            },
             "budget": {"trials": args.trials, "confirm": args.confirm},
             "strategy": "grid",
         },
@@ -177,7 +184,8 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=10)
     parser.add_argument("--confirm", type=int, default=4, help="the race's launches per contender")
     parser.add_argument("--slo-tpot", type=float, default=25.0)
-    parser.add_argument("--slo-ttft", type=float, default=3000.0)
+    parser.add_argument("--slo-ttft", type=float, default=0.0, help="ms; 0: no TTFT SLO")
+    parser.add_argument("--plateau", default="5%", help="the load search's plateau; '': none")
     parser.add_argument("--output-len", type=int, default=64)
     parser.add_argument("--launches", type=int, default=4, help="re-measure launches per config")
     parser.add_argument("--server-python", default=sys.executable)

@@ -158,3 +158,30 @@ def test_search_cancel_stops_the_trials_and_wait_says_so(lab: Lab, tmp_path: Pat
         time.sleep(0.3)
     assert states <= {"CANCELLED", "SUCCEEDED", "FAILED"}, states
     assert controller.cli("search", "show", "g-0000000000000000").returncode == 4
+
+
+def test_a_load_search_with_a_plateau_stops_at_each_batch_cap(lab: Lab, tmp_path: Path) -> None:
+    """With only a TPOT SLO a batch cap meets it at any concurrency (requests past the cap
+    queue, TTFT pays): without a plateau the load search walks to the maximum, measuring
+    queueing. ``plateau: 20%`` stops the ladder where doubling the load stopped paying, so each
+    trial's load is its cap, found in a few points, and its throughput is the cap's."""
+    controller = lab.start_controller()
+    lab.add_agent("sim-a", labels="pool=demo")
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    doc["search"].update(
+        space={SEQS: [8, 16]},
+        slo={"tpot_p99_ms": 25},
+        load={"concurrency": "find", "max": 256, "plateau": "20%"},
+        budget={"trials": 6, "confirm": 2},
+        parallel=1,
+    )
+    path = tmp_path / "plateau.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    result = controller.cli("submit", str(path), "--wait", "--json", timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr + controller.log()[-3000:]
+    found = json.loads(result.stdout)
+    measured = [t for t in found["trials"] if t["state"] == "DONE" and not t["drift"]]
+    loads = {t["params"][SEQS]: t["load"]["concurrency"] for t in measured if not t["race"]}
+    assert loads == {8: 8, 16: 16}, found["trials"]
+    assert found["best"]["params"][SEQS] == 16 and found["best"]["load"]["concurrency"] == 16
+    assert found["best"]["vs_runner_up"]["verdict"] == "better", found["best"]

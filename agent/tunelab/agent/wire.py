@@ -262,6 +262,7 @@ def _run_spec_to_pb(spec: RunSpec) -> run_pb2.RunSpec:
                 find_axis=b.get("find_axis", ""),
                 find_max=b.get("find_max", 0.0),
                 find_slo=b.get("find_slo", {}),
+                find_plateau=b.get("find_plateau", 0.0),
                 tokenizer=b.get("tokenizer_file") or b.get("tokenizer", ""),
             )
         )

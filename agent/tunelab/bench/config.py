@@ -124,6 +124,7 @@ class BenchConfig:
     find_axis: str = ""
     find_max: float = 0.0
     find_slo: dict[str, float] = field(default_factory=dict)
+    find_plateau: float = 0.0  # > 0: the ladder stops where a doubling gains less than this
     # self-check: the client marks a point saturated when its event loop runs late (mean or p99)
     # or its single thread uses more than this share of a core
     max_mean_loop_lag_ms: float = 2.0
@@ -243,6 +244,7 @@ class BenchConfig:
             find_axis=pb.find_axis,
             find_max=pb.find_max,
             find_slo=dict(pb.find_slo),
+            find_plateau=pb.find_plateau,
             tokenizer=pb.tokenizer,
         ).with_preset()
 
@@ -282,7 +284,13 @@ class BenchConfig:
             for name, limit in self.find_slo.items():
                 check(name in FIND_SLO_FIELDS, f"find_slo.{name}", "unknown point field")
                 check(math.isfinite(limit) and limit > 0, f"find_slo.{name}", "must be > 0")
+            check(
+                math.isfinite(self.find_plateau) and 0 <= self.find_plateau < 1,
+                "find_plateau",
+                "must be a fraction from 0 (off) to below 1",
+            )
         else:
+            check(not self.find_plateau, "find_plateau", "goes with find_axis")
             check(
                 bool(self.concurrency) != open_loops,
                 "concurrency",

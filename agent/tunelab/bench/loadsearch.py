@@ -6,6 +6,12 @@ reached; then bisection between the last load that met them and the first that d
 the two are within 1/8 of each other (or 1 apart for a concurrency); then a confirming repeat at
 the answer. If the repeat breaks an SLO, the answer steps down to the largest other load that met
 them. A point whose requests failed never meets the SLOs.
+
+With a ``plateau`` fraction the ladder also stops where doubling the load raised the output
+throughput by less than that fraction: past the knee a larger load only queues (a server with
+8 batch slots meets a TPOT SLO at any concurrency, its TTFT paying for it), so the answer is the
+smaller load, which serves as much at lower latency, and the search spends no time on points
+that measure queueing.
 """
 
 from __future__ import annotations
@@ -39,6 +45,9 @@ class LoadSearch:
     confirmed: bool | None = None  # None: the confirming repeat has not run
     phase: str = "ladder"
     probes: list[dict[str, Any]] = field(default_factory=list)
+    plateau: float = 0.0  # 0: off; else the least relative throughput gain a doubling must give
+    plateau_at: float | None = None  # the load whose doubling gained less than ``plateau``
+    throughput: dict[float, float] = field(default_factory=dict)  # passed load -> tok/s
 
     def _round(self, value: float) -> float:
         return float(max(1, round(value))) if self.axis == "concurrency" else round(value, 4)
@@ -47,8 +56,17 @@ class LoadSearch:
         return 1.0 if self.axis == "concurrency" else self._round(self.maximum / RATE_START)
 
     def best_passed(self) -> float | None:
-        below = [p for p in self.passed if not self.failed or p < min(self.failed)]
+        ceiling = min([*self.failed, *([self.plateau_at] if self.plateau_at else [])], default=None)
+        below = [p for p in self.passed if ceiling is None or p < ceiling]
         return max(below) if below else None
+
+    def _plateaued(self, load: float) -> bool:
+        """Did the doubling that reached ``load`` (a passed ladder point) gain too little?"""
+        lower = [p for p in self.passed if p < load and p in self.throughput]
+        if not self.plateau or not lower or load not in self.throughput:
+            return False
+        before = self.throughput[max(lower)]
+        return before > 0 and self.throughput[load] < before * (1 + self.plateau)
 
     def next_load(self) -> float | None:
         """The next load to measure, or None when the answer is known."""
@@ -57,6 +75,8 @@ class LoadSearch:
                 return self._start()
             if self.failed:
                 self.phase = "bisect"
+            elif self.plateau_at is not None:
+                self.phase = "confirm"
             else:
                 top = max(self.passed)
                 if top >= self.maximum:
@@ -94,6 +114,12 @@ class LoadSearch:
                 self.passed = [p for p in self.passed if p < load]
             return ok
         (self.passed if ok else self.failed).append(load)
+        rate = summary.get("output_throughput")
+        if ok and isinstance(rate, int | float):
+            self.throughput[load] = float(rate)
+            if self.phase == "ladder" and self._plateaued(load):
+                self.plateau_at = load
+                self.probes[-1]["plateau"] = True
         return ok
 
     def answer(self) -> float | None:
@@ -110,6 +136,7 @@ class LoadSearch:
             "confirmed": bool(self.confirmed) if answer is not None else False,
             "answer_points": list(points_at.get(answer, [])) if answer is not None else [],
             "probes": self.probes,
+            **({"plateau": self.plateau, "plateau_at": self.plateau_at} if self.plateau else {}),
         }
 
 

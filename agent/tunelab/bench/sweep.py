@@ -129,7 +129,12 @@ class Sweep:
     async def run_load_search(self, done: list[dict[str, Any]]) -> None:
         """Ladder, bisection and a confirming repeat on this one server (loadsearch.py); the
         answer goes in the document's ``load_search``, each point says its phase and verdict."""
-        search = LoadSearch(self.config.find_axis, self.config.find_max, dict(self.config.find_slo))
+        search = LoadSearch(
+            self.config.find_axis,
+            self.config.find_max,
+            dict(self.config.find_slo),
+            plateau=self.config.find_plateau,
+        )
         self.load_search = search
         at: dict[float, list[int]] = {}
         while (load := search.next_load()) is not None:

@@ -58,3 +58,64 @@ def test_no_load_meets_the_slo() -> None:
 def test_a_point_with_failed_requests_never_meets_the_slo() -> None:
     assert not meets({"p99_tpot_ms": 50}, {"completed": 9, "failed": 1, "p99_tpot_ms": 1})
     assert not meets({"p99_tpot_ms": 50}, {"completed": 9, "failed": 0})
+
+
+def batched(slots: int) -> dict[float, dict[str, float]]:
+    """A server with ``slots`` batch slots: throughput grows with the load up to the slots,
+    then stays flat; TPOT does not move (queueing shows in TTFT, which has no SLO here)."""
+    return {
+        float(c): {
+            "completed": 10,
+            "failed": 0,
+            "p99_tpot_ms": 10.0,
+            "output_throughput": 100.0 * min(c, slots),
+        }
+        for c in (2**i for i in range(12))
+    }
+
+
+def run_batched(search: LoadSearch, slots: int) -> list[float]:
+    loads = []
+    while (load := search.next_load()) is not None:
+        loads.append(load)
+        search.tell(load, batched(slots)[load])
+    return loads
+
+
+def test_without_a_plateau_a_tpot_slo_walks_to_the_maximum_past_the_batch() -> None:
+    search = LoadSearch("concurrency", 1024, {"p99_tpot_ms": 25})
+    run_batched(search, 8)
+    assert search.answer() == 1024  # every point past 8 measured queueing
+
+
+def test_a_plateau_stops_the_ladder_where_doubling_stops_paying() -> None:
+    search = LoadSearch("concurrency", 1024, {"p99_tpot_ms": 25}, plateau=0.05)
+    loads = run_batched(search, 8)
+    assert loads == [1, 2, 4, 8, 16, 8]  # 16 gave +0 % over 8: the answer is 8, confirmed
+    assert search.answer() == 8 and search.confirmed
+    doc = search.document({8.0: [3, 5]})
+    assert doc["plateau"] == 0.05 and doc["plateau_at"] == 16
+    assert [p.get("plateau", False) for p in doc["probes"]] == [False] * 4 + [True, False]
+
+
+def test_a_plateau_does_not_stop_a_ladder_that_still_gains() -> None:
+    search = LoadSearch("concurrency", 64, {"p99_tpot_ms": 25}, plateau=0.05)
+    run_batched(search, 1024)  # throughput doubles with every doubling up to the maximum
+    assert search.answer() == 64 and search.plateau_at is None
+
+
+def test_an_slo_miss_before_the_plateau_bisects_as_before() -> None:
+    search = LoadSearch("concurrency", 1024, {"p99_tpot_ms": 50}, plateau=0.05)
+    loads = run(search)  # TPOT = 10 + c, no throughput reported: the plateau never applies
+    assert loads[:7] == [1, 2, 4, 8, 16, 32, 64] and search.answer() in range(36, 41)
+
+
+def test_a_failed_confirmation_below_a_plateau_steps_down() -> None:
+    search = LoadSearch("concurrency", 1024, {"p99_tpot_ms": 25}, plateau=0.05)
+    summaries = batched(8)
+    loads = []
+    while (load := search.next_load()) is not None:
+        loads.append(load)
+        repeat = load in loads[:-1]
+        search.tell(load, {**summaries[load], "p99_tpot_ms": 90.0} if repeat else summaries[load])
+    assert loads == [1, 2, 4, 8, 16, 8] and search.answer() == 4

@@ -52,3 +52,17 @@ def test_a_load_search_bounds_only_latency_fields() -> None:
     pb.find_slo["output_throughput"] = 5.0
     with pytest.raises(BenchConfigError, match="unknown point field"):
         BenchConfig.from_builtin_pb(pb, "http://127.0.0.1:1")
+
+
+def test_a_plateau_reads_from_the_proto_and_is_checked() -> None:
+    config = BenchConfig.from_builtin_pb(builtin(find_plateau=0.05), "http://127.0.0.1:1")
+    assert config.find_plateau == 0.05
+    assert BenchConfig.from_dict(config.to_dict()) == config
+    for bad, extra in ((1.5, {}), (-0.1, {}), (0.05, {"find_axis": "", "concurrency": [1]})):
+        pb = builtin(find_plateau=bad, **{k: v for k, v in extra.items() if k != "concurrency"})
+        if "concurrency" in extra:
+            pb.concurrency.extend([1])
+            pb.ClearField("find_slo")
+        with pytest.raises(BenchConfigError) as caught:
+            BenchConfig.from_builtin_pb(pb, "http://127.0.0.1:1")
+        assert caught.value.field == "find_plateau"

@@ -138,3 +138,29 @@ def test_a_launch_at_a_found_load_measures_as_many_requests_as_a_find_point() ->
     assert doc["benchmark"]["concurrency"] == [14] and doc["benchmark"]["requests"] == 70
     rated, issues = trial_spec(found.base, found.spec, params, 0, {"rate": 0.2})
     assert not issues and rated["benchmark"]["requests"] == 10
+
+
+def test_a_plateau_travels_from_the_search_to_the_agents_find_and_reads_back() -> None:
+    found = search_from_text(BASE + FULL.replace("max: 1024}", 'max: 1024, plateau: "5%"}'))
+    assert found is not None and found.spec.load.plateau == 0.05
+    assert SearchSpec.from_dict(found.spec.to_dict()) == found.spec
+    assert found.first["benchmark"]["find"]["plateau"] == 0.05
+    legacy = SearchSpec.from_dict(search_from_text(BASE + FULL).spec.to_dict())  # type: ignore[union-attr]
+    assert legacy.load.plateau == 0.0 and "plateau" not in legacy.load.to_dict()
+
+
+@pytest.mark.parametrize(
+    ("load", "problem"),
+    [
+        ('{concurrency: find, max: 64, plateau: "150%"}', "must be above 0 and below 100%"),
+        ("{concurrency: find, max: 64, plateau: 0}", "must be above 0"),
+        ('{concurrency: find, max: 64, plateau: "x%"}', "such as 0.05 or 5%"),
+        ("{concurrency: [1, 2], plateau: 0.05}", "goes with find only"),
+    ],
+)
+def test_a_bad_plateau_is_named(load: str, problem: str) -> None:
+    with pytest.raises(SpecError) as caught:
+        search_from_text(BASE + FULL.replace("{concurrency: find, max: 1024}", load))
+    assert any(
+        i.path == "search.load.plateau" and problem in i.problem for i in caught.value.issues
+    ), caught.value

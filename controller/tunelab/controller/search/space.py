@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tunelab.controller.spec.errors import SpecIssue
-from tunelab.controller.spec.schema import Checker
+from tunelab.controller.spec.schema import Checker, fraction
 
 SEARCH_KEYS = {"space", "objective", "slo", "load", "budget", "strategy", "eta", "parallel",
                "seed", "grid_points", "implied_oom", "margin"}  # fmt: skip
@@ -124,10 +124,12 @@ class Load:
     find: bool
     maximum: float = 0.0
     values: tuple[float, ...] = ()
+    plateau: float = 0.0  # find: the ladder also stops where a doubling gains less than this
 
     def to_dict(self) -> dict[str, Any]:
         if self.find:
-            return {self.axis: "find", "max": self.maximum}
+            found = {self.axis: "find", "max": self.maximum}
+            return {**found, "plateau": self.plateau} if self.plateau else found
         return {self.axis: list(self.values)}
 
 
@@ -201,7 +203,13 @@ class SearchSpec:
             objective=objective,
             maximize=direction == "maximize",
             slo=dict(data["slo"]),
-            load=Load(axis, find, load.get("max", 0.0), () if find else tuple(load[axis])),
+            load=Load(
+                axis,
+                find,
+                load.get("max", 0.0),
+                () if find else tuple(load[axis]),
+                load.get("plateau", 0.0),
+            ),
             strategy=data["strategy"],
             max_trials=data["budget"]["trials"],
             max_seconds=data["budget"]["duration_seconds"],
@@ -294,21 +302,11 @@ def _confirm(check: Checker, raw: Any) -> tuple[int, float]:
 
 def _margin(check: Checker, raw: Any) -> float:
     """``search.margin``: the tie margin, a fraction (0.02) or a percentage ("2%")."""
-    if isinstance(raw, str) and raw.strip().endswith("%"):
-        try:
-            value = float(raw.strip()[:-1]) / 100.0
-        except ValueError:
-            check.fail("search.margin", f"must be a fraction such as 0.02 or 2%, got {raw!r}")
-            return MARGIN
-    else:
-        value = check.number(raw, "search.margin", 0.0)
-    if not 0.0 < value < 0.5:
-        check.fail("search.margin", f"must be above 0 and below 50 %, got {value:g}")
-    return value
+    return fraction(check, raw, "search.margin", 0.5) or MARGIN
 
 
 def _load(check: Checker, raw: Any) -> Load:
-    load = check.mapping(raw, "search.load", {"concurrency", "rate", "max"})
+    load = check.mapping(raw, "search.load", {"concurrency", "rate", "max", "plateau"})
     axes = [a for a in ("concurrency", "rate") if a in load]
     if len(axes) != 1:
         check.fail("search.load", "give concurrency or rate (find, or a list of values)")
@@ -323,9 +321,13 @@ def _load(check: Checker, raw: Any) -> Load:
             check.fail("search.load.max", f"must be <= {MAX_FIND}, got {maximum:g}")
         if axis == "concurrency" and maximum != int(maximum):
             check.fail("search.load.max", "a concurrency is an integer")
-        return Load(axis, True, maximum)
-    if "max" in load:
-        check.fail("search.load.max", "goes with find only")
+        knee = 0.0
+        if "plateau" in load:
+            knee = fraction(check, load["plateau"], "search.load.plateau", 1.0)
+        return Load(axis, True, maximum, (), knee)
+    for key in ("max", "plateau"):
+        if key in load:
+            check.fail(f"search.load.{key}", "goes with find only")
     values = value if isinstance(value, list) else [value]
     if not values:
         check.fail(f"search.load.{axis}", "must be find or a non-empty list")

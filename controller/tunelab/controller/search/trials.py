@@ -95,6 +95,7 @@ def trial_document(
             "axis": spec_load.axis,
             "max": spec_load.maximum,
             "slo": {METRICS[k][0]: v for k, v in search.slo.items()},
+            **({"plateau": spec_load.plateau} if spec_load.plateau else {}),
         }
     elif spec_load.axis == "concurrency":
         bench["concurrency"] = [int(v) for v in spec_load.values]

@@ -107,6 +107,7 @@ def to_run_spec(spec: dict[str, Any], run_name: str, gpus: list[int]) -> run_pb2
             builtin.find_axis = bench["find"]["axis"]
             builtin.find_max = bench["find"]["max"]
             builtin.find_slo.update(bench["find"]["slo"])
+            builtin.find_plateau = bench["find"].get("plateau", 0.0)
         benchmark = run_pb2.BenchmarkSpec(builtin=builtin)
     return run_pb2.RunSpec(
         server=server_spec,

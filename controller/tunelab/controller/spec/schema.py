@@ -55,7 +55,7 @@ RAMP_KEYS = {"strategy", "start_rate", "end_rate"}
 # `profile:` (docs/profiles.md): the engine's profiler around one load point's window
 PROFILE_KEYS = {"point", "window", "requests", "activities", "max_bytes", "start_url", "stop_url",
                 "stop_timeout"}  # fmt: skip
-FIND_KEYS = {"axis", "max", "slo"}
+FIND_KEYS = {"axis", "max", "slo", "plateau"}
 # `compare:` (docs/report.md): how the comparison of this spec's runs judges its effects
 COMPARE_KEYS = {"correction", "primary"}
 COMPARE_CORRECTIONS = ("bh", "holm")  # Benjamini-Hochberg (the default), Holm
@@ -504,8 +504,9 @@ def check_compare(check: Checker, raw: Any) -> dict[str, Any]:
 
 
 def _find(check: Checker, raw: Any) -> dict[str, Any]:
-    """``benchmark.find``: {axis: concurrency|rate, max: N, slo: {p99_tpot_ms: 50}} — the
-    largest load meeting every SLO, found on one server (what ``search: load: find`` sets)."""
+    """``benchmark.find``: {axis: concurrency|rate, max: N, slo: {p99_tpot_ms: 50},
+    plateau: 5%} — the largest load meeting every SLO (or, with a plateau, where doubling it
+    stops paying), found on one server (what ``search: load: find`` sets)."""
     given = check.mapping(raw, "benchmark.find", FIND_KEYS)
     axis = check.string(given.get("axis", ""), "benchmark.find.axis")
     if axis not in ("concurrency", "rate"):
@@ -515,7 +516,27 @@ def _find(check: Checker, raw: Any) -> dict[str, Any]:
     slo = {k: check.number(v, f"benchmark.find.slo.{k}", 0.0) for k, v in slo_raw.items()}
     if not slo:
         check.fail("benchmark.find.slo", "give at least one latency limit")
-    return {"axis": axis, "max": maximum, "slo": slo}
+    out: dict[str, Any] = {"axis": axis, "max": maximum, "slo": slo}
+    if "plateau" in given:
+        # the least throughput gain a doubled load must give for the ladder to go on
+        out["plateau"] = fraction(check, given["plateau"], "benchmark.find.plateau", 1.0)
+    return out
+
+
+def fraction(check: Checker, raw: Any, where: str, below: float) -> float:
+    """A fraction written 0.05 or "5%", above 0 and below ``below``; 0.0 when refused."""
+    if isinstance(raw, str) and raw.strip().endswith("%"):
+        try:
+            value = float(raw.strip()[:-1]) / 100.0
+        except ValueError:
+            check.fail(where, f"must be a fraction such as 0.05 or 5%, got {raw!r}")
+            return 0.0
+    else:
+        value = check.number(raw, where, 0.0)
+    if not 0.0 < value < below:
+        check.fail(where, f"must be above 0 and below {below:.0%}, got {value:g}")
+        return 0.0
+    return value
 
 
 def check_host(check: Checker, raw: Any) -> dict[str, Any]:
