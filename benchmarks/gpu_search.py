@@ -258,12 +258,14 @@ def run_search(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="gpu-search-work-"))
     spec_path = work / "search.yaml"
     spec_path.write_text(yaml.safe_dump(spec(args), sort_keys=False))
-    agent = AgentProcess(work / "agent", ["--metrics-listen", f"127.0.0.1:{free_port()}"])
+    metrics = f"127.0.0.1:{free_port()}"
+    agent = AgentProcess(work / "agent", ["--metrics-listen", metrics])
     controller = ControllerProcess(work / "controller")
     agent.start(60)
     controller.start(60)
     try:
-        added = controller.cli("hosts", "add", "gpu", agent.address, "--label", "pool=gpu")
+        added = controller.cli("hosts", "add", "gpu", agent.address, "--label", "pool=gpu",
+                               "--metrics-url", f"http://{metrics}/metrics")  # fmt: skip
         print(added.stdout, added.stderr, flush=True)
         time.sleep(2)
         submitted = controller.cli("submit", str(spec_path))

@@ -7,11 +7,12 @@ the two are within 1/8 of each other (or 1 apart for a concurrency); then a conf
 the answer. If the repeat breaks an SLO, the answer steps down to the largest other load that met
 them. A point whose requests failed never meets the SLOs.
 
-With a ``plateau`` fraction the ladder also stops where doubling the load raised the output
-throughput by less than that fraction: past the knee a larger load only queues (a server with
-8 batch slots meets a TPOT SLO at any concurrency, its TTFT paying for it), so the answer is the
-smaller load, which serves as much at lower latency, and the search spends no time on points
-that measure queueing.
+With a ``plateau`` fraction the ladder also stops where two doublings in a row each raised the
+output throughput by less than that fraction: past the knee a larger load only queues (a server
+with 8 batch slots meets a TPOT SLO at any concurrency, its TTFT paying for it), so the answer is
+the load before them, which serves as much at lower latency, and the search spends no time on
+points that measure queueing. Two, because one short point at a small load can come out flat by
+chance (connection set-up, a first request's warm-up) where the next doubling gains again.
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ class LoadSearch:
     phase: str = "ladder"
     probes: list[dict[str, Any]] = field(default_factory=list)
     plateau: float = 0.0  # 0: off; else the least relative throughput gain a doubling must give
-    plateau_at: float | None = None  # the load whose doubling gained less than ``plateau``
+    plateau_at: float | None = None  # the first of two doublings in a row that gained too little
+    flat: list[float] = field(default_factory=list)  # the ladder's last loads reached without gain
     throughput: dict[float, float] = field(default_factory=dict)  # passed load -> tok/s
 
     def _round(self, value: float) -> float:
@@ -117,9 +119,11 @@ class LoadSearch:
         rate = summary.get("output_throughput")
         if ok and isinstance(rate, int | float):
             self.throughput[load] = float(rate)
-            if self.phase == "ladder" and self._plateaued(load):
-                self.plateau_at = load
-                self.probes[-1]["plateau"] = True
+            if self.phase == "ladder":
+                self.flat = [*self.flat, load] if self._plateaued(load) else []
+                if len(self.flat) >= 2:
+                    self.plateau_at = self.flat[0]
+                    self.probes[-1]["plateau"] = True
         return ok
 
     def answer(self) -> float | None:

@@ -172,8 +172,8 @@ class BuiltinBenchmark(_message.Message):
     "model", the served model's own folder (when it is local). Empty: lengths in words.
     """
     find_plateau: _builtins.float
-    """With find: also stop the ladder where doubling the load raised the output throughput by
-    less than this fraction (0.05 = 5 %); the answer is then the smaller load. 0: off.
+    """With find: also stop the ladder where two doublings in a row each raised the output
+    throughput by less than this fraction (0.05 = 5 %); the answer is the load before them. 0: off.
     """
     @_builtins.property
     def concurrency(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:

@@ -91,11 +91,23 @@ def test_without_a_plateau_a_tpot_slo_walks_to_the_maximum_past_the_batch() -> N
 def test_a_plateau_stops_the_ladder_where_doubling_stops_paying() -> None:
     search = LoadSearch("concurrency", 1024, {"p99_tpot_ms": 25}, plateau=0.05)
     loads = run_batched(search, 8)
-    assert loads == [1, 2, 4, 8, 16, 8]  # 16 gave +0 % over 8: the answer is 8, confirmed
+    assert loads == [1, 2, 4, 8, 16, 32, 8]  # 16 and 32 gave +0 %: the answer is 8, confirmed
     assert search.answer() == 8 and search.confirmed
-    doc = search.document({8.0: [3, 5]})
+    doc = search.document({8.0: [3, 6]})
     assert doc["plateau"] == 0.05 and doc["plateau_at"] == 16
-    assert [p.get("plateau", False) for p in doc["probes"]] == [False] * 4 + [True, False]
+    assert [p.get("plateau", False) for p in doc["probes"]] == [False] * 5 + [True, False]
+
+
+def test_one_flat_doubling_at_a_small_load_does_not_stop_the_ladder() -> None:
+    """A short first point can come out flat by chance; the next doubling gains again."""
+    search = LoadSearch("concurrency", 1024, {"p99_tpot_ms": 25}, plateau=0.05)
+    summaries = batched(8)
+    summaries[2.0] = {**summaries[2.0], "output_throughput": 101.0}  # 1 -> 2: +1 %
+    loads = []
+    while (load := search.next_load()) is not None:
+        loads.append(load)
+        search.tell(load, summaries[load])
+    assert loads == [1, 2, 4, 8, 16, 32, 8] and search.answer() == 8
 
 
 def test_a_plateau_does_not_stop_a_ladder_that_still_gains() -> None:
@@ -118,4 +130,4 @@ def test_a_failed_confirmation_below_a_plateau_steps_down() -> None:
         loads.append(load)
         repeat = load in loads[:-1]
         search.tell(load, {**summaries[load], "p99_tpot_ms": 90.0} if repeat else summaries[load])
-    assert loads == [1, 2, 4, 8, 16, 8] and search.answer() == 4
+    assert loads == [1, 2, 4, 8, 16, 32, 8] and search.answer() == 4
