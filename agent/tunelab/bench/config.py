@@ -124,7 +124,7 @@ class BenchConfig:
     find_axis: str = ""
     find_max: float = 0.0
     find_slo: dict[str, float] = field(default_factory=dict)
-    find_plateau: float = 0.0  # > 0: the ladder stops where a doubling gains less than this
+    find_plateau: float = 0.0  # > 0: stop where two doublings in a row each gain less than this
     # self-check: the client marks a point saturated when its event loop runs late (mean or p99)
     # or its single thread uses more than this share of a core
     max_mean_loop_lag_ms: float = 2.0

@@ -47,7 +47,6 @@ class LoadSearch:
     phase: str = "ladder"
     probes: list[dict[str, Any]] = field(default_factory=list)
     plateau: float = 0.0  # 0: off; else the least relative throughput gain a doubling must give
-    plateau_at: float | None = None  # the first of two doublings in a row that gained too little
     flat: list[float] = field(default_factory=list)  # the ladder's last loads reached without gain
     throughput: dict[float, float] = field(default_factory=dict)  # passed load -> tok/s
 
@@ -56,6 +55,11 @@ class LoadSearch:
 
     def _start(self) -> float:
         return 1.0 if self.axis == "concurrency" else self._round(self.maximum / RATE_START)
+
+    @property
+    def plateau_at(self) -> float | None:
+        """The first of two doublings in a row that gained too little: the ladder stopped."""
+        return self.flat[0] if len(self.flat) >= 2 else None
 
     def best_passed(self) -> float | None:
         ceiling = min([*self.failed, *([self.plateau_at] if self.plateau_at else [])], default=None)
@@ -121,8 +125,7 @@ class LoadSearch:
             self.throughput[load] = float(rate)
             if self.phase == "ladder":
                 self.flat = [*self.flat, load] if self._plateaued(load) else []
-                if len(self.flat) >= 2:
-                    self.plateau_at = self.flat[0]
+                if self.plateau_at is not None:
                     self.probes[-1]["plateau"] = True
         return ok
 

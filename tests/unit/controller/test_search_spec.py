@@ -152,9 +152,9 @@ def test_a_plateau_travels_from_the_search_to_the_agents_find_and_reads_back() -
 @pytest.mark.parametrize(
     ("load", "problem"),
     [
-        ('{concurrency: find, max: 64, plateau: "150%"}', "must be above 0 and below 100%"),
+        ('{concurrency: find, max: 64, plateau: "150%"}', "must be above 0% and below 100%"),
         ("{concurrency: find, max: 64, plateau: 0}", "must be above 0"),
-        ('{concurrency: find, max: 64, plateau: "x%"}', "such as 0.05 or 5%"),
+        ('{concurrency: find, max: 64, plateau: "x%"}', "a percentage such as 5%"),
         ("{concurrency: [1, 2], plateau: 0.05}", "goes with find only"),
     ],
 )

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tunelab.controller.spec.errors import SpecIssue
-from tunelab.controller.spec.schema import Checker, fraction
+from tunelab.controller.spec.schema import Checker
 
 SEARCH_KEYS = {"space", "objective", "slo", "load", "budget", "strategy", "eta", "parallel",
                "seed", "grid_points", "implied_oom", "margin"}  # fmt: skip
@@ -124,7 +124,7 @@ class Load:
     find: bool
     maximum: float = 0.0
     values: tuple[float, ...] = ()
-    plateau: float = 0.0  # find: the ladder also stops where a doubling gains less than this
+    plateau: float = 0.0  # find: stop where two doublings in a row each gain less than this
 
     def to_dict(self) -> dict[str, Any]:
         if self.find:
@@ -302,7 +302,8 @@ def _confirm(check: Checker, raw: Any) -> tuple[int, float]:
 
 def _margin(check: Checker, raw: Any) -> float:
     """``search.margin``: the tie margin, a fraction (0.02) or a percentage ("2%")."""
-    return fraction(check, raw, "search.margin", 0.5) or MARGIN
+    value = check.fraction(raw, "search.margin", 0.5)
+    return MARGIN if value is None else value
 
 
 def _load(check: Checker, raw: Any) -> Load:
@@ -323,7 +324,7 @@ def _load(check: Checker, raw: Any) -> Load:
             check.fail("search.load.max", "a concurrency is an integer")
         knee = 0.0
         if "plateau" in load:
-            knee = fraction(check, load["plateau"], "search.load.plateau", 1.0)
+            knee = check.fraction(load["plateau"], "search.load.plateau", 1.0) or 0.0
         return Load(axis, True, maximum, (), knee)
     for key in ("max", "plateau"):
         if key in load:

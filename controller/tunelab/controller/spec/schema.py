@@ -166,6 +166,27 @@ class Checker:
             return False
         return value
 
+    def fraction(self, value: Any, path: str, below: float, *, zero: bool = False) -> float | None:
+        """A share written "5%" or 0.05, above 0 (or at least 0 with ``zero``) and below
+        ``below``; None when refused (the caller's default stands in)."""
+        text = value.strip() if isinstance(value, str) else ""
+        try:
+            if text.endswith("%"):
+                share = float(text[:-1]) / 100.0
+            elif isinstance(value, int | float) and not isinstance(value, bool):
+                share = float(value)
+            else:
+                raise ValueError(value)
+        except ValueError:
+            self.fail(path, f"expected a percentage such as 5% (or 0.05), got {value!r}")
+            return None
+        above = share >= 0.0 if zero else share > 0.0
+        if not (math.isfinite(share) and above and share < below):
+            low = "at least 0%" if zero else "above 0%"
+            self.fail(path, f"must be {low} and below {below:.0%}, got {value!r}")
+            return None
+        return share
+
     def duration(self, value: Any, path: str, bound: str = "") -> float:
         if isinstance(value, bool):
             self.fail(path, "must be a duration such as 30s, 20m or 2h")
@@ -519,24 +540,8 @@ def _find(check: Checker, raw: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"axis": axis, "max": maximum, "slo": slo}
     if "plateau" in given:
         # the least throughput gain a doubled load must give for the ladder to go on
-        out["plateau"] = fraction(check, given["plateau"], "benchmark.find.plateau", 1.0)
+        out["plateau"] = check.fraction(given["plateau"], "benchmark.find.plateau", 1.0) or 0.0
     return out
-
-
-def fraction(check: Checker, raw: Any, where: str, below: float) -> float:
-    """A fraction written 0.05 or "5%", above 0 and below ``below``; 0.0 when refused."""
-    if isinstance(raw, str) and raw.strip().endswith("%"):
-        try:
-            value = float(raw.strip()[:-1]) / 100.0
-        except ValueError:
-            check.fail(where, f"must be a fraction such as 0.05 or 5%, got {raw!r}")
-            return 0.0
-    else:
-        value = check.number(raw, where, 0.0)
-    if not 0.0 < value < below:
-        check.fail(where, f"must be above 0 and below {below:.0%}, got {value:g}")
-        return 0.0
-    return value
 
 
 def check_host(check: Checker, raw: Any) -> dict[str, Any]:

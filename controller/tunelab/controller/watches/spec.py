@@ -135,21 +135,8 @@ def _every(check: Checker, value: Any) -> tuple[str, float, str]:
 
 
 def _margin(check: Checker, value: Any) -> float:
-    if isinstance(value, str) and value.strip().endswith("%"):
-        try:
-            fraction = float(value.strip()[:-1]) / 100.0
-        except ValueError:
-            check.fail("watch.margin", f"expected a percentage such as 2%, got {value!r}")
-            return DEFAULT_MARGIN
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        fraction = float(value)
-    else:
-        check.fail("watch.margin", f"expected a percentage such as 2% (or 0.02), got {value!r}")
-        return DEFAULT_MARGIN
-    if not (math.isfinite(fraction) and 0.0 <= fraction < 1.0):
-        check.fail("watch.margin", f"must be at least 0% and below 100%, got {value!r}")
-        return DEFAULT_MARGIN
-    return fraction
+    margin = check.fraction(value, "watch.margin", 1.0, zero=True)
+    return DEFAULT_MARGIN if margin is None else margin
 
 
 def _baseline(check: Checker, value: Any) -> tuple[str, int]:
