@@ -91,7 +91,10 @@ def simulate(reports: int, seed: int, shared: float) -> None:
         shares = " | ".join(f"{called[n] / reports:>13.1%} " for n in names)
         seconds = time.perf_counter() - start
         print(f"{cv:>5.0%} {tested / reports:>5.1f} | {shares} | {seconds:.1f}")
-    print("(rows: the mean number tested a report; a cell noisier than --max-cv 10 % is not)")
+    print(
+        "(rows: the mean number tested a report; a row with a cell noisier than --max-cv 10 %"
+        " is tested but not judged)"
+    )
 
 
 # --- real A/A ablations on this machine -------------------------------------------------------

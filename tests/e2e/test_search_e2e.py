@@ -54,7 +54,10 @@ def test_the_example_search_prints_the_best_configuration_and_two_agents_share_i
     versus = doc["best"]["vs_runner_up"]
     assert versus["params"][SEQS] == 64  # 512/64 against 4096/64: the prefill budget only
     if versus["verdict"] == "better":  # a chunked prefill costs steps: a small real difference
-        assert versus["interval"][0] > 0 and min(versus["launches"]) >= 2, versus
+        # ...or the runner-up was shown to miss the TTFT SLO at the best's load (its edge too)
+        shown = versus["slo_misses"][1] >= 2 and versus["slo_misses"][0] == 0
+        assert versus["interval"][0] > 0 or shown, versus
+        assert min(versus["launches"]) >= 2, versus
     assert doc["best"]["launches"] >= 2 and doc["best"]["interval"][0] > 0
     assert 32 <= doc["best"]["load"]["concurrency"] <= 128  # past the cap, TTFT bounds it
     trials = {(t["params"][SEQS], t["params"]["server.flags.--max-num-batched-tokens"]): t

@@ -98,15 +98,20 @@ def test_ablation_verdicts() -> None:
     assert by(doc["effects"], "--two=1", "output_throughput")["verdict"] == NOT_ENOUGH
     assert by(doc["effects"], "--noisy=1", "output_throughput")["verdict"] == NOT_ENOUGH
     # a consistent +1 %: alone, its 95 % interval lies inside the +-2 % worth reporting; judged
-    # with the family (6 rows tested, 2 discoveries: intervals at 1 - 2 x 5 % / 6) it reaches
-    # past +2 %, so the row is undecided and says how many more launches would decide it
+    # with the family (8 rows tested, the noisy change's two among them; 2 discoveries:
+    # intervals at 1 - 2 x 5 % / 8) it reaches past +2 %, so the row is undecided and says how
+    # many more launches would decide it
     tiny = by(doc["effects"], "--tiny=1", "output_throughput")
     assert 0 < tiny["ci95"][0] < tiny["ci95"][1] < 0.02
-    assert tiny["interval_confidence"] == pytest.approx(1 - 2 * 0.05 / 6)
+    assert tiny["interval_confidence"] == pytest.approx(1 - 2 * 0.05 / 8)
     assert tiny["interval_adjusted"][1] > 0.02 and tiny["verdict"] == NOT_ENOUGH
     assert tiny["more_launches"] is not None and tiny["more_launches"] > 0
     assert by(doc["effects"], "--two=1", "output_throughput")["more_launches"] == 1  # 3 - 2
-    assert by(doc["effects"], "--noisy=1", "output_throughput")["more_launches"] is None
+    noisy = by(doc["effects"], "--noisy=1", "output_throughput")
+    assert noisy["more_launches"] is None
+    # tested (it counts in the family: dropping it would keep only the lucky, quiet rows) but
+    # not judged: no adjusted interval, whatever its p
+    assert noisy["p_adjusted"] is not None and noisy["interval_adjusted"] is None
     # ...and a win once the user says 0.5 % matters and adds 5 launches of each (names #6-#10)
     more = (
         rows

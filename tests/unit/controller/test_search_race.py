@@ -219,3 +219,78 @@ def test_a_race_launch_refused_at_creation_counts_as_a_failure() -> None:
     else:
         raise AssertionError("the race kept asking for launches that are refused")
     assert len(trials) <= 2 + 2 * (race.MAX_FAILED + 1)
+
+
+def test_a_challenger_that_misses_the_slos_at_the_races_load_cannot_win_it() -> None:
+    """At the incumbent's load the runner-up (its own load was 4) pushes more tokens but misses
+    the p99 TPOT SLO by ~30 %, launch after launch: shown over its launches to miss it, it
+    cannot serve that load, so it is separated (the best is better) whatever its throughput,
+    and the line says why. Before, the race compared throughput alone there."""
+    rng = random.Random(7)
+    spec = spec_of((1, 2))
+    trials = [launch(1, 1, 90.0), launch(2, 2, 100.0)]
+    trials[0].details["load"] = {"concurrency": 4}
+    for t in trials:
+        t.details["slo_margins"] = {"tpot_p99_ms": 0.1}
+    for _ in range(50):
+        st = race.standings(spec, trials)
+        if st.settled:
+            break
+        for p in st.pending:
+            value = p.params[A]
+            row = launch(len(trials) + 1, value, (120.0 if value == 1 else 100.0), p.race)
+            row.samples = [row.samples[0] * rng.gauss(1, 0.02)]
+            row.objective = row.samples[0]
+            margin = (-0.3 if value == 1 else 0.2) + rng.gauss(0, 0.02)
+            row.details["slo_margins"] = {"tpot_p99_ms": margin}
+            trials.append(row)
+    else:
+        raise AssertionError("the race never settled")
+    assert st.verdict == race.BETTER and st.best is not None and st.best.key == key({A: 2})
+    found = best_json(spec, st, trials)["vs_runner_up"]
+    assert found["verdict"] == "better" and found["change_pct"] < 0, found
+    n = found["launches"][1]
+    assert n >= 2 and found["slo_misses"] == [0, n], "one miss is not yet evidence"
+    line = answer_line(spec, st)
+    assert line.startswith("winner: trial 2") and f"missed the SLOs there in {n} of {n}" in line
+
+
+def test_a_runner_up_on_the_slos_edge_is_not_separated_by_its_misses() -> None:
+    """A/A at the incumbent's edge: each launch of either side misses the SLO or not by chance
+    (margins around 0). 300 races: the runner-up is shown unable to serve, and so called
+    worse, no more often than the race's error rate allows."""
+    rng = random.Random(9)
+    spec = spec_of((1, 2))
+    wrong = 0
+    for _ in range(300):
+        trials = [launch(1, 1, 100.0 * rng.gauss(1, 0.03)), launch(2, 2, 100.0)]
+        for _ in range(50):
+            st = race.standings(spec, trials)
+            if st.settled:
+                break
+            for p in st.pending:
+                row = launch(len(trials) + 1, p.params[A], 100.0 * rng.gauss(1, 0.03), p.race)
+                row.details["slo_margins"] = {"tpot_p99_ms": rng.gauss(0, 0.05)}
+                trials.append(row)
+        wrong += st.verdict == race.BETTER
+    assert wrong <= 15, wrong
+
+
+def test_a_best_that_misses_the_slos_itself_is_compared_on_throughput_as_before() -> None:
+    """Both miss the SLOs at the race's load (a load too high for either): neither is
+    separated for it; the throughput decides, as for any other race."""
+    rng = random.Random(8)
+    spec = spec_of((1, 2))
+    truth = {1: 100.0, 2: 200.0}
+    trials = [launch(1, 1, 100.0), launch(2, 2, 200.0)]
+    for _ in range(50):
+        st = race.standings(spec, trials)
+        if st.settled:
+            break
+        for p in st.pending:
+            value = p.params[A]
+            row = launch(len(trials) + 1, value, truth[value] * rng.gauss(1, 0.03), p.race)
+            row.details["slo_margins"] = {"tpot_p99_ms": -0.1}
+            trials.append(row)
+    assert st.verdict == race.BETTER and st.best is not None and st.best.key == key({A: 2})
+    assert best_json(spec, st, trials)["vs_runner_up"]["change_pct"] > 50

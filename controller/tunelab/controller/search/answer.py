@@ -60,6 +60,9 @@ def vs_runner_up(spec: SearchSpec, st: race.Standings) -> dict[str, Any] | None:
         "interval": None if found is None else [_pct(found.interval[0]), _pct(found.interval[1])],
         "confidence": None if found is None else round(found.confidence, 6),
         "launches": [len(st.best.values), len(runner.values)],
+        # of those launches, how many missed an SLO at the race's load (a runner-up missing
+        # them in most is separated whatever its throughput: it cannot serve that load)
+        "slo_misses": [st.best.missed, runner.missed],
         "verdict": verdict,
     }
 
@@ -70,6 +73,8 @@ def _versus_text(spec: SearchSpec, st: race.Standings, verb: str) -> str:
         return ""
     found = race.versus(spec, st, runner)
     n = f"{len(st.best.values)} and {len(runner.values)} launches"
+    if runner.missed:
+        n += f"; it missed the SLOs there in {runner.missed} of {len(runner.values)}"
     if found is None:
         return f"{verb} trial {runner.trial} ({_label(spec, runner.params)}), {n}"
     lo, hi = found.interval

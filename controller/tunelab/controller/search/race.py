@@ -18,6 +18,13 @@ better), *tied* when its interval lies inside ``±margin``. The race ends:
 - **undecided**: ``budget.confirm`` launches per contender (or its GPU time) spent first; the
   answer says how many launches would decide, at the spread seen.
 
+A contender that *cannot serve* the race's load is separated whatever its throughput (a load is
+only worth its throughput where the SLOs hold), while the best can: over its launches there,
+some SLO's value / limit has its interval wholly above 1 (one-sided, at the look's share of
+alpha, Bonferroni over the challengers and the SLOs). The race's load is the incumbent's own
+edge, so a miss in one launch is noise, not evidence. Such a contender is never the best while
+one that serves races.
+
 Challengers are the strategy's runner-up (always: the answer is judged against it) and its
 next best configurations whose objective lies within ``SCREEN`` of the incumbent's, at most
 ``MAX_CHALLENGERS`` in all. The space's default is launched at
@@ -36,7 +43,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tunelab.analysis.intervals import ALPHA, Estimate, Method, adjust, contrast, launches_needed
+from tunelab.analysis.intervals import (
+    ALPHA,
+    Estimate,
+    Method,
+    adjust,
+    contrast,
+    launches_needed,
+    positive_interval,
+)
 from tunelab.controller.search.space import SearchSpec
 from tunelab.controller.search.strategies import Proposal, key
 from tunelab.controller.search.trials import CLIENT_LIMITED, launch_load
@@ -60,6 +75,12 @@ def is_fixed_load(t: TrialRow) -> bool:
     """A launch at a load it was given (the race's, or a drift launch of the default), not a
     trial of the strategy's: no ranking, trial budget or strategy sees it."""
     return is_race(t) or bool(t.details.get("drift"))
+
+
+def slo_ratios(t: TrialRow) -> dict[str, float]:
+    """Per SLO, the launch's value / limit (1 - its margin): above 1 missed it."""
+    margins = t.details.get("slo_margins") or {}
+    return {k: 1.0 - float(m) for k, m in margins.items() if isinstance(m, int | float)}
 
 
 def launch_value(t: TrialRow) -> float | None:
@@ -109,10 +130,23 @@ class Entry:
     status: str
     values: list[float] = field(default_factory=list)
     launches: list[int] = field(default_factory=list)  # their trial numbers
+    missed: int = 0  # of those launches, how many missed an SLO at the race's load
+    over: dict[str, list[float]] = field(default_factory=dict)  # per SLO, value / limit
+    serves: bool = True  # not shown to miss an SLO there (set at each look)
 
     @property
     def mean(self) -> float | None:
         return statistics.fmean(self.values) if self.values else None
+
+    def misses(self, level: float) -> bool:
+        """Shown to miss an SLO at the race's load: some SLO's value / limit, over launches,
+        above 1 at one-sided ``level``."""
+        for ratios in self.over.values():
+            if len(ratios) >= 2 and len(ratios) == len(self.values):
+                found = positive_interval(ratios, 1.0 - 2.0 * level)
+                if found is not None and found[0] > 1.0:
+                    return True
+        return False
 
 
 @dataclass(frozen=True)
@@ -184,7 +218,7 @@ class _Replay:
         """Each entry's launches at the race's load and rung, race rounds <= ``upto``."""
         target = launch_load(st.load)
         for e in st.entries.values():
-            e.values, e.launches = [], []
+            e.values, e.launches, e.missed, e.over = [], [], 0, {}
         for t in self.trials:
             entry = st.entries.get(key(t.params))
             value = launch_value(t)
@@ -196,6 +230,10 @@ class _Replay:
                 continue
             entry.values.append(value)
             entry.launches.append(t.number)
+            ratios = slo_ratios(t)
+            entry.missed += any(r > 1.0 for r in ratios.values())
+            for name, ratio in ratios.items():
+                entry.over.setdefault(name, []).append(ratio)
         for e in st.entries.values():
             if e.launches and e.status != REFERENCE:
                 e.trial = e.launches[0]
@@ -206,6 +244,7 @@ class _Replay:
             live,
             key=lambda e: (
                 not e.values,
+                not e.serves,
                 -(e.mean or 0.0) if self.spec.maximize else (e.mean or 0.0),
                 e.trial,
             ),
@@ -216,6 +255,11 @@ class _Replay:
         live = self.racing(st)
         if not live:
             return
+        # Bonferroni over the challengers and the SLOs: a contender shown to miss is one test
+        shown = self.level / (max(1, len(live) - 1) * max(1, len(self.spec.slo)))
+        for e in st.entries.values():
+            e.serves = not e.misses(shown)
+        live = self.racing(st)
         st.best = live[0]
         if len(st.best.values) < 2:
             return
@@ -235,7 +279,8 @@ class _Replay:
                 e.key, est, (lo, hi), confidence, adjusted[i], (len(st.best.values), len(e.values))
             )
             ahead = est.log_ratio > 0 if self.spec.maximize else est.log_ratio < 0
-            if adjusted[i] <= self.level and ahead:
+            cannot_serve = st.best.serves and not e.serves  # shown to miss an SLO there
+            if cannot_serve or (adjusted[i] <= self.level and ahead):
                 e.status = SEPARATED
             elif -self.spec.margin <= lo and hi <= self.spec.margin:
                 e.status = TIED
