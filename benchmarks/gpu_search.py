@@ -229,7 +229,11 @@ def main() -> int:
         trial = top[index]
         batch = int(next(iter(trial["params"].values())))
         concurrency = int((trial.get("load") or {}).get("concurrency") or 1)
-        figures = remeasure(args, batch, concurrency)
+        try:
+            figures = remeasure(args, batch, concurrency)
+        except (OSError, RuntimeError, aiohttp.ClientError) as error:  # said; the rest goes on
+            print(f"  re-measure batch {batch} at c={concurrency} failed: {error!r}", flush=True)
+            continue
         measured.setdefault(f"{batch}@c={concurrency}", []).append(figures)
         print(f"  re-measure batch {batch} at c={concurrency}: "
               f"{figures['output_throughput']:.0f} tok/s, p99 TPOT {figures['tpot_p99_ms']:.1f} ms",
@@ -242,6 +246,9 @@ def main() -> int:
         concurrency = int((trial.get("load") or {}).get("concurrency") or 1)
         runs = measured.get(f"{batch}@c={concurrency}", [])
         tps = [r["output_throughput"] for r in runs]
+        if not tps:
+            lines.append(f"| batch {batch} at c={concurrency} | {trial['objective']:.0f} | - | - |")
+            continue
         lines.append(
             f"| batch {batch} at c={concurrency} | {trial['objective']:.0f} | "
             f"{statistics.fmean(tps):.0f} ({', '.join(f'{v:.0f}' for v in tps)}) | "
