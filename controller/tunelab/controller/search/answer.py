@@ -60,8 +60,8 @@ def vs_runner_up(spec: SearchSpec, st: race.Standings) -> dict[str, Any] | None:
         "interval": None if found is None else [_pct(found.interval[0]), _pct(found.interval[1])],
         "confidence": None if found is None else round(found.confidence, 6),
         "launches": [len(st.best.values), len(runner.values)],
-        # of those launches, how many missed an SLO at the race's load (a runner-up missing
-        # them in most is separated whatever its throughput: it cannot serve that load)
+        # of those launches, how many missed an SLO at the race's load (a runner-up shown over
+        # them to miss one is separated whatever its throughput: it cannot serve that load)
         "slo_misses": [st.best.missed, runner.missed],
         "verdict": verdict,
     }
