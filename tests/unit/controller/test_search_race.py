@@ -43,20 +43,33 @@ def launch(number: int, value: Any, objective: float | None, race_round: int = 0
     return row
 
 
-def play(
-    spec: SearchSpec, first: dict[Any, float], measure: Callable[[Any], float]
-) -> tuple[race.Standings, list[TrialRow]]:
-    """The strategy's launches (``first``), then every launch the race asks for, measured by
-    ``measure``, until the race is settled."""
-    trials = [launch(i + 1, v, x) for i, (v, x) in enumerate(first.items())]
+def settle(
+    spec: SearchSpec,
+    trials: list[TrialRow],
+    measure: Callable[[Any], float],
+    margin: Callable[[Any], float] | None = None,
+) -> race.Standings:
+    """Every launch the race asks for, appended to ``trials`` and measured by ``measure`` (and
+    its p99 TPOT SLO margin by ``margin``), until the race is settled."""
     for _ in range(200):
         st = race.standings(spec, trials)
         if st.settled:
-            return st, trials
+            return st
         for p in st.pending:
             value = p.params[A]
-            trials.append(launch(len(trials) + 1, value, measure(value), p.race))
+            row = launch(len(trials) + 1, value, measure(value), p.race)
+            if margin is not None:
+                row.details["slo_margins"] = {"tpot_p99_ms": margin(value)}
+            trials.append(row)
     raise AssertionError("the race never settled")
+
+
+def play(
+    spec: SearchSpec, first: dict[Any, float], measure: Callable[[Any], float]
+) -> tuple[race.Standings, list[TrialRow]]:
+    """The strategy's launches (``first``), then the race's (``settle``)."""
+    trials = [launch(i + 1, v, x) for i, (v, x) in enumerate(first.items())]
+    return settle(spec, trials, measure), trials
 
 
 def test_a_2x_effect_is_a_winner_better_than_its_runner_up() -> None:
@@ -232,20 +245,12 @@ def test_a_challenger_that_misses_the_slos_at_the_races_load_cannot_win_it() -> 
     trials[0].details["load"] = {"concurrency": 4}
     for t in trials:
         t.details["slo_margins"] = {"tpot_p99_ms": 0.1}
-    for _ in range(50):
-        st = race.standings(spec, trials)
-        if st.settled:
-            break
-        for p in st.pending:
-            value = p.params[A]
-            row = launch(len(trials) + 1, value, (120.0 if value == 1 else 100.0), p.race)
-            row.samples = [row.samples[0] * rng.gauss(1, 0.02)]
-            row.objective = row.samples[0]
-            margin = (-0.3 if value == 1 else 0.2) + rng.gauss(0, 0.02)
-            row.details["slo_margins"] = {"tpot_p99_ms": margin}
-            trials.append(row)
-    else:
-        raise AssertionError("the race never settled")
+    st = settle(
+        spec,
+        trials,
+        lambda v: (120.0 if v == 1 else 100.0) * rng.gauss(1, 0.02),
+        lambda v: (-0.3 if v == 1 else 0.2) + rng.gauss(0, 0.02),
+    )
     assert st.verdict == race.BETTER and st.best is not None and st.best.key == key({A: 2})
     found = best_json(spec, st, trials)["vs_runner_up"]
     assert found["verdict"] == "better" and found["change_pct"] < 0, found
@@ -264,14 +269,9 @@ def test_a_runner_up_on_the_slos_edge_is_not_separated_by_its_misses() -> None:
     wrong = 0
     for _ in range(300):
         trials = [launch(1, 1, 100.0 * rng.gauss(1, 0.03)), launch(2, 2, 100.0)]
-        for _ in range(50):
-            st = race.standings(spec, trials)
-            if st.settled:
-                break
-            for p in st.pending:
-                row = launch(len(trials) + 1, p.params[A], 100.0 * rng.gauss(1, 0.03), p.race)
-                row.details["slo_margins"] = {"tpot_p99_ms": rng.gauss(0, 0.05)}
-                trials.append(row)
+        st = settle(
+            spec, trials, lambda v: 100.0 * rng.gauss(1, 0.03), lambda v: rng.gauss(0, 0.05)
+        )
         wrong += st.verdict == race.BETTER
     assert wrong <= 15, wrong
 
@@ -283,14 +283,6 @@ def test_a_best_that_misses_the_slos_itself_is_compared_on_throughput_as_before(
     spec = spec_of((1, 2))
     truth = {1: 100.0, 2: 200.0}
     trials = [launch(1, 1, 100.0), launch(2, 2, 200.0)]
-    for _ in range(50):
-        st = race.standings(spec, trials)
-        if st.settled:
-            break
-        for p in st.pending:
-            value = p.params[A]
-            row = launch(len(trials) + 1, value, truth[value] * rng.gauss(1, 0.03), p.race)
-            row.details["slo_margins"] = {"tpot_p99_ms": -0.1}
-            trials.append(row)
+    st = settle(spec, trials, lambda v: truth[v] * rng.gauss(1, 0.03), lambda v: -0.1)
     assert st.verdict == race.BETTER and st.best is not None and st.best.key == key({A: 2})
     assert best_json(spec, st, trials)["vs_runner_up"]["change_pct"] > 50
