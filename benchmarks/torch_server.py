@@ -260,6 +260,14 @@ def handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+class Server(ThreadingHTTPServer):
+    """The standard library listens with a backlog of 5: at concurrency 1024 the connects
+    overflow it, stall in SYN retries (1 s, 3 s, 7 s) and some are reset (an H100 run, issue 35)."""
+
+    request_queue_size = 4096
+    daemon_threads = True
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--port", type=int, required=True)
@@ -275,11 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     print("loading: building the model on the GPU", flush=True)
     engine = Engine(args)
     threading.Thread(target=engine.loop, name="engine", daemon=True).start()
-    # the standard library listens with a backlog of 5: at concurrency 1024 the connects
-    # overflow it, stall in SYN retries (1 s, 3 s, 7 s) and some are reset (an H100 run, issue 35)
-    ThreadingHTTPServer.request_queue_size = 4096
-    server = ThreadingHTTPServer(("127.0.0.1", args.port), handler(engine))
-    server.daemon_threads = True
+    server = Server(("127.0.0.1", args.port), handler(engine))
     print(f"serving {MODEL} on 127.0.0.1:{args.port}", flush=True)
     started = time.monotonic()
     try:
