@@ -21,12 +21,20 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
+
+from tunelab.common.specbounds import FIELD_RANGES
+from tunelab.common.untrusted import UntrustedFile, read_untrusted
 
 FORMATS = ("auto", "sharegpt", "chat", "jsonl", "trace")
 MAX_PROBLEMS_SHOWN = 20
 MAX_FILE_BYTES = 2 << 30
+READ_SECONDS = 300.0
+# A trace row's lengths are those a spec may ask for (specbounds: BuiltinBenchmark.input_len):
+# a 68-byte row with input_length 10**12 made a prompt of that many tokens (1.5 GB in 13 s).
+# hash_ids name prompt blocks (mooncake: 512 tokens each; a 128k-token prompt has 256).
+MAX_TRACE_TOKENS = int(FIELD_RANGES["BuiltinBenchmark.input_len"].high)
+MAX_HASH_IDS = 65_536
 
 
 class DatasetFileError(ValueError):
@@ -71,11 +79,11 @@ class Loaded:
 
 
 def read_bytes(path: str) -> bytes:
+    """The file's bytes, read as an untrusted file (tunelab.common.untrusted: no FIFO, no link)."""
     try:
-        file = Path(path)
-        if file.stat().st_size > MAX_FILE_BYTES:
-            raise DatasetFileError(path, f"larger than {MAX_FILE_BYTES >> 30} GiB")
-        return file.read_bytes()
+        return read_untrusted(path, MAX_FILE_BYTES, seconds=READ_SECONDS)
+    except UntrustedFile as exc:
+        raise DatasetFileError(path, exc.why) from None
     except OSError as exc:
         raise DatasetFileError(path, f"cannot read: {exc.strerror or exc}") from None
 
@@ -222,12 +230,14 @@ def _trace_row(n: int, obj: Any, field: str) -> tuple[TraceRow, str]:
     values = []
     for name in ("input_length", "output_length"):
         v = obj.get(name)
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f'"{name}" must be an integer >= 1')
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_TRACE_TOKENS:
+            raise ValueError(f'"{name}" must be an integer from 1 to {MAX_TRACE_TOKENS}')
         values.append(v)
     ids = obj.get("hash_ids", [])
     if not isinstance(ids, list) or not all(
         isinstance(h, int) and not isinstance(h, bool) for h in ids
     ):
         raise ValueError('"hash_ids" must be a list of integers')
+    if len(ids) > MAX_HASH_IDS:
+        raise ValueError(f'"hash_ids" has {len(ids)} entries (at most {MAX_HASH_IDS})')
     return TraceRow(n, float(stamp), values[0], values[1], tuple(ids)), key

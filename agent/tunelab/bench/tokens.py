@@ -13,13 +13,23 @@ tokenizer is first loaded (the agent and the CLI start without it).
 
 from __future__ import annotations
 
+import hashlib
 import random
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from tunelab.common.untrusted import link_root, read_untrusted
+
 MAX_ROUNDS = 16
 MIN_WORDS = 50
+# A tokenizer.json is read as an untrusted file (tunelab.common.untrusted), then parsed from
+# those bytes (never reopened by name): the largest real ones are ~35 MB (Gemma's 262k
+# vocabulary), and a 3 GiB one took the agent to 3.1 GB. A vocabulary past MAX_VOCAB is refused
+# before its words are listed (5 M entries took 46.7 s and 2 GB there).
+MAX_TOKENIZER_BYTES = 128 * 1024 * 1024
+MAX_VOCAB = 1 << 20
+READ_SECONDS = 30.0
 # benchmark.tokenizer in a spec: this word names the served model's own folder; anything else
 # is a path relative to the agent's datasets folder (resolved and confined there by the agent)
 SERVED_MODEL = "model"
@@ -89,9 +99,22 @@ class TokenPrompts:
                 "Hugging Face cache only, where it was not found; nothing is downloaded)"
             )
         try:
-            self._tok: Any = Tokenizer.from_file(str(file))
+            raw = read_untrusted(
+                file, MAX_TOKENIZER_BYTES, links_within=link_root(file.parent), seconds=READ_SECONDS
+            )
+        except OSError as exc:  # UntrustedFile names the file and the bound
+            raise TokenizerError(f"--tokenizer {path}: cannot read {exc}") from None
+        self.sha256 = hashlib.sha256(raw).hexdigest()
+        try:
+            self._tok: Any = Tokenizer.from_str(raw.decode("utf-8"))
         except Exception as exc:  # the library raises its own untyped errors for bad files
             raise TokenizerError(f"--tokenizer {path}: cannot load {file}: {exc}") from None
+        del raw
+        size = int(self._tok.get_vocab_size())
+        if size > MAX_VOCAB:
+            raise TokenizerError(
+                f"--tokenizer {path}: a vocabulary of {size} entries (at most {MAX_VOCAB})"
+            )
         special = set(self._tok.get_added_tokens_decoder())
         self._ids = [i for i in range(self._tok.get_vocab_size()) if i not in special]
         if not self._ids:

@@ -6,64 +6,108 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import struct
 from pathlib import Path
 from typing import Any
 
+from tunelab.common.untrusted import link_root, read_untrusted
+
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
 MAX_INDEX_BYTES = 64 * 1024 * 1024
-MAX_HEADER_BYTES = 100 * 1024 * 1024  # the safetensors format's own limit
+# One header lists a shard's tensors (~100 bytes each): 16 MiB is 160,000 tensors, where the
+# largest checkpoints have under 1,000 a shard (the format itself allows 100 MB). All shards'
+# headers together: MAX_HEADERS_BYTES, so an index naming one large header many times, or
+# thousands of shards, costs at most that much reading and one header's parse at a time.
+MAX_HEADER_BYTES = 16 * 1024 * 1024
+MAX_HEADERS_BYTES = 256 * 1024 * 1024
 MAX_SHARDS = 2048
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1}
 EXPERT_TENSOR = re.compile(r"\.experts\.")  # routed experts; shared_experts do not match
 
 
-def _read_bounded(path: Path, limit: int) -> bytes:
-    with path.open("rb") as handle:
-        data = handle.read(limit + 1)
-    if len(data) > limit:
-        raise ValueError(f"{path.name} is larger than {limit} bytes")
-    return data
+class _Budget:
+    """What is left of ``MAX_HEADERS_BYTES`` for one model folder."""
+
+    def __init__(self) -> None:
+        self.left = MAX_HEADERS_BYTES
+
+    def take(self, path: Path, length: int) -> None:
+        if length > self.left:
+            raise ValueError(f"{path.name}: headers past {MAX_HEADERS_BYTES} bytes in all")
+        self.left -= length
 
 
-def safetensors_header(path: Path) -> dict[str, Any]:
-    """The JSON header of one safetensors file (8-byte little-endian length, then JSON)."""
-    with path.open("rb") as handle:
-        head = handle.read(8)
-        if len(head) != 8:
-            raise ValueError(f"{path.name}: not a safetensors file")
-        (length,) = struct.unpack("<Q", head)
-        if length > MAX_HEADER_BYTES:
-            raise ValueError(f"{path.name}: header of {length} bytes")
-        header = json.loads(handle.read(length))
+def safetensors_header(
+    path: Path, root: Path | None = None, budget: _Budget | None = None
+) -> dict[str, Any]:
+    """The JSON header of one safetensors file (8-byte little-endian length, then JSON), read
+    as an untrusted file confined to ``root`` (its links included)."""
+    within = root if root is not None else link_root(path.parent)
+    head = read_untrusted(path, 8, links_within=within, whole=False)
+    if len(head) != 8:
+        raise ValueError(f"{path.name}: not a safetensors file")
+    (length,) = struct.unpack("<Q", head)
+    if length > MAX_HEADER_BYTES:
+        raise ValueError(f"{path.name}: header of {length} bytes (at most {MAX_HEADER_BYTES})")
+    if budget is not None:
+        budget.take(path, length)
+    raw = read_untrusted(path, length, links_within=within, offset=8, whole=False)
+    if len(raw) != length:
+        raise ValueError(f"{path.name}: header of {length} bytes, file ends after {len(raw)}")
+    header = json.loads(raw)
     if not isinstance(header, dict):
         raise ValueError(f"{path.name}: header is not an object")
     return header
 
 
-def _tensor_bytes(headers: list[dict[str, Any]]) -> tuple[int, int]:
+def _tensor_bytes(header: dict[str, Any]) -> tuple[int, int]:
     total = experts = 0
-    for header in headers:
-        for name, info in header.items():
-            if name == "__metadata__" or not isinstance(info, dict):
-                continue
-            start, end = info.get("data_offsets", (0, 0))
-            size = int(end) - int(start)
-            total += size
-            experts += size if EXPERT_TENSOR.search(name) else 0
+    for name, info in header.items():
+        if name == "__metadata__" or not isinstance(info, dict):
+            continue
+        start, end = info.get("data_offsets", (0, 0))
+        size = int(end) - int(start)
+        total += size
+        experts += size if EXPERT_TENSOR.search(name) else 0
     return total, experts
+
+
+def _sum_headers(files: list[Path], root: Path) -> tuple[int, int]:
+    """Weight bytes over ``files``, each file once however often it is named (by inode), one
+    header in memory at a time."""
+    budget = _Budget()
+    seen: set[tuple[int, int]] = set()
+    total = experts = 0
+    for file in files:
+        info = file.stat()
+        if (info.st_dev, info.st_ino) in seen:
+            continue
+        seen.add((info.st_dev, info.st_ino))
+        t, e = _tensor_bytes(safetensors_header(file, root, budget))
+        total, experts = total + t, experts + e
+    return total, experts
+
+
+def _shards(model_dir: Path, names: Any) -> list[Path]:
+    """The index's shard names as files of ``model_dir``, each spelling once, at most
+    ``MAX_SHARDS`` (a name that is not a string is dropped)."""
+    paths = {os.path.normpath(model_dir / n) for n in set(names) if isinstance(n, str)}
+    return [Path(p) for p in sorted(paths)[:MAX_SHARDS]]
 
 
 def weight_bytes(model_dir: Path) -> dict[str, Any]:
     """``{"weight_bytes", "expert_weight_bytes", "weights_source"}`` from the checkpoint."""
+    root = link_root(model_dir)
     index = model_dir / "model.safetensors.index.json"
     if index.is_file():
-        doc = json.loads(_read_bounded(index, MAX_INDEX_BYTES))
-        shards = sorted(set((doc.get("weight_map") or {}).values()))[:MAX_SHARDS]
-        headers = [safetensors_header(model_dir / s) for s in shards if (model_dir / s).is_file()]
-        total, experts = _tensor_bytes(headers)
-        if len(headers) == len(shards) and total:
+        doc = json.loads(read_untrusted(index, MAX_INDEX_BYTES, links_within=root))
+        weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
+        shards = _shards(model_dir, weight_map.values() if isinstance(weight_map, dict) else ())
+        present = [s for s in shards if s.is_file()]
+        total, experts = _sum_headers(present, root)
+        if len(present) == len(shards) and total:
             return {
                 "weight_bytes": total,
                 "expert_weight_bytes": experts,
@@ -78,7 +122,7 @@ def weight_bytes(model_dir: Path) -> dict[str, Any]:
             }
     files = sorted(model_dir.glob("*.safetensors"))[:MAX_SHARDS]
     if files:
-        total, experts = _tensor_bytes([safetensors_header(f) for f in files])
+        total, experts = _sum_headers(files, root)
         return {
             "weight_bytes": total,
             "expert_weight_bytes": experts,
@@ -128,7 +172,7 @@ def describe_model(path: str) -> dict[str, Any]:
     if not path or not config_path.is_file():
         return out
     try:
-        raw = _read_bounded(config_path, MAX_CONFIG_BYTES)
+        raw = read_untrusted(config_path, MAX_CONFIG_BYTES, links_within=link_root(model_dir))
         out["config_sha256"] = hashlib.sha256(raw).hexdigest()
         config = json.loads(raw)
         if isinstance(config, dict):

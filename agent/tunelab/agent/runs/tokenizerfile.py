@@ -11,7 +11,6 @@ content's sha256, which goes into the run's provenance (prompts depend on the to
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,6 @@ from tunelab.bench.tokens import (
 
 FIELD = "spec.benchmark.builtin.tokenizer"
 TOKENIZER_FLAGS = ("--tokenizer", "--tokenizer-path")  # vLLM's, SGLang's
-CHUNK = 1 << 20
 
 
 def served_tokenizer(argv: tuple[str, ...] | list[str]) -> str:
@@ -58,14 +56,6 @@ def _served_model_folder(server: ServerSpec | None) -> Path:
     return path
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def resolve_tokenizer(
     builtin: dict[str, Any], datasets_dir: Path, server: ServerSpec | None
 ) -> dict[str, Any]:
@@ -87,10 +77,7 @@ def resolve_tokenizer(
         where = "the served model's folder" if name == SERVED_MODEL else str(datasets_dir)
         raise InvalidSpec(FIELD, f"{name!r}: no tokenizer.json in {where} ({file})")
     try:  # loaded here too, so that a file that is no tokenizer is refused at StartRun
-        TokenPrompts(str(file))
-        digest = _sha256(file)
+        digest = TokenPrompts(str(file)).sha256  # of the bytes loaded: read once, bounded
     except TokenizerError as exc:
         raise InvalidSpec(FIELD, str(exc).replace("--tokenizer ", "", 1)) from None
-    except OSError as exc:
-        raise InvalidSpec(FIELD, f"{name!r}: cannot read {file}: {exc.strerror}") from None
     return {**builtin, "tokenizer": str(file), "tokenizer_file": name, "tokenizer_sha256": digest}

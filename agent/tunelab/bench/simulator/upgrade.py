@@ -12,7 +12,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from tunelab.common.untrusted import read_untrusted, trusted_owners
+
 MAX_BYTES = 4096
+READ_SECONDS = 2.0
 VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+_~-]{0,63}")
 
 
@@ -45,12 +48,16 @@ def parse_upgrade(text: str, where: str) -> Upgrade:
 
 
 def read_upgrade(path: str) -> Upgrade:
-    """The file at ``path`` (no path, or a missing file: full speed, no version)."""
+    """The file at ``path`` (no path, or a missing file: full speed, no version). The root agent
+    reads it too, and it steers what is recorded: it is opened as untrusted (a regular file, no
+    link, owned by root or this user, at most ``MAX_BYTES``), so another user's FIFO or link at
+    a shared path is refused at once (SystemExit, naming why) instead of blocking the start."""
     if not path:
         return Upgrade()
     try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            text = handle.read(MAX_BYTES)
+        raw = read_untrusted(path, MAX_BYTES, owners=trusted_owners(), seconds=READ_SECONDS)
     except FileNotFoundError:
         return Upgrade()
-    return parse_upgrade(text, f"--speed-file {path}")
+    except OSError as exc:  # UntrustedFile among them: it names the file and the reason
+        raise SystemExit(f"--speed-file {exc}") from None
+    return parse_upgrade(raw.decode("utf-8", errors="replace"), f"--speed-file {path}")
