@@ -26,6 +26,7 @@ from tunelab.bench.promptfiles import DatasetFileError
 from tunelab.bench.records import write_result
 from tunelab.bench.sweep import Sweep
 from tunelab.bench.tokens import TokenizerError
+from tunelab.common.boundedhttp import HttpFailure
 
 
 async def _run(sweep: Sweep, files: BenchFiles, progress: ProgressWriter) -> int:
@@ -75,7 +76,13 @@ def main(argv: list[str] | None = None) -> int:
         if not config.model:
             config = replace(config, model=first_model_id(config.url))
         sweep = Sweep(config, progress, None)
-    except (ModelLookupError, TokenizerError, DatasetFileError, ChatTemplateError) as exc:
+    except (
+        ModelLookupError,
+        TokenizerError,
+        DatasetFileError,
+        ChatTemplateError,
+        HttpFailure,
+    ) as exc:
         progress.event("failed", error=str(exc))
         print(f"tunelab.bench: {exc}", file=sys.stderr)
         return 2

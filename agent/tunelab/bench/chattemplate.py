@@ -9,25 +9,31 @@ prompts go as they are, and the result says so (``dataset.chat_template``: false
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Sequence
 from typing import Any
 
-MAX_BODY = 64 << 20
+from tunelab.common.boundedhttp import HttpFailure, post_json
+from tunelab.common.sanitize import printable
+
+MAX_BODY = 64 << 20  # a 10M-token prompt's ids as JSON fit; a 302 with an endless body stops here
 
 
 class ChatTemplateError(Exception):
     """The server could not be asked (unreachable, or a 5xx mid-way)."""
 
 
+class _Refused(Exception):
+    def __init__(self, status: int) -> None:
+        self.status = status
+
+
 def _post(url: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
-    if not url.startswith(("http://", "https://")):
-        raise ValueError(f"{url}: not an http(s) URL")
-    headers = {"Content-Type": "application/json"}
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers)  # noqa: S310
-    with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - http(s)
-        found = json.loads(response.read(MAX_BODY))
+    """The server's JSON answer (a 4xx/5xx: _Refused; no answer: HttpFailure), bounded by
+    tunelab.common.boundedhttp: ``timeout`` in all, at most ``MAX_BODY`` bytes."""
+    reply = post_json(url, body, seconds=timeout, max_body=MAX_BODY)
+    if reply.status != 200:
+        raise _Refused(reply.status)
+    found = json.loads(reply.whole(f"{url}'s answer"))
     if not isinstance(found, dict):
         raise ValueError(f"{url} answered {type(found).__name__}, not an object")
     return found
@@ -50,15 +56,15 @@ def server_chat_prompts(
             text = _post(
                 server_url("/detokenize"), {"model": model, "tokens": found["tokens"]}, timeout
             )["prompt"]
-        except urllib.error.HTTPError as exc:
-            if i == 0 and 400 <= exc.code < 500:
+        except _Refused as exc:
+            if i == 0 and 400 <= exc.status < 500:
                 return None  # no template (vLLM answers 400) or no /tokenize (404)
             raise ChatTemplateError(
-                f"the server's chat template, prompt {i + 1}: HTTP {exc.code}"
+                f"the server's chat template, prompt {i + 1}: HTTP {exc.status}"
             ) from None
-        except (urllib.error.URLError, OSError, ValueError, KeyError, TypeError) as exc:
+        except (HttpFailure, ValueError, KeyError, TypeError) as exc:
             raise ChatTemplateError(
-                f"the server's chat template, prompt {i + 1}: {getattr(exc, 'reason', exc)}"
+                f"the server's chat template, prompt {i + 1}: {printable(str(exc), 200)}"
             ) from None
         if not isinstance(text, str):
             raise ChatTemplateError(f"the server's chat template, prompt {i + 1}: no text")

@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
+
+from tunelab.common.boundedhttp import HttpFailure, get
 
 MAX_BODY = 1 << 20
 
@@ -25,13 +25,14 @@ def models_url(base: str) -> str:
 def first_model_id(base: str, timeout: float = 10.0) -> str:
     url = models_url(base)
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 - http(s) only
-            body = response.read(MAX_BODY)
-    except urllib.error.HTTPError as exc:
-        raise ModelLookupError(f"GET {url}: HTTP {exc.code}; give --model") from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise ModelLookupError(f"cannot reach {url}: {reason}", unreachable=True) from None
+        reply = get(url, seconds=timeout, max_body=MAX_BODY)  # tunelab.common.boundedhttp
+    except HttpFailure as exc:
+        if exc.protocol:
+            raise  # something that is not an HTTP server answered: the caller says so
+        raise ModelLookupError(f"cannot reach {url}: {exc}", unreachable=True) from None
+    if reply.status != 200:
+        raise ModelLookupError(f"GET {url}: HTTP {reply.status}; give --model")
+    body = reply.body
     try:
         data = json.loads(body).get("data")
         first = data[0]["id"] if isinstance(data, list) and data else None

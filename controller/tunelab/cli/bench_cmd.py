@@ -7,7 +7,6 @@ draws its progress from the progress file, so terminal drawing never delays a ti
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import math
 import os
@@ -16,8 +15,6 @@ import signal
 import subprocess
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +34,7 @@ from tunelab.cli.common import (
     is_terminal,
     print_json,
 )
+from tunelab.common.boundedhttp import HttpFailure, get
 from tunelab.common.durations import parse_duration
 
 if TYPE_CHECKING:  # the load generator is imported by the handlers only (see cli.main)
@@ -403,27 +401,24 @@ def preflight(config: BenchConfig) -> BenchConfig:
             )
     if config.model:
         url = config.url.rstrip("/").removesuffix("/v1") + "/v1/models"
-        try:
-            with urllib.request.urlopen(url, timeout=10):  # noqa: S310 - an http(s) URL, validated
-                return config
-        except urllib.error.HTTPError:
-            return config  # it answers; the benchmark will say how
-        except http.client.HTTPException as exc:
-            raise _not_http(config, exc) from None
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise CliError(f"cannot reach {config.url}: {reason}", EXIT_UNAVAILABLE) from None
+        try:  # any status: it answers, and the benchmark will say how
+            get(url, seconds=10, max_body=0)
+            return config
+        except HttpFailure as exc:
+            if exc.protocol:
+                raise _not_http(config, exc) from None
+            raise CliError(f"cannot reach {config.url}: {exc}", EXIT_UNAVAILABLE) from None
     try:
         return replace(config, model=first_model_id(config.url))
-    except http.client.HTTPException as exc:  # BadStatusLine & co: something else is listening
+    except HttpFailure as exc:  # BadStatusLine & co: something else is listening
         raise _not_http(config, exc) from None
     except ModelLookupError as exc:
         raise CliError(str(exc), EXIT_UNAVAILABLE if exc.unreachable else EXIT_USAGE) from None
 
 
-def _not_http(config: BenchConfig, exc: Exception) -> CliError:
+def _not_http(config: BenchConfig, exc: HttpFailure) -> CliError:
     return CliError(
-        f"{config.url} does not speak HTTP ({type(exc).__name__}): is it the server's port?",
+        f"{config.url} does not speak HTTP ({exc.kind}): is it the server's port?",
         EXIT_UNAVAILABLE,
     )
 

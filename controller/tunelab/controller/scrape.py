@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import threading
 import time
-import urllib.request
 from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +19,8 @@ from typing import Any
 
 import structlog
 from prometheus_client.parser import text_string_to_metric_families
+
+from tunelab.common.boundedhttp import HttpFailure, get
 
 log = structlog.get_logger(__name__)
 
@@ -165,9 +166,13 @@ class AttemptGpuSummary:
 def fetch_metrics(url: str, timeout: float = FETCH_TIMEOUT) -> str:
     if not url.startswith(("http://", "https://")):
         raise ValueError(f"metrics url must be http(s): {url!r}")
-    with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 (scheme checked)
-        body: bytes = response.read(16 * 1024 * 1024)
-    return body.decode("utf-8", errors="replace")
+    try:  # tunelab.common.boundedhttp: timeout in all, at most 16 MiB, redirects not followed
+        reply = get(url, seconds=timeout, max_body=16 * 1024 * 1024)
+    except HttpFailure as exc:
+        raise OSError(str(exc)) from None
+    if reply.status != 200:
+        raise OSError(f"HTTP {reply.status}")
+    return reply.body.decode("utf-8", errors="replace")
 
 
 @dataclass(frozen=True)

@@ -214,7 +214,7 @@ def test_prompt_files_of_each_format(tmp_path: Path) -> None:
         ("trace", '{"timestamp": 0, "input_length": 3, "output_length": 2}\n{"timestamp": -1, "input_length": 3, "output_length": 2}\n',
          'line 2: "timestamp" must be a number >= 0'),
         ("trace", '{"timestamp": 0, "input_length": 3, "output_length": 2}\n{"timestamp": 1, "input_length": 0, "output_length": 2}\n',
-         'line 2: "input_length" must be an integer >= 1'),
+         'line 2: "input_length" must be an integer from 1 to 10000000'),
         ("trace", '{"timestamp": 0, "input_length": 3, "output_length": 2}\n{"timestamp": 1, "input_length": 3, "output_length": 2, "hash_ids": ["a"]}\n',
          'line 2: "hash_ids" must be a list of integers'),
     ],

@@ -12,15 +12,14 @@ it never touches ``/metrics``, which is served by other code on other request th
 
 from __future__ import annotations
 
-import http.client
 import re
 import time
-import urllib.request
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 from tunelab.agent.servers.states import ServerState
+from tunelab.common.boundedhttp import HttpFailure, get
 
 DEFAULT_TIMEOUT = 2.0
 MAX_BYTES = 32 * 1024 * 1024
@@ -180,16 +179,15 @@ class EngineResult:
 
 def fetch_metrics(port: int, timeout: float) -> str:
     """GET the engine's /metrics on loopback as text format 0.0.4."""
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{port}/metrics", headers={"Accept": "text/plain;version=0.0.4"}
-    )
-    with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 (loopback URL)
-        if response.status != 200:
-            raise ValueError(f"HTTP {response.status}")
-        body: bytes = response.read(MAX_BYTES + 1)
-    if len(body) > MAX_BYTES:
-        raise ValueError(f"/metrics larger than {MAX_BYTES} bytes")
-    return body.decode("utf-8", errors="replace")
+    reply = get(
+        f"http://127.0.0.1:{port}/metrics",
+        seconds=timeout,
+        max_body=MAX_BYTES,
+        accept="text/plain;version=0.0.4",
+    )  # tunelab.common.boundedhttp: timeout in all, redirects not followed
+    if reply.status != 200:
+        raise ValueError(f"HTTP {reply.status}")
+    return reply.whole("/metrics").decode("utf-8", errors="replace")
 
 
 class EngineScraper:
@@ -211,7 +209,7 @@ class EngineScraper:
         start = time.perf_counter()
         try:
             families = relabel(self._fetch(target.port, self._timeout), target.server)
-        except (OSError, http.client.HTTPException, ValueError):
+        except (HttpFailure, OSError, ValueError):
             families = None
         return EngineResult(target, families, time.perf_counter() - start)
 

@@ -31,8 +31,6 @@ import math
 import os
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +53,7 @@ from tunelab.bench.profiling import (
     post,
     stop_profile,
 )
+from tunelab.common.boundedhttp import HttpFailure, get
 
 log = structlog.get_logger(__name__)
 
@@ -477,9 +476,11 @@ def _names(folder: Path) -> list[str]:
 def _completed(url: str, counter: str) -> float | None:
     """The engine's completed-request counter (summed over its labels), or None."""
     try:
-        with urllib.request.urlopen(url, timeout=METRICS_TIMEOUT_S) as response:  # noqa: S310
-            text = response.read(16 << 20).decode("utf-8", errors="replace")
-    except (OSError, urllib.error.URLError, ValueError):
+        reply = get(url, seconds=METRICS_TIMEOUT_S, max_body=16 << 20)
+        text = reply.whole().decode("utf-8", errors="replace")
+    except HttpFailure:
+        return None
+    if reply.status != 200:
         return None
     total = None
     try:

@@ -2,7 +2,9 @@
 URL in the controller's ``watch_webhook_url`` (docs/watch.md, "Webhook").
 
 The scheduling turn only enqueues (``__call__`` never blocks and never raises): one thread
-posts, each request bounded by ``timeout``, a failed one retried with doubling back-off up to
+posts through tunelab.common.boundedhttp (``timeout`` is each request's total deadline, at most
+``MAX_REPLY`` bytes of any answer are read, redirects are not followed; the thread survives
+anything a receiver does), a failed one retried with doubling back-off up to
 ``attempts`` times (a 4xx other than 408 and 429 is not retried), then dropped with a log
 line. The queue is bounded too (a receiver that hangs for hours costs at most ``max_queued``
 messages, the oldest kept). The URL is a secret
@@ -16,8 +18,6 @@ from __future__ import annotations
 import json
 import queue
 import threading
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +25,8 @@ from typing import Any
 import structlog
 
 from tunelab.analysis.watch import verdict_line
+from tunelab.common.boundedhttp import HttpFailure, request
+from tunelab.common.sanitize import printable, slack_text
 from tunelab.controller.store.watch_models import OccurrenceRow, WatchRow
 
 log = structlog.get_logger(__name__)
@@ -42,22 +44,17 @@ def verdict_text(watch: str, occurrence: int, verdict: Mapping[str, Any]) -> str
         lines.append(str(verdict["reason"]))
     changes = verdict.get("changes") or []
     lines += [verdict_line(row, changes) for row in verdict.get("metrics") or []]
-    text = "\n".join(lines)
-    return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 1] + "…"
+    # what a server or checkpoint said (an engine version...) may be in it: printable lines,
+    # Slack's <, >, & and @ escaped (no <!channel>, no forged link or mention)
+    return slack_text("\n".join(lines), MAX_TEXT)
 
 
 def http_post(url: str, body: bytes, timeout: float) -> int:
-    """POST ``body`` as JSON; the HTTP status (an error status is returned, not raised)."""
+    """POST ``body`` as JSON; the HTTP status (an error status, a 3xx among them, is returned,
+    not followed). ``timeout`` is the whole request's deadline; at most ``MAX_REPLY`` bytes of
+    the answer are read (tunelab.common.boundedhttp; HttpFailure when there is no answer)."""
     headers = {"Content-Type": "application/json"}
-    request = urllib.request.Request(url, data=body, method="POST", headers=headers)  # noqa: S310
-    try:
-        # the scheme is http or https: ControllerConfig.validate refuses any other
-        with urllib.request.urlopen(request, timeout=timeout) as reply:  # noqa: S310
-            reply.read(MAX_REPLY)
-            return int(reply.status)
-    except urllib.error.HTTPError as exc:
-        exc.close()
-        return int(exc.code)
+    return request("POST", url, body, headers, seconds=timeout, max_body=MAX_REPLY).status
 
 
 @dataclass(frozen=True)
@@ -118,7 +115,11 @@ class VerdictWebhook:
                 message = self._queue.get(timeout=0.2)
             except queue.Empty:
                 continue
-            self._deliver(message)
+            try:
+                self._deliver(message)
+            except Exception as exc:
+                self.dropped += 1
+                log.warning("watch_webhook_failed", watch=message.watch, error=type(exc).__name__)
 
     def _deliver(self, message: _Message) -> None:
         failure = ""
@@ -127,15 +128,18 @@ class VerdictWebhook:
                 return
             try:
                 status = self._post(self._url, message.body, self._timeout)
-            except (OSError, ValueError) as exc:  # refused, reset, timed out, bad reply
-                failure = type(exc).__name__
+            except HttpFailure as exc:  # refused, reset, timed out, not HTTP/1.x
+                failure = exc.kind
+                continue
+            except Exception as exc:
+                failure = printable(type(exc).__name__, 64)
                 continue
             if 200 <= status < 300:
                 self.delivered += 1
                 return
             failure = f"HTTP {status}"
-            if 400 <= status < 500 and status not in (408, 429):
-                break  # the receiver refuses this request: sending it again will not help
+            if 300 <= status < 400 or (400 <= status < 500 and status not in (408, 429)):
+                break  # refused, or sent elsewhere (never followed): again will not help
         self.dropped += 1
         log.warning(
             "watch_webhook_failed",
