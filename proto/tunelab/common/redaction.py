@@ -13,6 +13,7 @@ Three ways a secret is found, and once found it is masked wherever it appears:
   ``--max-total-tokens``, ``MAX_TOKENS_HINT``, ``--bucket-time-to-first-token`` are tuning
   flags), and a switch (``--allow-credentials``, ``--enable-…``) takes no value to hide;
 - **by shape** — a URL's user info (``postgresql://u:<redacted>@db``, ``https://<redacted>@sentry``),
+  a query parameter named as a secret (``?api_key=<redacted>``, ``&token=``, ``&secret=``),
   a webhook URL's secret path (``https://hooks.slack.com/services/<redacted>``, Discord's and
   Teams' too), an ``Authorization:``/``Bearer`` credential, a PEM private-key block;
 - **by value** — every value found the first two ways, and every token read from a token file
@@ -63,6 +64,10 @@ _WEBHOOK = re.compile(
     r"(?i)(?P<base>https?://(?:hooks\.slack\.com/(?:services|workflows|triggers)"
     r"|(?:[a-z0-9-]+\.)?discord(?:app)?\.com/api/webhooks"
     r"|[a-z0-9-]+\.webhook\.office\.com/webhookb2)/)(?P<path>[^\s'\"<>]+)"
+)
+# a URL's query parameter named as a secret is (``?api_key=…``, ``&token=…``, ``secret=…``)
+_QUERY = re.compile(
+    r"(?P<lead>[?&;])(?P<name>[A-Za-z][A-Za-z0-9_.\-]{0,63})=(?P<value>[^&#;\s'\"<>]+)"
 )
 _BEARER = re.compile(r"(?i)\b(?P<scheme>bearer)\s+(?P<cred>[A-Za-z0-9._~+/=\-]{4,})")
 _PEM = re.compile(
@@ -144,6 +149,10 @@ class Redactor:
                 self.learn(match["pw"] or match["user"] or "")
             for match in _WEBHOOK.finditer(text):
                 self.learn(match["path"])
+        if "=" in text:
+            for match in _QUERY.finditer(text):
+                if self.is_secret(match["name"]):
+                    self.learn(match["value"])
         for match in _AUTH_HEADER.finditer(text):
             self.learn(match["cred"])
         for match in _BEARER.finditer(text):
@@ -196,12 +205,19 @@ class Redactor:
         if "://" in text:
             text = _URL_USERINFO.sub(_mask_userinfo, text)
             text = _WEBHOOK.sub(lambda m: f"{m['base']}{REDACTED}", text)
+        if "=" in text:
+            text = _QUERY.sub(self._mask_query, text)
         text = _AUTH_HEADER.sub(_mask_header, text)
         text = _BEARER.sub(lambda m: f"{m['scheme']} {REDACTED}", text)
         for value in sorted(self._values, key=len, reverse=True):
             if value in text:
                 text = text.replace(value, REDACTED)
         return text
+
+    def _mask_query(self, match: re.Match[str]) -> str:
+        if not self.is_secret(match["name"]):
+            return match.group(0)
+        return f"{match['lead']}{match['name']}={REDACTED}"
 
     def argv(self, argv: Sequence[str]) -> list[str]:
         """``--api-key X`` and ``--hf-token=X`` keep the flag and lose the value; a switch

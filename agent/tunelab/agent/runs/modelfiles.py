@@ -12,6 +12,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
+from tunelab.common.sanitize import printable
 from tunelab.common.untrusted import link_root, read_untrusted
 
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
@@ -139,6 +140,10 @@ def _int(config: dict[str, Any], *names: str) -> int:
     return 0
 
 
+def _first(value: Any) -> str:
+    return str(value[0]) if isinstance(value, list) and value else ""
+
+
 def kv_figures(config: dict[str, Any]) -> dict[str, Any]:
     """KV-cache bytes per token of context (all layers) in the model's dtype, and its experts."""
     nested = config.get("text_config")  # multimodal checkpoints keep the LLM's figures here
@@ -148,7 +153,7 @@ def kv_figures(config: dict[str, Any]) -> dict[str, Any]:
     dtype = str(text.get("torch_dtype") or text.get("dtype") or config.get("torch_dtype") or "")
     dtype_bytes = DTYPE_BYTES.get(dtype, 2)
     out: dict[str, Any] = {
-        "architecture": (config.get("architectures") or [""])[0],
+        "architecture": printable(_first(config.get("architectures")), 128),
         "kv_dtype_bytes": dtype_bytes,
         "experts": _int(text, "n_routed_experts", "num_local_experts", "num_experts"),
         "experts_per_token": _int(text, "num_experts_per_tok", "moe_topk", "top_k"),

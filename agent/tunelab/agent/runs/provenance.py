@@ -28,6 +28,8 @@ from tunelab.bench.config import BenchConfig
 from tunelab.bench.simulator.upgrade import Upgrade, read_upgrade
 from tunelab.common import __version__
 from tunelab.common.redaction import REDACTED, Redactor
+from tunelab.common.sanitize import printable
+from tunelab.common.untrusted import read_untrusted
 
 __all__ = ["REDACTED", "RunProvenance", "redact_argv", "redact_env"]
 
@@ -92,6 +94,9 @@ BENCH_DATA_KEYS = (
 DATASET_KEYS = BENCH_DATA_KEYS[BENCH_DATA_KEYS.index("dataset") :]
 _DEFAULTS = {f.name: f.default for f in fields(BenchConfig)}
 SHEBANG_BYTES = 512
+METADATA_HEAD = 64 * 1024  # Version: is among the first lines of a METADATA file
+MAX_VERSION = 64  # characters of an engine version kept (tunelab.common.sanitize)
+MAX_SOURCE = 512
 
 
 def process_redactor(
@@ -169,19 +174,38 @@ def engine_version(argv: Sequence[str], env: Mapping[str, str]) -> dict[str, Any
     path_env = env.get("PATH", os.environ.get("PATH", ""))
     interpreter = _interpreter(argv[0], path_env) if argv else None
     if interpreter is not None:
-        dirs = _site_dirs(interpreter)
-        for dist in metadata.distributions(name=engine[1], path=dirs) if dirs else []:
-            out["version"], out["version_source"] = (
-                dist.version,
-                f"package metadata ({interpreter})",
-            )
+        version = _metadata_version(_site_dirs(interpreter), engine[1])
+        if version is not None:
+            out["version"] = version
+            out["version_source"] = printable(f"package metadata ({interpreter})", MAX_SOURCE)
             return out
     try:
-        out["version"] = metadata.version(engine[1])
+        out["version"] = printable(metadata.version(engine[1]), MAX_VERSION)
         out["version_source"] = "package metadata (the agent's Python)"
     except metadata.PackageNotFoundError:
         pass
     return out
+
+
+def _metadata_version(dirs: Sequence[str], dist: str) -> str | None:
+    """``Version:`` of ``dist``'s ``METADATA`` in the first of ``dirs`` that has it, read as an
+    untrusted file (the server's environment is not ours: a FIFO must not block the run, a
+    hostile version must not reach a terminal or Slack raw) and made printable, at most
+    ``MAX_VERSION`` characters."""
+    for found in metadata.distributions(name=dist, path=list(dirs)) if dirs else []:
+        folder = getattr(found, "_path", None)  # the .dist-info folder (no file read yet)
+        if folder is None:
+            continue
+        try:
+            raw = read_untrusted(Path(folder) / "METADATA", METADATA_HEAD, whole=False, seconds=2)
+        except OSError:
+            return None
+        head = raw.decode("utf-8", errors="replace").split("\n\n", 1)[0]
+        for line in head.splitlines():
+            if line.lower().startswith("version:"):
+                return printable(line.split(":", 1)[1].strip(), MAX_VERSION)
+        return None
+    return None
 
 
 def flag_value(argv: Sequence[str], flag: str) -> str:

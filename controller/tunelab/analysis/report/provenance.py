@@ -6,6 +6,11 @@ import shlex
 from collections import Counter
 from typing import Any
 
+from tunelab.common.sanitize import printable
+
+MAX_TEXT = 256
+MAX_LONG_TEXT = 4096
+
 
 def _bytes(value: Any) -> str:
     if not isinstance(value, int | float):
@@ -54,7 +59,11 @@ def provenance_summary(prov: dict[str, Any] | None) -> dict[str, str]:
         "argv": shlex.join(str(a) for a in prov.get("argv") or []) or "-",
         "env": " ".join(f"{k}={v}" for k, v in sorted(env.items())) or "-",
     }
-    return out
+    # what an agent recorded came from the server's environment and checkpoint: printable,
+    # each label's text at most MAX_TEXT characters (argv and env MAX_LONG_TEXT)
+    return {
+        k: printable(v, MAX_LONG_TEXT if k in ("argv", "env") else MAX_TEXT) for k, v in out.items()
+    }
 
 
 def provenance_lines(prov: dict[str, Any] | None) -> list[str]:

@@ -7,8 +7,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tunelab.analysis.report.provenance import provenance_summary
+from tunelab.common.sanitize import printable
 
 MASK = "(hidden)"
+MAX_LINE = 2000
 MINUS = "\u2212"  # a typographic minus, as the report prints
 _SECRET = re.compile(r"key|token|secret|passw|credential|auth", re.IGNORECASE)
 _PORT_FLAG = re.compile(r"--?[\w-]*port", re.IGNORECASE)
@@ -107,4 +109,4 @@ def verdict_line(metric_row: Mapping[str, Any], changes: Sequence[Mapping[str, s
         line += f"; {metric_row['missing']}"
     if changes:
         line += " — changed since the baseline: " + "; ".join(arrow(c) for c in changes)
-    return line
+    return printable(line, MAX_LINE)  # changes hold what servers and checkpoints said

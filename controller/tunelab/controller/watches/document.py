@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tunelab.common.redaction import Redactor
 from tunelab.controller.store.models import ExperimentRow
 from tunelab.controller.store.watch_models import OccurrenceRow, WatchRow
 
@@ -52,7 +53,9 @@ def occurrence_document(
             states[e.state.value] = states.get(e.state.value, 0) + 1
         doc.update(verdict=None, experiments=states)
         return doc
-    doc.update({k: o.verdict.get(k) for k in VERDICT_FIELDS})
+    verdict = {k: o.verdict.get(k) for k in VERDICT_FIELDS}
+    # redacted again as shown (an occurrence judged before a shape was known, ?api_key=...)
+    doc.update(Redactor.for_document(verdict).document(verdict))
     return doc
 
 
