@@ -93,7 +93,7 @@ class TokenPrompts:
         file = Path(path)
         if file.is_dir():
             file = file / "tokenizer.json"
-        if not file.is_file():  # Tokenizer.from_file reads a local file only: no download
+        if not file.exists():  # a local file only: nothing is downloaded
             raise TokenizerError(
                 f"--tokenizer {path}: no such file: {file} (a hub id is read from the local "
                 "Hugging Face cache only, where it was not found; nothing is downloaded)"
