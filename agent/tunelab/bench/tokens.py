@@ -25,9 +25,12 @@ MAX_ROUNDS = 16
 MIN_WORDS = 50
 # A tokenizer.json is read as an untrusted file (tunelab.common.untrusted), then parsed from
 # those bytes (never reopened by name): the largest real ones are ~35 MB (Gemma's 262k
-# vocabulary), and a 3 GiB one took the agent to 3.1 GB. A vocabulary past MAX_VOCAB is refused
-# before its words are listed (5 M entries took 46.7 s and 2 GB there).
-MAX_TOKENIZER_BYTES = 128 * 1024 * 1024
+# vocabulary), and a 3 GiB one took the agent to 3.1 GB. Before parsing, its JSON items are
+# counted (commas and opening brackets: real ones have at most ~1 M, vocabulary and merges),
+# since parsing 5 M entries alone takes 13 s; after, a vocabulary past MAX_VOCAB is refused
+# before its words are listed (5 M entries took 46.7 s and 2 GB in all).
+MAX_TOKENIZER_BYTES = 64 * 1024 * 1024
+MAX_JSON_ITEMS = 2_000_000
 MAX_VOCAB = 1 << 20
 READ_SECONDS = 30.0
 # benchmark.tokenizer in a spec: this word names the served model's own folder; anything else
@@ -105,6 +108,12 @@ class TokenPrompts:
         except OSError as exc:  # UntrustedFile names the file and the bound
             raise TokenizerError(f"--tokenizer {path}: cannot read {exc}") from None
         self.sha256 = hashlib.sha256(raw).hexdigest()
+        items = raw.count(b",") + raw.count(b"[") + raw.count(b"{")
+        if items > MAX_JSON_ITEMS:
+            raise TokenizerError(
+                f"--tokenizer {path}: {file} has about {items} JSON items "
+                f"(vocabulary and merges; at most {MAX_JSON_ITEMS})"
+            )
         try:
             self._tok: Any = Tokenizer.from_str(raw.decode("utf-8"))
         except Exception as exc:  # the library raises its own untyped errors for bad files

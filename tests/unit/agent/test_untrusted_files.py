@@ -173,6 +173,9 @@ def test_a_vocabulary_past_its_cap_is_refused(
     monkeypatch.setattr(tokens, "MAX_VOCAB", 100)
     with pytest.raises(TokenizerError, match="a vocabulary of 300 entries \\(at most 100\\)"):
         TokenPrompts(str(tmp_path))
+    monkeypatch.setattr(tokens, "MAX_JSON_ITEMS", 250)  # counted before the library parses it
+    with pytest.raises(TokenizerError, match="about 30[0-9] JSON items"):
+        TokenPrompts(str(tmp_path))
 
 
 def _venv_with_metadata(tmp_path: Path, metadata: bytes | None) -> list[str]:
