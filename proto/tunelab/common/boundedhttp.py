@@ -131,11 +131,11 @@ def _connection(url: urllib.parse.SplitResult, deadline: float) -> tuple[_Bounde
         raise HttpFailure("InvalidURL", "not an http(s) URL with a host")
     port = url.port or (443 if url.scheme == "https" else 80)
     target = urllib.parse.urlunsplit(("", "", url.path or "/", url.query, ""))
-    proxy = urllib.request.getproxies().get(url.scheme)
+    proxy = str(urllib.request.getproxies().get(url.scheme) or "")
     direct = not proxy or urllib.request.proxy_bypass(url.hostname)
     host, proxy_port = (url.hostname, port)
     if not direct:
-        parsed = urllib.parse.urlsplit(proxy if "://" in str(proxy) else f"http://{proxy}")
+        parsed = urllib.parse.urlsplit(proxy if "://" in proxy else f"http://{proxy}")
         host, proxy_port = parsed.hostname or "", parsed.port or 80
     timeout = _left(deadline)
     conn: _Bounded

@@ -174,7 +174,7 @@ def test_a_vocabulary_past_its_cap_is_refused(
     with pytest.raises(TokenizerError, match="a vocabulary of 300 entries \\(at most 100\\)"):
         TokenPrompts(str(tmp_path))
     monkeypatch.setattr(tokens, "MAX_JSON_ITEMS", 250)  # counted before the library parses it
-    with pytest.raises(TokenizerError, match="about 30[0-9] JSON items"):
+    with pytest.raises(TokenizerError, match=r"about 30[0-9] JSON items"):
         TokenPrompts(str(tmp_path))
 
 
