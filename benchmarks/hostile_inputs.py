@@ -43,6 +43,30 @@ from pathlib import Path
 work = Path({work!r})
 """
 
+TRACE = """
+from tunelab.bench.config import BenchConfig
+from tunelab.bench.datasets import Dataset
+cfg = BenchConfig(url="http://h:1", model="m", concurrency=(1,), input_len=40, output_len=8,
+                  dataset="trace", dataset_path=str(work / "FILE")).with_preset()
+try:
+    data = Dataset(cfg, None)
+    print(len(data.prompt(0, 0).text))
+except Exception as exc:
+    print(str(exc)[-90:])
+"""
+
+POST = """
+from tests.support.hostile_http import hostile, endless, slowloris
+from tunelab.controller.watches.webhook import http_post
+with hostile(BEHAVIOUR) as server:
+    t0 = time.monotonic()
+    try:
+        status = http_post(server.url + "/hook", b"{}", 5.0)
+        print(f"status {status} after {time.monotonic() - t0:.1f} s")
+    except Exception as exc:
+        print(type(exc).__name__, str(exc)[:50], f"after {time.monotonic() - t0:.1f} s")
+"""
+
 CASES: dict[str, str] = {
     "index-20-names-20MB": """
 from tunelab.agent.runs.modelfiles import describe_model
@@ -78,50 +102,10 @@ from tunelab.agent.runs.provenance import engine_version
 argv = [sys.executable, "-m", "tunelab.bench.simulator", "--speed-file", str(work / "sim-speed")]
 print(engine_version(argv, {})["version_source"])
 """,
-    "trace-input-1e12": """
-from tunelab.bench.config import BenchConfig
-from tunelab.bench.datasets import Dataset
-cfg = BenchConfig(url="http://h:1", model="m", concurrency=(1,), input_len=40, output_len=8,
-                  dataset="trace", dataset_path=str(work / "t12.jsonl")).with_preset()
-try:
-    data = Dataset(cfg, None)
-    print(len(data.prompt(0, 0).text))
-except Exception as exc:
-    print(str(exc)[-90:])
-""",
-    "trace-hash-ids-200k": """
-from tunelab.bench.config import BenchConfig
-from tunelab.bench.datasets import Dataset
-cfg = BenchConfig(url="http://h:1", model="m", concurrency=(1,), input_len=40, output_len=8,
-                  dataset="trace", dataset_path=str(work / "h200k.jsonl")).with_preset()
-try:
-    data = Dataset(cfg, None)
-    print(len(data.prompt(0, 0).text))
-except Exception as exc:
-    print(str(exc)[-90:])
-""",
-    "webhook-302-endless": """
-from tests.support.hostile_http import hostile, endless
-from tunelab.controller.watches.webhook import http_post
-with hostile(endless(302)) as server:
-    try:
-        t0 = time.monotonic()
-        status = http_post(server.url + "/hook", b"{}", 5.0)
-        print(f"status {status} after {time.monotonic() - t0:.1f} s")
-    except Exception as exc:
-        print(type(exc).__name__, str(exc)[:50], f"after {time.monotonic() - t0:.1f} s")
-""",
-    "webhook-slowloris": """
-from tests.support.hostile_http import hostile, slowloris
-from tunelab.controller.watches.webhook import http_post
-with hostile(slowloris(0.5)) as server:
-    try:
-        t0 = time.monotonic()
-        status = http_post(server.url + "/hook", b"{}", 5.0)
-        print(f"status {status} after {time.monotonic() - t0:.1f} s")
-    except Exception as exc:
-        print(type(exc).__name__, str(exc)[:50], f"after {time.monotonic() - t0:.1f} s")
-""",
+    "trace-input-1e12": TRACE.replace("FILE", "t12.jsonl"),
+    "trace-hash-ids-200k": TRACE.replace("FILE", "h200k.jsonl"),
+    "webhook-302-endless": POST.replace("BEHAVIOUR", "endless(302)"),
+    "webhook-slowloris": POST.replace("BEHAVIOUR", "slowloris(0.5)"),
     "webhook-bad-status": """
 from tests.support.hostile_http import hostile, garbage, answer
 from tunelab.controller.watches.webhook import VerdictWebhook

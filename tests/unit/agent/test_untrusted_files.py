@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit.agent.test_provenance import write_safetensors
 from tunelab.agent.runs import modelfiles
 from tunelab.agent.runs.modelfiles import describe_model, weight_bytes
 from tunelab.agent.runs.provenance import engine_version
@@ -26,19 +27,9 @@ OTHER_UID = 12345
 
 
 def shard(path: Path, tensors: dict[str, int], pad: int = 0) -> None:
-    header: dict[str, object] = {}
-    offset = 0
-    for name, size in tensors.items():
-        header[name] = {
-            "dtype": "BF16",
-            "shape": [size // 2],
-            "data_offsets": [offset, offset + size],
-        }
-        offset += size
-    if pad:
-        header["__metadata__"] = {"pad": "x" * pad}
-    raw = json.dumps(header).encode()
-    path.write_bytes(struct.pack("<Q", len(raw)) + raw)
+    """write_safetensors, its header grown past ``pad`` bytes by empty tensors."""
+    empty = {f"pad.{i:06d}": 0 for i in range(pad // 60)}
+    write_safetensors(path, {**tensors, **empty})
 
 
 def test_a_fifo_a_link_and_a_large_file_are_refused_at_once(tmp_path: Path) -> None:
