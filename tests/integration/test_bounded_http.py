@@ -6,6 +6,7 @@ the log)."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import time
 from concurrent import futures
@@ -18,6 +19,7 @@ import structlog
 from tests.support.hostile_http import answer, endless, garbage, hostile, slowloris
 from tunelab.agent.metrics.engines import fetch_metrics
 from tunelab.bench.chattemplate import ChatTemplateError, server_chat_prompts
+from tunelab.bench.profiling import post
 from tunelab.common.boundedhttp import HttpFailure, get, request
 from tunelab.controller.store.watch_models import OccurrenceRow, WatchRow
 from tunelab.controller.watches.webhook import VerdictWebhook
@@ -125,3 +127,14 @@ def test_engine_metrics_and_the_chat_template_step_stop_at_their_caps() -> None:
         fetch_metrics(server.port, 5.0)
     with hostile(endless(302)) as server, pytest.raises(ChatTemplateError, match="HTTP 302"):
         server_chat_prompts(lambda path: server.url + path, "m", ["hi", "there"], 5.0)
+
+
+def test_the_profilers_start_and_stop_calls_read_little_and_follow_no_redirect() -> None:
+    with (
+        hostile(answer(200, b"internal")) as internal,
+        hostile(endless(302, internal.url.encode() + b"/admin")) as server,
+    ):
+        outcome = asyncio.run(post(server.url + "/start_profile", b"{}", 10.0))
+        assert outcome.status == 302 and not outcome.ok
+        assert outcome.error.startswith("HTTP 302") and len(outcome.error) < 400
+        assert internal.requests == []

@@ -21,6 +21,8 @@ from typing import Any
 
 import aiohttp
 
+from tunelab.common.sanitize import printable
+
 START_TIMEOUT_S = 30.0
 RESET_TIMEOUT_S = 30.0
 STOP_RETRIES = 1
@@ -42,17 +44,23 @@ class HttpOutcome:
         }
 
 
+MAX_ANSWER = 4096
+
+
 async def post(url: str, body: bytes | None, timeout_s: float) -> HttpOutcome:
-    """POST ``body`` (JSON) to ``url``; any failure is an outcome, never an exception."""
+    """POST ``body`` (JSON) to ``url``; any failure is an outcome, never an exception. Bounded
+    as tunelab.common.boundedhttp's calls are (this one is asynchronous, in aiohttp): one total
+    timeout, at most ``MAX_ANSWER`` bytes of any answer, redirects not followed."""
     started = time.perf_counter()
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     headers = {"Content-Type": "application/json"} if body else {}
     try:
         async with (
             aiohttp.ClientSession(timeout=timeout) as session,
-            session.post(url, data=body or b"", headers=headers) as response,
-        ):
-            text = (await response.text(errors="replace"))[:300]
+            session.post(url, data=body or b"", headers=headers, allow_redirects=False) as response,
+        ):  # the total timeout bounds the whole call; at most MAX_ANSWER bytes are read
+            raw = await response.content.read(MAX_ANSWER)
+            text = printable(raw.decode(errors="replace"), 300)
             ok = 200 <= response.status < 300
             error = "" if ok else f"HTTP {response.status} from {url}: {text.strip()}"
             return HttpOutcome(ok, response.status, error, time.perf_counter() - started)
