@@ -8,8 +8,12 @@ from typing import Any
 
 from tunelab.bench.promptlengths import lengths_exact, prompt_tokens_line
 from tunelab.common.durations import format_duration
+from tunelab.common.sanitize import printable
 
 ServerArgv = Callable[[dict[str, Any]], list[str]]
+
+
+MAX_LINE = 8192  # characters of one printed line (an argv may be long)
 
 
 def _num(value: Any, digits: int = 1) -> str:
@@ -151,4 +155,5 @@ def render_show(data: dict[str, Any], server_argv: ServerArgv) -> str:
             out.extend(f"    {line}" for line in provenance_lines(a["provenance"]))
         if a.get("mlflow_run_url"):
             out.append(f"    MLflow: {a['mlflow_run_url']}")
-    return "\n".join(out) + "\n"
+    # messages and figures came from agents and servers: each line printable, bounded
+    return "\n".join(printable(line, MAX_LINE) for line in out) + "\n"

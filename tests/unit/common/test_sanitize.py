@@ -56,3 +56,20 @@ def test_secret_query_parameters_are_redacted_by_shape() -> None:
     assert redactor.text("http://gw/?max_tokens=5") == "http://gw/?max_tokens=5"
     learned = Redactor.for_document({"env": {"BASE": "http://gw/?access_token=zz-123456"}})
     assert learned.text("the log said zz-123456") == f"the log said {REDACTED}"
+
+
+def test_show_prints_what_an_agent_said_printable() -> None:
+    from tunelab.cli.show_view import render_show
+
+    attempt = {
+        "number": 1, "id": "a-1", "gpus": [], "host": "h", "state": "FAILED",
+        "message": f"server exited: {HOSTILE}", "result": None, "gpu_summary": None,
+        "provenance": {"engine": {"name": "vllm", "version": HOSTILE}},
+    }  # fmt: skip
+    data = {
+        "id": "x-1", "name": "s/e1", "state": "FAILED", "group": "g-1", "varied": {},
+        "host_selector": "any", "spec": None, "message": HOSTILE, "attempts": [attempt],
+    }  # fmt: skip
+    text = render_show(data, lambda doc: [])
+    assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text
+    assert not any(line.startswith("2026-12-07 INFO forged") for line in text.splitlines())
