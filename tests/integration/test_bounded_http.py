@@ -14,10 +14,12 @@ from typing import Any
 
 import grpc
 import pytest
+import requests
 import structlog
 
 from tests.support.hostile_http import answer, endless, garbage, hostile, slowloris
 from tunelab.agent.metrics.engines import fetch_metrics
+from tunelab.analysis.mlflow.bounds import bounded
 from tunelab.bench.chattemplate import ChatTemplateError, server_chat_prompts
 from tunelab.bench.profiling import post
 from tunelab.common.boundedhttp import HttpFailure, get, request
@@ -138,3 +140,16 @@ def test_the_profilers_start_and_stop_calls_read_little_and_follow_no_redirect()
         assert outcome.status == 302 and not outcome.ok
         assert outcome.error.startswith("HTTP 302") and len(outcome.error) < 400
         assert internal.requests == []
+
+
+def test_mlflow_calls_follow_no_redirect() -> None:
+    with (
+        hostile(answer(200, b"{}")) as internal,
+        hostile(answer(302, b"", b"Location: " + internal.url.encode() + b"/admin\r\n")) as server,
+    ):
+        session = requests.Session()
+        with bounded():
+            reply = session.get(server.url + "/api/2.0/mlflow/runs/get", timeout=5)
+        assert reply.status_code == 302 and internal.requests == []
+        outside = session.get(server.url, timeout=5)  # requests elsewhere in the process: as is
+        assert outside.status_code == 200 and len(internal.requests) == 1

@@ -10,6 +10,8 @@ no setting for it, so the bound sits in ``requests``' transport: :func:`install`
 - declaring a ``Content-Length`` above the cap is closed before its body is read;
 - is read through :class:`BoundedBody`, which stops a body (after decoding: a gzip bomb too)
   at the cap, and the whole call at its deadline.
+- that redirects is not followed (issue 45.4): it loses its ``Location``, so ``requests`` hands
+  the 3xx to MLflow, which reports a failed request.
 
 Either raises :class:`ResponseTooLarge` / :class:`ResponseTooSlow`, which MLflow's client reports
 as a failed request: an export failure the exporter retries with back-off. Limits: a server that
@@ -112,6 +114,8 @@ def _build_response(self: HTTPAdapter, req: Any, resp: Any) -> requests.Response
             f"answer declares {int(declared)} bytes, more than {limits.max_bytes}"
         )
     response.raw = BoundedBody(response.raw, limits)
+    if response.is_redirect:  # not followed (to an internal URL, as a GET): MLflow sees a 3xx
+        del response.headers["Location"]
     return response
 
 
