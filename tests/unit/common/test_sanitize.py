@@ -73,3 +73,14 @@ def test_show_prints_what_an_agent_said_printable() -> None:
     text = render_show(data, lambda doc: [])
     assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text
     assert not any(line.startswith("2026-12-07 INFO forged") for line in text.splitlines())
+
+
+def test_watch_show_json_redacts_query_secrets_of_verdicts_judged_before() -> None:
+    from tunelab.controller.store.watch_models import OccurrenceRow
+    from tunelab.controller.watches.document import occurrence_document
+
+    argv = ["vllm", "serve", "m", "--api-base", "http://gw/v1?model=m&api_key=AKIA123456"]
+    verdict = {"verdict": "no change", "provenance": {"argv": argv},
+               "changes": [{"field": "argv", "before": "-", "after": " ".join(argv)}]}  # fmt: skip
+    doc = occurrence_document(OccurrenceRow("w", 2, "g", 0.0, 0.0, verdict, 1.0))
+    assert "AKIA123456" not in str(doc) and f"api_key={REDACTED}" in str(doc)
