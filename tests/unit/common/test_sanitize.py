@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from tunelab.analysis.report.provenance import provenance_lines, provenance_summary
 from tunelab.common.redaction import REDACTED, Redactor
 from tunelab.common.sanitize import printable, slack_text
@@ -66,7 +68,7 @@ def test_show_prints_what_an_agent_said_printable() -> None:
         "message": f"server exited: {HOSTILE}", "result": None, "gpu_summary": None,
         "provenance": {"engine": {"name": "vllm", "version": HOSTILE}},
     }  # fmt: skip
-    data = {
+    data: dict[str, Any] = {
         "id": "x-1", "name": "s/e1", "state": "FAILED", "group": "g-1", "varied": {},
         "host_selector": "any", "spec": None, "message": HOSTILE, "attempts": [attempt],
     }  # fmt: skip
