@@ -14,12 +14,13 @@ tokenizer is first loaded (the agent and the CLI start without it).
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from tunelab.common.untrusted import link_root, read_untrusted
+from tunelab.common.untrusted import read_untrusted
 
 MAX_ROUNDS = 16
 MIN_WORDS = 50
@@ -90,7 +91,10 @@ class TokenizerError(Exception):
 
 
 class TokenPrompts:
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, links_within: str | Path | None = None) -> None:
+        """``links_within``: a link is followed only to a file inside that folder (the agent,
+        reading a spec's tokenizer); without it (the CLI's ``--tokenizer``), wherever it goes.
+        Either way the file is read as untrusted: no FIFO, at most its caps."""
         from tokenizers import Tokenizer  # a core dependency; loaded here, when first needed
 
         file = Path(path)
@@ -102,8 +106,9 @@ class TokenPrompts:
                 "Hugging Face cache only, where it was not found; nothing is downloaded)"
             )
         try:
+            target = file if links_within is not None else Path(os.path.realpath(file))
             raw = read_untrusted(
-                file, MAX_TOKENIZER_BYTES, links_within=link_root(file.parent), seconds=READ_SECONDS
+                target, MAX_TOKENIZER_BYTES, links_within=links_within, seconds=READ_SECONDS
             )
         except OSError as exc:  # UntrustedFile names the file and the bound
             raise TokenizerError(f"--tokenizer {path}: cannot read {exc}") from None

@@ -195,3 +195,16 @@ def test_a_fifo_as_metadata_does_not_block_provenance(tmp_path: Path) -> None:
     argv = _venv_with_metadata(tmp_path, None)
     found = engine_version(argv, {})  # returns at once: the FIFO is refused, not waited on
     assert found["name"] == "vllm" and str(tmp_path) not in str(found["version_source"])
+
+
+def test_a_tokenizer_link_is_followed_by_the_cli_and_only_inside_on_the_agent(
+    tmp_path: Path,
+) -> None:
+    doc = {"version": "1.0", "model": {"type": "WordLevel", "vocab": {"a": 0}, "unk_token": "a"}}
+    (tmp_path / "elsewhere.json").write_text(json.dumps(doc))
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "tokenizer.json").symlink_to(tmp_path / "elsewhere.json")
+    assert TokenPrompts(str(folder)).sha256  # the laptop's --tokenizer: the user's own link
+    with pytest.raises(TokenizerError, match="outside"):
+        TokenPrompts(str(folder), links_within=link_root(folder))  # a spec's, on the agent

@@ -24,6 +24,7 @@ from tunelab.bench.tokens import (
     TokenPrompts,
     spec_tokenizer_problem,
 )
+from tunelab.common.untrusted import link_root
 
 FIELD = "spec.benchmark.builtin.tokenizer"
 TOKENIZER_FLAGS = ("--tokenizer", "--tokenizer-path")  # vLLM's, SGLang's
@@ -77,7 +78,8 @@ def resolve_tokenizer(
         where = "the served model's folder" if name == SERVED_MODEL else str(datasets_dir)
         raise InvalidSpec(FIELD, f"{name!r}: no tokenizer.json in {where} ({file})")
     try:  # loaded here too, so that a file that is no tokenizer is refused at StartRun
-        digest = TokenPrompts(str(file)).sha256  # of the bytes loaded: read once, bounded
+        # of the bytes loaded: read once, bounded, a link followed only inside its folder
+        digest = TokenPrompts(str(file), links_within=link_root(file.parent)).sha256
     except TokenizerError as exc:
         raise InvalidSpec(FIELD, str(exc).replace("--tokenizer ", "", 1)) from None
     return {**builtin, "tokenizer": str(file), "tokenizer_file": name, "tokenizer_sha256": digest}
