@@ -17,6 +17,7 @@ from tunelab.cli.clients import ControllerClient
 from tunelab.cli.common import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
+    EXIT_NOT_FOUND,
     EXIT_OK,
     EXIT_USAGE,
     CliError,
@@ -28,8 +29,9 @@ from tunelab.cli.common import (
     rpc_error,
 )
 from tunelab.cli.follow import follow_hint, wait_for
-from tunelab.cli.keys import group_of, resolve, spec_names
+from tunelab.cli.keys import Target, group_of, resolve, spec_names, target
 from tunelab.cli.show_view import render_show
+from tunelab.cli.width import table
 from tunelab.v1 import controller_pb2, server_pb2
 
 
@@ -205,7 +207,9 @@ def _dry_run_search(text: str, source: str, as_json: bool) -> bool:
             f"{size if size is not None else 'a continuous'} point(s), at most "
             f"{found.spec.max_trials} trials; the first point runs:"
         )
-        print("  " + " ".join(_argv(found.first)))
+        from tunelab.cli.search_cmd import argv_lines
+
+        print("\n".join(argv_lines(_argv(found.first))))
     return True
 
 
@@ -242,14 +246,16 @@ def _finished(final: list[controller_pb2.Experiment], as_json: bool) -> int:
 
 
 def cmd_wait(args: argparse.Namespace) -> int:
-    """Follow experiments again (after Ctrl-C, or from another terminal) until they finish."""
+    """Follow experiments again (after Ctrl-C, or from another terminal) until they finish; a
+    search (its group or its spec's name) until the search ends, trials it has yet to queue
+    included."""
     client = ControllerClient.for_args(args)
-    if len(args.ids) == 1 and args.ids[0].startswith("g-"):
-        from tunelab.cli.search_cmd import finished, follow_search, get_search
+    if len(args.ids) == 1:
+        named = target(client, args.ids[0])
+        if named.search is not None:
+            from tunelab.cli.search_cmd import finished, follow_search
 
-        if get_search(client, args.ids[0]) is not None:
-            doc = follow_search(client, args.ids[0], quiet=args.json)
-            return finished(doc, args.json)
+            return finished(follow_search(client, named.group, quiet=args.json), args.json)
     ids, group = resolve(client, args.ids)
     final = wait_for(client, ids, quiet=args.json, group=group)
     return _finished(final, args.json)
@@ -281,6 +287,11 @@ def cmd_ls(args: argparse.Namespace) -> int:
     if not rows:
         print("no experiments")
         return EXIT_OK
+    print_table(_rows(rows))
+    return EXIT_OK
+
+
+def _rows(rows: list[dict[str, Any]]) -> list[tuple[str, ...]]:
     table = [("ID", "GROUP", "NAME", "STATE", "HOST", "ATTEMPTS", "MESSAGE")]
     for r in rows:
         host = r["attempts"][-1]["host"] if r["attempts"] else "-"
@@ -290,26 +301,63 @@ def cmd_ls(args: argparse.Namespace) -> int:
             last = r["attempts"][-1]  # what runs now: e.g. the server's load progress
             message = f"{last['state']}: {last['message']}" if last["message"] else last["state"]
         table.append((r["id"], r["group"], r["name"], r["state"], host, attempts, message))
-    print_table(table)
-    return EXIT_OK
+    return table
 
 
-def print_table(table: Sequence[Sequence[str]]) -> None:
-    """Aligned columns; the last one (a message) is never cut."""
-    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-    for row in table:
-        print("  ".join(c.ljust(widths[i]) for i, c in enumerate(row)).rstrip())
+def print_table(rows: Sequence[Sequence[str]]) -> None:
+    """Aligned columns within the terminal; the last one (a message) wraps, never cut."""
+    print("\n".join(table(rows, cut=2)))  # the NAME column is cut first
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    request = controller_pb2.GetExperimentRequest(id=args.id)
-    experiment = ControllerClient.for_args(args).get_experiment(request).experiment
+    """One experiment; a search's table for a search, a watch's occurrences for a watch, the
+    experiments of a group for a group (the same as its spec's name)."""
+    client = ControllerClient.for_args(args)
+    named = target(client, args.id)
+    if named.watch or named.search is not None:
+        if args.json:
+            print_json(named.search if named.search is not None else _watch_doc(client, named))
+        elif named.search is not None:
+            from tunelab.cli.search_cmd import render_search
+
+            print(render_search(named.search))
+        else:
+            from tunelab.cli.watches_cmd import render_watch
+
+            print(render_watch(_watch_doc(client, named)))
+        return EXIT_OK
+    if named.group:
+        request = controller_pb2.ListExperimentsRequest(group=named.group, limit=100_000)
+        listed = list(client.list_experiments(request).experiments)
+        if len(listed) != 1:
+            return _show_group(named, listed, args.json)
+        args.id = listed[0].id
+    request = controller_pb2.GetExperimentRequest(id=named.experiment or args.id)
+    experiment = client.get_experiment(request).experiment
     data = experiment_json(experiment, full=True)
     if args.json:
         print_json(data)
         return EXIT_OK
     sys.stdout.write(render_show(data, _argv))
     return EXIT_FAILED if data["state"] == "FAILED" else EXIT_OK
+
+
+def _watch_doc(client: ControllerClient, named: Target) -> dict[str, Any]:
+    from tunelab.cli.watches_cmd import get_watch
+
+    return get_watch(client, named.watch)
+
+
+def _show_group(named: Target, listed: list[controller_pb2.Experiment], as_json: bool) -> int:
+    """A group of several experiments: their rows (``tunelab show ID`` shows one)."""
+    if as_json:
+        print_json([experiment_json(e) for e in listed])
+        return EXIT_OK
+    if not listed:
+        raise CliError(f"no experiment {named.key!r}", EXIT_NOT_FOUND)
+    print(f"{named.shown}: {len(listed)} experiments (tunelab show ID shows one)")
+    print_table(_rows([experiment_json(e) for e in listed]))
+    return EXIT_OK
 
 
 # --- logs / cancel / compare -----------------------------------------------------------------
@@ -343,16 +391,17 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     """Cancel experiments by id or name, a whole group, or a spec's latest submission; a
-    search's group cancels the search (no further trials) and its running trials."""
-    from tunelab.cli.search_cmd import cancel_search, get_search
+    search's group or name cancels the search (no further trials) and its running trials."""
+    from tunelab.cli.search_cmd import cancel_search
 
     client = ControllerClient.for_args(args)
     keys = []
-    for key in spec_names(client, args.ids):
-        if key.startswith("g-") and get_search(client, key) is not None:
-            cancel_search(client, key, as_json=False)
+    for key in args.ids:
+        named = target(client, key)
+        if named.search is not None:
+            cancel_search(client, named.group, as_json=False)
         else:
-            keys.append(key)
+            keys.append(named.group or named.experiment)
     if not keys:
         return EXIT_OK
     ids, _ = resolve(client, keys)
@@ -416,33 +465,32 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _write_watch_report(args: argparse.Namespace) -> bool:
-    """``tunelab report WATCH_NAME``: the watch's history page; False when no watch has the
-    name (then it names experiments, as before)."""
-    from tunelab.cli.watches_cmd import watch_report
+def _write_page(page: str, out: Path) -> None:
+    from tunelab.analysis.report import write_page
 
-    page = watch_report(ControllerClient.for_args(args), args.ids[0])
-    if page is None:
-        return False
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", args.ids[0])[:80]
-    out = Path(args.out or f"report-watch-{safe}.html")
     try:
-        out.write_text(page, encoding="utf-8")
+        write_page(page, out)
     except OSError as exc:
         raise CliError(f"{out}: {exc.strerror}", EXIT_USAGE) from None
     print(f"report: {out.resolve()}")
-    return True
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from tunelab.analysis.report import write_report, write_search_report
-    from tunelab.cli.search_cmd import get_search
+    """One page: a watch's history for a watch's name, a search's report for a search (its
+    group or its spec's name), else the comparison of the experiments named."""
+    from tunelab.analysis.report import render_report, render_search_report
 
-    search = None
-    if len(args.ids) == 1 and args.ids[0].startswith("g-"):
-        search = get_search(ControllerClient.for_args(args), args.ids[0])
-    elif len(args.ids) == 1 and _write_watch_report(args):
-        return EXIT_OK
+    named = target(ControllerClient.for_args(args), args.ids[0]) if len(args.ids) == 1 else None
+    if named is not None and named.watch:
+        from tunelab.cli.watches_cmd import watch_report
+
+        safe = re.sub(r"[^A-Za-z0-9._-]+", "_", named.watch)[:80]
+        page = watch_report(ControllerClient.for_args(args), named.watch)
+        if page is not None:
+            _write_page(page, Path(args.out or f"report-watch-{safe}.html"))
+            return EXIT_OK
+    if named is not None and named.group:
+        args.ids = [named.group]  # the name and its group are one page
     document = comparison(args)
     if not args.no_profiles:
         from tunelab.cli.profile_cmd import ablation_profiles
@@ -451,16 +499,14 @@ def cmd_report(args: argparse.Namespace) -> int:
         profiles = ablation_profiles(args, document["experiments"])
         if profiles["diffs"]:
             document["profiles"] = profiles
-    default = re.sub(r"[^A-Za-z0-9._-]+", "_", "-".join(args.ids))[:80]
+    words = [named.key] if named is not None else args.ids
+    default = re.sub(r"[^A-Za-z0-9._-]+", "_", "-".join(words))[:80]
     out = Path(args.out or f"report-{default}.html")
-    try:
-        if search is not None:
-            write_search_report(search, document, out, title=args.ids[0])
-        else:
-            write_report(document, out, title=" ".join(args.ids))
-    except OSError as exc:
-        raise CliError(f"{out}: {exc.strerror}", EXIT_USAGE) from None
-    print(f"report: {out.resolve()}")
+    if named is not None and named.search is not None:
+        page = render_search_report(named.search, document, named.shown)
+    else:
+        page = render_report(document, named.shown if named else " ".join(args.ids))
+    _write_page(page, out)
     return EXIT_OK
 
 

@@ -1,0 +1,159 @@
+"""Integration: issue 46's first hour, round 4 — every command that takes a group takes the spec's
+name or the group alike and means the same thing, and an experiment's id means that experiment;
+through the real console script ``tunelab`` against a real controller and agent."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.integration.test_cli_first_hour import TUNELAB, Lab
+from tests.integration.test_first_hour_round3 import parked_search
+from tests.support.mlflow_server import MlflowServer
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    lab = Lab(tmp_path_factory.mktemp("round4"))
+    try:
+        yield lab
+    finally:
+        lab.controller.terminate()
+        lab.agent.terminate()
+
+
+@pytest.fixture(scope="module")
+def mlflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
+    server = MlflowServer(tmp_path_factory.mktemp("mlflow")).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def loads(result: subprocess.CompletedProcess[str]) -> Any:
+    return json.loads(ok(result))
+
+
+def ablation(lab: Lab, name: str) -> tuple[str, list[str], list[str]]:
+    """A finished ablation of two experiments (the baseline and one change): its group, their
+    ids and names."""
+    path = lab.spec(name, ablation=[{"server.flags.--itl-ms": 5}])
+    done = loads(lab.run("submit", str(path), "--wait", "--json"))
+    assert [e["state"] for e in done] == ["SUCCEEDED", "SUCCEEDED"]
+    return done[0]["group"], [e["id"] for e in done], [e["name"] for e in done]
+
+
+def test_every_command_reads_a_name_and_its_group_alike_and_an_id_as_one(
+    lab: Lab, mlflow: MlflowServer
+) -> None:
+    group, ids, names = ablation(lab, "alike")
+    one = ids[1]
+    for words in (["wait"], ["show"], ["compare"]):
+        by_name, by_group = (loads(lab.run(*words, key, "--json")) for key in ("alike", group))
+        alone = loads(lab.run(*words, one, "--json"))
+        if words == ["compare"]:
+            by_name, by_group, alone = (d["experiments"] for d in (by_name, by_group, alone))
+        assert {e["id"] for e in by_name} == {e["id"] for e in by_group} == set(ids), words
+        single = alone if isinstance(alone, list) else [alone]
+        assert [e["id"] for e in single] == [one], words
+    pages = {}
+    for key in ("alike", group, one):
+        out = lab.root / f"report-{key}.html"
+        assert "report:" in ok(lab.run("report", key, "--out", str(out), "--no-profiles"))
+        pages[key] = out.read_text()
+    for key in ("alike", group):
+        assert all(n in pages[key] for n in names) and "<h1>tunelab report: " in pages[key]
+    assert names[0] not in pages[one]
+    exported = {}
+    for key in ("alike", group, one):
+        doc = loads(lab.run("export", "mlflow", key, "--tracking-uri", mlflow.uri, "--json"))
+        exported[key] = {r["run_id"] for r in doc["runs"]}
+    assert exported["alike"] == exported[group]  # the same runs: the second wrote nothing
+    assert exported[one] < exported[group]
+    cancelled = [ok(lab.run("cancel", key)) for key in ("alike", group)]
+    assert cancelled[0] == cancelled[1] and cancelled[0].count("SUCCEEDED") == 2
+    assert ok(lab.run("cancel", one)).count("SUCCEEDED") == 1
+    for key in ("alike", group):
+        missing = lab.run("search", "show", key)
+        assert missing.returncode == 4 and "no search" in missing.stderr
+
+
+def test_a_searchs_name_its_group_and_a_trial_name_the_search(lab: Lab) -> None:
+    group = loads(lab.run("submit", str(parked_search(lab, "alike-search")), "--json"))[
+        "search_group"
+    ]
+    trial = loads(lab.run("ls", "--group", group, "--json"))[0]["id"]
+    for key in ("alike-search", group, trial):
+        assert loads(lab.run("search", "show", key, "--json"))["group"] == group, key
+    for key in ("alike-search", group):
+        assert loads(lab.run("show", key, "--json"))["group"] == group, key
+        assert f"search {group} (alike-search): RUNNING" in ok(lab.run("show", key)), key
+        out = lab.root / f"search-{key}.html"
+        ok(lab.run("report", key, "--out", str(out), "--no-profiles"))
+        assert "<h1>tunelab search report: " in out.read_text()  # not the matrix page
+    assert ok(lab.run("cancel", "alike-search")) == ""
+
+
+def test_wait_on_a_searchs_name_follows_the_search_not_its_first_trials(lab: Lab) -> None:
+    """It followed the trials queued when it started and exited while the search went on."""
+    group = loads(lab.run("submit", str(parked_search(lab, "follow-name")), "--json"))[
+        "search_group"
+    ]
+    waiting = subprocess.Popen(
+        [TUNELAB, "wait", "follow-name", "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=lab.env(),
+    )  # fmt: skip
+    try:
+        time.sleep(3)  # past its first look at the search: it is following
+        assert waiting.poll() is None, waiting.communicate()
+        ok(lab.run("search", "cancel", group))
+        out, err = waiting.communicate(timeout=120)
+    finally:
+        if waiting.poll() is None:
+            waiting.kill()
+            waiting.communicate()
+    doc = json.loads(out)
+    assert isinstance(doc, dict), out  # the search document, not a list of trials
+    assert doc["group"] == group and doc["state"] == "CANCELLED", err
+
+
+def test_a_watchs_name_its_occurrences_group_and_an_experiment_name_the_watch(lab: Lab) -> None:
+    doc = yaml.safe_load((Path(__file__).parents[2] / "examples" / "watch-sim.yaml").read_text())
+    doc["name"] = "alike-watch"
+    doc["host"] = {"labels": {"pool": "nobody"}}  # the first occurrence stays queued
+    spec = lab.root / "alike-watch.yaml"
+    spec.write_text(yaml.safe_dump(doc, sort_keys=False))
+    ok(lab.run("watch", "add", str(spec)))
+    deadline = time.monotonic() + 60
+    while not (occurrences := loads(lab.run("watch", "show", "alike-watch", "--json"))[
+        "occurrences"
+    ]):  # fmt: skip
+        assert time.monotonic() < deadline, "no occurrence queued"
+        time.sleep(0.5)
+    group = occurrences[0]["group"]
+    experiment = loads(lab.run("ls", "--group", group, "--json"))[0]["id"]
+    for key in ("alike-watch", group, experiment):
+        shown = loads(lab.run("watch", "show", key, "--json"))
+        assert shown["name"] == "alike-watch", key
+    listed = ok(lab.run("watch", "ls"))
+    assert "(#1 running)" in listed, listed  # not "last: -" while it runs
+    assert loads(lab.run("show", "alike-watch", "--json"))["name"] == "alike-watch"
+    ok(lab.run("watch", "pause", group))
+    assert loads(lab.run("watch", "show", experiment, "--json"))["state"] == "paused"
+    unknown = lab.run("watch", "show", "no-such-watch")
+    assert unknown.returncode == 4 and "no watch 'no-such-watch'" in unknown.stderr
+    ok(lab.run("cancel", group))
+    ok(lab.run("watch", "rm", "alike-watch"))
