@@ -580,9 +580,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_controller_args(ls)
     ls.set_defaults(handler=cmd_ls)
 
-    show = sub.add_parser("show", help="one experiment: spec, attempts, results, GPU summary")
-    show.add_argument("id", help="experiment id or name")
-    add_json_arg(show, "the experiment, spec and results included")
+    show = sub.add_parser(
+        "show", help="one experiment (spec, attempts, results, GPU summary), a group, a search or "
+        "a watch",
+    )  # fmt: skip
+    show.add_argument(
+        "id",
+        metavar="ID|NAME|GROUP",
+        help="an experiment's id or name; a group (g-...) or a spec's name (its latest "
+        "submission): its experiments, or a search's table; a watch's name: its occurrences",
+    )
+    add_json_arg(show, "the experiment, spec and results included (a group: a list)")
     add_controller_args(show)
     show.set_defaults(handler=cmd_show)
 

@@ -180,8 +180,7 @@ def render_search(doc: dict[str, Any]) -> str:
         )  # fmt: skip
     lines += table(rows, WIDTH, cut=2)
     lines += _wrapped(
-        "launch: the trial's own value; config [95%]: the interval over its configuration's n "
-        "launches at that load"
+        "launch: this trial's value; config [95%]: over its configuration's n launches at that load"
     )
     lengths = _prompt_tokens(doc["trials"])
     if lengths:
