@@ -31,7 +31,7 @@ from tunelab.cli.common import (
 from tunelab.cli.follow import follow_hint, wait_for
 from tunelab.cli.keys import Target, group_of, resolve, spec_names, target
 from tunelab.cli.show_view import render_show
-from tunelab.cli.width import table
+from tunelab.cli.width import table, wrapped
 from tunelab.v1 import controller_pb2, server_pb2
 
 
@@ -151,7 +151,9 @@ def _print_queued(experiments: Sequence[controller_pb2.Experiment], dry: bool) -
         print(f"queued {len(experiments)} experiment(s), group {experiments[0].group}:")
     for e in experiments:
         varied = ", ".join(f"{k}={v}" for k, v in e.varied.items()) or "baseline"
-        print(f"  {e.id or '-'}  {e.name}  [{varied}]  on {e.host_selector}", flush=True)
+        print(
+            wrapped(f"{e.id or '-'}  {e.name}  [{varied}]  on {e.host_selector}", "  "), flush=True
+        )
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -181,7 +183,11 @@ def cmd_submit(args: argparse.Namespace) -> int:
     group = experiments[0].group
     if not args.json:
         _print_queued(experiments, dry=False)
-        print(f"following (Ctrl-C stops following, not the experiments: {follow_hint([], group)})")
+        print(
+            wrapped(
+                f"following (Ctrl-C stops following, not the experiments: {follow_hint([], group)})"
+            )
+        )
     final = wait_for(client, [e.id for e in experiments], quiet=args.json, group=group)
     return _finished(final, args.json)
 
@@ -241,7 +247,7 @@ def _finished(final: list[controller_pb2.Experiment], as_json: bool) -> int:
     failed = [e for e in final if _state(e.state) != "SUCCEEDED"]
     if not as_json:
         for e in failed:
-            print(f"{e.id}  {e.name}  {_state(e.state)}: {e.message}", file=sys.stderr)
+            print(wrapped(f"{e.id}  {e.name}  {_state(e.state)}: {e.message}"), file=sys.stderr)
     return EXIT_FAILED if failed else EXIT_OK
 
 
