@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from tests.integration.test_cli_first_hour import TUNELAB, Lab
-from tests.integration.test_first_hour_round3 import parked_search
+from tests.integration.test_first_hour_round3 import SEARCH, parked_search
 from tests.support.mlflow_server import MlflowServer
 
 
@@ -157,3 +157,46 @@ def test_a_watchs_name_its_occurrences_group_and_an_experiment_name_the_watch(la
     assert unknown.returncode == 4 and "no watch 'no-such-watch'" in unknown.stderr
     ok(lab.run("cancel", group))
     ok(lab.run("watch", "rm", "alike-watch"))
+
+
+# --- item 4: every human output within 100 columns --------------------------------------------
+
+
+def fits(result: subprocess.CompletedProcess[str], width: int = 100) -> str:
+    """Every line of the command's output and errors within ``width``; the output."""
+    for line in (result.stdout + result.stderr).splitlines():
+        assert len(line) <= width, f"{len(line)} columns: {line}"
+    return result.stdout + result.stderr
+
+
+def test_human_output_fits_100_columns_and_a_wait_reason_is_printed_once(lab: Lab) -> None:
+    long = "an-unreachable-gpu-host-with-a-long-name"
+    added = lab.run("hosts", "add", long, "10.255.255.1:1", "--label", "pool=far",
+                    "--label", "team=inference-platform-research", COLUMNS="100")  # fmt: skip
+    assert added.returncode == 0 and "to change it" in fits(added)
+    ablation(lab, "wide-enough-name-for-a-table")  # servers for server ls --all, rows for ls
+    spec = lab.spec("far-away", **{"host.labels.pool": "far"})
+    follow = subprocess.Popen(
+        [TUNELAB, "submit", str(spec), "--wait"], stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True, env=lab.env(COLUMNS="100"),
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while "failed polls" not in fits(lab.run("ls", COLUMNS="100")):
+            assert time.monotonic() < deadline, "the host was never polled"
+            time.sleep(0.5)
+        time.sleep(6)  # a few more polls, each with a higher count
+    finally:
+        follow.terminate()
+        followed = subprocess.CompletedProcess(follow.args, 0, follow.communicate()[0], "")
+    reasons = [x for x in fits(followed).splitlines() if x.startswith("x-")]
+    assert len(reasons) <= 3, followed.stdout  # queued, not polled yet, N failed polls: once each
+    for args in (
+        ["ls"], ["hosts", "ls"], ["server", "ls", "--all"], ["watch", "ls"],
+        ["show", "wide-enough-name-for-a-table"], ["compare", "wide-enough-name-for-a-table"],
+        ["submit", "--dry-run", str(SEARCH)], ["cancel", "far-away"],
+        ["show", "no-such-experiment-" + "x" * 80], ["hosts", "rm", "no-such-host"],
+        ["ls", "--controller", "127.0.0.1:1"], ["wait", "no-such-group-" + "y" * 90],
+    ):  # fmt: skip
+        fits(lab.run(*args, COLUMNS="100"))
+    assert lab.run("hosts", "rm", long).returncode == 0
