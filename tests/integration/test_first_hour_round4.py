@@ -174,7 +174,12 @@ def test_human_output_fits_100_columns_and_a_wait_reason_is_printed_once(lab: La
     added = lab.run("hosts", "add", long, "10.255.255.1:1", "--label", "pool=far",
                     "--label", "team=inference-platform-research", COLUMNS="100")  # fmt: skip
     assert added.returncode == 0 and "to change it" in fits(added)
-    ablation(lab, "wide-enough-name-for-a-table")  # servers for server ls --all, rows for ls
+    name = "wide-enough-name-for-a-table"  # servers for server ls --all, rows for ls
+    path = lab.spec(name, ablation=[{"server.flags.--itl-ms": 5}])
+    done = fits(lab.run("submit", str(path), "--wait", COLUMNS="100"))
+    assert " ".join(done.split()).endswith(  # an ablation's --wait ends with the next step
+        f"next: tunelab compare {name} (the results); tunelab report {name} (one HTML page)"
+    )
     spec = lab.spec("far-away", **{"host.labels.pool": "far"})
     follow = subprocess.Popen(
         [TUNELAB, "submit", str(spec), "--wait"], stdout=subprocess.PIPE,
@@ -193,7 +198,7 @@ def test_human_output_fits_100_columns_and_a_wait_reason_is_printed_once(lab: La
     assert len(reasons) <= 3, followed.stdout  # queued, not polled yet, N failed polls: once each
     for args in (
         ["ls"], ["hosts", "ls"], ["server", "ls", "--all"], ["watch", "ls"],
-        ["show", "wide-enough-name-for-a-table"], ["compare", "wide-enough-name-for-a-table"],
+        ["show", name], ["compare", name],
         ["submit", "--dry-run", str(SEARCH)], ["cancel", "far-away"],
         ["show", "no-such-experiment-" + "x" * 80], ["hosts", "rm", "no-such-host"],
         ["ls", "--controller", "127.0.0.1:1"], ["wait", "no-such-group-" + "y" * 90],

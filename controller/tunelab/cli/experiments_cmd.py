@@ -189,7 +189,12 @@ def cmd_submit(args: argparse.Namespace) -> int:
             )
         )
     final = wait_for(client, [e.id for e in experiments], quiet=args.json, group=group)
-    return _finished(final, args.json)
+    code = _finished(final, args.json)
+    if not args.json:
+        name = experiments[0].name.split("/")[0].split("#")[0]
+        what = f"tunelab show {final[0].id}" if len(final) == 1 else f"tunelab compare {name}"
+        print(wrapped(f"next: {what} (the results); tunelab report {name} (one HTML page)"))
+    return code
 
 
 def _dry_run_search(text: str, source: str, as_json: bool) -> bool:
