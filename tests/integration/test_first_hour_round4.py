@@ -205,3 +205,28 @@ def test_human_output_fits_100_columns_and_a_wait_reason_is_printed_once(lab: La
     ):  # fmt: skip
         fits(lab.run(*args, COLUMNS="100"))
     assert lab.run("hosts", "rm", long).returncode == 0
+
+
+def test_export_mlflow_of_a_watch_writes_its_judged_occurrences_not_an_ablation(
+    lab: Lab, mlflow: MlflowServer
+) -> None:
+    """It exported the last occurrence's experiments as a plain group before."""
+    doc = yaml.safe_load((Path(__file__).parents[2] / "examples" / "watch-sim.yaml").read_text())
+    doc.update(name="exported-watch", host={"labels": {"pool": "first"}})
+    doc["server"]["flags"].pop("--speed-file")
+    doc["benchmark"]["requests"] = 4
+    doc["watch"].update(launches=2, every="1h")
+    spec = lab.root / "exported-watch.yaml"
+    spec.write_text(yaml.safe_dump(doc, sort_keys=False))
+    ok(lab.run("watch", "add", str(spec)))
+    deadline = time.monotonic() + 120
+    while loads(lab.run("watch", "ls", "--json"))[-1]["last_verdict"] != "baseline":
+        assert time.monotonic() < deadline, "the first occurrence was never judged"
+        time.sleep(1)
+    exported = loads(lab.run("export", "mlflow", "exported-watch", "--tracking-uri", mlflow.uri,
+                             "--experiment", "watches", "--json"))  # fmt: skip
+    assert [r["key"] for r in exported["runs"]] == ["watch:exported-watch:1"]
+    (run,) = mlflow.runs("watches")
+    assert run["params"]["watch"] == "exported-watch" and run["params"]["occurrence"] == "1"
+    assert run["tags"]["tunelab.verdict"] == "baseline"
+    ok(lab.run("watch", "rm", "exported-watch"))
