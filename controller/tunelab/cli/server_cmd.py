@@ -23,8 +23,8 @@ from tunelab.cli.common import (
     print_json,
     rpc_error,
 )
-from tunelab.cli.width import table as aligned
 from tunelab.cli.progress_view import ServerProgressView
+from tunelab.cli.width import table as aligned
 from tunelab.common.durations import format_duration, parse_duration
 from tunelab.v1 import agent_pb2, server_pb2
 

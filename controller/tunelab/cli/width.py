@@ -11,8 +11,8 @@ import textwrap
 from collections.abc import Sequence
 
 WIDTH = 100  # the width promised where the terminal does not say (a pipe, a log)
-NARROWEST = 40
-SHORT = 20  # a last column this narrow is kept on its row (a name is cut for it)  # below this a table is unreadable anyway: lines may be longer
+NARROWEST = 40  # below this a table is unreadable anyway: lines may be longer
+SHORT = 20  # a last column this narrow is kept on its row (a name is cut for it)
 
 
 def width() -> int:
