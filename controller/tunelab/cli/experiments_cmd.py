@@ -31,7 +31,7 @@ from tunelab.cli.common import (
 from tunelab.cli.follow import follow_hint, wait_for
 from tunelab.cli.keys import Target, group_of, resolve, spec_names, target
 from tunelab.cli.show_view import render_show
-from tunelab.cli.width import table, wrapped
+from tunelab.common.textwidth import table, wrapped
 from tunelab.v1 import controller_pb2, server_pb2
 
 

@@ -20,7 +20,7 @@ from tunelab.cli.common import (
 )
 from tunelab.cli.experiments_cmd import _add_effect_args, attempt_json, comparison
 from tunelab.cli.keys import get_search, target
-from tunelab.cli.width import wrapped
+from tunelab.common.textwidth import wrapped
 from tunelab.v1 import controller_pb2
 
 if TYPE_CHECKING:

@@ -21,10 +21,10 @@ from tunelab.cli.common import (
     print_json,
     with_default_port,
 )
-from tunelab.cli.width import table as aligned
-from tunelab.cli.width import wrapped
 from tunelab.common.auth import AuthConfigError, read_token
 from tunelab.common.durations import parse_duration
+from tunelab.common.textwidth import table as aligned
+from tunelab.common.textwidth import wrapped
 from tunelab.v1 import controller_pb2
 
 

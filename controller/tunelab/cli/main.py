@@ -32,8 +32,8 @@ from tunelab.cli import (
     watches_cmd,
 )
 from tunelab.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, CliError
-from tunelab.cli.width import error_line
 from tunelab.common import __version__
+from tunelab.common.textwidth import error_line
 
 DESCRIPTION = "tunelab: queue, run and compare inference-server experiments on GPU hosts."
 EPILOG = (

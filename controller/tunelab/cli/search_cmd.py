@@ -25,7 +25,7 @@ from tunelab.cli.common import (
     print_json,
 )
 from tunelab.cli.keys import get_search, group_of
-from tunelab.cli.width import WIDTH, table, wrap
+from tunelab.common.textwidth import WIDTH, table, wrap
 
 SEARCH_HELP = "the g-... that submit printed, or the spec's name (its latest submission)"
 TIMEOUT = 15.0

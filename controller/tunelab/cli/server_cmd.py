@@ -24,8 +24,8 @@ from tunelab.cli.common import (
     rpc_error,
 )
 from tunelab.cli.progress_view import ServerProgressView
-from tunelab.cli.width import table as aligned
 from tunelab.common.durations import format_duration, parse_duration
+from tunelab.common.textwidth import table as aligned
 from tunelab.v1 import agent_pb2, server_pb2
 
 STATUS_LOG_LINES = 5

@@ -18,7 +18,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from tunelab.cli.width import wrapped
+from tunelab.common.textwidth import wrapped
 from tunelab.v1 import controller_pb2
 
 Row = tuple[str, str, str, str, str]

@@ -20,7 +20,7 @@ from tunelab.cli.common import (
     print_json,
 )
 from tunelab.cli.keys import watch_of
-from tunelab.cli.width import table, wrap
+from tunelab.common.textwidth import table, wrap
 
 WATCH_HELP = "the watch's name (its spec's name:), or an occurrence's g-... or an experiment of one"
 SHOWN_OCCURRENCES = 10  # the text `show` prints the newest ones; --json has them all

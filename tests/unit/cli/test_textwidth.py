@@ -1,8 +1,8 @@
-"""The one layout of human output (tunelab.cli.width): lines within the width, nothing lost."""
+"""The one layout of human output (tunelab.common.textwidth): lines within the width."""
 
 from __future__ import annotations
 
-from tunelab.cli.width import clip, table, wrap
+from tunelab.common.textwidth import clip, table, wrap
 
 
 def test_a_long_message_wraps_under_itself_or_below_its_row() -> None:
