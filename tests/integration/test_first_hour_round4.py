@@ -226,6 +226,9 @@ def test_export_mlflow_of_a_watch_writes_its_judged_occurrences_not_an_ablation(
     exported = loads(lab.run("export", "mlflow", "exported-watch", "--tracking-uri", mlflow.uri,
                              "--experiment", "watches", "--json"))  # fmt: skip
     assert [r["key"] for r in exported["runs"]] == ["watch:exported-watch:1"]
+    again = fits(lab.run("export", "mlflow", "exported-watch", "--tracking-uri", mlflow.uri,
+                         "--experiment", "watches", COLUMNS="100"))  # fmt: skip
+    assert "unchanged  watch exported-watch #1" in again  # the same key: nothing written twice
     (run,) = mlflow.runs("watches")
     assert run["params"]["watch"] == "exported-watch" and run["params"]["occurrence"] == "1"
     assert run["tags"]["tunelab.verdict"] == "baseline"
