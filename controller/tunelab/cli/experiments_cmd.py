@@ -303,7 +303,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 
 def _rows(rows: list[dict[str, Any]]) -> list[tuple[str, ...]]:
-    table = [("ID", "GROUP", "NAME", "STATE", "HOST", "ATTEMPTS", "MESSAGE")]
+    table: list[tuple[str, ...]] = [("ID", "GROUP", "NAME", "STATE", "HOST", "ATTEMPTS", "MESSAGE")]
     for r in rows:
         host = r["attempts"][-1]["host"] if r["attempts"] else "-"
         attempts = str(len(r["attempts"]))
@@ -337,13 +337,14 @@ def cmd_show(args: argparse.Namespace) -> int:
 
             print(render_watch(_watch_doc(client, named)))
         return EXIT_OK
+    key = named.experiment or args.id
     if named.group:
-        request = controller_pb2.ListExperimentsRequest(group=named.group, limit=100_000)
-        listed = list(client.list_experiments(request).experiments)
+        members = controller_pb2.ListExperimentsRequest(group=named.group, limit=100_000)
+        listed = list(client.list_experiments(members).experiments)
         if len(listed) != 1:
             return _show_group(named, listed, args.json)
-        args.id = listed[0].id
-    request = controller_pb2.GetExperimentRequest(id=named.experiment or args.id)
+        key = listed[0].id
+    request = controller_pb2.GetExperimentRequest(id=key)
     experiment = client.get_experiment(request).experiment
     data = experiment_json(experiment, full=True)
     if args.json:
