@@ -28,6 +28,16 @@ LOG_TAIL = 8000
 SESSION_START = time.time()
 
 
+@pytest.fixture(autouse=True)
+def _no_inherited_terminal_size() -> None:
+    """GNU readline (which pytest loads) exports COLUMNS and LINES into the C environment, so a
+    child started without ``env=`` would lay its output out for 80 columns: tests that want a
+    width say it themselves (``COLUMNS=100``)."""
+    for name in ("COLUMNS", "LINES"):
+        if name not in os.environ:
+            os.unsetenv(name)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """A process a test started and never stopped is a bug in that test: name it, then end it,
     so a leak is seen in the report instead of in the next run's ports and CPU."""
