@@ -56,10 +56,15 @@ def ablation(lab: Lab, name: str) -> tuple[str, list[str], list[str]]:
     return done[0]["group"], [e["id"] for e in done], [e["name"] for e in done]
 
 
-def test_every_command_reads_a_name_and_its_group_alike_and_an_id_as_one(
-    lab: Lab, mlflow: MlflowServer
+@pytest.fixture(scope="module")
+def alike(lab: Lab) -> tuple[str, list[str], list[str]]:
+    return ablation(lab, "alike")
+
+
+def test_wait_show_and_compare_read_a_name_as_its_group_and_an_id_as_one(
+    lab: Lab, alike: tuple[str, list[str], list[str]]
 ) -> None:
-    group, ids, names = ablation(lab, "alike")
+    group, ids, _ = alike
     one = ids[1]
     for words in (["wait"], ["show"], ["compare"]):
         by_name, by_group = (loads(lab.run(*words, key, "--json")) for key in ("alike", group))
@@ -69,23 +74,41 @@ def test_every_command_reads_a_name_and_its_group_alike_and_an_id_as_one(
         assert {e["id"] for e in by_name} == {e["id"] for e in by_group} == set(ids), words
         single = alone if isinstance(alone, list) else [alone]
         assert [e["id"] for e in single] == [one], words
+
+
+def test_report_reads_a_name_as_its_group_and_an_id_as_one(
+    lab: Lab, alike: tuple[str, list[str], list[str]]
+) -> None:
+    group, ids, names = alike
     pages = {}
-    for key in ("alike", group, one):
+    for key in ("alike", group, ids[1]):
         out = lab.root / f"report-{key}.html"
         assert "report:" in ok(lab.run("report", key, "--out", str(out), "--no-profiles"))
         pages[key] = out.read_text()
     for key in ("alike", group):
         assert all(n in pages[key] for n in names) and "<h1>tunelab report: " in pages[key]
-    assert names[0] not in pages[one]
+    assert names[0] not in pages[ids[1]]
+
+
+def test_export_reads_a_name_as_its_group_and_an_id_as_one(
+    lab: Lab, alike: tuple[str, list[str], list[str]], mlflow: MlflowServer
+) -> None:
+    group, ids, _ = alike
     exported = {}
-    for key in ("alike", group, one):
+    for key in ("alike", group, ids[1]):
         doc = loads(lab.run("export", "mlflow", key, "--tracking-uri", mlflow.uri, "--json"))
         exported[key] = {r["run_id"] for r in doc["runs"]}
     assert exported["alike"] == exported[group]  # the same runs: the second wrote nothing
-    assert exported[one] < exported[group]
+    assert exported[ids[1]] < exported[group]
+
+
+def test_cancel_and_search_read_a_name_as_its_group_and_an_id_as_one(
+    lab: Lab, alike: tuple[str, list[str], list[str]]
+) -> None:
+    group, ids, _ = alike
     cancelled = [ok(lab.run("cancel", key)) for key in ("alike", group)]
     assert cancelled[0] == cancelled[1] and cancelled[0].count("SUCCEEDED") == 2
-    assert ok(lab.run("cancel", one)).count("SUCCEEDED") == 1
+    assert ok(lab.run("cancel", ids[1])).count("SUCCEEDED") == 1
     for key in ("alike", group):
         missing = lab.run("search", "show", key)
         assert missing.returncode == 4 and "no search" in missing.stderr
