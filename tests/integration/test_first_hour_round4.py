@@ -29,15 +29,6 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         lab.agent.terminate()
 
 
-@pytest.fixture(scope="module")
-def mlflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
-    server = MlflowServer(tmp_path_factory.mktemp("mlflow")).start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 def ok(result: subprocess.CompletedProcess[str]) -> str:
     assert result.returncode == 0, result.stdout + result.stderr
     return result.stdout
