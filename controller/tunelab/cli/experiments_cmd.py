@@ -362,11 +362,11 @@ def _watch_doc(client: ControllerClient, named: Target) -> dict[str, Any]:
 
 def _show_group(named: Target, listed: list[controller_pb2.Experiment], as_json: bool) -> int:
     """A group of several experiments: their rows (``tunelab show ID`` shows one)."""
+    if not listed:
+        raise CliError(f"no experiment {named.key!r}", EXIT_NOT_FOUND)
     if as_json:
         print_json([experiment_json(e) for e in listed])
         return EXIT_OK
-    if not listed:
-        raise CliError(f"no experiment {named.key!r}", EXIT_NOT_FOUND)
     print(f"{named.shown}: {len(listed)} experiments (tunelab show ID shows one)")
     print_table(_rows([experiment_json(e) for e in listed]))
     return EXIT_OK
