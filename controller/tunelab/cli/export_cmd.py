@@ -18,7 +18,8 @@ from tunelab.cli.common import (
     add_json_arg,
     print_json,
 )
-from tunelab.cli.experiments_cmd import _add_effect_args, attempt_json, comparison
+from tunelab.cli.compare_cmd import add_effect_args, comparison
+from tunelab.cli.experiments_cmd import attempt_json
 from tunelab.cli.keys import get_search, target
 from tunelab.common.textwidth import wrapped
 from tunelab.v1 import controller_pb2
@@ -157,6 +158,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help=f"MLflow experiment to write into, created if missing (default {DEFAULT_EXPERIMENT})",
     )
     add_json_arg(mlflow, "where each run went")
-    _add_effect_args(mlflow)
+    add_effect_args(mlflow)
     add_controller_args(mlflow)
     mlflow.set_defaults(handler=cmd_export_mlflow)
