@@ -18,6 +18,7 @@ import pytest
 from tests.support import daemon_proc
 from tests.support.agent_proc import AgentProcess
 from tests.support.leftovers import kill_processes_under, outliving
+from tests.support.mlflow_server import MlflowServer
 from tests.support.postgres import PostgresServer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -26,6 +27,27 @@ FIXTURES = REPO / "tests" / "fixtures"
 collect_ignore = [] if os.environ.get("TUNELAB_ENGINES_VENV") else ["engines"]
 LOG_TAIL = 8000
 SESSION_START = time.time()
+
+
+@pytest.fixture(scope="module")
+def mlflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
+    """A real MLflow tracking server for the module's tests (a test that needs its own empty
+    one defines ``mlflow`` itself)."""
+    server = MlflowServer(tmp_path_factory.mktemp("mlflow")).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(autouse=True)
+def _no_inherited_terminal_size() -> None:
+    """GNU readline (which pytest loads) exports COLUMNS and LINES into the C environment, so a
+    child started without ``env=`` would lay its output out for 80 columns: tests that want a
+    width say it themselves (``COLUMNS=100``)."""
+    for name in ("COLUMNS", "LINES"):
+        if name not in os.environ:
+            os.unsetenv(name)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -34,6 +34,7 @@ def test_demo_runs_the_main_job_end_to_end() -> None:
     assert "#1 " in watch and ": baseline (2/2 launches)" in watch, watch[:2000]
     assert re.search(r"#2 .*against #1 \(2/2 launches\)", watch), watch[:2000]
     assert "    output_throughput " in watch and "    p99_ttft_ms " in watch
+    assert ": running (" not in watch, watch[:2000]  # paused, and its last occurrence judged
     assert "effect of --itl-ms=5 against the baseline (3 baseline, 3 variant launches)" in out
     assert "effect of --tag=no-op against the baseline" in out
     found = re.search(r"^== demo done; the report: (\S+report\.html)$", out, re.MULTILINE)

@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -48,15 +47,6 @@ def ablation(name: str, repeat: int, requests: int = 4) -> dict[str, Any]:
         "repeat": repeat,
         "ablation": [{"server.flags.--itl-ms": 5}],
     }  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def mlflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
-    server = MlflowServer(tmp_path_factory.mktemp("mlflow")).start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def submit(lab: Lab, spec: dict[str, Any]) -> str:

@@ -71,11 +71,14 @@ def untuned_agent(tmp_path: Path, untuned_root: Path) -> Iterator[AgentProcess]:
         proc.terminate()
 
 
-def test_unknown_check_id_is_a_usage_error_listing_valid_ids() -> None:
+def test_unknown_check_id_is_a_usage_error_with_the_id_it_was_likely_meant_to_be() -> None:
     result = agent_audit("--only", "cpu.governor,cpu.nonsense")
     assert result.returncode == 2
-    assert "unknown check id cpu.nonsense" in result.stderr
-    assert "pcie.max_read_request" in result.stderr and "pve.lxc_device_rules" in result.stderr
+    assert "unknown check id cpu.nonsense" in result.stderr and "--list" in result.stderr
+    typo = agent_audit("--only", "cpu.govener")
+    assert typo.returncode == 2
+    assert "unknown check id cpu.govener, did you mean cpu.governor?" in typo.stderr
+    assert max(map(len, typo.stderr.splitlines())) <= 100  # not the 28 ids on one line
 
 
 def test_missing_root_is_a_usage_error(tmp_path: Path) -> None:

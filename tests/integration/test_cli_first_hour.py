@@ -157,9 +157,23 @@ def test_4_a_long_failure_reason_is_printed_whole(lab: Lab) -> None:
     result = lab.run("submit", str(spec), "--wait")
     assert result.returncode == 1
     cause = "a relative path is resolved against the server's working directory"
-    assert cause in result.stdout and cause in result.stderr
-    line = next(x for x in lab.run("ls").stdout.splitlines() if " whole " in x)
+    said = [" ".join(text.split()) for text in (result.stdout, result.stderr)]  # wrapped to 100
+    assert cause in said[0] and cause in said[1]
+    line = ls_row(lab.run("ls").stdout, " whole ")
     assert cause in line and "{python} for the agent's own Python" in line
+
+
+def ls_row(listed: str, word: str) -> str:
+    """The ``tunelab ls`` row holding ``word``, with the lines its message wraps onto (indented
+    under it) joined back."""
+    lines = listed.splitlines()
+    at = next(i for i, x in enumerate(lines) if word in x)
+    rest = []
+    for x in lines[at + 1 :]:
+        if not x.startswith(" "):
+            break
+        rest.append(x.strip())
+    return " ".join([lines[at].rstrip(), *rest])
 
 
 # --- 5, 6: missing GPU figures and setup mistakes are said at once ------------------------------
@@ -177,7 +191,8 @@ def test_5_a_wrong_metrics_url_is_named_in_show(lab: Lab) -> None:
                     "--replace", "--metrics-url", f"http://{DEAD}/metrics")  # fmt: skip
     assert (
         f"GPU figures from http://{DEAD}/metrics "
-        "(to change it: tunelab hosts set local --metrics-url URL)" in added.stdout
+        "(to change it: tunelab hosts set local --metrics-url URL)"
+        in " ".join(added.stdout.split())
     )
     try:
         spec = lab.spec("nogpu", **{"benchmark.requests": 16, "benchmark.output_len": 32})
@@ -498,7 +513,7 @@ def test_a_bad_flags_failure_reason_has_no_argparse_padding(lab: Lab) -> None:
     spec = lab.spec("badflag", **{"server.flags.--itl-ms": "x"})
     result = lab.run("submit", str(spec), "--wait")
     assert result.returncode == 1
-    line = next(x for x in lab.run("ls").stdout.splitlines() if " badflag " in x)
+    line = ls_row(lab.run("ls").stdout, " badflag ")
     message = line.split("server FAILED:", 1)[1]
     assert "invalid _non_negative value: 'x'" in message and " | [--" in message, line
     assert "   " not in message.strip(), line  # argparse's usage lines are indented ~40 spaces

@@ -146,8 +146,8 @@ def test_ctrl_c_on_a_search_wait_says_it_goes_on_on_its_own_line(lab: Lab) -> No
         lab, ["submit", str(parked_search(lab, "follow-me")), "--wait"], "trials ended"
     )
     message = re.search(
-        r"(?s)(.?)tunelab: stopped following; the search goes on\. Follow it again with: "
-        r"tunelab wait (g-\w+)",
+        r"(?s)(.?)tunelab: stopped following; the search goes on\. Follow it again with:\s+"
+        r"tunelab\s+wait\s+(g-\w+)",  # wrapped to the terminal's width
         screen,
     )
     assert message is not None, screen

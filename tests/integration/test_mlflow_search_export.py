@@ -6,7 +6,6 @@ attempt run carries the benchmark settings; an unreachable server is one short l
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,15 +20,6 @@ from tunelab.analysis.mlflow.sink import MlflowSink, MlflowUnavailable
 from tunelab.controller.mlflow.export import MlflowExporter
 from tunelab.controller.search.driver import SearchDriver
 from tunelab.controller.store import SqliteStore
-
-
-@pytest.fixture(scope="module")
-def mlflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
-    server = MlflowServer(tmp_path_factory.mktemp("mlflow")).start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def by_key(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -22,6 +22,7 @@ from rich.table import Table
 
 from tunelab.bench.progress import ProgressState
 from tunelab.bench.promptlengths import lengths_exact, prompt_tokens_line
+from tunelab.common.textwidth import width
 
 
 def point_label(concurrency: int, rate: float | str, point: dict[str, Any] | None = None) -> str:
@@ -134,7 +135,26 @@ class BenchProgressView:
 def _pair(point: dict[str, Any], metric: str, first: str = "mean", second: str = "p99") -> str:
     if not point["completed"]:
         return "-"
-    return f"{point[f'{first}_{metric}_ms']:.1f} / {point[f'{second}_{metric}_ms']:.1f}"
+    low = point[f"{first}_{metric}_ms"]
+    shown = "batched" if metric == "itl_per_token" and batched(point) else f"{low:.1f}"
+    return f"{shown} / {point[f'{second}_{metric}_ms']:.1f}"
+
+
+def batched(point: dict[str, Any]) -> bool:
+    """Most per-token gaps were 0 ms: chunks the client read together, behind the stream (no
+    server streams tokens 0.0 ms apart); the gaps are the client's, not the server's."""
+    return bool(point["completed"]) and point.get("median_itl_per_token_ms", 1.0) < 0.05
+
+
+def no_rate(point: dict[str, Any]) -> str:
+    """Why a point's req/s is no rate ("" when it is one): one request (its own latency
+    inverted), or a timed trace stopped early (a span of what finished, not the schedule's)."""
+    if point["completed"] == 1:
+        return "one request completed: no rate"
+    trace = point_label(point["concurrency"], point["request_rate"], point) == "trace"
+    if point.get("interrupted") and trace and point["completed"]:
+        return f"stopped after {point['completed']} requests: no rate of the trace's schedule"
+    return ""
 
 
 CAUSES = {
@@ -157,7 +177,7 @@ def client_column(point: dict[str, Any]) -> str:
 
 def render_summary(document: dict[str, Any], decode: bool, console: Console | None = None) -> None:
     """The summary table (one row per point), errors, warnings, and the decode line."""
-    out = console or Console(width=None if sys.stdout.isatty() else 140)
+    out = console or Console(width=None if sys.stdout.isatty() else width())
     table = Table(title=f"tunelab bench: {document['config']['model']} ({document['status']})")
     for header in (
         "point", "ok", "failed", "req/s", "out tok/s", "TTFT mean/p99", "TPOT mean/p99",
@@ -169,7 +189,7 @@ def render_summary(document: dict[str, Any], decode: bool, console: Console | No
             point_label(p["concurrency"], p["request_rate"], p),
             str(p["completed"]),
             str(p["failed"]),
-            f"{p['request_throughput']:.2f}",
+            "-" if no_rate(p) else f"{p['request_throughput']:.2f}",
             f"{p['output_throughput']:,.0f}",
             _pair(p, "ttft"),
             _pair(p, "tpot"),
@@ -181,6 +201,13 @@ def render_summary(document: dict[str, Any], decode: bool, console: Console | No
     out.print("times in ms; TPOT = (E2E - TTFT)/(tokens - 1); ITL/token = chunk gap / its tokens")
     for p in document["points"]:
         label = point_label(p["concurrency"], p["request_rate"], p)
+        if no_rate(p):
+            out.print(f"{label} req/s: {no_rate(p)}")
+        if batched(p):
+            out.print(
+                f"{label} ITL/token p50: the client read most chunks together (0 ms apart, "
+                "behind the stream), not the server's gaps: read TPOT"
+            )
         if p["errors_by_kind"]:
             kinds = ", ".join(f"{k} {n}" for k, n in sorted(p["errors_by_kind"].items()))
             out.print(f"{label} errors: {kinds}")
@@ -212,9 +239,11 @@ def render_summary(document: dict[str, Any], decode: bool, console: Console | No
                 f"{p['completed']} requests within {', '.join(slo) or 'the SLO'}"
             )
     dataset = document.get("dataset")
-    if dataset:
+    exact = lengths_exact(document)
+    said = any("lengths are approximate" in w for w in document.get("warnings", []))
+    if dataset and not (said and exact is False):  # the warning below says it, once
         out.print(f"dataset {dataset['name']}: lengths {dataset['lengths']}")
-    line = prompt_tokens_line(document["points"], lengths_exact(document))
+    line = prompt_tokens_line(document["points"], None if said else exact)
     if line:
         out.print(line, highlight=False)
     for warning in document.get("warnings", []):

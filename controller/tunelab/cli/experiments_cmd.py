@@ -1,22 +1,22 @@
-"""``tunelab submit | ls | show | logs | cancel | compare | report``: the experiment queue from a
-laptop."""
+"""``tunelab submit | wait | ls | show | logs | cancel``: the experiment queue from a laptop
+(``compare`` and ``report``: compare_cmd.py)."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import grpc
 
+from tunelab.cli import compare_cmd
 from tunelab.cli.clients import ControllerClient
 from tunelab.cli.common import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
+    EXIT_NOT_FOUND,
     EXIT_OK,
     EXIT_USAGE,
     CliError,
@@ -28,8 +28,9 @@ from tunelab.cli.common import (
     rpc_error,
 )
 from tunelab.cli.follow import follow_hint, wait_for
-from tunelab.cli.keys import group_of, resolve, spec_names
+from tunelab.cli.keys import Target, group_of, resolve, target
 from tunelab.cli.show_view import render_show
+from tunelab.common.textwidth import table, wrapped
 from tunelab.v1 import controller_pb2, server_pb2
 
 
@@ -149,7 +150,9 @@ def _print_queued(experiments: Sequence[controller_pb2.Experiment], dry: bool) -
         print(f"queued {len(experiments)} experiment(s), group {experiments[0].group}:")
     for e in experiments:
         varied = ", ".join(f"{k}={v}" for k, v in e.varied.items()) or "baseline"
-        print(f"  {e.id or '-'}  {e.name}  [{varied}]  on {e.host_selector}", flush=True)
+        print(
+            wrapped(f"{e.id or '-'}  {e.name}  [{varied}]  on {e.host_selector}", "  "), flush=True
+        )
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -179,9 +182,18 @@ def cmd_submit(args: argparse.Namespace) -> int:
     group = experiments[0].group
     if not args.json:
         _print_queued(experiments, dry=False)
-        print(f"following (Ctrl-C stops following, not the experiments: {follow_hint([], group)})")
+        print(
+            wrapped(
+                f"following (Ctrl-C stops following, not the experiments: {follow_hint([], group)})"
+            )
+        )
     final = wait_for(client, [e.id for e in experiments], quiet=args.json, group=group)
-    return _finished(final, args.json)
+    code = _finished(final, args.json)
+    if not args.json:
+        name = experiments[0].name.split("/")[0].split("#")[0]
+        what = f"tunelab show {final[0].id}" if len(final) == 1 else f"tunelab compare {name}"
+        print(wrapped(f"next: {what} (the results); tunelab report {name} (one HTML page)"))
+    return code
 
 
 def _dry_run_search(text: str, source: str, as_json: bool) -> bool:
@@ -205,7 +217,9 @@ def _dry_run_search(text: str, source: str, as_json: bool) -> bool:
             f"{size if size is not None else 'a continuous'} point(s), at most "
             f"{found.spec.max_trials} trials; the first point runs:"
         )
-        print("  " + " ".join(_argv(found.first)))
+        from tunelab.cli.search_cmd import argv_lines
+
+        print("\n".join(argv_lines(_argv(found.first))))
     return True
 
 
@@ -237,19 +251,21 @@ def _finished(final: list[controller_pb2.Experiment], as_json: bool) -> int:
     failed = [e for e in final if _state(e.state) != "SUCCEEDED"]
     if not as_json:
         for e in failed:
-            print(f"{e.id}  {e.name}  {_state(e.state)}: {e.message}", file=sys.stderr)
+            print(wrapped(f"{e.id}  {e.name}  {_state(e.state)}: {e.message}"), file=sys.stderr)
     return EXIT_FAILED if failed else EXIT_OK
 
 
 def cmd_wait(args: argparse.Namespace) -> int:
-    """Follow experiments again (after Ctrl-C, or from another terminal) until they finish."""
+    """Follow experiments again (after Ctrl-C, or from another terminal) until they finish; a
+    search (its group or its spec's name) until the search ends, trials it has yet to queue
+    included."""
     client = ControllerClient.for_args(args)
-    if len(args.ids) == 1 and args.ids[0].startswith("g-"):
-        from tunelab.cli.search_cmd import finished, follow_search, get_search
+    if len(args.ids) == 1:
+        named = target(client, args.ids[0])
+        if named.search is not None:
+            from tunelab.cli.search_cmd import finished, follow_search
 
-        if get_search(client, args.ids[0]) is not None:
-            doc = follow_search(client, args.ids[0], quiet=args.json)
-            return finished(doc, args.json)
+            return finished(follow_search(client, named.group, quiet=args.json), args.json)
     ids, group = resolve(client, args.ids)
     final = wait_for(client, ids, quiet=args.json, group=group)
     return _finished(final, args.json)
@@ -281,7 +297,12 @@ def cmd_ls(args: argparse.Namespace) -> int:
     if not rows:
         print("no experiments")
         return EXIT_OK
-    table = [("ID", "GROUP", "NAME", "STATE", "HOST", "ATTEMPTS", "MESSAGE")]
+    print_table(_rows(rows))
+    return EXIT_OK
+
+
+def _rows(rows: list[dict[str, Any]]) -> list[tuple[str, ...]]:
+    table: list[tuple[str, ...]] = [("ID", "GROUP", "NAME", "STATE", "HOST", "ATTEMPTS", "MESSAGE")]
     for r in rows:
         host = r["attempts"][-1]["host"] if r["attempts"] else "-"
         attempts = str(len(r["attempts"]))
@@ -290,26 +311,64 @@ def cmd_ls(args: argparse.Namespace) -> int:
             last = r["attempts"][-1]  # what runs now: e.g. the server's load progress
             message = f"{last['state']}: {last['message']}" if last["message"] else last["state"]
         table.append((r["id"], r["group"], r["name"], r["state"], host, attempts, message))
-    print_table(table)
-    return EXIT_OK
+    return table
 
 
-def print_table(table: Sequence[Sequence[str]]) -> None:
-    """Aligned columns; the last one (a message) is never cut."""
-    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-    for row in table:
-        print("  ".join(c.ljust(widths[i]) for i, c in enumerate(row)).rstrip())
+def print_table(rows: Sequence[Sequence[str]]) -> None:
+    """Aligned columns within the terminal; the last one (a message) wraps, never cut."""
+    print("\n".join(table(rows, cut=2)))  # the NAME column is cut first
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    request = controller_pb2.GetExperimentRequest(id=args.id)
-    experiment = ControllerClient.for_args(args).get_experiment(request).experiment
+    """One experiment; a search's table for a search, a watch's occurrences for a watch, the
+    experiments of a group for a group (the same as its spec's name)."""
+    client = ControllerClient.for_args(args)
+    named = target(client, args.id)
+    if named.watch or named.search is not None:
+        if args.json:
+            print_json(named.search if named.search is not None else _watch_doc(client, named))
+        elif named.search is not None:
+            from tunelab.cli.search_cmd import render_search
+
+            print(render_search(named.search))
+        else:
+            from tunelab.cli.watches_cmd import render_watch
+
+            print(render_watch(_watch_doc(client, named)))
+        return EXIT_OK
+    key = named.experiment or args.id
+    if named.group:
+        members = controller_pb2.ListExperimentsRequest(group=named.group, limit=100_000)
+        listed = list(client.list_experiments(members).experiments)
+        if len(listed) != 1:
+            return _show_group(named, listed, args.json)
+        key = listed[0].id
+    request = controller_pb2.GetExperimentRequest(id=key)
+    experiment = client.get_experiment(request).experiment
     data = experiment_json(experiment, full=True)
     if args.json:
         print_json(data)
         return EXIT_OK
     sys.stdout.write(render_show(data, _argv))
     return EXIT_FAILED if data["state"] == "FAILED" else EXIT_OK
+
+
+def _watch_doc(client: ControllerClient, named: Target) -> dict[str, Any]:
+    from tunelab.cli.watches_cmd import get_watch
+
+    return get_watch(client, named.watch)
+
+
+def _show_group(named: Target, listed: list[controller_pb2.Experiment], as_json: bool) -> int:
+    """A group of several experiments: their rows (``tunelab show ID`` shows one)."""
+    if not listed:
+        raise CliError(f"no experiment {named.key!r}", EXIT_NOT_FOUND)
+    if as_json:
+        print_json([experiment_json(e) for e in listed])
+        return EXIT_OK
+    print(f"{named.shown}: {len(listed)} experiments (tunelab show ID shows one)")
+    print_table(_rows([experiment_json(e) for e in listed]))
+    return EXIT_OK
 
 
 # --- logs / cancel / compare -----------------------------------------------------------------
@@ -343,16 +402,17 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     """Cancel experiments by id or name, a whole group, or a spec's latest submission; a
-    search's group cancels the search (no further trials) and its running trials."""
-    from tunelab.cli.search_cmd import cancel_search, get_search
+    search's group or name cancels the search (no further trials) and its running trials."""
+    from tunelab.cli.search_cmd import cancel_search
 
     client = ControllerClient.for_args(args)
     keys = []
-    for key in spec_names(client, args.ids):
-        if key.startswith("g-") and get_search(client, key) is not None:
-            cancel_search(client, key, as_json=False)
+    for key in args.ids:
+        named = target(client, key)
+        if named.search is not None:
+            cancel_search(client, named.group, as_json=False)
         else:
-            keys.append(key)
+            keys.append(named.group or named.experiment)
     if not keys:
         return EXIT_OK
     ids, _ = resolve(client, keys)
@@ -363,136 +423,6 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         note = "cancelling (the agent stops the run)" if state == "RUNNING" else state
         print(f"{e.id}  {e.name}  {note}")
     return EXIT_OK
-
-
-def _percent(text: str) -> float:
-    """``2`` or ``2%`` -> 0.02, for --min-effect and --max-cv."""
-    try:
-        value = float(text.rstrip("%")) / 100.0
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected a percentage such as 2 or 2%, got {text!r}"
-        ) from None
-    if not 0.0 <= value < 10.0:
-        raise argparse.ArgumentTypeError(f"expected 0-1000%, got {text!r}")
-    return value
-
-
-def comparison(args: argparse.Namespace) -> dict[str, Any]:
-    """The controller's comparison; effects recomputed here when a flag asks for other
-    thresholds, correction or primary metric than the document's (the launches it holds are all
-    that is needed)."""
-    from tunelab.analysis.effects import (  # not for --help
-        CORRECTIONS,
-        EffectSettings,
-        effects_document,
-    )
-
-    client = ControllerClient.for_args(args)
-    request = controller_pb2.CompareRunsRequest(ids=spec_names(client, args.ids))
-    document: dict[str, Any] = json.loads(client.compare_runs(request).comparison_json)
-    held = EffectSettings.from_dict(document.get("settings") or {})
-    settings = EffectSettings(
-        min_effect=held.min_effect if args.min_effect is None else args.min_effect,
-        max_cv=held.max_cv if args.max_cv is None else args.max_cv,
-        correction=held.correction if args.correction is None else CORRECTIONS[args.correction],
-        primary=held.primary if args.primary is None else args.primary or None,
-    )
-    if settings != held or "correction" not in document:
-        document.update(effects_document(document["experiments"], settings))
-    return document
-
-
-def cmd_compare(args: argparse.Namespace) -> int:
-    from tunelab.cli.compare_view import render_compare_csv, render_compare_table
-
-    document = comparison(args)
-    if args.json:
-        print_json(document)
-    elif args.csv:
-        sys.stdout.write(render_compare_csv(document))
-    else:
-        print(render_compare_table(document))
-    return EXIT_OK
-
-
-def _write_watch_report(args: argparse.Namespace) -> bool:
-    """``tunelab report WATCH_NAME``: the watch's history page; False when no watch has the
-    name (then it names experiments, as before)."""
-    from tunelab.cli.watches_cmd import watch_report
-
-    page = watch_report(ControllerClient.for_args(args), args.ids[0])
-    if page is None:
-        return False
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", args.ids[0])[:80]
-    out = Path(args.out or f"report-watch-{safe}.html")
-    try:
-        out.write_text(page, encoding="utf-8")
-    except OSError as exc:
-        raise CliError(f"{out}: {exc.strerror}", EXIT_USAGE) from None
-    print(f"report: {out.resolve()}")
-    return True
-
-
-def cmd_report(args: argparse.Namespace) -> int:
-    from tunelab.analysis.report import write_report, write_search_report
-    from tunelab.cli.search_cmd import get_search
-
-    search = None
-    if len(args.ids) == 1 and args.ids[0].startswith("g-"):
-        search = get_search(ControllerClient.for_args(args), args.ids[0])
-    elif len(args.ids) == 1 and _write_watch_report(args):
-        return EXIT_OK
-    document = comparison(args)
-    if not args.no_profiles:
-        from tunelab.cli.profile_cmd import ablation_profiles
-
-        args.top, args.max_size = 20, 2 * 1000 * 1000 * 1000
-        profiles = ablation_profiles(args, document["experiments"])
-        if profiles["diffs"]:
-            document["profiles"] = profiles
-    default = re.sub(r"[^A-Za-z0-9._-]+", "_", "-".join(args.ids))[:80]
-    out = Path(args.out or f"report-{default}.html")
-    try:
-        if search is not None:
-            write_search_report(search, document, out, title=args.ids[0])
-        else:
-            write_report(document, out, title=" ".join(args.ids))
-    except OSError as exc:
-        raise CliError(f"{out}: {exc.strerror}", EXIT_USAGE) from None
-    print(f"report: {out.resolve()}")
-    return EXIT_OK
-
-
-def _add_effect_args(parser: argparse.ArgumentParser) -> None:
-    """Defaults live in tunelab.analysis.effects.EffectSettings (not imported for --help)."""
-    parser.add_argument(
-        "--min-effect",
-        type=_percent,
-        metavar="PCT",
-        help="an interval inside +-PCT is 'no meaningful difference' (default 2%%)",
-    )
-    parser.add_argument(
-        "--max-cv",
-        type=_percent,
-        metavar="PCT",
-        help="launches spread more than this are 'not enough repeats' (default 10%%)",
-    )
-    parser.add_argument(
-        "--correction",
-        choices=("bh", "holm"),
-        help="how the rows of the comparison are corrected as one family: bh, the false "
-        "discovery rate (Benjamini-Hochberg, the default), or holm, the family-wise error "
-        "(default: the spec's compare.correction, else bh)",
-    )
-    parser.add_argument(
-        "--primary",
-        metavar="METRIC",
-        choices=("output_throughput", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms",
-                 "p99_tpot_ms", "median_itl_ms", "p99_itl_ms", "tokens_per_joule", ""),
-        help="judge this metric's rows first, as their own family; the rest only with the "
-        "alpha its discoveries pass on (default: the spec's compare.primary; '' for none)",
-    )  # fmt: skip
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -534,9 +464,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_controller_args(ls)
     ls.set_defaults(handler=cmd_ls)
 
-    show = sub.add_parser("show", help="one experiment: spec, attempts, results, GPU summary")
-    show.add_argument("id", help="experiment id or name")
-    add_json_arg(show, "the experiment, spec and results included")
+    show = sub.add_parser(
+        "show", help="one experiment (spec, attempts, results, GPU summary), a group, a search or "
+        "a watch",
+    )  # fmt: skip
+    show.add_argument(
+        "id",
+        metavar="ID|NAME|GROUP",
+        help="an experiment's id or name; a group (g-...) or a spec's name (its latest "
+        "submission): its experiments, or a search's table; a watch's name: its occurrences",
+    )
+    add_json_arg(show, "the experiment, spec and results included (a group: a list)")
     add_controller_args(show)
     show.set_defaults(handler=cmd_show)
 
@@ -562,37 +500,4 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_controller_args(cancel)
     cancel.set_defaults(handler=cmd_cancel)
 
-    comp = sub.add_parser(
-        "compare", help="experiments side by side (ids, names, groups or a spec's name)"
-    )
-    comp.add_argument(
-        "ids",
-        nargs="+",
-        metavar="ID|NAME|GROUP",
-        help="experiment ids or names, submission groups (g-...), or a spec's name (its latest "
-        "submission)",
-    )
-    fmt = comp.add_mutually_exclusive_group()
-    fmt.add_argument("--json", action="store_true", help="print the comparison document")
-    fmt.add_argument("--csv", action="store_true", help="one row per experiment and sweep point")
-    _add_effect_args(comp)
-    add_controller_args(comp)
-    comp.set_defaults(handler=cmd_compare)
-
-    report = sub.add_parser("report", help="one self-contained HTML report (ids, names or groups)")
-    report.add_argument(
-        "ids",
-        nargs="+",
-        metavar="ID|NAME|GROUP",
-        help="experiment ids or names, submission groups (g-...), a spec's name, or a "
-        "watch's name (its history)",
-    )
-    report.add_argument("--out", help="file to write (default report-<ids>.html)")
-    report.add_argument(
-        "--no-profiles",
-        action="store_true",
-        help="leave out the profile diff (fetching the kept traces can take a while)",
-    )
-    _add_effect_args(report)
-    add_controller_args(report)
-    report.set_defaults(handler=cmd_report)
+    compare_cmd.register(sub)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tunelab.cli.clients import ControllerClient
 from tunelab.cli.common import (
@@ -18,9 +18,14 @@ from tunelab.cli.common import (
     add_json_arg,
     print_json,
 )
-from tunelab.cli.experiments_cmd import _add_effect_args, attempt_json, comparison
-from tunelab.cli.search_cmd import get_search
+from tunelab.cli.compare_cmd import add_effect_args, comparison
+from tunelab.cli.experiments_cmd import attempt_json
+from tunelab.cli.keys import get_search, target
+from tunelab.common.textwidth import wrapped
 from tunelab.v1 import controller_pb2
+
+if TYPE_CHECKING:
+    from tunelab.analysis.mlflow.plan import RunPlan
 
 DEFAULT_EXPERIMENT = "tunelab"
 
@@ -65,15 +70,43 @@ def _reports(document: dict[str, Any]) -> dict[str, bytes]:
     return out
 
 
+def _watch_plans(client: ControllerClient, name: str) -> list[RunPlan]:
+    """A watch's judged occurrences, one run each, under the keys the controller's own export
+    uses (``watch:NAME:N``): exporting both ways writes each once."""
+    from tunelab.analysis.mlflow.watch_plan import occurrence_plan
+    from tunelab.cli.watches_cmd import get_watch
+
+    doc = get_watch(client, name)
+    judged = [o for o in doc["occurrences"] if o["verdict"] is not None]
+    if not judged:
+        raise CliError(
+            f"watch {name}: no judged occurrence to export yet (tunelab watch show {name})",
+            EXIT_FAILED,
+        )
+    return [
+        occurrence_plan(name, o["index"], o["group"], o["started_at"], o["judged_at"], o)
+        for o in judged
+    ]
+
+
 def cmd_export_mlflow(args: argparse.Namespace) -> int:
     from tunelab.analysis.mlflow.plan import plans_for
     from tunelab.analysis.mlflow.sink import MlflowError, MlflowSink, MlflowUnavailable
 
-    document = comparison(args)
-    attempts, benchmarks = _attempts(
-        args, [str(r["id"]) for r in document.get("experiments") or []]
-    )
-    plans = plans_for(document, attempts, _reports(document), _searches(args, document), benchmarks)
+    client = ControllerClient.for_args(args)
+    named = target(client, args.ids[0]) if len(args.ids) == 1 else None
+    if named is not None and named.watch:
+        plans = _watch_plans(client, named.watch)
+    else:
+        if named is not None and named.group:
+            args.ids = [named.group]
+        document = comparison(args)
+        attempts, benchmarks = _attempts(
+            args, [str(r["id"]) for r in document.get("experiments") or []]
+        )
+        plans = plans_for(
+            document, attempts, _reports(document), _searches(args, document), benchmarks
+        )
     try:
         sink = MlflowSink(args.tracking_uri, args.experiment)
         done = sink.write(plans)
@@ -87,11 +120,14 @@ def cmd_export_mlflow(args: argparse.Namespace) -> int:
         return EXIT_OK
     names = {p.key: p.name for p in plans}
     for item in done:
-        print(f"{'exported ' if item.written else 'unchanged'}  {names[item.key]}  {item.url}")
+        print(f"{'exported ' if item.written else 'unchanged'}  {names[item.key]}")
+        print(f"  {item.url}")
     written = sum(1 for d in done if d.written)
     print(
-        f"{written} run(s) written, {len(rows) - written} unchanged, in MLflow experiment "
-        f"{json.dumps(args.experiment)} at {sink.shown}"
+        wrapped(
+            f"{written} run(s) written, {len(rows) - written} unchanged, in MLflow experiment "
+            f"{json.dumps(args.experiment)} at {sink.shown}"
+        )
     )
     return EXIT_OK
 
@@ -107,7 +143,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "ids",
         nargs="+",
         metavar="GROUP|ID|NAME",
-        help="submission groups (g-...), experiment ids or names, or a spec's name",
+        help="submission groups (g-...), experiment ids or names, a spec's name, or a watch's "
+        "name (its judged occurrences, as the controller's own export writes them)",
     )
     mlflow.add_argument(
         "--tracking-uri",
@@ -121,6 +158,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help=f"MLflow experiment to write into, created if missing (default {DEFAULT_EXPERIMENT})",
     )
     add_json_arg(mlflow, "where each run went")
-    _add_effect_args(mlflow)
+    add_effect_args(mlflow)
     add_controller_args(mlflow)
     mlflow.set_defaults(handler=cmd_export_mlflow)

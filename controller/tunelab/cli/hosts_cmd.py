@@ -23,6 +23,8 @@ from tunelab.cli.common import (
 )
 from tunelab.common.auth import AuthConfigError, read_token
 from tunelab.common.durations import parse_duration
+from tunelab.common.textwidth import table as aligned
+from tunelab.common.textwidth import wrapped
 from tunelab.v1 import controller_pb2
 
 
@@ -75,11 +77,14 @@ def cmd_add(args: argparse.Namespace) -> int:
     if args.json:
         print_json(host_json(host))
     else:
-        print(f"added {host.name} ({host.address}); the controller polls it now")
+        print(wrapped(f"added {host.name} ({host.address}); the controller polls it now"))
         # GPU figures come from this URL: a wrong one must not look like "no GPU" later
         print(
-            f"  GPU figures from {host.metrics_url} "
-            f"(to change it: {set_metrics_url_hint(host.name)})"
+            wrapped(
+                f"GPU figures from {host.metrics_url} "
+                f"(to change it: {set_metrics_url_hint(host.name)})",
+                "  ",
+            )
         )
     return EXIT_OK
 
@@ -116,7 +121,7 @@ def cmd_set(args: argparse.Namespace) -> int:
         print_json(data)
         return EXIT_OK
     labels = ",".join(f"{k}={v}" for k, v in sorted(data["labels"].items())) or "-"
-    print(f"{host.name}: labels {labels}; GPU figures from {host.metrics_url}")
+    print(wrapped(f"{host.name}: labels {labels}; GPU figures from {host.metrics_url}"))
     return EXIT_OK
 
 
@@ -158,7 +163,7 @@ def cmd_add_slurm(args: argparse.Namespace) -> int:
     if args.json:
         print_json(host_json(host))
     else:
-        print(f"added Slurm pool {host.name} ({host.address}): {host.state_reason}")
+        print(wrapped(f"added Slurm pool {host.name} ({host.address}): {host.state_reason}"))
     return EXIT_OK
 
 
@@ -187,12 +192,10 @@ def cmd_ls(args: argparse.Namespace) -> int:
                 ",".join(r["current_run"]) or "-",
             )
         )
-    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-    for row in table:
-        print("  ".join(c.ljust(widths[i]) for i, c in enumerate(row)).rstrip())
+    print("\n".join(aligned(table, cut=4)))  # labels are cut first
     for r in rows:
         if r["state"] in ("UNREACHABLE", "QUARANTINED") and r["state_reason"]:
-            print(f"{r['name']}: {r['state_reason']}", file=sys.stderr)
+            print(wrapped(f"{r['name']}: {r['state_reason']}"), file=sys.stderr)
     return EXIT_OK
 
 
@@ -206,8 +209,10 @@ def _drain(args: argparse.Namespace, drain: bool) -> int:
         print_json(data)
     else:
         print(
-            f"{data['name']}: {data['state']}"
-            + (f" ({data['state_reason']})" if data["state_reason"] else "")
+            wrapped(
+                f"{data['name']}: {data['state']}"
+                + (f" ({data['state_reason']})" if data["state_reason"] else "")
+            )
         )
     return EXIT_OK
 

@@ -33,6 +33,7 @@ from tunelab.cli import (
 )
 from tunelab.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, CliError
 from tunelab.common import __version__
+from tunelab.common.textwidth import error_line
 
 DESCRIPTION = "tunelab: queue, run and compare inference-server experiments on GPU hosts."
 EPILOG = (
@@ -149,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     except CliError as exc:
         if exc.code == EXIT_INTERRUPTED:
             _new_line()
-        print(f"tunelab: {exc}", file=sys.stderr)
+        print(error_line(f"tunelab: {exc}"), file=sys.stderr)
         return exc.code
     except KeyboardInterrupt:
         _new_line()
@@ -164,8 +165,10 @@ def main(argv: list[str] | None = None) -> int:
         where = _write_trace(args_list)
         hint = f"the trace is in {where}" if where else "the trace could not be saved"
         print(
-            f"tunelab: unexpected error ({type(exc).__name__}: {exc}); this is a bug: {hint} "
-            "(--debug prints it)",
+            error_line(
+                f"tunelab: unexpected error ({type(exc).__name__}: {exc}); this is a bug: "
+                f"{hint} (--debug prints it)"
+            ),
             file=sys.stderr,
         )
         return EXIT_FAILED

@@ -7,7 +7,6 @@ import argparse
 import json
 import shlex
 import sys
-import textwrap
 import threading
 from typing import Any
 
@@ -25,21 +24,13 @@ from tunelab.cli.common import (
     is_terminal,
     print_json,
 )
-from tunelab.cli.keys import group_of
+from tunelab.cli.keys import get_search, group_of
+from tunelab.common.textwidth import WIDTH, table, wrap
 
 SEARCH_HELP = "the g-... that submit printed, or the spec's name (its latest submission)"
 TIMEOUT = 15.0
 POLL = 1.0
 STOP = threading.Event()  # never set by the CLI itself: a wait that Ctrl-C interrupts
-
-
-def get_search(client: ControllerClient, group: str) -> dict[str, Any] | None:
-    """The search document, or None when ``group`` is no search (an ordinary group)."""
-    response = client.get_search(group)
-    if response is None:
-        return None
-    found: dict[str, Any] = json.loads(response.search_json)
-    return found
 
 
 def _progress(doc: dict[str, Any]) -> str:
@@ -89,9 +80,6 @@ def _follow_search(client: ControllerClient, group: str, quiet: bool) -> dict[st
         STOP.wait(POLL)
 
 
-WIDTH = 100  # search show's lines fit a 100-column terminal (issue 37.6)
-
-
 def _number(value: Any) -> str:
     return "-" if value is None else f"{value:.4g}" if isinstance(value, float) else str(value)
 
@@ -111,13 +99,10 @@ def _values(params: dict[str, Any]) -> str:
 
 
 def _wrapped(text: str, indent: str = "", later: str = "  ") -> list[str]:
-    return textwrap.wrap(
-        text, WIDTH, initial_indent=indent, subsequent_indent=indent + later,
-        break_long_words=False, break_on_hyphens=False,
-    )  # fmt: skip
+    return wrap(text, indent, later, WIDTH)
 
 
-def _argv_lines(argv: list[str]) -> list[str]:
+def argv_lines(argv: list[str]) -> list[str]:
     """The server's command, one flag and its value a line, continued with backslashes: it
     pastes into a shell as it is."""
     words = [shlex.quote(a) for a in argv]
@@ -170,7 +155,7 @@ def render_search(doc: dict[str, Any]) -> str:
     rank = {t["number"]: i + 1 for i, t in enumerate(ranked)}
     # a host column only where trials ran on several hosts (one host: the hosts: line below)
     several = len({t.get("host") for t in doc["trials"] if t.get("host")}) > 1
-    rows = [["#", "trial", "parameters", "load", "objective [95%]", "n", "SLO margin",
+    rows = [["#", "trial", "parameters", "load", "launch", "config [95%]", "n", "SLO margin",
              *(["host"] if several else []), "state"]]  # fmt: skip
     for t in sorted(doc["trials"], key=lambda t: (rank.get(t["number"], 10**9), t["number"])):
         interval = t.get("interval")
@@ -184,8 +169,8 @@ def render_search(doc: dict[str, Any]) -> str:
                 + (f" drift {t['drift']}" if t.get("drift") else ""),
                 _values(t["params"]),
                 _load(t.get("load"), short=True),
-                _number(t["objective"])
-                + (f" [{interval[0]:.4g}, {interval[1]:.4g}]" if interval else ""),
+                _number(t["objective"]),
+                f"[{interval[0]:.4g}, {interval[1]:.4g}]" if interval else "",
                 str(t.get("launches") or "-"),
                 " ".join(f"{slo_label(k).split()[-1]} {v:+.0%}" for k, v in margins.items()
                          if v is not None) or "-",
@@ -193,8 +178,10 @@ def render_search(doc: dict[str, Any]) -> str:
                 _state(t),
             ]
         )  # fmt: skip
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    lines += table(rows, WIDTH, cut=2)
+    lines += _wrapped(
+        "launch: this trial's value; config [95%]: over its configuration's n launches at that load"
+    )
     lengths = _prompt_tokens(doc["trials"])
     if lengths:
         lines += _wrapped(lengths)
@@ -234,7 +221,7 @@ def render_search(doc: dict[str, Any]) -> str:
         else:
             said = f"vs the default: {effect['verdict']}{beside}"
         lines += _wrapped(said, "  ")
-        lines += ["  server argv:", *_argv_lines(rec["argv"])]
+        lines += ["  server argv:", *argv_lines(rec["argv"])]
         lines += ["  spec snippet:", *_wrapped(json.dumps(rec["spec"]), "    ")]
     return "\n".join(lines)
 

@@ -25,6 +25,7 @@ from tunelab.cli.common import (
 )
 from tunelab.cli.progress_view import ServerProgressView
 from tunelab.common.durations import format_duration, parse_duration
+from tunelab.common.textwidth import table as aligned
 from tunelab.v1 import agent_pb2, server_pb2
 
 STATUS_LOG_LINES = 5
@@ -256,9 +257,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
                 format_duration(row["ready_seconds"]) if row["ready_seconds"] else "-",
             )
         )
-    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
-    for r in table:
-        print("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(r)).rstrip())
+    print("\n".join(aligned(table, cut=1)))  # the name is cut first (the id names it)
     return EXIT_OK
 
 

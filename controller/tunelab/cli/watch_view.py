@@ -8,6 +8,7 @@ reason rather than leaving the last state on screen as if it were current.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from types import TracebackType
@@ -17,6 +18,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from tunelab.common.textwidth import wrapped
 from tunelab.v1 import controller_pb2
 
 Row = tuple[str, str, str, str, str]
@@ -42,11 +44,20 @@ def describe(e: controller_pb2.Experiment) -> Row:
     return e.id, e.name, state, where, detail
 
 
+def _repeated(row: Row) -> Row:
+    """What makes a plain line news: a queued experiment's wait reason counts its host's failed
+    polls, so its numbers are left out (one line per reason, not one per poll)."""
+    if row[2] != "QUEUED":
+        return row
+    return (*row[:4], re.sub(r"\d+", "N", row[4]))
+
+
 class ExperimentsView:
     def __init__(self, enabled: bool, plain: bool = True) -> None:
         self._enabled = enabled
         self._plain = plain and not enabled
         self._rows: dict[str, Row] = {}
+        self._said: dict[str, Row] = {}  # what the plain lines said last, per experiment
         self._live: Live | None = None
         self._trouble: str | None = None
         self._trouble_since = 0.0
@@ -76,18 +87,21 @@ class ExperimentsView:
 
     def update(self, experiment: controller_pb2.Experiment) -> None:
         row = describe(experiment)
-        changed = self._rows.get(experiment.id) != row
         self._rows[experiment.id] = row
         self._refresh()
-        if self._plain and changed:
-            print("  ".join(row), flush=True)
+        said = _repeated(row)
+        if self._plain and self._said.get(experiment.id) != said:
+            self._said[experiment.id] = said
+            print(wrapped("  ".join(row), "", "    "), flush=True)
 
     def reconnecting(self, reason: str) -> None:
         """The watch broke: the rows shown are the last known, not current."""
         if self._trouble is None:
             self._trouble_since = time.monotonic()
             if self._plain:
-                print(f"tunelab: reconnecting to the controller: {reason}", file=sys.stderr)
+                print(
+                    wrapped(f"tunelab: reconnecting to the controller: {reason}"), file=sys.stderr
+                )
         self._trouble = reason
         self._refresh()
 

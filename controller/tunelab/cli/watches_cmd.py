@@ -19,7 +19,10 @@ from tunelab.cli.common import (
     add_json_arg,
     print_json,
 )
+from tunelab.cli.keys import watch_of
+from tunelab.common.textwidth import table, wrap
 
+WATCH_HELP = "the watch's name (its spec's name:), or an occurrence's g-... or an experiment of one"
 SHOWN_OCCURRENCES = 10  # the text `show` prints the newest ones; --json has them all
 
 
@@ -34,12 +37,16 @@ def get_watch(client: ControllerClient, name: str) -> dict[str, Any]:
     return found
 
 
-def _summary_line(w: dict[str, Any]) -> str:
-    return (
-        f"{w['name']:<24} {w['state']:<7} every {w['every']:<12} "
-        f"{w['occurrences_count']:>4} occurrences  last: {w['last_verdict'] or '-'}  "
-        f"next: {_when(w['next_due']) if w['state'] == 'active' else '(paused)'}"
-    )
+def _summary_rows(watches: list[dict[str, Any]]) -> list[str]:
+    """One row per watch; ``last`` is the newest verdict, and says which occurrence runs now."""
+    rows = [("NAME", "STATE", "EVERY", "RUNS", "NEXT", "LAST VERDICT")]
+    for w in watches:
+        last = w["last_verdict"] or "-"
+        if w.get("running_occurrence"):
+            last += f" (#{w['running_occurrence']} running)"
+        due = _when(w["next_due"]) if w["state"] == "active" else "(paused)"
+        rows.append((w["name"], w["state"], w["every"], str(w["occurrences_count"]), due, last))
+    return table(rows, cut=0)
 
 
 def render_watch(doc: dict[str, Any], last: int = SHOWN_OCCURRENCES) -> str:
@@ -50,8 +57,8 @@ def render_watch(doc: dict[str, Any], last: int = SHOWN_OCCURRENCES) -> str:
         f"baseline {doc['baseline']}, margin {doc['margin_pct']:g}%"
     )
     lines = [
-        head,
-        f"metrics: {', '.join(doc['metrics'])}",
+        *wrap(head),
+        *wrap(f"metrics: {', '.join(doc['metrics'])}"),
         f"next occurrence: {_when(doc['next_due']) if doc['state'] == 'active' else '(paused)'}",
     ]
     occurrences = doc["occurrences"]
@@ -61,17 +68,19 @@ def render_watch(doc: dict[str, Any], last: int = SHOWN_OCCURRENCES) -> str:
         verdict = o["verdict"]
         if verdict is None:
             states = ", ".join(f"{n} {s.lower()}" for s, n in sorted(o["experiments"].items()))
-            lines.append(f"#{o['index']} {_when(o['started_at'])} {o['group']}: running ({states})")
+            lines += wrap(
+                f"#{o['index']} {_when(o['started_at'])} {o['group']}: running ({states})"
+            )
             continue
         against = f" against #{o['baseline']}" if o.get("baseline") else ""
         launches = f"{o.get('launches', 0)}/{o.get('launches_total', 0)} launches"
-        lines.append(
+        lines += wrap(
             f"#{o['index']} {_when(o['started_at'])} {o['group']}: {verdict}{against} ({launches})"
         )
         if o.get("reason") and verdict != "baseline":
-            lines.append(f"    {o['reason']}")
+            lines += wrap(o["reason"], "    ", "  ")
         for row in o.get("metrics") or []:
-            lines.append(f"    {verdict_line(row, o.get('changes') or [])}")
+            lines += wrap(verdict_line(row, o.get("changes") or []), "    ", "  ")
     return "\n".join(lines)
 
 
@@ -124,8 +133,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
     elif not watches:
         print("no watches (tunelab watch add FILE adds one)")
     else:
-        for w in watches:
-            print(_summary_line(w))
+        print("\n".join(_summary_rows(watches)))
     return EXIT_OK
 
 
@@ -133,7 +141,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.last < 1:
         raise CliError("--last: must be >= 1", EXIT_USAGE)
     with ControllerClient.for_args(args) as client:
-        doc = get_watch(client, args.name)
+        doc = get_watch(client, watch_of(client, args.name))
     if args.json:
         print_json(doc)
     else:
@@ -146,11 +154,11 @@ def _set_state(args: argparse.Namespace, paused: bool) -> int:
 
     state = controller_pb2.WATCH_STATE_PAUSED if paused else controller_pb2.WATCH_STATE_ACTIVE
     with ControllerClient.for_args(args) as client:
-        summary = json.loads(client.set_watch_state(args.name, state).watch_json)
+        summary = json.loads(client.set_watch_state(watch_of(client, args.name), state).watch_json)
     if args.json:
         print_json(summary)
     else:
-        print(_summary_line(summary))
+        print("\n".join(_summary_rows([summary])))
     return EXIT_OK
 
 
@@ -164,11 +172,12 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 def cmd_rm(args: argparse.Namespace) -> int:
     with ControllerClient.for_args(args) as client:
-        client.remove_watch(args.name)
+        name = watch_of(client, args.name)
+        client.remove_watch(name)
     if args.json:
-        print_json({"removed": args.name})
+        print_json({"removed": name})
     else:
-        print(f"watch {args.name} removed (the experiments it queued stay in tunelab ls)")
+        print(f"watch {name} removed (the experiments it queued stay in tunelab ls)")
     return EXIT_OK
 
 
@@ -181,7 +190,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add.add_argument("file", help="spec file (YAML with watch:), or - for stdin")
     ls = verbs.add_parser("ls", help="every watch, its state and last verdict")
     show = verbs.add_parser("show", help="a watch and its occurrences with their verdicts")
-    show.add_argument("name", help="the watch's name (its spec's name:)")
+    show.add_argument("name", help=WATCH_HELP)
     show.add_argument(
         "--last",
         type=int,
@@ -189,11 +198,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help=f"occurrences the text shows, newest (default {SHOWN_OCCURRENCES}; --json: all)",
     )
     pause = verbs.add_parser("pause", help="stop queuing occurrences (a running one finishes)")
-    pause.add_argument("name", help="the watch's name (its spec's name:)")
+    pause.add_argument("name", help=WATCH_HELP)
     resume = verbs.add_parser("resume", help="queue occurrences again (a missed one runs once)")
-    resume.add_argument("name", help="the watch's name (its spec's name:)")
+    resume.add_argument("name", help=WATCH_HELP)
     rm = verbs.add_parser("rm", help="remove a watch and its history (not its experiments)")
-    rm.add_argument("name", help="the watch's name (its spec's name:)")
+    rm.add_argument("name", help=WATCH_HELP)
     handlers = {add: cmd_add, ls: cmd_ls, show: cmd_show, pause: cmd_pause, resume: cmd_resume,
                 rm: cmd_rm}  # fmt: skip
     for parser, handler in handlers.items():

@@ -23,6 +23,7 @@ import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -112,25 +113,34 @@ def _tunelab(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str
     return result
 
 
+def _watch_doc(env: dict[str, str]) -> dict[str, Any]:
+    shown = subprocess.run(
+        python_module_argv("tunelab.cli", "watch", "show", "demo-watch", "--json"),
+        cwd=REPO, env=env, text=True, capture_output=True,
+    )  # fmt: skip
+    found: dict[str, Any] = json.loads(shown.stdout or "{}")
+    return found
+
+
 def _watch(env: dict[str, str]) -> bool:
-    """A watch every 5 s: two occurrences (the baseline, then one judged against it), shown."""
+    """A watch every 5 s: two occurrences judged (the baseline, then one against it), then
+    paused, and the occurrence the schedule had queued meanwhile judged too, so the table shown
+    at the end has no occurrence still running."""
     _say(f"a watch every 5 s, each run judged against the first: {WATCH.relative_to(REPO)}")
     if _tunelab(env, "watch", "add", str(WATCH)).returncode != 0:
         return False
     deadline = time.monotonic() + 90
+    paused = False
     while time.monotonic() < deadline:
-        shown = subprocess.run(
-            python_module_argv("tunelab.cli", "watch", "show", "demo-watch", "--json"),
-            cwd=REPO, env=env, text=True, capture_output=True,
-        )  # fmt: skip
-        doc = json.loads(shown.stdout or "{}")
-        if sum(1 for o in doc.get("occurrences", []) if o["verdict"] is not None) >= 2:
-            break
+        occurrences = _watch_doc(env).get("occurrences", [])
+        judged = sum(1 for o in occurrences if o["verdict"] is not None)
+        if judged >= 2 and not paused:
+            paused = _tunelab(env, "watch", "pause", "demo-watch").returncode == 0
+            continue  # read again: one may have been queued before the pause
+        if paused and judged == len(occurrences):
+            return _tunelab(env, "watch", "show", "demo-watch").returncode == 0
         time.sleep(0.5)
-    else:
-        return False
-    _tunelab(env, "watch", "pause", "demo-watch")
-    return _tunelab(env, "watch", "show", "demo-watch").returncode == 0
+    return False
 
 
 def main(fast_polls: bool = True) -> int:

@@ -184,8 +184,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         return row
 
     def _watch_summary(self, row: WatchRow) -> dict[str, Any]:
-        latest = self._store.latest_occurrences(row.name, 1)
-        return watch_summary(row, latest[0] if latest else None)
+        return watch_summary(row, self._store.latest_occurrences(row.name, 2))
 
     @_unary
     def AddWatch(
@@ -209,7 +208,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             log.info("watch_added", watch=row.name, every=found.spec.every)
             self._wake(False)
         return controller_pb2.AddWatchResponse(
-            watch_json=json.dumps(watch_summary(row, None), sort_keys=True)
+            watch_json=json.dumps(watch_summary(row, ()), sort_keys=True)
         )
 
     @_unary

@@ -85,3 +85,21 @@ def test_names_mlflow_accepts() -> None:
     assert len(metric_key("k" * 400)) == 250
     assert variant_label("spec/--itl-ms=5#12") == "--itl-ms=5"
     assert variant_label("spec/baseline") == "baseline"
+
+
+def test_the_runner_up_interval_is_named_for_no_level_and_its_level_is_recorded() -> None:
+    """The race's interval is at its Holm step's level (97.5 % for two contenders): it was
+    written as ``ci95_*_pct``."""
+    from tunelab.analysis.mlflow.search_plan import search_plan
+
+    search = {
+        "objective": {"maximize": "output_throughput"},
+        "best": {"trial": 3, "objective": 100.0, "launches": 3,
+                 "vs_runner_up": {"trial": 4, "change_pct": 2.4, "interval": [0.5, 4.4],
+                                  "confidence": 0.975, "verdict": "better"}},
+    }  # fmt: skip
+    metrics = {k: v for k, v, _ in search_plan("g-1", search, 0).metrics}
+    assert metrics["vs_runner_up/interval_low_pct"] == 0.5
+    assert metrics["vs_runner_up/interval_high_pct"] == 4.4
+    assert metrics["vs_runner_up/confidence"] == 0.975
+    assert not [k for k in metrics if "ci95" in k and k.startswith("vs_runner_up")]

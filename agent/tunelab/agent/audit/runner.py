@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import struct
 import time
 from collections.abc import Iterable
@@ -19,13 +20,16 @@ CHECK_FAILURES = (OSError, ValueError, KeyError, IndexError, struct.error, GpuEr
 
 
 class UnknownCheck(ValueError):
-    """``--only`` named ids that do not exist; the message lists the valid ones."""
+    """``--only`` named ids that do not exist; the message says the id each was likely meant
+    to be, and where the list is (all the ids on one line were 600 characters)."""
 
     def __init__(self, unknown: list[str]) -> None:
         self.unknown = unknown
-        super().__init__(
-            f"unknown check id {', '.join(unknown)}; valid ids: {', '.join(CHECK_IDS)}"
-        )
+        said = []
+        for name in unknown:
+            close = difflib.get_close_matches(name, CHECK_IDS, n=1, cutoff=0.6)
+            said.append(f"{name}, did you mean {close[0]}?" if close else name)
+        super().__init__(f"unknown check id {'; '.join(said)} (--list: all {len(CHECK_IDS)})")
 
 
 def parse_only(values: Iterable[str]) -> list[str]:

@@ -82,10 +82,15 @@ def search_plan(
             tags["vs_runner_up.trial"] = str(runner.get("trial", ""))
             if isinstance(runner.get("change_pct"), int | float):
                 metrics.append(("vs_runner_up/change_pct", float(runner["change_pct"]), 0))
+            # the race judges at its own level (a Holm step: 97.5 % for two contenders), not
+            # 95 %: the bounds are named for no level, and the level is a metric beside them
             for bound, value in zip(
-                ("ci95_low_pct", "ci95_high_pct"), runner.get("interval") or (), strict=False
-            ):
+                ("interval_low_pct", "interval_high_pct"), runner.get("interval") or (),
+                strict=False,
+            ):  # fmt: skip
                 metrics.append((f"vs_runner_up/{bound}", float(value), 0))
+            if isinstance(runner.get("confidence"), int | float):
+                metrics.append(("vs_runner_up/confidence", float(runner["confidence"]), 0))
     artifacts = {"search.json": _json_bytes(search)}
     if comparison is not None:
         artifacts["comparison.json"] = _json_bytes(comparison)

@@ -13,12 +13,13 @@ __all__ = [
     "render_report",
     "render_search_report",
     "report_bytes",
+    "write_page",
     "write_report",
     "write_search_report",
 ]
 
 
-def _write(text: str, path: Path) -> None:
+def write_page(text: str, path: Path) -> None:
     """Write the page next to its final name, then rename: a reader never sees half a file."""
     partial = path.with_name(f".{path.name}.partial")
     partial.write_text(text, encoding="utf-8")
@@ -26,13 +27,13 @@ def _write(text: str, path: Path) -> None:
 
 
 def write_report(doc: dict[str, Any], path: Path, title: str) -> None:
-    _write(render_report(doc, title), path)
+    write_page(render_report(doc, title), path)
 
 
 def write_search_report(
     search: dict[str, Any], compare_doc: dict[str, Any], path: Path, title: str
 ) -> None:
-    _write(render_search_report(search, compare_doc, title), path)
+    write_page(render_search_report(search, compare_doc, title), path)
 
 
 def report_bytes(document: dict[str, Any]) -> bytes:

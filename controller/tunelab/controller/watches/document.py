@@ -14,11 +14,12 @@ VERDICT_FIELDS = ("verdict", "baseline", "method", "confidence", "metrics", "cha
                   "launches", "launches_total", "provenance", "reason")  # fmt: skip
 
 
-def watch_summary(row: WatchRow, latest: OccurrenceRow | None) -> dict[str, Any]:
+def watch_summary(row: WatchRow, newest: Sequence[OccurrenceRow]) -> dict[str, Any]:
+    """``newest``: the latest occurrences, newest first (two: the one running now, if any, and
+    the last judged before it)."""
     spec = row.spec
-    last_verdict = next(
-        (o.verdict.get("verdict") for o in [latest] if o is not None and o.verdict), None
-    )
+    latest = newest[0] if newest else None
+    last_verdict = next((o.verdict.get("verdict") for o in newest if o.verdict), None)
     return {
         "name": row.name,
         "state": row.state,
@@ -33,7 +34,8 @@ def watch_summary(row: WatchRow, latest: OccurrenceRow | None) -> dict[str, Any]
         "next_due": row.next_due,
         "occurrences_count": latest.number if latest else 0,
         "last_occurrence_at": latest.started_at if latest else None,
-        "last_verdict": last_verdict,
+        "last_verdict": last_verdict,  # the newest judged one's, also while another runs
+        "running_occurrence": latest.number if latest and latest.verdict is None else None,
     }
 
 
@@ -65,6 +67,6 @@ def watch_document(
     running: Mapping[str, Sequence[ExperimentRow]],
 ) -> dict[str, Any]:
     """``running``: the experiments of occurrences not judged yet, by group."""
-    doc = watch_summary(row, occurrences[-1] if occurrences else None)
+    doc = watch_summary(row, occurrences[::-1][:2])
     doc["occurrences"] = [occurrence_document(o, running.get(o.group, ())) for o in occurrences]
     return doc
