@@ -18,6 +18,7 @@ from tunelab.cli.common import (
     add_controller_args,
     add_json_arg,
     print_json,
+    step_error_line,
 )
 
 SHOWN_OCCURRENCES = 10  # the text `show` prints the newest ones; --json has them all
@@ -39,6 +40,7 @@ def _summary_line(w: dict[str, Any]) -> str:
         f"{w['name']:<24} {w['state']:<7} every {w['every']:<12} "
         f"{w['occurrences_count']:>4} occurrences  last: {w['last_verdict'] or '-'}  "
         f"next: {_when(w['next_due']) if w['state'] == 'active' else '(paused)'}"
+        + ("  STEP FAILING" if w.get("step_error") else "")
     )
 
 
@@ -53,6 +55,7 @@ def render_watch(doc: dict[str, Any], last: int = SHOWN_OCCURRENCES) -> str:
         head,
         f"metrics: {', '.join(doc['metrics'])}",
         f"next occurrence: {_when(doc['next_due']) if doc['state'] == 'active' else '(paused)'}",
+        *step_error_line(doc, _when),
     ]
     occurrences = doc["occurrences"]
     if len(occurrences) > last:
