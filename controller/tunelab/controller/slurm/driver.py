@@ -123,6 +123,12 @@ class SlurmDriver:
         return dict(self._store.slurm_pools())
 
     def add_pool(self, request: controller_pb2.AddHostRequest, now: float) -> HostRow:
+        """A pool is kept only where the jobs folder is ours (a controller started with no
+        pool and someone else's folder runs; its first pool is refused, naming the fix)."""
+        try:
+            self.check_folder()
+        except slurmfolder.UntrustedJobsFolder as exc:
+            raise SlurmError(str(exc)) from None
         return pool_host(self._store, self._cli, request, now)
 
     def job_folder(self, attempt_id: str) -> Path:
