@@ -124,7 +124,9 @@ def test_a_pool_whose_step_fails_is_marked_and_the_other_pool_goes_on(tmp_path: 
     store.set_slurm_pool("bad", {"max_jobs": 4})
     store.set_slurm_pool("good", SlurmPoolConfig("gpu").to_dict())
     ids = queue(store, n=2)
-    attempts = [store.create_attempt(i, host, [], 1.0) for i, host in zip(ids, ("bad", "good"))]
+    attempts = [
+        store.create_attempt(i, host, [], 1.0) for i, host in zip(ids, ("bad", "good"), strict=True)
+    ]
     driver = SlurmDriver(
         store, cast(Any, None), cast(Any, QueueOnly()), tmp_path / "jobs", "127.0.0.1:1"
     )
