@@ -18,12 +18,14 @@ import sqlite3
 import struct
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from tests.e2e.conftest import Lab, sim_experiment
+from tests.e2e.test_slurm import wait_for
 from tests.support.controller_proc import ControllerProcess
 
 FAKES = Path(__file__).resolve().parents[1] / "fakes"
@@ -73,18 +75,12 @@ def plant_unreadable_watch(db: Path, now: float) -> None:
         )
 
 
-def wait(what: str, check: Any, controller: ControllerProcess, timeout: float = 240) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.5)
-    raise AssertionError(f"{what} never came:\n{controller.log()[-4000:]}")
-
-
 def judged(controller: ControllerProcess, name: str) -> list[dict[str, Any]]:
     return [o for o in watch_doc(controller, name)["occurrences"] if o["verdict"] is not None]
+
+
+def judged_twice(controller: ControllerProcess, name: str) -> bool:
+    return len(judged(controller, name)) >= 2
 
 
 def test_no_watch_stops_the_queue(lab: Lab, tmp_path: Path) -> None:
@@ -113,8 +109,7 @@ def test_no_watch_stops_the_queue(lab: Lab, tmp_path: Path) -> None:
     assert done["state"] == "SUCCEEDED", done  # scheduled and run while a watch fails
 
     for name in ("usage", "checkpoint"):  # judged twice each: the baseline, then against it
-        wait(f"{name} judged twice", lambda name=name: len(judged(controller, name)) >= 2,
-             controller)  # fmt: skip
+        wait_for(f"{name} judged twice", partial(judged_twice, controller, name), timeout=240)
         assert watch_doc(controller, name)["step_error"] is None
 
     unreadable = watch_doc(controller, "unreadable")

@@ -11,6 +11,7 @@ import json
 import os
 import signal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 
 def main() -> int:
@@ -44,7 +45,7 @@ def main() -> int:
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             self.rfile.read(length)
-            events = [
+            events: list[dict[str, Any]] = [
                 {"choices": [{"index": 0, "text": " a", "finish_reason": None}]} for _ in range(3)
             ]
             events.append({"choices": [{"index": 0, "text": " b", "finish_reason": "length"}]})

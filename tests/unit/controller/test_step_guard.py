@@ -88,8 +88,13 @@ def test_at_most_max_steps_a_tick_round_robin_and_none_starved(store: SqliteStor
     guard = StepGuard(store, "watch", Clock(0.0), max_steps=4)
     names = [f"w{i:02d}" for i in range(10)]
     seen: list[str] = []
+
+    def step(name: str) -> int:
+        seen.append(name)
+        return 1
+
     for _ in range(5):
-        assert guard.each(names, lambda name: seen.append(name) or 1) == 4
+        assert guard.each(names, step) == 4
     assert seen == names + names  # 4 a tick, each in turn: w00-w03, w04-w07, w08 w09 w00 w01...
 
 
