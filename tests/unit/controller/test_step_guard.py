@@ -19,7 +19,6 @@ from tunelab.controller.states import AttemptState, ExperimentState
 from tunelab.controller.store import HostRow, SqliteStore
 from tunelab.controller.store.base import StoreFenced, StoreUnavailable
 from tunelab.controller.watches.driver import WatchDriver
-from tunelab.controller.watches.spec import watch_from_text
 
 
 @pytest.fixture
@@ -190,33 +189,3 @@ def test_a_watch_whose_step_fails_is_marked_and_the_other_watches_go_on(
     assert [o.watch for o in store.watch_occurrences("nightly")] == ["nightly"]
     fault = store.step_faults("watch")["broken"]
     assert fault.failures == 1 and fault.error.startswith("ValueError: invalid literal for int()")
-
-
-@pytest.mark.parametrize(
-    ("line", "field", "said"),
-    [
-        ("margin: 1.0e-300", "watch.margin", "must be 0 or at least 0.1%"),
-        ("baseline: pinned 123456789012345678901234567890", "watch.baseline", "N <= 2147483647"),
-        ("metrics: [output_throughput@" + "c" * 1000 + "]", "watch.metrics[0]", "unknown metric"),
-    ],
-)
-def test_the_spec_refuses_what_took_the_loop_or_the_database_down(
-    line: str, field: str, said: str
-) -> None:
-    text = f"""
-name: w
-server: {{command: [sim], flags: {{--port: "{{port}}"}}, port: auto, ready: {{model: m}}}}
-benchmark: {{requests: 10, input_len: 8, output_len: 8, concurrency: [8]}}
-watch:
-  every: 5s
-  metrics: [output_throughput]
-  {line}
-"""
-    if line.startswith("metrics"):
-        text = text.replace("  metrics: [output_throughput]\n", "")
-    from tunelab.controller.spec.errors import SpecError
-
-    with pytest.raises(SpecError) as refused:
-        watch_from_text(text)
-    shown = str(refused.value)
-    assert field in shown and said in shown and len(shown) < 600
