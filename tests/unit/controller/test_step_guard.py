@@ -15,6 +15,7 @@ from structlog.testing import capture_logs
 
 from tests.unit.controller.test_watch_driver import Clock, add, run_queued, tick, verdicts
 from tunelab.controller.guard import ERROR_CHARS, StepGuard, error_line
+from tunelab.controller.spec.limits import SpecLimits
 from tunelab.controller.states import AttemptState, ExperimentState
 from tunelab.controller.store import HostRow, SqliteStore
 from tunelab.controller.store.base import StoreFenced, StoreUnavailable
@@ -189,3 +190,17 @@ def test_a_watch_whose_step_fails_is_marked_and_the_other_watches_go_on(
     assert [o.watch for o in store.watch_occurrences("nightly")] == ["nightly"]
     fault = store.step_faults("watch")["broken"]
     assert fault.failures == 1 and fault.error.startswith("ValueError: invalid literal for int()")
+
+
+def test_a_watch_the_controllers_limits_now_refuse_is_marked_with_the_reason(
+    store: SqliteStore,
+) -> None:
+    """Its 3 launches are 3 variants; a controller restarted with max_variants 1 cannot queue
+    it: said in `watch show` (it was a log line only, once)."""
+    clock = Clock(1000.0)
+    add(store, clock)
+    driver = WatchDriver(store, clock, limits=SpecLimits(max_variants=1))
+    with capture_logs():
+        assert tick(store, driver) == 0
+    fault = store.step_faults("watch")["nightly"]
+    assert fault.error.startswith("SpecError: ") and "variants" in fault.error, fault

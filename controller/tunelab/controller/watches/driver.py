@@ -19,7 +19,6 @@ from typing import Any
 import structlog
 
 from tunelab.controller.guard import StepGuard
-from tunelab.controller.spec.errors import SpecError
 from tunelab.controller.spec.expand import expand_text
 from tunelab.controller.spec.limits import DEFAULT_LIMITS, SpecLimits
 from tunelab.controller.store.base import Store, StoreConflict, StoreFenced
@@ -51,7 +50,6 @@ class WatchDriver:
         self._clock = clock
         self._on_verdict = on_verdict
         self._limits = limits
-        self._refused: dict[str, str] = {}  # watch -> the spec error already logged
         self.guard = StepGuard(store, "watch", clock)
 
     def tick(self, fence: FencingToken) -> int:
@@ -81,13 +79,9 @@ class WatchDriver:
 
     def _queue(self, watch: WatchRow, now: float, fence: FencingToken) -> int:
         spec = WatchSpec.from_dict(watch.spec)
-        try:
-            expanded = expand_text(watch.base_yaml, f"watch {watch.name}", self._limits)
-        except SpecError as exc:  # e.g. the controller's limits were lowered since it was added
-            if self._refused.get(watch.name) != str(exc):
-                self._refused[watch.name] = str(exc)
-                log.error("watch_spec_refused", watch=watch.name, error=str(exc))
-            return 0
+        # a SpecError here (the controller's limits were lowered since the watch was added)
+        # is the watch's: the guard marks it for `watch show` and tries again with back-off
+        expanded = expand_text(watch.base_yaml, f"watch {watch.name}", self._limits)
         latest = self._store.latest_occurrences(watch.name, 1)
         if latest and latest[0].verdict is None:
             return 0  # the previous one still runs: this slot waits for it (and runs once)
