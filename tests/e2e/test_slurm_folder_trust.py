@@ -24,6 +24,8 @@ from tests.e2e.test_slurm import spec, start
 from tests.support.daemon_proc import REPO
 from tests.support.ports import free_port
 from tests.support.slurm import SlurmCluster, slurm_missing
+from tunelab.controller.states import HostState
+from tunelab.controller.store import HostRow, SqliteStore
 from tunelab.v1 import controller_pb2
 
 X = controller_pb2
@@ -68,6 +70,10 @@ def test_a_jobs_folder_planted_by_nobody_refuses_the_start_in_one_line(
     tmp_path: Path, slurm: SlurmCluster
 ) -> None:
     db = tmp_path / "controller.db"
+    store = SqliteStore(db)  # a controller with a pool (without one it serves: issue 45.3)
+    store.add_host(HostRow(name="cluster", address="slurm://gpu", state=HostState.READY))
+    store.set_slurm_pool("cluster", {"partition": "gpu", "max_jobs": 4})
+    store.close()
     folder = Path(f"{db}.slurm")
     folder.mkdir(mode=0o755)
     (folder / "report.key").write_bytes(PLANTED_KEY)

@@ -158,3 +158,30 @@ def test_outside_a_bounded_call_requests_is_left_alone(
     uri, _ = endless
     with requests.get(uri, stream=True, timeout=10) as answer:
         assert not isinstance(answer.raw, mlflowbounds.BoundedBody)
+
+
+def test_a_tracking_uri_mlflow_refuses_keeps_the_exporter_alive_and_logged_once(
+    tmp_path: Path,
+) -> None:
+    """Issue 45.3: MLflow's own client refuses the URI (an MlflowException, not ours) at every
+    pass: the exporter thread logged nothing and died for good. It must live, say it once and
+    try again with back-off, making the client again each time."""
+    made: list[int] = []
+
+    def sink() -> MlflowSink:
+        made.append(1)
+        return MlflowSink("nosuchscheme://tracking", "tunelab")
+
+    exporter = MlflowExporter(SqliteStore(tmp_path / "c.db"), sink, interval=0.01)
+    with capture_logs() as logs:
+        exporter.start()
+        deadline = time.monotonic() + 60
+        while len(made) < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        alive = exporter._thread.is_alive()
+        exporter.close()
+    assert len(made) >= 4 and alive  # tried again and again: the thread lived on
+    failed = [e for e in logs if e["event"] == "mlflow_export_failed"]
+    assert len(failed) == 1  # said once, not once per pass
+    assert "unsupported URI 'nosuchscheme://tracking'" in failed[0]["error"]
+    assert len(failed[0]["error"]) <= 300 and "\n" not in failed[0]["error"]

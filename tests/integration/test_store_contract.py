@@ -376,3 +376,20 @@ def test_the_turn_lease_is_a_setting(postgres: PostgresServer) -> None:
     store = open_store(postgres.new_database(), turn_lease=config.db_turn_lease)
     assert isinstance(store, PostgresStore) and store.lease == 1.5
     store.close()
+
+
+def test_a_step_fault_counts_up_keeps_its_first_time_and_goes(store: SqlStore) -> None:
+    """Issue 45.1's marks (migration 9) on both engines: the upsert counts failures in a row,
+    keeps when they began, and a kind's marks are read in one query."""
+    assert store.note_step_fault("watch", "w", "KeyError: 'a'", 10.0).failures == 1
+    again = store.note_step_fault("watch", "w", "KeyError: 'b'", 12.0)
+    assert (again.failures, again.error, again.first_at, again.last_at) == (
+        2,
+        "KeyError: 'b'",
+        10.0,
+        12.0,
+    )
+    store.note_step_fault("pool", "w", "other kind", 11.0)
+    assert list(store.step_faults("watch")) == ["w"]
+    store.clear_step_fault("watch", "w")
+    assert store.step_faults("watch") == {} and list(store.step_faults("pool")) == ["w"]

@@ -35,6 +35,7 @@ READ_SECONDS = 300.0
 # hash_ids name prompt blocks (mooncake: 512 tokens each; a 128k-token prompt has 256).
 MAX_TRACE_TOKENS = int(FIELD_RANGES["BuiltinBenchmark.input_len"].high)
 MAX_HASH_IDS = 65_536
+MAX_TRACE_STAMP = 1e13  # a trace timestamp: milliseconds since 1970 up to the year 2286
 
 
 class DatasetFileError(ValueError):
@@ -225,8 +226,12 @@ def _trace_row(n: int, obj: Any, field: str) -> tuple[TraceRow, str]:
     obj = _object(obj)
     key = field or ("timestamp_ms" if "timestamp_ms" in obj else "timestamp")
     stamp = obj.get(key)
-    if isinstance(stamp, bool) or not isinstance(stamp, int | float) or stamp < 0:
-        raise ValueError(f'"{key}" must be a number >= 0')
+    if (
+        isinstance(stamp, bool)
+        or not isinstance(stamp, int | float)
+        or not 0 <= stamp <= MAX_TRACE_STAMP  # 1e400 parses as inf, 1e308 would sleep for ever
+    ):
+        raise ValueError(f'"{key}" must be a number in 0..{MAX_TRACE_STAMP:.0e}')
     values = []
     for name in ("input_length", "output_length"):
         v = obj.get(name)

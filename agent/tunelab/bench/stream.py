@@ -24,6 +24,7 @@ from tunelab.bench.transport import read_marks, timed_pieces
 
 JSON_HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream"}
 ERROR_BODY_BYTES = 300
+MAX_USAGE_TOKENS = 100_000_000  # one request's tokens: far above any context length
 
 
 class StreamFailure(Exception):
@@ -146,8 +147,8 @@ class StreamParser:
         else:
             text = choice.get("text")
         tokens: int | None = None
-        if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
-            total = usage["completion_tokens"]
+        total = usage_count(usage, "completion_tokens")
+        if isinstance(usage, dict) and total is not None:
             tokens = total - (self.cumulative or 0)
             self.cumulative = total
             self.final_usage = usage
@@ -173,10 +174,12 @@ class StreamParser:
             raise StreamFailure("no_output", "stream finished without any token")
         usage = self.final_usage
         chunks = len(rec.chunk_times)
-        if usage is not None and isinstance(usage.get("prompt_tokens"), int):
-            rec.prompt_tokens = usage["prompt_tokens"]
-        if usage is not None and isinstance(usage.get("completion_tokens"), int):
-            rec.output_tokens = usage["completion_tokens"]
+        prompt = usage_count(usage, "prompt_tokens")
+        if prompt is not None:
+            rec.prompt_tokens = prompt
+        total = usage_count(usage, "completion_tokens")
+        if total is not None:
+            rec.output_tokens = total
             if self.saw_usage_per_chunk and self.cumulative is not None:
                 rec.token_source = "usage_continuous"  # noqa: S105 - not a secret
             else:
@@ -186,6 +189,21 @@ class StreamParser:
             rec.token_source = "chunks"  # noqa: S105
             rec.output_tokens = chunks
             rec.chunk_tokens = [1] * chunks
+
+
+def usage_count(usage: Any, key: str) -> int | None:
+    """``usage[key]`` when the server sent an integer, None when it sent none; a count outside
+    0..MAX_USAGE_TOKENS (a server reporting 10**200 tokens) fails the request with the field
+    named, so no statistic downstream ever sees it."""
+    if not isinstance(usage, dict):
+        return None
+    value = usage.get(key)
+    if not isinstance(value, int) or isinstance(value, bool):
+        return None
+    if not 0 <= value <= MAX_USAGE_TOKENS:
+        shown = str(value) if len(str(value)) <= 24 else f"a {len(str(value))}-digit number"
+        raise StreamFailure("bad_usage", f"usage.{key}: {shown} is outside 0..{MAX_USAGE_TOKENS:,}")
+    return value
 
 
 def _decode(payloads: list[bytes]) -> list[dict[str, Any]]:

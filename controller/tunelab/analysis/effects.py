@@ -36,6 +36,7 @@ from tunelab.analysis.intervals import (
     family_confidence,
     launches_needed,
     log_contrast,
+    measured,
 )
 
 # metric -> True when higher is better
@@ -110,7 +111,7 @@ class Variant:
 
 def _finite(value: Any) -> bool:
     """A number to count: an external benchmark's result may hold anything, NaN included."""
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    return measured(value) is not None
 
 
 def _variants(rows: Sequence[dict[str, Any]]) -> list[Variant]:

@@ -28,6 +28,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from scipy import stats as _stats
 
@@ -41,6 +42,21 @@ class Method(StrEnum):
     BH = "benjamini-hochberg"  # false discovery rate
     HOLM = "holm"  # family-wise error rate
     NONE = "none"  # each row judged alone (only where a family has one row)
+
+
+MAX_MEASURED = 1e15  # above any throughput, latency, token count or byte count measured here
+
+
+def measured(value: Any) -> float | None:
+    """A number the statistics may take: finite and within +-MAX_MEASURED; else None. A result
+    may hold anything (an external benchmark's JSON, a server's 10**200 tokens), and squaring
+    10**200 is an OverflowError: every value reaches a statistic through here."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, int) and abs(value) > MAX_MEASURED:
+        return None  # float() of a 400-digit int is itself an OverflowError
+    number = float(value)
+    return number if math.isfinite(number) and abs(number) <= MAX_MEASURED else None
 
 
 @dataclass(frozen=True)
@@ -100,6 +116,8 @@ class Estimate:
 def log_contrast(terms: Sequence[tuple[float, Cell]]) -> Estimate | None:
     """``sum(w * log(mean))`` over weighted cells; None when a cell has no positive mean or
     fewer than two launches (no spread to estimate)."""
+    if any(measured(v) is None for _, cell in terms for v in cell.values):
+        return None  # out of range: no estimate rather than an OverflowError
     if any(cell.n < 2 or cell.mean <= 0 for _, cell in terms):
         return None
     value = sum(w * math.log(cell.mean) for w, cell in terms)
@@ -180,5 +198,7 @@ def launches_needed(
     if estimate.se == 0.0 or margin <= 0.0 or n < 2:
         return None
     half = t_quantile(0.5 + confidence / 2.0, max(estimate.df, 1.0)) * estimate.se
-    target = math.log1p(margin)
-    return max(n + 1, math.ceil(n * (half / target) ** 2))
+    ratio = half / math.log1p(margin)
+    if not math.isfinite(ratio) or ratio > 1e6:
+        return None  # more launches than anyone would run (a margin of 1e-300): nothing to say
+    return max(n + 1, math.ceil(n * ratio**2))

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tunelab.analysis.intervals import measured
+
 # Peak memory bandwidth per GPU model (bytes/s), from the vendors' datasheets. Matched as a
 # substring of the NVML name, first match wins (more specific names first).
 GPU_BANDWIDTH: tuple[tuple[str, float], ...] = (
@@ -98,11 +100,12 @@ def roofline_inputs(
     flags = dict((spec.get("server") or {}).get("flags") or {})
 
     def pick(name: str) -> float:
-        """The spec's figure, else the one read from the model's files, else 0."""
+        """The spec's figure, else the one read from the model's files, else 0 (a figure out
+        of range, as a broken header's 10**400 bytes, is none: intervals.measured)."""
         for source in (given, model):
-            value = source.get(name)
-            if isinstance(value, int | float) and not isinstance(value, bool):
-                return float(value)
+            value = measured(source.get(name))
+            if value is not None and value >= 0:
+                return value
         return 0.0
 
     if not pick("weight_bytes"):

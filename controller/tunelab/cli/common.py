@@ -276,6 +276,16 @@ def rpc_error(
 # --- output -------------------------------------------------------------------------------------
 
 
+def step_error_line(doc: dict[str, Any], when: Callable[[Any], str] = str) -> list[str]:
+    """The controller's account of this watch's or search's failing control-loop step (its
+    ``step_error``), if any: a line to show under the object's head."""
+    fault = doc.get("step_error")
+    if not fault:
+        return []
+    line = f"step failing ({fault['failures']} in a row since {when(fault['since'])}; "
+    return [line + f"retried with back-off): {fault['error']}"]
+
+
 def print_json(data: Any) -> None:
     json.dump(data, sys.stdout, indent=2, sort_keys=True, default=str)
     sys.stdout.write("\n")

@@ -23,6 +23,7 @@ from tunelab.cli.common import (
     add_json_arg,
     is_terminal,
     print_json,
+    step_error_line,
 )
 from tunelab.cli.keys import get_search, group_of
 from tunelab.common.textwidth import WIDTH, table, wrap
@@ -139,6 +140,8 @@ def render_search(doc: dict[str, Any]) -> str:
     answer with its evidence when the search is done. Every line fits 100 columns but a
     parameter value or an argv word longer than that."""
     lines = _wrapped(f"search {doc['group']} ({doc['name']}): {doc['state']} — {doc['message']}")
+    for line in step_error_line(doc):
+        lines += _wrapped(line)
     objective = doc["objective"].get("maximize") or doc["objective"].get("minimize")
     lines += _wrapped(
         f"objective: {'maximize' if 'maximize' in doc['objective'] else 'minimize'} "

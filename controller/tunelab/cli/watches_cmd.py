@@ -18,6 +18,7 @@ from tunelab.cli.common import (
     add_controller_args,
     add_json_arg,
     print_json,
+    step_error_line,
 )
 from tunelab.cli.keys import watch_of
 from tunelab.common.textwidth import table, wrap
@@ -44,6 +45,8 @@ def _summary_rows(watches: list[dict[str, Any]]) -> list[str]:
         last = w["last_verdict"] or "-"
         if w.get("running_occurrence"):
             last += f" (#{w['running_occurrence']} running)"
+        if w.get("step_error"):
+            last += "  STEP FAILING"
         due = _when(w["next_due"]) if w["state"] == "active" else "(paused)"
         rows.append((w["name"], w["state"], w["every"], str(w["occurrences_count"]), due, last))
     return table(rows, cut=0)
@@ -60,6 +63,7 @@ def render_watch(doc: dict[str, Any], last: int = SHOWN_OCCURRENCES) -> str:
         *wrap(head),
         *wrap(f"metrics: {', '.join(doc['metrics'])}"),
         f"next occurrence: {_when(doc['next_due']) if doc['state'] == 'active' else '(paused)'}",
+        *step_error_line(doc, _when),
     ]
     occurrences = doc["occurrences"]
     if len(occurrences) > last:

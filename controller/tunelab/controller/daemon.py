@@ -82,9 +82,13 @@ class ControllerApp:
             )
             try:
                 self.slurm.check_folder()  # a planted folder or key refuses the start (one line)
-            except UntrustedJobsFolder:
-                self.store.close()
-                raise
+            except UntrustedJobsFolder as exc:
+                if self.store.slurm_pools():
+                    self.store.close()
+                    raise
+                # no pool: the folder is never used, and another user's folder at <db>.slurm
+                # must not keep this controller down; adding a pool is refused until it is fixed
+                log.warning("slurm_jobs_folder_untrusted", error=str(exc), pools=0)
         self.loop = ControlLoop(
             HostMonitor(
                 self.store,

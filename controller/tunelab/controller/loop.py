@@ -12,6 +12,7 @@ from collections.abc import Callable
 import structlog
 
 from tunelab.controller.dispatch import AttemptDriver
+from tunelab.controller.guard import error_line
 from tunelab.controller.hosts import HostMonitor
 from tunelab.controller.inflight import InFlight
 from tunelab.controller.scheduler import Placed, Scheduler
@@ -52,6 +53,8 @@ class ControlLoop:
         self._searches = searches  # queues the next trials of running searches (search/driver)
         self._watches = watches  # queues due occurrences, judges ended ones (watches/driver)
         self._store_error = ""
+        self._tick_error = ""
+        self.ticks_failed = 0  # ticks in a row that raised past every object's guard
 
     def start(self) -> None:
         self._thread.start()
@@ -72,17 +75,28 @@ class ControlLoop:
         while not self._stop.is_set():
             try:
                 self.tick_once()
-                if self._store_error:
-                    log.info("control_tick_recovered", after=self._store_error)
-                    self._store_error = ""
+                if self._store_error or self._tick_error:
+                    log.info("control_tick_recovered", after=self._store_error or self._tick_error)
+                    self._store_error, self._tick_error, self.ticks_failed = "", "", 0
             except StoreError as exc:  # the database is away: say which and why (once), retry
                 if str(exc) != self._store_error:
                     self._store_error = str(exc)
                     log.error("control_tick_failed", error=self._store_error)
-            except Exception:  # one bad tick must not stop the queue; it is logged in full
-                log.exception("control_tick_failed")
+            except Exception as exc:  # a bug outside every object's step: bounded, counted
+                self._tick_failed(exc)
             self._wake.wait(self._tick)
             self._wake.clear()
+
+    def _tick_failed(self, exc: Exception) -> None:
+        """One line per new error, then at the 2nd, 4th, 8th... failure in a row (the
+        traceback once), not 3 KB twice a second."""
+        self.ticks_failed += 1
+        line = error_line(exc)
+        if line != self._tick_error:
+            self._tick_error = line
+            log.error("control_tick_failed", error=line, failures=self.ticks_failed, exc_info=exc)
+        elif self.ticks_failed & (self.ticks_failed - 1) == 0:
+            log.error("control_tick_failed", error=line, failures=self.ticks_failed)
 
     def tick_once(self) -> None:
         """With several controllers on one database, one of them ticks at a time (it polls,
@@ -92,11 +106,11 @@ class ControlLoop:
                 self._tick_body(turn)
 
     def _tick_body(self, turn: FencingToken) -> None:
+        """Hosts, then the scheduling pass and the attempts, then the per-object steps (each
+        guarded: guard.py), so no watch, search or pool can keep the queue from moving."""
         force = self._force_host_poll.is_set()
         self._force_host_poll.clear()
         self._monitor.poll_due(self.calls, force=force)
-        self._searches(turn)  # the search step writes under the tick's turn
-        self._watches(turn)  # under the turn's fence, like the pass's own writes
         started = time.perf_counter()
         sending = 0.0  # time in dispatch_new, inside the pass: not the pass's own cost
 
@@ -111,8 +125,12 @@ class ControlLoop:
         self._on_pass(time.perf_counter() - started - sending)
         now = time.monotonic()
         due = now - self._last_drive >= self._attempt_poll
-        if self._slurm is not None and (due or created):
-            self._slurm.tick(turn)  # one squeue; submits this pass's Slurm attempts
         if due:
             self._last_drive = now
             self._driver.drive_all(self.calls)
+        if self._slurm is not None and (due or created):
+            self._slurm.tick(turn)  # one squeue; submits this pass's Slurm attempts
+        queued = self._searches(turn)  # the search step writes under the tick's turn
+        queued += self._watches(turn)  # under the turn's fence, like the pass's own writes
+        if queued:
+            self._wake.set()  # their experiments are placed by the next pass, at once

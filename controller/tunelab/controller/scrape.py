@@ -20,6 +20,7 @@ from typing import Any
 import structlog
 from prometheus_client.parser import text_string_to_metric_families
 
+from tunelab.analysis.intervals import measured
 from tunelab.common.boundedhttp import HttpFailure, get
 
 log = structlog.get_logger(__name__)
@@ -50,8 +51,8 @@ def parse_gpu_readings(text: str) -> dict[str, GpuReading]:
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             gpu = sample.labels.get("gpu")
-            if gpu is None:
-                continue
+            if gpu is None or measured(sample.value) is None:
+                continue  # NaN, inf or 1e300 from a page: not a reading (issue 45.2)
             name = sample.name
             if name in GAUGES:
                 readings[gpu].values[GAUGES[name]] = sample.value

@@ -8,6 +8,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import grpc
@@ -161,6 +162,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
     ) -> controller_pb2.GetSearchResponse:
         row = self._search(request.group)
         document = search_document(row, self._store.search_trials(row.group))
+        document["step_error"] = self._step_error("search", row.group)
         return controller_pb2.GetSearchResponse(
             search_json=json.dumps(document, sort_keys=True), terminal=row.state.is_terminal()
         )
@@ -184,7 +186,14 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         return row
 
     def _watch_summary(self, row: WatchRow) -> dict[str, Any]:
-        return watch_summary(row, self._store.latest_occurrences(row.name, 2))
+        summary = watch_summary(row, self._store.latest_occurrences(row.name, 2))
+        summary["step_error"] = self._step_error("watch", row.name)
+        return summary
+
+    def _step_error(self, kind: str, name: str) -> dict[str, Any] | None:
+        """The object's failing control-loop step (guard.py), or None."""
+        fault = self._store.step_faults(kind).get(name)
+        return fault.shown() if fault is not None else None
 
     @_unary
     def AddWatch(
@@ -232,6 +241,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             if o.verdict is None
         }
         document = watch_document(row, occurrences, running)
+        document["step_error"] = self._step_error("watch", row.name)
         return controller_pb2.GetWatchResponse(watch_json=json.dumps(document, sort_keys=True))
 
     @_unary
@@ -416,6 +426,10 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
 
     def _host_pb(self, host: HostRow) -> controller_pb2.Host:
         current = [a.id for a in self._store.live_attempts(host.name)]
+        fault = self._store.step_faults("pool").get(host.name)
+        if fault is not None:  # a Slurm pool whose step fails (guard.py): said with its state
+            reason = f"its Slurm step failed {fault.failures} time(s) in a row: {fault.error}"
+            host = replace(host, state_reason=f"{host.state_reason}; {reason}")
         return host_to_pb(host, current)
 
     @_unary

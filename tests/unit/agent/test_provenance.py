@@ -181,3 +181,20 @@ def test_the_record_holds_the_gpus_the_server_will_see_at_start() -> None:
     assert again["benchmark"]["dataset_sha256"] != record["benchmark"]["dataset_sha256"]
     hidden = ServerSpec(argv=server.argv, port=9000, env={"CUDA_VISIBLE_DEVICES": "3"})
     assert RunProvenance(gpu, lambda: 0.0)(spec, hidden)["gpus"] == []  # no GPU 3 here
+
+
+def test_sizes_out_of_range_are_refused_with_the_tensor_or_key_named(tmp_path: Path) -> None:
+    """Issue 45.2: a header declaring a 10**400-byte tensor reached the controller, where
+    dividing it failed every watch tick and `show`, `report` and `compare` of the run."""
+    (tmp_path / "config.json").write_text(json.dumps({"num_hidden_layers": 2}))
+    header = json.dumps({"w": {"dtype": "F16", "shape": [1], "data_offsets": [0, 10**400]}})
+    raw = header.encode()
+    (tmp_path / "model.safetensors").write_bytes(struct.pack("<Q", len(raw)) + raw)
+    found = describe_model(str(tmp_path))
+    assert "weight_bytes" not in found
+    assert found["error"].startswith("ValueError: tensor 'w': data_offsets")
+    assert len(found["error"]) <= 300
+    (tmp_path / "model.safetensors").unlink()
+    (tmp_path / "config.json").write_text(json.dumps({"num_hidden_layers": 10**30}))
+    found = describe_model(str(tmp_path))
+    assert "num_hidden_layers" in found["error"] and "kv_bytes_per_token" not in found

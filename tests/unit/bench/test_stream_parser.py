@@ -115,3 +115,27 @@ def test_live_counter_counts_tokens_as_they_stream() -> None:
     parser = StreamParser(RequestRecord(0, False, 3, 10), False, live)
     parser.feed(chunk(" a b c d", 4) + chunk(" e f g h", 8), 0.1)
     assert live.output_tokens == 8
+
+
+@pytest.mark.parametrize(
+    ("usage", "field"),
+    [
+        ({"completion_tokens": 10**200}, "usage.completion_tokens: a 201-digit number"),
+        ({"completion_tokens": 2, "prompt_tokens": -5}, "usage.prompt_tokens: -5"),
+    ],
+)
+def test_a_token_count_out_of_range_fails_the_request_with_the_field_named(
+    usage: dict[str, int], field: str
+) -> None:
+    """Issue 45.2: a server reporting 10**200 tokens once took every watch tick down
+    (OverflowError in the statistics); the count is refused where it enters."""
+    parser = StreamParser(RequestRecord(0, False, 3, 10), False, LiveCounters())
+    final = json.dumps({"choices": [], "usage": usage}).encode()
+    parser.feed(chunk(" a", 1) + b"data: " + final + b"\n\ndata: [DONE]\n\n", 0.1)
+    with pytest.raises(StreamFailure) as err:
+        parser.finish()
+    assert err.value.kind == "bad_usage" and field in str(err.value)
+    continuous = StreamParser(RequestRecord(0, False, 3, 10), False, LiveCounters())
+    with pytest.raises(StreamFailure) as err:
+        continuous.feed(chunk(" a", 10**200), 0.1)
+    assert err.value.kind == "bad_usage"

@@ -94,3 +94,16 @@ def test_runs_on_a_host_without_gpus_and_on_an_h200_are_a_warning() -> None:
         and "no GPU (s/baseline#2)" in w
         for w in doc["warnings"]
     ), doc["warnings"]
+
+
+def test_a_run_recorded_with_a_10e400_byte_checkpoint_compares_and_summarises() -> None:
+    """Issue 45.2: provenance stored by an older agent holds a header's 10**400 bytes; compare
+    (the roofline) and the report's provenance summary raised OverflowError on it."""
+    from tunelab.analysis.report.provenance import provenance_summary
+
+    broken = {**PROVENANCE, "model": {"weight_bytes": 10**400, "kv_bytes_per_token": 1e308}}
+    experiment, attempts = pair(1, "s/baseline", {}, 97.0, broken)
+    experiment.spec = {"benchmark": {"input_len": 0, "output_len": 2}}  # no roofline: the model's
+    doc = compare([(experiment, attempts)])
+    assert "tpot_floor_ms" not in doc["experiments"][0]["points"][0]  # no floor from 10**400
+    assert provenance_summary(broken)["weights"].startswith("out of range")

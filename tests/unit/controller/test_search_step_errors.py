@@ -13,7 +13,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from tests.unit.controller.test_search_driver import BASE, SEARCH, submit, with_hosts
-from tunelab.controller.search.backoff import StepBackoff
+from tunelab.controller.guard import StepBackoff
 from tunelab.controller.search.driver import SearchDriver
 from tunelab.controller.search.submit import search_from_text
 from tunelab.controller.states import SearchState
@@ -30,7 +30,11 @@ class Clock:
 
 
 def failures(logs: list[MutableMapping[str, Any]]) -> list[tuple[int, float]]:
-    return [(e["failures"], e["retry_in_s"]) for e in logs if e["event"] == "search_step_failed"]
+    return [
+        (e["failures"], e["retry_in_s"])
+        for e in logs
+        if e["event"] == "control_step_failed" and e["kind"] == "search"
+    ]
 
 
 def test_a_controller_without_optuna_retries_a_tpe_search_and_never_fails_it(
@@ -51,7 +55,9 @@ def test_a_controller_without_optuna_retries_a_tpe_search_and_never_fails_it(
         clock.now += 0.1
         assert driver.tick() == 0
     assert failures(logs) == [(1, 2.0), (2, 4.0), (3, 8.0)]
-    assert "Optuna" in next(e["error"] for e in logs if e["event"] == "search_step_failed")
+    assert "Optuna" in next(e["error"] for e in logs if e["event"] == "control_step_failed")
+    fault = store.step_faults("search")["g-1"]  # what `search show` says, one bounded line
+    assert fault.failures == 3 and "Optuna" in fault.error and "\n" not in fault.error
     search = store.get_search("g-1")
     assert search is not None and search.state == "RUNNING"  # not failed for good
     monkeypatch.delitem(sys.modules, "optuna")  # Optuna installed here now
@@ -62,6 +68,7 @@ def test_a_controller_without_optuna_retries_a_tpe_search_and_never_fails_it(
         driver.tick()
     assert failures(logs) == []
     assert store.search_trials("g-1")
+    assert store.step_faults("search") == {}  # the mark goes with the first step that passes
 
 
 def test_a_stored_search_no_controller_can_run_ends_failed_with_its_reason(

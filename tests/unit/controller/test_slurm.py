@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, cast
 
 from tests.unit.controller.test_store_scheduler import queue
 from tunelab.cli.hosts_cmd import _slurm_time
 from tunelab.controller.scheduler import Scheduler
 from tunelab.controller.slurm.commands import (
     JobEnd,
+    QueuedJob,
     SlurmPoolConfig,
     is_slurm,
     parse_config,
@@ -18,6 +20,7 @@ from tunelab.controller.slurm.commands import (
     parse_sacct,
     sbatch_args,
 )
+from tunelab.controller.slurm.driver import SlurmDriver
 from tunelab.controller.states import HostState
 from tunelab.controller.store import HostRow, SqliteStore
 
@@ -100,3 +103,39 @@ def test_the_job_completion_log_gives_the_end_of_a_job_both_have_forgotten() -> 
         "JobCompLoc              = /var/log/slurm/jobcomp.log\nJobCompType = jobcomp/filetxt\n"
     )
     assert config == {"JobCompLoc": "/var/log/slurm/jobcomp.log", "JobCompType": "jobcomp/filetxt"}
+
+
+class QueueOnly:
+    """A SlurmCli whose queue is empty and whose sbatch answers job 42."""
+
+    def queue(self) -> dict[str, QueuedJob]:
+        return {}
+
+    def submit(self, args: list[str]) -> str:
+        return "42"
+
+
+def test_a_pool_whose_step_fails_is_marked_and_the_other_pool_goes_on(tmp_path: Path) -> None:
+    """Issue 45.1: each pool's step is guarded; a pool whose stored settings cannot be read
+    (here: no partition) is marked for `hosts` and the other pool's attempt is submitted."""
+    store = SqliteStore(tmp_path / "controller.db")
+    for name in ("bad", "good"):
+        store.add_host(HostRow(name=name, address=f"slurm:{name}", state=HostState.READY))
+    store.set_slurm_pool("bad", {"max_jobs": 4})
+    store.set_slurm_pool("good", SlurmPoolConfig("gpu").to_dict())
+    ids = queue(store, n=2)
+    attempts = [
+        store.create_attempt(i, host, [], 1.0) for i, host in zip(ids, ("bad", "good"), strict=True)
+    ]
+    driver = SlurmDriver(
+        store, cast(Any, None), cast(Any, QueueOnly()), tmp_path / "jobs", "127.0.0.1:1"
+    )
+    with store.scheduling_pass() as turn:
+        assert turn is not None
+        driver.tick(turn)
+    assert driver.submitted == 1
+    job = store.slurm_job(attempts[1].id)
+    assert job is not None and job.job_id == "42"
+    fault = store.step_faults("pool")["bad"]
+    assert fault.failures == 1 and fault.error.startswith("KeyError: 'partition'"), fault
+    store.close()

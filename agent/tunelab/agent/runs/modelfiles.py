@@ -26,6 +26,8 @@ MAX_HEADERS_BYTES = 256 * 1024 * 1024
 MAX_SHARDS = 2048
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1}
 EXPERT_TENSOR = re.compile(r"\.experts\.")  # routed experts; shared_experts do not match
+MAX_WEIGHT_BYTES = 2**50  # 1 PiB: a tensor, a shard or a checkpoint past it is a broken header
+MAX_CONFIG_INT = 2**31  # layers, heads, head sizes, experts: a count past it is not a model
 
 
 class _Budget:
@@ -68,11 +70,27 @@ def _tensor_bytes(header: dict[str, Any]) -> tuple[int, int]:
     for name, info in header.items():
         if name == "__metadata__" or not isinstance(info, dict):
             continue
-        start, end = info.get("data_offsets", (0, 0))
-        size = int(end) - int(start)
+        size = _tensor_size(name, info.get("data_offsets", (0, 0)))
         total += size
         experts += size if EXPERT_TENSOR.search(name) else 0
     return total, experts
+
+
+def _tensor_size(name: str, offsets: Any) -> int:
+    """``end - start`` of a header's ``data_offsets``: two integers, 0 <= start <= end <= 1 PiB
+    (a header declaring a 10**400-byte tensor is refused here, with the tensor named)."""
+    if (
+        not isinstance(offsets, list | tuple)
+        or len(offsets) != 2
+        or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)
+        or not 0 <= offsets[0] <= offsets[1] <= MAX_WEIGHT_BYTES
+    ):
+        shown = repr(offsets)[:60]
+        raise ValueError(
+            f"tensor {name[:80]!r}: data_offsets {shown} is not 0 <= start <= end <= "
+            f"{MAX_WEIGHT_BYTES}"
+        )
+    return int(offsets[1] - offsets[0])
 
 
 def _sum_headers(files: list[Path], root: Path) -> tuple[int, int]:
@@ -88,6 +106,8 @@ def _sum_headers(files: list[Path], root: Path) -> tuple[int, int]:
         seen.add((info.st_dev, info.st_ino))
         t, e = _tensor_bytes(safetensors_header(file, root, budget))
         total, experts = total + t, experts + e
+        if total > MAX_WEIGHT_BYTES:
+            raise ValueError(f"safetensors headers declare more than {MAX_WEIGHT_BYTES} bytes")
     return total, experts
 
 
@@ -115,7 +135,7 @@ def weight_bytes(model_dir: Path) -> dict[str, Any]:
                 "weights_source": "safetensors headers",
             }
         listed = (doc.get("metadata") or {}).get("total_size")
-        if isinstance(listed, int | float) and listed > 0:
+        if isinstance(listed, int | float) and 0 < listed <= MAX_WEIGHT_BYTES:
             return {
                 "weight_bytes": int(listed),
                 "expert_weight_bytes": 0,
@@ -136,6 +156,8 @@ def _int(config: dict[str, Any], *names: str) -> int:
     for name in names:
         value = config.get(name)
         if isinstance(value, int) and not isinstance(value, bool):
+            if not 0 <= value <= MAX_CONFIG_INT:
+                raise ValueError(f"config.json {name}: {str(value)[:24]} is outside 0..2**31")
             return value
     return 0
 

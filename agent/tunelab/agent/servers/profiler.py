@@ -67,6 +67,7 @@ MAX_STOP_TIMEOUT_S = 600.0
 MAX_REQUESTS = 100_000_000
 POLL_S = 0.25
 METRICS_TIMEOUT_S = 5.0
+MAX_COMPLETED = 1e15  # completed requests: a count past it is a broken page
 ACTIVITIES = ("cpu", "gpu")
 COMPLETED_COUNTER = {"vllm": "vllm:request_success_total", "sglang": "sglang:num_requests_total"}
 
@@ -490,4 +491,6 @@ def _completed(url: str, counter: str) -> float | None:
                     total = (total or 0.0) + sample.value
     except ValueError:
         return None
+    if total is not None and not 0.0 <= total <= MAX_COMPLETED:
+        return None  # NaN, inf or 1e300 from the engine: no count (issue 45.2)
     return total

@@ -6,6 +6,7 @@ import shlex
 from collections import Counter
 from typing import Any
 
+from tunelab.analysis.intervals import measured
 from tunelab.common.sanitize import printable
 
 MAX_TEXT = 256
@@ -13,16 +14,25 @@ MAX_LONG_TEXT = 4096
 
 
 def _bytes(value: Any) -> str:
-    if not isinstance(value, int | float):
-        return "-"
+    number = _in_range(value)
+    if number is None:
+        return "-" if not isinstance(value, int | float) else "out of range"
     for unit, size in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if value >= size:
-            return f"{value / size:,.1f} {unit}"
-    return f"{value:g} B"
+        if number >= size:
+            return f"{number / size:,.1f} {unit}"
+    return f"{number:g} B"
 
 
 def _mhz(value: Any) -> str:
-    return f"{value / 1e6:,.0f} MHz" if isinstance(value, int | float) else "-"
+    number = _in_range(value)
+    return f"{number / 1e6:,.0f} MHz" if number is not None else "-"
+
+
+def _in_range(value: Any) -> float | None:
+    """A recorded figure, or None when it is none or out of range (a checkpoint's header said
+    10**400 bytes: dividing it is an OverflowError, so it is shown as out of range)."""
+    number = measured(value)
+    return number if number is not None and number >= 0 else None
 
 
 def provenance_summary(prov: dict[str, Any] | None) -> dict[str, str]:

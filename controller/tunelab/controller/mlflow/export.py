@@ -5,8 +5,9 @@ a digest, see ``tunelab.analysis.mlflow.plan``), so a crash between writing a ru
 cannot make a second copy; the store keeps one ``mlflow_export`` event per exported attempt with
 the run's link, which ``tunelab show`` prints.
 
-While MLflow is down the exporter retries, its pause doubling from the interval up to 5 min,
-and says so once in the log; what finished meanwhile is exported when it is back.
+While MLflow is down, or refuses the tracking URI, or anything else goes wrong in a pass, the
+exporter retries, its pause doubling from the interval up to 5 min, and says so once in the log
+(the thread never ends before ``close``); what finished meanwhile is exported when it is back.
 
 Each judged watch occurrence becomes a run too (``export_watches``), found again by its key.
 """
@@ -25,6 +26,7 @@ from tunelab.analysis.mlflow.sink import Exported, MlflowError, MlflowSink, Mlfl
 from tunelab.analysis.mlflow.watch_plan import occurrence_key, occurrence_plan
 from tunelab.analysis.report import report_bytes
 from tunelab.common.redaction import spec_redactor
+from tunelab.controller.guard import error_line
 from tunelab.controller.search.summary import search_document
 from tunelab.controller.states import ExperimentState
 from tunelab.controller.store import AttemptRow, ExperimentRow, Store
@@ -106,11 +108,13 @@ class MlflowExporter:
         while not self._stop.is_set():
             try:
                 self.export_pending()
-            except MlflowError as exc:
-                if str(exc) != self._down_since:
-                    log.warning("mlflow_export_failed", error=str(exc), retry_in_s=pause)
-                    self._down_since = str(exc)
-                self._sink = None if isinstance(exc, MlflowUnavailable) else self._sink
+            except Exception as exc:  # down, a URI MLflow refuses, a bug: the thread lives on
+                said = str(exc) if isinstance(exc, MlflowError) else error_line(exc)
+                if said != self._down_since:
+                    log.warning("mlflow_export_failed", error=said, retry_in_s=pause)
+                    self._down_since = said
+                if not isinstance(exc, MlflowError) or isinstance(exc, MlflowUnavailable):
+                    self._sink = None  # made again on the next try
                 self._stop.wait(pause)
                 pause = min(pause * 2, MAX_PAUSE)
                 continue

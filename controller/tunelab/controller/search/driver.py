@@ -26,14 +26,15 @@ from typing import Any
 import structlog
 
 from tunelab.analysis.slos import slo_text
+from tunelab.controller.guard import StepGuard
 from tunelab.controller.search import drift, race
 from tunelab.controller.search.answer import answer_line
-from tunelab.controller.search.backoff import SearchSpecError, StepBackoff
+from tunelab.controller.search.backoff import SearchSpecError
 from tunelab.controller.search.space import STRATEGIES, SearchSpec
 from tunelab.controller.search.strategies import Proposal, TrialView, key, strategy_for
 from tunelab.controller.search.trials import CLIENT_LIMITED, outcome, trial_label, trial_spec
 from tunelab.controller.states import ExperimentState, SearchState, TrialState
-from tunelab.controller.store.base import Store, StoreConflict, StoreError, StoreFenced
+from tunelab.controller.store.base import Store, StoreConflict, StoreFenced
 from tunelab.controller.store.models import ExperimentRow, FencingToken, selector_key
 from tunelab.controller.store.search_models import SearchRow, TrialRow
 
@@ -141,52 +142,37 @@ class SearchDriver:
     def __init__(self, store: Store, clock: Callable[[], float]) -> None:
         self._store = store
         self._clock = clock
-        self._backoff = StepBackoff()
+        self.guard = StepGuard(store, "search", clock)
 
     def tick(self, fence: FencingToken | None = None) -> int:
-        """Advance every running search; returns how many trials were queued. ``fence`` is
-        the scheduling turn this step runs in (the control loop's): every write of the step
-        checks it in its transaction, so a controller that lost the turn writes nothing. With
-        none given (tools, tests), the step takes the turn itself, or does nothing while another
-        controller holds it."""
+        """Advance every running search (each step guarded: guard.py); returns how many trials
+        were queued. ``fence`` is the scheduling turn this step runs in (the control loop's):
+        every write of the step checks it in its transaction, so a controller that lost the
+        turn writes nothing. With none given (tools, tests), the step takes the turn itself, or
+        does nothing while another controller holds it."""
         if fence is None:
             with self._store.scheduling_pass() as turn:
                 return 0 if turn is None else self.tick(turn)
-        queued = 0
-        running = self._store.running_searches()
-        self._backoff.keep_only({s.group for s in running})
-        for search in running:
-            if not self._backoff.due(search.group, self._clock()):
-                continue
-            try:
-                queued += self.advance(search, fence)
-            except StoreFenced:
-                raise  # the turn is lost: nothing more of this step is written
-            except StoreConflict as exc:  # another controller moved it: the next tick re-reads
-                log.info("search_conflict", group=search.group, error=str(exc))
-            except StoreError:
-                raise  # the database is away: the loop says so and retries
-            except SearchSpecError as exc:  # the search itself cannot go on, anywhere
-                log.warning("search_spec_failed", group=search.group, error=str(exc))
-                self._store.finish_search(
-                    search.group,
-                    SearchState.FAILED,
-                    f"the search could not go on: {exc}",
-                    self._clock(),
-                    fence,
-                )
-            except Exception as exc:  # not the search's fault: logged in full, tried again
-                failures, delay = self._backoff.failed(search.group, self._clock())
-                log.exception(
-                    "search_step_failed",
-                    group=search.group,
-                    error=str(exc),
-                    failures=failures,
-                    retry_in_s=delay,
-                )
-            else:
-                self._backoff.succeeded(search.group)
-        return queued
+        running = {s.group: s for s in self._store.running_searches()}
+        return self.guard.each(list(running), lambda group: self._step(running[group], fence))
+
+    def _step(self, search: SearchRow, fence: FencingToken) -> int:
+        try:
+            return self.advance(search, fence)
+        except StoreFenced:
+            raise  # the turn is lost: nothing more of this step is written
+        except StoreConflict as exc:  # another controller moved it: the next tick re-reads
+            log.info("search_conflict", group=search.group, error=str(exc))
+        except SearchSpecError as exc:  # the search itself cannot go on, anywhere
+            log.warning("search_spec_failed", group=search.group, error=str(exc))
+            self._store.finish_search(
+                search.group,
+                SearchState.FAILED,
+                f"the search could not go on: {exc}",
+                self._clock(),
+                fence,
+            )
+        return 0
 
     def advance(self, search: SearchRow, fence: FencingToken) -> int:
         spec = stored_spec(search)

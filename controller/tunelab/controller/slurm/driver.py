@@ -35,6 +35,7 @@ import structlog
 from google.protobuf import json_format
 
 from tunelab.controller.dispatch import AttemptDriver
+from tunelab.controller.guard import StepGuard
 from tunelab.controller.runwire import run_report
 from tunelab.controller.slurm import folder as slurmfolder
 from tunelab.controller.slurm.commands import (
@@ -96,6 +97,7 @@ class SlurmDriver:
         self._key: bytes | None = None
         self._key_lock = threading.Lock()
         self.submitted = 0
+        self.guard = StepGuard(store, "pool", clock)
 
     # --- tokens ------------------------------------------------------------------------------
 
@@ -121,6 +123,12 @@ class SlurmDriver:
         return dict(self._store.slurm_pools())
 
     def add_pool(self, request: controller_pb2.AddHostRequest, now: float) -> HostRow:
+        """A pool is kept only where the jobs folder is ours (a controller started with no
+        pool and someone else's folder runs; its first pool is refused, naming the fix)."""
+        try:
+            self.check_folder()
+        except slurmfolder.UntrustedJobsFolder as exc:
+            raise SlurmError(str(exc)) from None
         return pool_host(self._store, self._cli, request, now)
 
     def job_folder(self, attempt_id: str) -> Path:
@@ -138,7 +146,10 @@ class SlurmDriver:
         hosts = {h.name for h in self._store.list_hosts() if is_slurm(h.address)}
         if not hosts:
             return
-        live = [a for a in self._store.live_attempts() if a.host in hosts]
+        live: dict[str, list[AttemptRow]] = {}
+        for a in self._store.live_attempts():
+            if a.host in hosts:
+                live.setdefault(a.host, []).append(a)
         if not live:
             return
         pools = self._store.slurm_pools()
@@ -147,25 +158,36 @@ class SlurmDriver:
         except SlurmError as exc:
             log.warning("squeue_failed", error=str(exc))
             return  # never decide LOST on a queue we could not read
-        for attempt in live:
-            config = pools.get(attempt.host)
+        self.guard.each(
+            hosts,
+            lambda pool: self._settle_pool(live[pool], pools.get(pool), queue, fence),
+            busy=list(live),
+        )
+
+    def _settle_pool(
+        self,
+        attempts: list[AttemptRow],
+        config: dict[str, Any] | None,
+        queue: dict[str, QueuedJob],
+        fence: FencingToken,
+    ) -> int:
+        """One pool's step (guarded by the loop's guard: guard.py)."""
+        if config is None:
+            return 0
+        pool = SlurmPoolConfig.from_dict(config)
+        for attempt in attempts:
             experiment = self._store.get_experiment(attempt.experiment_id)
-            if config is None or experiment is None:
+            if experiment is None:
                 continue
             try:
-                self._settle(
-                    attempt,
-                    experiment,
-                    SlurmPoolConfig.from_dict(config),
-                    queue.get(attempt.id),
-                    fence,
-                )
+                self._settle(attempt, experiment, pool, queue.get(attempt.id), fence)
             except SlurmError as exc:
                 log.warning("slurm_call_failed", attempt=attempt.id, error=str(exc))
             except StoreFenced:
                 raise  # the turn is lost: nothing more of this tick is written
             except StoreConflict:
                 continue  # a report moved it meanwhile; the next tick sees it
+        return 0
 
     def _settle(
         self,

@@ -89,6 +89,15 @@ MAX_ATTEMPTS = Range(1, 100)
 HOST_GPUS = Range(0, 1024)
 
 
+MAX_SPEC_INT = 2**53  # any integer a spec holds; bounds of their own are tighter
+
+
+def _digits(value: int) -> str:
+    """A huge integer, shown by its size (its 400 digits help no one)."""
+    text = str(value)
+    return text if len(text) <= 24 else f"a {len(text.lstrip('-'))}-digit integer"
+
+
 class Checker:
     """Collects issues while reading a document; each reader returns a normalized value."""
 
@@ -125,6 +134,9 @@ class Checker:
         if isinstance(value, bool) or not isinstance(value, int):
             self.fail(path, f"must be an integer, got {_kind(value)}")
             return minimum or 0
+        if abs(value) > MAX_SPEC_INT:  # a 30-digit N reached PostgreSQL's INTEGER as INTERNAL
+            self.fail(path, f"must be an integer within +-2**53, got {_digits(value)}")
+            return minimum or 0
         if minimum is not None and value < minimum:
             self.fail(path, f"must be >= {minimum}, got {value}")
         elif not self._in_bounds(value, path, bound):
@@ -136,6 +148,9 @@ class Checker:
     ) -> float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             self.fail(path, f"must be a number, got {_kind(value)}")
+            return minimum or 0.0
+        if isinstance(value, int) and abs(value) > MAX_SPEC_INT:  # math.isfinite overflows
+            self.fail(path, f"must be a finite number within +-2**53, got {_digits(value)}")
             return minimum or 0.0
         if not math.isfinite(value):
             self.fail(path, f"must be a finite number, got {value}")

@@ -22,6 +22,7 @@ from typing import Any, Protocol, Unpack
 
 from tunelab.controller.states import AttemptState, ExperimentState, HostState
 from tunelab.controller.store.changes import AttemptFields, ExperimentFields, HostFields, HostMove
+from tunelab.controller.store.faults import FaultBook
 from tunelab.controller.store.models import (
     AttemptChange,
     AttemptRow,
@@ -58,7 +59,7 @@ class StoreFull(StoreError):
     """The disk holding the database is full; the transaction was rolled back."""
 
 
-class Store(SearchStore, WatchStore, Protocol):
+class Store(SearchStore, WatchStore, FaultBook, Protocol):
     # hosts
     def add_host(self, host: HostRow, replace: bool = False) -> HostRow: ...
     def remove_host(self, name: str) -> None: ...

@@ -1,6 +1,7 @@
-"""The store's surface for searches, Slurm jobs and watches: ``core.SqlStore`` holds one
-object of statements for each (``searches``, ``slurm``, ``watches``: composed over the
-store's engine, engine.py) and these methods forward to them, so callers keep one store."""
+"""The store's surface for searches, Slurm jobs, watches and step faults: ``core.SqlStore``
+holds one object of statements for each (``searches``, ``slurm``, ``watches``, ``faults``:
+composed over the store's engine, engine.py) and these methods forward to them, so callers
+keep one store."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tunelab.controller.states import SearchState
+from tunelab.controller.store.faults import FaultStatements, StepFault
 from tunelab.controller.store.models import ExperimentRow, FencingToken
 from tunelab.controller.store.search_models import SearchRow, TrialRow
 from tunelab.controller.store.searches import SearchStatements
@@ -22,6 +24,7 @@ class StatementBooks:
     searches: SearchStatements
     slurm: SlurmStatements
     watches: WatchStatements
+    faults: FaultStatements
 
     # --- searches (searches.py) --------------------------------------------------------------
 
@@ -119,3 +122,14 @@ class StatementBooks:
         self, watch: str, number: int, verdict: dict[str, Any], now: float, fence: FencingToken
     ) -> None:
         self.watches.judge_occurrence(watch, number, verdict, now, fence)
+
+    # --- step faults (faults.py) -------------------------------------------------------------
+
+    def note_step_fault(self, kind: str, name: str, error: str, now: float) -> StepFault:
+        return self.faults.note_step_fault(kind, name, error, now)
+
+    def clear_step_fault(self, kind: str, name: str) -> None:
+        self.faults.clear_step_fault(kind, name)
+
+    def step_faults(self, kind: str) -> dict[str, StepFault]:
+        return self.faults.step_faults(kind)

@@ -42,6 +42,7 @@ from tunelab.controller.store.base import StoreError, StoreFenced, StoreFull, St
 from tunelab.controller.store.core import SqlStore
 from tunelab.controller.store.dburl import redact
 from tunelab.controller.store.dialect import POSTGRESQL
+from tunelab.controller.store.faults import FaultSql, FaultStatements
 from tunelab.controller.store.models import FencingToken
 from tunelab.controller.store.schema import migrate
 from tunelab.controller.store.searches import SearchSql, SearchStatements
@@ -59,6 +60,7 @@ _STATEMENTS = Statements(POSTGRESQL)
 _SEARCH_SQL = SearchSql(POSTGRESQL)
 _SLURM_SQL = SlurmSql(POSTGRESQL)
 _WATCH_SQL = WatchSql(POSTGRESQL)
+_FAULT_SQL = FaultSql(POSTGRESQL)
 _BUMP_EPOCH = (
     "INSERT INTO meta (key, value) VALUES ('scheduler_epoch', '1') ON CONFLICT (key) "
     "DO UPDATE SET value = (meta.value::bigint + 1)::text RETURNING value"
@@ -141,6 +143,7 @@ class PostgresStore(SqlStore):
         self.searches = SearchStatements(self, _SEARCH_SQL)
         self.slurm = SlurmStatements(self, _SLURM_SQL)
         self.watches = WatchStatements(self, _WATCH_SQL)
+        self.faults = FaultStatements(self, _FAULT_SQL)
         self.url = url
         self.where = redact(url)
         self.secrets = HostSecrets(secrets_path)

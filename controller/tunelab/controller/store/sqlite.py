@@ -21,6 +21,7 @@ from tunelab.controller.store.base import StoreError
 from tunelab.controller.store.core import SqlStore
 from tunelab.controller.store.dbfile import FileIdentity, create_private, translate
 from tunelab.controller.store.dialect import SQLITE
+from tunelab.controller.store.faults import FaultSql, FaultStatements
 from tunelab.controller.store.models import FencingToken
 from tunelab.controller.store.schema import SQLITE_VERSIONS, migrate
 from tunelab.controller.store.searches import SearchSql, SearchStatements
@@ -33,6 +34,7 @@ _STATEMENTS = Statements(SQLITE)
 _SEARCH_SQL = SearchSql(SQLITE)
 _SLURM_SQL = SlurmSql(SQLITE)
 _WATCH_SQL = WatchSql(SQLITE)
+_FAULT_SQL = FaultSql(SQLITE)
 _TURN = FencingToken(epoch=0)
 
 
@@ -42,6 +44,7 @@ class SqliteStore(SqlStore):
         self.searches = SearchStatements(self, _SEARCH_SQL)
         self.slurm = SlurmStatements(self, _SLURM_SQL)
         self.watches = WatchStatements(self, _WATCH_SQL)
+        self.faults = FaultStatements(self, _FAULT_SQL)
         self.path = Path(path)
         self.where = str(path)
         memory = str(path) == ":memory:"

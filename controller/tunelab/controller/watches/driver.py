@@ -18,7 +18,7 @@ from typing import Any
 
 import structlog
 
-from tunelab.controller.spec.errors import SpecError
+from tunelab.controller.guard import StepGuard
 from tunelab.controller.spec.expand import expand_text
 from tunelab.controller.spec.limits import DEFAULT_LIMITS, SpecLimits
 from tunelab.controller.store.base import Store, StoreConflict, StoreFenced
@@ -50,28 +50,38 @@ class WatchDriver:
         self._clock = clock
         self._on_verdict = on_verdict
         self._limits = limits
-        self._refused: dict[str, str] = {}  # watch -> the spec error already logged
+        self.guard = StepGuard(store, "watch", clock)
 
     def tick(self, fence: FencingToken) -> int:
-        """Occurrences queued this tick (verdicts are written too)."""
-        queued = 0
-        watches = self._store.list_watches()
-        self._judge_ended(fence, {w.name: w for w in watches})  # first: a verdict frees a slot
+        """Occurrences queued this tick (verdicts are written too). Each watch's step is
+        guarded (guard.py): one that raises marks that watch, never the tick."""
+        watches = {w.name: w for w in self._store.list_watches()}
+        pending: dict[str, list[OccurrenceRow]] = {}
+        for o in self._store.unjudged_occurrences():
+            pending.setdefault(o.watch, []).append(o)
         now = self._clock()
-        for watch in watches:
-            if watch.state == WATCH_ACTIVE and watch.next_due <= now:
-                queued += self._queue(watch, now, fence)
-        return queued
+        busy = [
+            name
+            for name, w in watches.items()
+            if name in pending or (w.state == WATCH_ACTIVE and w.next_due <= now)
+        ]
+        return self.guard.each(
+            watches, lambda name: self._step(watches[name], pending.get(name, []), fence), busy
+        )
+
+    def _step(self, watch: WatchRow, pending: list[OccurrenceRow], fence: FencingToken) -> int:
+        if pending:
+            self._judge_ended(watch, pending, fence)  # first: a verdict frees a slot
+        now = self._clock()
+        if watch.state == WATCH_ACTIVE and watch.next_due <= now:
+            return self._queue(watch, now, fence)
+        return 0
 
     def _queue(self, watch: WatchRow, now: float, fence: FencingToken) -> int:
         spec = WatchSpec.from_dict(watch.spec)
-        try:
-            expanded = expand_text(watch.base_yaml, f"watch {watch.name}", self._limits)
-        except SpecError as exc:  # e.g. the controller's limits were lowered since it was added
-            if self._refused.get(watch.name) != str(exc):
-                self._refused[watch.name] = str(exc)
-                log.error("watch_spec_refused", watch=watch.name, error=str(exc))
-            return 0
+        # a SpecError here (the controller's limits were lowered since the watch was added)
+        # is the watch's: the guard marks it for `watch show` and tries again with back-off
+        expanded = expand_text(watch.base_yaml, f"watch {watch.name}", self._limits)
         latest = self._store.latest_occurrences(watch.name, 1)
         if latest and latest[0].verdict is None:
             return 0  # the previous one still runs: this slot waits for it (and runs once)
@@ -97,19 +107,14 @@ class WatchDriver:
         )
         return 1
 
-    def _judge_ended(self, fence: FencingToken, watches: dict[str, WatchRow]) -> None:
-        pending: dict[str, list[OccurrenceRow]] = {}
-        for o in self._store.unjudged_occurrences():
-            pending.setdefault(o.watch, []).append(o)
-        for name, occurrences in pending.items():
-            watch = watches.get(name)
-            if watch is None:
-                continue
-            history = self._store.watch_occurrences(name)
-            for occurrence in sorted(occurrences, key=lambda o: o.number):
-                if not self._judge_one(watch, occurrence, history, fence):
-                    break  # in order: a later one waits for this one's verdict
-                history = self._store.watch_occurrences(name)
+    def _judge_ended(
+        self, watch: WatchRow, pending: list[OccurrenceRow], fence: FencingToken
+    ) -> None:
+        history = self._store.watch_occurrences(watch.name)
+        for occurrence in sorted(pending, key=lambda o: o.number):
+            if not self._judge_one(watch, occurrence, history, fence):
+                break  # in order: a later one waits for this one's verdict
+            history = self._store.watch_occurrences(watch.name)
 
     def _judge_one(
         self,

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tunelab.analysis.intervals import measured
 from tunelab.analysis.watch import Occurrence, judge_occurrence, provenance_changes
 from tunelab.controller.states import AttemptState
 from tunelab.controller.store.models import AttemptRow, ExperimentRow
@@ -46,10 +47,7 @@ def metric_value(result: Mapping[str, Any], metric: str) -> float | None:
         return None
     name, key = found.group(1), found.group(2)
     chosen = next((p for p in points if _point_key(p) == key), None) if key else points[0]
-    value = chosen.get(name) if chosen is not None else None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value)
+    return measured(chosen.get(name)) if chosen is not None else None
 
 
 def figures(

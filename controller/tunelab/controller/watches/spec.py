@@ -39,8 +39,10 @@ MAX_LAUNCHES = 100
 MAX_METRICS = 16
 DEFAULT_LAUNCHES = 3
 DEFAULT_MARGIN = 0.02
-METRIC = re.compile(r"^([a-z0-9_]+)(?:@([A-Za-z0-9.]+))?$")
-PINNED = re.compile(r"^pinned\s+(\d+)$")
+MIN_MARGIN = 0.001  # 0.1 %: below any launch-to-launch noise; 1e-300 overflowed the judge
+METRIC = re.compile(r"^([a-z0-9_]{1,64})(?:@([A-Za-z0-9.]{1,32}))?$")  # a label: bounded
+PINNED = re.compile(r"^pinned\s+(\d{1,20})$")
+MAX_PIN = 2**31 - 1  # an occurrence number is an INTEGER column (PostgreSQL: 32 bits)
 # metrics where a larger value is better; the rest (latencies, failures) are better smaller
 LARGER_IS_BETTER = {"output_throughput", "request_throughput", "total_token_throughput",
                     "completed"}  # fmt: skip
@@ -136,6 +138,9 @@ def _every(check: Checker, value: Any) -> tuple[str, float, str]:
 
 def _margin(check: Checker, value: Any) -> float:
     margin = check.fraction(value, "watch.margin", 1.0, zero=True)
+    if margin is not None and 0.0 < margin < MIN_MARGIN:  # 1e-300 took every tick down
+        check.fail("watch.margin", f"must be 0 or at least {MIN_MARGIN:.1%}, got {value!r}")
+        return DEFAULT_MARGIN
     return DEFAULT_MARGIN if margin is None else margin
 
 
@@ -143,10 +148,13 @@ def _baseline(check: Checker, value: Any) -> tuple[str, int]:
     text = str(value).strip() if isinstance(value, str | int) else ""
     if text in ("first", "previous"):
         return text, 0
-    pinned = PINNED.match(text)
-    if pinned and int(pinned.group(1)) >= 1:
+    pinned = PINNED.match(text[:40])
+    if pinned and 1 <= int(pinned.group(1)) <= MAX_PIN:
         return "pinned", int(pinned.group(1))
-    check.fail("watch.baseline", f"expected first, previous or 'pinned N' (N >= 1), got {value!r}")
+    check.fail(
+        "watch.baseline",
+        f"expected first, previous or 'pinned N' (1 <= N <= {MAX_PIN}), got {text[:40]!r}",
+    )
     return "first", 0
 
 
@@ -162,11 +170,11 @@ def _metrics(check: Checker, value: Any) -> tuple[str, ...]:
         if found is None or found.group(1) not in POINT_FIELDS:
             check.fail(
                 f"watch.metrics[{i}]",
-                f"unknown metric {item!r} (expected one of: {', '.join(POINT_FIELDS)}, "
+                f"unknown metric {str(item)[:80]!r} (expected one of: {', '.join(POINT_FIELDS)}, "
                 "optionally with @KEY for one sweep point, e.g. output_throughput@c8)",
             )
         elif item in out:
-            check.fail(f"watch.metrics[{i}]", f"{item!r} is listed twice")
+            check.fail(f"watch.metrics[{i}]", f"{item[:80]!r} is listed twice")
         else:
             out.append(item)
     return tuple(out)
