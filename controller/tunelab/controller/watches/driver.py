@@ -13,11 +13,12 @@ period never piles occurrences up in the queue (the due slot waits, then runs on
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import structlog
 
+from tunelab.analysis.watch.changes import WINDOW
 from tunelab.controller.spec.errors import SpecError
 from tunelab.controller.spec.expand import expand_text
 from tunelab.controller.spec.limits import DEFAULT_LIMITS, SpecLimits
@@ -25,7 +26,7 @@ from tunelab.controller.store.base import Store, StoreConflict, StoreFenced
 from tunelab.controller.store.models import FencingToken
 from tunelab.controller.store.watch_models import WATCH_ACTIVE, OccurrenceRow, WatchRow
 from tunelab.controller.submission import experiment_rows, new_group
-from tunelab.controller.watches.judging import figures, judge
+from tunelab.controller.watches.judging import BASELINE, History, figures, judge, pool_numbers
 from tunelab.controller.watches.spec import WatchSpec
 
 log = structlog.get_logger(__name__)
@@ -105,29 +106,44 @@ class WatchDriver:
             watch = watches.get(name)
             if watch is None:
                 continue
-            history = self._store.watch_occurrences(name)
             for occurrence in sorted(occurrences, key=lambda o: o.number):
-                if not self._judge_one(watch, occurrence, history, fence):
+                if not self._judge_one(watch, occurrence, fence):
                     break  # in order: a later one waits for this one's verdict
-                history = self._store.watch_occurrences(name)
 
-    def _judge_one(
-        self,
-        watch: WatchRow,
-        occurrence: OccurrenceRow,
-        history: Sequence[OccurrenceRow],
-        fence: FencingToken,
-    ) -> bool:
-        earlier = [o for o in history if o.number < occurrence.number]
-        if any(o.verdict is None for o in earlier):
-            return False
+    def history(self, watch: WatchRow, number: int) -> History:
+        """The bounded history occurrence ``number`` is judged with (``judging.History``)."""
+        name, spec = watch.name, WatchSpec.from_dict(watch.spec)
+        window = self._store.occurrences_before(name, number, WINDOW)
+        pinned = None
+        if spec.baseline == "pinned" and spec.pin < number:
+            pinned = next(iter(self._store.watch_occurrences(name, spec.pin - 1, 1)), None)
+        pool: list[OccurrenceRow] = []
+        if spec.baseline == "first":
+            judged = [o for o in window if o.verdict is not None]
+            numbers = pool_numbers(judged[-1].verdict or {}) if judged else []
+            if numbers is None:  # written before pools: the occurrence judged "baseline"
+                early = self._store.watch_occurrences(name, 0, 50)
+                numbers = [o.number for o in early if (o.verdict or {}).get("verdict") == BASELINE][
+                    :1
+                ]
+            if numbers:
+                rows = self._store.watch_occurrences(
+                    name, min(numbers) - 1, max(numbers) - min(numbers) + 1
+                )
+                pool = [o for o in rows if o.number in numbers]
+        return History(window, pool, pinned)
+
+    def _judge_one(self, watch: WatchRow, occurrence: OccurrenceRow, fence: FencingToken) -> bool:
         experiments = self._store.group_experiments(occurrence.group)
         if not all(e.state.is_terminal() for e in experiments):
+            return False  # checked first: a running occurrence costs one small read a tick
+        history = self.history(watch, occurrence.number)
+        if any(o.verdict is None for o in history.window):
             return False
         spec = WatchSpec.from_dict(watch.spec)
         attempts = self._store.attempts_for_many([e.id for e in experiments])
         found = figures(experiments, attempts, spec.metrics)
-        verdict = judge(spec, occurrence, found, len(experiments), earlier)
+        verdict = judge(spec, occurrence, found, len(experiments), history)
         try:
             self._store.judge_occurrence(
                 watch.name, occurrence.number, verdict, self._clock(), fence
