@@ -119,10 +119,12 @@ def history_page(
     judgements: Sequence[Mapping[str, Any]],
     baseline_index: int,
     metrics: Sequence[str],
+    total: int = 0,
 ) -> str:
     """``tunelab report WATCH``: one self-contained page, a chart per metric over the watch's
     history (each occurrence's mean and adjusted interval, the baseline's band, change points,
-    provenance changes as annotations) and a table of verdicts."""
+    provenance changes as annotations) and a table of verdicts. ``total``: the watch's
+    occurrences when ``occurrences`` are only its newest (the page says so)."""
     baseline = next((o for o in occurrences if o.index == baseline_index), occurrences[0])
     notes: list[tuple[int, str]] = []
     for prev, occ in itertools.pairwise(occurrences):
@@ -159,12 +161,17 @@ def history_page(
         )
     notes_html = "".join(f"<li>before {i}: {escape(t)}</li>" for i, t in notes)
     title = escape(name)
+    shown = f"{len(occurrences)} occurrences"
+    if total > len(occurrences):
+        shown = (
+            f"the newest {len(occurrences):,} of {total:,} occurrences (older: watch show --before)"
+        )
     return (
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
         f"<title>tunelab watch: {title}</title><style>{STYLE}</style>"
         f"<script>{CHECK_SCRIPT}</script></head><body>"
         f"<h1>tunelab watch: {title}</h1>"
-        f"<p>{len(occurrences)} occurrences; baseline: occurrence {baseline.index}</p>"
+        f"<p>{shown}; baseline: occurrence {baseline.index}</p>"
         f"<h2>History</h2><div class='grid'>{''.join(sections)}</div>"
         f"<h2>Provenance changes</h2><ul>{notes_html or '<li>none</li>'}</ul>"
         "<h2>Verdicts</h2><table class='text'><tr><th>occurrence</th><th>verdict</th>"

@@ -26,6 +26,7 @@ import structlog
 
 from tunelab.analysis.watch import verdict_line
 from tunelab.controller.store.watch_models import OccurrenceRow, WatchRow
+from tunelab.controller.watches.document import against, state_lines
 
 log = structlog.get_logger(__name__)
 MAX_TEXT = 3000  # characters of "text": Slack shows 40,000; a verdict fits in far less
@@ -34,14 +35,14 @@ Post = Callable[[str, bytes, float], int]  # (url, body, timeout) -> HTTP status
 
 
 def verdict_text(watch: str, occurrence: int, verdict: Mapping[str, Any]) -> str:
-    """``watch nightly #5: regression against #1`` and a verdict line per metric, at most
-    ``MAX_TEXT`` characters."""
-    against = f" against #{verdict['baseline']}" if verdict.get("baseline") else ""
-    lines = [f"tunelab watch {watch} #{occurrence}: {verdict['verdict']}{against}"]
+    """``watch nightly #5: regression against #1``, a verdict line per metric and a line per
+    metric in the regression state (what alerts follow), at most ``MAX_TEXT`` characters."""
+    lines = [f"tunelab watch {watch} #{occurrence}: {verdict['verdict']}{against(verdict)}"]
     if verdict.get("reason") and verdict["verdict"] != "baseline":
         lines.append(str(verdict["reason"]))
     changes = verdict.get("changes") or []
     lines += [verdict_line(row, changes) for row in verdict.get("metrics") or []]
+    lines += state_lines(verdict)
     text = "\n".join(lines)
     return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 1] + "…"
 
