@@ -35,9 +35,10 @@ def test_a_p99_ttft_at_c8_that_slows_30_percent_is_a_regression() -> None:
 
 def test_more_failed_requests_is_a_regression_and_zero_failures_no_change() -> None:
     base = occ(0, failed=(0.0, 0.0, 0.0))
-    assert judge_occurrence(occ(1, failed=(0.0, 0.0, 0.0)), base, ["failed"], 0.05)[
-        "verdict"
-    ] == "no change"
+    assert (
+        judge_occurrence(occ(1, failed=(0.0, 0.0, 0.0)), base, ["failed"], 0.05)["verdict"]
+        == "no change"
+    )
     worse = occ(2, failed=(20.0, 21.0, 19.0))
     assert judge_occurrence(worse, base, ["failed"], 0.05)["verdict"] == "regression"
     assert judge_occurrence(base, worse, ["failed"], 0.05)["verdict"] == "improvement"

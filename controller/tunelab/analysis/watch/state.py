@@ -3,10 +3,10 @@
 
 * An occurrence's ``regression`` against the baseline, or a new change point in the history
   whose step is worse by at least the margin, makes the state ``regression``.
-* A ``regression`` stays until an occurrence shows ``no change`` or ``improvement`` against a
-  baseline from before the step (under ``baseline: previous`` the previous occurrence is already
-  past the step, so its "no change" says nothing about a return), or until a new change point
-  steps back the better way. An ``undecided`` occurrence never clears it.
+* A ``regression`` stays until an occurrence shows ``no change`` against a baseline from before
+  the step (under ``baseline: previous`` the previous occurrence is already past the step, so
+  its "no change" says nothing about a return), or an ``improvement``, or until a new change
+  point steps back the better way. An ``undecided`` occurrence never clears it.
 * Otherwise the state is the latest decided verdict; ``undecided`` until one is decided, and
   ``baseline`` while the baseline is being gathered.
 """
@@ -28,7 +28,7 @@ class MetricState:
     state: str = UNDECIDED
     since: int = 0  # the occurrence that put it in this state
     cause: str = ""  # "verdict" or "change point before #N"
-    step_at: int = 0  # the occurrence after the step that caused a regression (0: a verdict)
+    step_at: int = 0  # the first occurrence after the step that caused a regression
     seen_point: int = 0  # the newest change point already acted on (its occurrence)
 
     def to_dict(self) -> dict[str, Any]:
@@ -76,15 +76,18 @@ def step(state: MetricState, obs: Observation) -> MetricState:
         return MetricState(name, obs.number, cause, step_at, seen)
 
     if obs.verdict == REGRESSION:
-        return to(REGRESSION, "verdict")
+        return to(REGRESSION, "verdict", obs.number)
     if new_point and obs.shift == WORSE:
         return to(REGRESSION, f"change point before #{obs.point}", obs.point)
     if new_point and obs.shift == BETTER and state.state == REGRESSION:
         return to(IMPROVEMENT, f"change point before #{obs.point}")
     if obs.verdict in (NO_CHANGE, IMPROVEMENT):
-        if state.state == REGRESSION and state.step_at and obs.baseline_last >= state.step_at:
-            return state  # judged against a baseline already past the step
+        past = state.step_at and obs.baseline_last >= state.step_at
+        if state.state == REGRESSION and past and obs.verdict == NO_CHANGE:
+            return state  # no change against a baseline already past the step: no return
         return to(obs.verdict, "verdict")
     if obs.verdict == BASELINE and state.state in (UNDECIDED, BASELINE):
         return to(BASELINE, "gathering the baseline")
+    if obs.verdict == UNDECIDED and state.state == BASELINE:
+        return to(UNDECIDED, "")
     return state  # undecided (or a new baseline): the state holds
