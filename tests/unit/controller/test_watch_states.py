@@ -59,7 +59,7 @@ def finish(store: SqliteStore, point: Point) -> int:
                     first(point(exp.repeat_index)),
                     {"concurrency": 8, **point(exp.repeat_index)},
                 ]
-            },  # fmt: skip
+            },
             provenance={"engine": {"name": "sglang", "version": "0.5.2"}, "recorded_at": 1.0},
         )
     return len(queued)
@@ -78,6 +78,10 @@ def occur(store: SqliteStore, driver: WatchDriver, clock: Clock, point: Point) -
 
 def level(value: float, field: str = "output_throughput", spread: float = 0.005) -> Point:
     return lambda k: {field: value * (1 + spread * (k - 1))}
+
+
+def constant(value: float) -> Point:
+    return lambda k: {"output_throughput": value}
 
 
 def state(doc: dict[str, Any], metric: str = "output_throughput") -> str:
@@ -194,9 +198,8 @@ def test_one_launch_an_occurrence_is_judged_over_pooled_occurrences(store: Sqlit
     clock = Clock(1000.0)
     add(store, clock, "  every: 5s\n  launches: 1\n  margin: 5%\n  metrics: [output_throughput]\n")
     driver = WatchDriver(store, clock)
-    values = iter([1000.0, 1004.0, 996.0, 1002.0, 998.0, 800.0, 802.0, 798.0])
-    docs = [occur(store, driver, clock, lambda k, v=next(values): {"output_throughput": v})
-            for _ in range(8)]  # fmt: skip
+    values = [1000.0, 1004.0, 996.0, 1002.0, 998.0, 800.0, 802.0, 798.0]
+    docs = [occur(store, driver, clock, constant(v)) for v in values]
     assert [d["verdict"] for d in docs[:3]] == ["baseline"] * 3  # 3 launches pooled
     assert "has 1 launch (at least 3)" in docs[1]["reason"]
     assert docs[4]["verdict"] == "no change"
