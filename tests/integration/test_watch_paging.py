@@ -92,7 +92,7 @@ def test_get_watch_pages_the_occurrences(served: Served) -> None:
 
 def test_a_page_too_large_or_before_zero_is_refused_with_the_field(served: Served) -> None:
     _, _, stub = served
-    for request, field in ((dict(limit=1001), "limit"), (dict(before=-1), "before")):
+    for request, field in (({"limit": 1001}, "limit"), ({"before": -1}, "before")):
         with pytest.raises(grpc.RpcError) as refused:
             page(stub, **request)
         assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
