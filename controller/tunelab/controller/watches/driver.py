@@ -18,7 +18,6 @@ from typing import Any
 
 import structlog
 
-from tunelab.analysis.watch.changes import WINDOW
 from tunelab.controller.spec.errors import SpecError
 from tunelab.controller.spec.expand import expand_text
 from tunelab.controller.spec.limits import DEFAULT_LIMITS, SpecLimits
@@ -26,7 +25,7 @@ from tunelab.controller.store.base import Store, StoreConflict, StoreFenced
 from tunelab.controller.store.models import FencingToken
 from tunelab.controller.store.watch_models import WATCH_ACTIVE, OccurrenceRow, WatchRow
 from tunelab.controller.submission import experiment_rows, new_group
-from tunelab.controller.watches.judging import BASELINE, History, figures, judge, pool_numbers
+from tunelab.controller.watches.judging import History, build_history, figures, judge
 from tunelab.controller.watches.spec import WatchSpec
 
 log = structlog.get_logger(__name__)
@@ -112,26 +111,13 @@ class WatchDriver:
 
     def history(self, watch: WatchRow, number: int) -> History:
         """The bounded history occurrence ``number`` is judged with (``judging.History``)."""
-        name, spec = watch.name, WatchSpec.from_dict(watch.spec)
-        window = self._store.occurrences_before(name, number, WINDOW)
-        pinned = None
-        if spec.baseline == "pinned" and spec.pin < number:
-            pinned = next(iter(self._store.watch_occurrences(name, spec.pin - 1, 1)), None)
-        pool: list[OccurrenceRow] = []
-        if spec.baseline == "first":
-            judged = [o for o in window if o.verdict is not None]
-            numbers = pool_numbers(judged[-1].verdict or {}) if judged else []
-            if numbers is None:  # written before pools: the occurrence judged "baseline"
-                early = self._store.watch_occurrences(name, 0, 50)
-                numbers = [o.number for o in early if (o.verdict or {}).get("verdict") == BASELINE][
-                    :1
-                ]
-            if numbers:
-                rows = self._store.watch_occurrences(
-                    name, min(numbers) - 1, max(numbers) - min(numbers) + 1
-                )
-                pool = [o for o in rows if o.number in numbers]
-        return History(window, pool, pinned)
+        name = watch.name
+        return build_history(
+            WatchSpec.from_dict(watch.spec),
+            number,
+            lambda before, limit: self._store.occurrences_before(name, before, limit),
+            lambda after, limit: self._store.watch_occurrences(name, after, limit),
+        )
 
     def _judge_one(self, watch: WatchRow, occurrence: OccurrenceRow, fence: FencingToken) -> bool:
         experiments = self._store.group_experiments(occurrence.group)

@@ -28,7 +28,7 @@ baseline's, never the whole of it, so its cost does not grow with the watch's ag
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -140,6 +140,32 @@ def pool_numbers(history_last: Mapping[str, Any]) -> list[int] | None:
     written before pools: the caller looks for the occurrence judged ``baseline``)."""
     pool = history_last.get("pool")
     return [int(n) for n in pool] if isinstance(pool, list) else None
+
+
+Before = Callable[[int, int], Sequence[OccurrenceRow]]  # (before, limit): newest, oldest first
+After = Callable[[int, int], Sequence[OccurrenceRow]]  # (after, limit): oldest first
+
+
+def build_history(spec: WatchSpec, number: int, before: Before, after: After) -> History:
+    """The bounded ``History`` of occurrence ``number``, read through ``before`` and ``after``
+    (the store's pages; lists in the detection benchmark): at most ``WINDOW`` occurrences, the
+    pool and the pinned one."""
+    window = before(number, WINDOW)
+    pinned = None
+    if spec.baseline == "pinned" and spec.pin < number:
+        pinned = next(iter(after(spec.pin - 1, 1)), None)
+    pool: list[OccurrenceRow] = []
+    if spec.baseline == "first":
+        judged = [o for o in window if o.verdict is not None]
+        numbers = pool_numbers(judged[-1].verdict or {}) if judged else []
+        if numbers is None:  # written before pools: the occurrence judged "baseline"
+            early = after(0, 50)
+            found = [o.number for o in early if (o.verdict or {}).get("verdict") == BASELINE]
+            numbers = found[:1]
+        if numbers:
+            rows = after(min(numbers) - 1, max(numbers) - min(numbers) + 1)
+            pool = [o for o in rows if o.number in numbers]
+    return History(window, pool, pinned)
 
 
 @dataclass(frozen=True)
