@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import resource
 import socket
@@ -86,13 +85,21 @@ def verdict(number: int, rng: random.Random) -> dict[str, object]:
         "method": "benjamini-hochberg",
         "confidence": 0.975,
         "metrics": [
-            {"metric": m, "change_pct": 0.5, "interval": [-2.0, 3.0], "p_adjusted": 0.6,
-             "launches": [3, 3], "verdict": "no change", "detectable_pct": 2.5, "missing": ""}
+            {
+                "metric": m,
+                "change_pct": 0.5,
+                "interval": [-2.0, 3.0],
+                "p_adjusted": 0.6,
+                "launches": [3, 3],
+                "verdict": "no change",
+                "detectable_pct": 2.5,
+                "missing": "",
+            }
             for m in values
-        ],  # fmt: skip
+        ],
         "changes": [],
         "reason": "",
-        "state": {m: state for m in values},
+        "state": dict.fromkeys(values, state),
         "change_points": [],
     }
 
@@ -147,20 +154,26 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+# the CLI's own peak (VmHWM of its image: ru_maxrss would count the forked benchmark's pages)
+RUN = """import sys
+from tunelab.cli.main import main
+code = main(sys.argv[1:])
+hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM")][0].split()[1]
+sys.stderr.write(f"HWM {hwm}\\n")
+sys.exit(code)
+"""
+
+
 def cli(port: int, *argv: str) -> tuple[float, float, int]:
     """(wall seconds, peak RSS MiB, output bytes) of one CLI run."""
     started = time.monotonic()
-    child = subprocess.Popen(
-        [sys.executable, "-m", "tunelab.cli", *argv, "--controller", f"127.0.0.1:{port}"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+    done = subprocess.run(
+        [sys.executable, "-c", RUN, *argv, "--controller", f"127.0.0.1:{port}"],
+        capture_output=True,
+        check=True,
     )
-    assert child.stdout is not None
-    size = len(child.stdout.read())
-    _, status, usage = os.wait4(child.pid, 0)
-    child.returncode = os.waitstatus_to_exitcode(status)
-    assert child.returncode == 0, argv
-    return time.monotonic() - started, usage.ru_maxrss / 1024.0, size
+    hwm = next(line for line in done.stderr.decode().splitlines() if line.startswith("HWM "))
+    return time.monotonic() - started, int(hwm.split()[1]) / 1024.0, len(done.stdout)
 
 
 def measure(n: int, folder: Path) -> dict[str, float]:
@@ -206,16 +219,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="1000,10000,30000")
     args = parser.parse_args()
-    print(f"{'occurrences':>11} {'tick CPU ms':>11} {'judge CPU ms':>12} {'show s':>7} "
-          f"{'show RSS MiB':>12} {'show KiB':>9} {'report s':>9} {'report RSS MiB':>14}")  # fmt: skip
+    head = ("occurrences", "tick CPU ms", "judge CPU ms", "show s", "show RSS MiB", "show KiB",
+            "report s", "report RSS MiB")  # fmt: skip
+    print(" ".join(f"{h:>{max(len(h), 7)}}" for h in head))
     with tempfile.TemporaryDirectory() as tmp:
         for n in (int(s) for s in args.sizes.split(",")):
             r = measure(n, Path(tmp))
             print(f"{n:>11,} {r['tick']:>11.2f} {r['judge']:>12.1f} {r['show_s']:>7.2f} "
                   f"{r['show_mb']:>12.0f} {r['show_kb']:>9.0f} {r['report_s']:>9.2f} "
                   f"{r['report_mb']:>14.0f}")  # fmt: skip
-    print(f"controller peak RSS (this process, all sizes): "
-          f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+    print(
+        f"controller peak RSS (this process, all sizes): "
+        f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB"
+    )
 
 
 if __name__ == "__main__":

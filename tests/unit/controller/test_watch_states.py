@@ -5,6 +5,7 @@ baselines, ``launches: 1``, and a bounded history read per judgement."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from tunelab.controller.store.watch_models import WATCH_ACTIVE, OccurrenceRow, W
 from tunelab.controller.watches.document import watch_document
 from tunelab.controller.watches.driver import WatchDriver
 from tunelab.controller.watches.spec import watch_from_text
+from tunelab.controller.watches.webhook import verdict_text
 
 Point = Callable[[int], dict[str, Any]]  # launch index -> the sweep point's fields
 
@@ -157,6 +159,8 @@ def test_a_slow_drift_under_previous_alerts(store: SqliteStore) -> None:
     assert state(docs[-1]) == "regression"
     assert docs[-1]["state"]["output_throughput"]["cause"].startswith("change point before #")
     assert seen[-1] == "regression"  # the webhook's hook had it
+    text = verdict_text("nightly", 16, docs[-1])
+    assert "\noutput_throughput: regression since #" in text and "(change point before #" in text
 
 
 def test_a_first_occurrence_with_one_bad_launch_is_pooled_not_trusted(
@@ -249,3 +253,16 @@ def test_judging_reads_a_bounded_window_not_the_history(store: SqliteStore) -> N
         occur(store, driver, clock, level(1000.0))
     tick(store, driver)  # one pending and running: nothing is read but its experiments
     assert counting.largest <= 100
+
+
+def test_a_controller_runs_at_most_its_cap_of_watches_and_says_why(store: SqliteStore) -> None:
+    from tunelab.controller.store.base import StoreConflict
+
+    clock = Clock(1000.0)
+    row = add(store, clock, WATCH + "  metrics: [output_throughput]\n")
+    store.watches.insert_watch(replace(row, name="second"), cap=2)
+    with pytest.raises(StoreConflict) as refused:
+        store.watches.insert_watch(replace(row, name="third"), cap=2)
+    assert "holds 2 watches, the most it runs" in str(refused.value)
+    assert "tunelab watch rm NAME" in str(refused.value)
+    assert [w.name for w in store.list_watches()] == ["nightly", "second"]
