@@ -115,7 +115,9 @@ def test_watch_show_json_has_the_state_per_metric_and_the_change_points(served: 
     assert text.returncode == 0, text.stderr
     assert "state output_throughput: regression since #5 (judged a regression)" in text.stdout
     assert "change point before #5: output_throughput -24" in text.stdout
-    assert "(6 older occurrences: --before 7 shows the ones before)" in text.stdout
+    assert "(6 older occurrences: --before 7 shows them)" in text.stdout
+    before = cli(daemon, "watch", "show", "nightly", "--last", "2", "--before", "3")
+    assert "#1 " in before.stdout and "#2 " in before.stdout and "older" not in before.stdout
     listed = cli(daemon, "watch", "ls")
     assert "state: regression" in listed.stdout, listed.stdout
 

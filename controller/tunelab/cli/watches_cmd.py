@@ -61,10 +61,10 @@ def render_watch(doc: dict[str, Any], last: int = SHOWN_OCCURRENCES) -> str:
     ]
     lines += state_text(doc)
     occurrences = doc["occurrences"]
-    older = (doc.get("page") or {}).get("total", len(occurrences)) - min(last, len(occurrences))
+    shown = occurrences[-last:]
+    older = shown[0]["index"] - 1 if shown else 0  # numbered 1..n, so these come before
     if older > 0:
-        first = occurrences[-last:][0]["index"] if occurrences else 0
-        lines.append(f"({older} older occurrences: --before {first} shows the ones before)")
+        lines.append(f"({older} older occurrences: --before {shown[0]['index']} shows them)")
     for o in occurrences[-last:]:
         verdict = o["verdict"]
         if verdict is None:

@@ -266,3 +266,25 @@ def test_a_controller_runs_at_most_its_cap_of_watches_and_says_why(store: Sqlite
     assert "holds 2 watches, the most it runs" in str(refused.value)
     assert "tunelab watch rm NAME" in str(refused.value)
     assert [w.name for w in store.list_watches()] == ["nightly", "second"]
+
+
+def test_a_history_written_before_pools_finds_its_first_baseline() -> None:
+    """Verdicts stored by the previous release have no "pool": the occurrence judged
+    "baseline" is the pool."""
+    from tunelab.controller.watches.judging import build_history
+    from tunelab.controller.watches.spec import WatchSpec
+
+    old = [
+        OccurrenceRow("w", 1, "g1", 1.0, 1.0, {"verdict": "undecided", "launches": 0}, 2.0),
+        OccurrenceRow("w", 2, "g2", 2.0, 2.0, {"verdict": "baseline", "launches": 3}, 3.0),
+        OccurrenceRow("w", 3, "g3", 3.0, 3.0, {"verdict": "no change", "launches": 3}, 4.0),
+    ]
+    spec = WatchSpec("5s", 5.0, "", 3, "first", 0, ("output_throughput",), 0.02)
+    history = build_history(
+        spec,
+        4,
+        lambda before, limit: old[max(0, before - 1 - limit) : before - 1],
+        lambda after, limit: old[after : after + limit],
+    )
+    assert [o.number for o in history.pool] == [2]
+    assert [o.number for o in history.window] == [1, 2, 3]
