@@ -34,7 +34,7 @@ from typing import Any
 
 from tunelab.analysis.metrics import parse_metric
 from tunelab.analysis.watch import Occurrence, judge_occurrence, provenance_changes
-from tunelab.analysis.watch.baseline import MAX_POOL, POOL_CV, pooled, unusable
+from tunelab.analysis.watch.baseline import MAX_POOL, POOL, USE, decide, pooled, unusable
 from tunelab.analysis.watch.changes import WINDOW, marks
 from tunelab.analysis.watch.judge import COUNTS, UNDECIDED, metric_of
 from tunelab.analysis.watch.state import MetricState, Observation, step
@@ -227,20 +227,13 @@ def _choose(spec: WatchSpec, number: int, history: History) -> _Choice:
     numbers = [o.number for o in pool]
     if not pool:
         return _Choice(None, [number], [], "the baseline of later occurrences")
-    values = pooled([_values(o) for o in pool], metrics)
-    spread = unusable(values, counts, POOL_CV)
-    if not spread:
+    action, why = decide([_values(o) for o in pool], metrics, counts)
+    if action == USE:
         return _Choice(_as_baseline(pool, metrics), numbers, numbers)
-    if len(pool) < MAX_POOL:
+    if action == POOL:
         return _Choice(
-            None,
-            [*numbers, number],
-            [],
-            f"pooled into the baseline with {_span(numbers)} ({spread} before it)",
+            None, [*numbers, number], [], f"pooled into the baseline with {_span(numbers)} ({why})"
         )
-    why = unusable(values, counts)
-    if not why:
-        return _Choice(_as_baseline(pool, metrics), numbers, numbers)
     return _Choice(
         None,
         [number],
