@@ -54,7 +54,11 @@ class Watch:
         number = len(self.rows) + 1
         row = OccurrenceRow("sim", number, f"g{number}", 3600.0 * number, 3600.0 * number)
         history = build_history(self.spec, number, self._before, self._after)
-        found = ({METRIC: list(values)}, {}, len(values))
+        found: tuple[dict[str, list[float]], dict[str, Any], int] = (
+            {METRIC: list(values)},
+            {},
+            len(values),
+        )
         doc = judge(self.spec, row, found, len(values), history)
         self.rows.append(OccurrenceRow(row.watch, number, row.group, row.due_at, row.started_at,
                                        doc, row.started_at))  # fmt: skip
