@@ -20,24 +20,20 @@ import argparse
 import json
 import random
 import resource
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from tunelab.common.auth import ServerAuth
-from tunelab.common.capacity import Limits
-from tunelab.common.serving import start_daemon
-from tunelab.controller.agent_client import GrpcAgentClient
-from tunelab.controller.service import SERVICE_NAME, ControllerService
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.support.served_controller import serve_controller
 from tunelab.controller.states import AttemptState, ExperimentState
 from tunelab.controller.store import HostRow, SqliteStore
 from tunelab.controller.store.watch_models import WATCH_ACTIVE, WatchRow
 from tunelab.controller.watches.driver import WatchDriver
 from tunelab.controller.watches.spec import watch_from_text
-from tunelab.v1 import controller_pb2_grpc
 
 SPEC = """\
 name: nightly
@@ -148,12 +144,6 @@ def cpu_ms(store: SqliteStore, driver: WatchDriver, times: int) -> float:
     return 1000.0 * (time.process_time() - start) / times
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 # the CLI's own peak (VmHWM of its image: ru_maxrss would count the forked benchmark's pages)
 RUN = """import sys
 from tunelab.cli.main import main
@@ -188,21 +178,11 @@ def measure(n: int, folder: Path) -> dict[str, float]:
         judging.append(cpu_ms(store, driver, 1))
         clock.now += 5.0
         tick(store, driver)  # the next one queued
-    agents = GrpcAgentClient(info_deadline=1.0)
-    service = ControllerService(store, agents, wake=lambda poll_hosts: None)
-    daemon = start_daemon(
-        listen=f"127.0.0.1:{free_port()}",
-        auth=ServerAuth(),
-        register=lambda s: controller_pb2_grpc.add_ControllerServicer_to_server(service, s),
-        service_names=[SERVICE_NAME],
-        limits=Limits(unary=4, streams=2),
-    )
     try:
-        show = cli(daemon.port, "watch", "show", "nightly", "--json")
-        report = cli(daemon.port, "report", "nightly", "--out", str(folder / f"r{n}.html"))
+        with serve_controller(store) as daemon:
+            show = cli(daemon.port, "watch", "show", "nightly", "--json")
+            report = cli(daemon.port, "report", "nightly", "--out", str(folder / f"r{n}.html"))
     finally:
-        daemon.stop(1.0)
-        agents.close()
         store.close()
     return {
         "tick": running,

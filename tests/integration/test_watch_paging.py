@@ -14,14 +14,10 @@ from typing import Any
 import grpc
 import pytest
 
-from tests.support.ports import free_port
+from tests.support.served_controller import serve_controller
 from tests.unit.controller.test_watch_driver import Clock
 from tests.unit.controller.test_watch_states import WATCH, add, level, occur
-from tunelab.common.auth import ServerAuth
-from tunelab.common.capacity import Limits
-from tunelab.common.serving import Daemon, start_daemon
-from tunelab.controller.agent_client import GrpcAgentClient
-from tunelab.controller.service import SERVICE_NAME, ControllerService
+from tunelab.common.serving import Daemon
 from tunelab.controller.store import HostRow, SqliteStore
 from tunelab.controller.watches.driver import WatchDriver
 from tunelab.v1 import controller_pb2, controller_pb2_grpc
@@ -38,23 +34,13 @@ def served(tmp_path: Path) -> Iterator[Served]:
     driver = WatchDriver(store, clock)
     for value in [1000.0, 1001.0, 999.0, 1000.5] + [760.0] * 4:  # a -24 % step at #5
         occur(store, driver, clock, level(value))
-    agents = GrpcAgentClient(info_deadline=1.0)
-    service = ControllerService(store, agents, wake=lambda poll_hosts: None)
-    daemon = start_daemon(
-        listen=f"127.0.0.1:{free_port()}",
-        auth=ServerAuth(),
-        register=lambda s: controller_pb2_grpc.add_ControllerServicer_to_server(service, s),
-        service_names=[SERVICE_NAME],
-        limits=Limits(unary=2, streams=2),
-    )
-    channel = grpc.insecure_channel(f"127.0.0.1:{daemon.port}")
-    try:
-        yield daemon, store, controller_pb2_grpc.ControllerStub(channel)
-    finally:
-        channel.close()
-        daemon.stop(1.0)
-        agents.close()
-        store.close()
+    with serve_controller(store) as daemon:
+        channel = grpc.insecure_channel(f"127.0.0.1:{daemon.port}")
+        try:
+            yield daemon, store, controller_pb2_grpc.ControllerStub(channel)
+        finally:
+            channel.close()
+            store.close()
 
 
 def cli(daemon: Daemon, *argv: str) -> subprocess.CompletedProcess[str]:

@@ -176,8 +176,8 @@ def test_a_first_occurrence_with_one_bad_launch_is_pooled_not_trusted(
     assert first["verdict"] == "baseline"
     second = occur(store, driver, clock, level(860.0))
     assert second["verdict"] == "baseline" and second["pool"] == [1, 2]
-    assert "pooled into the baseline with #1 (the first occurrence's output_throughput spreads " \
-        "CV 12 % > 5 %)" in second["reason"]  # fmt: skip
+    why = "the first occurrence's output_throughput spreads CV 12 % > 5 %"
+    assert f"pooled into the baseline with #1 ({why})" in second["reason"]
     docs = [occur(store, driver, clock, level(860.0)) for _ in range(2)]
     assert docs[0]["verdict"] == "baseline" and docs[1]["verdict"] in ("no change", "undecided")
     assert docs[-1]["baseline_pool"] == [1, 2, 3]
