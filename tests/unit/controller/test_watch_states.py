@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from tests.unit.controller.test_watch_driver import SPEC, Clock, tick
+from tests.unit.controller.test_watch_driver import SPEC, Clock, insert, tick
 from tunelab.controller.states import AttemptState, ExperimentState
 from tunelab.controller.store import HostRow, SqliteStore
-from tunelab.controller.store.watch_models import WATCH_ACTIVE, OccurrenceRow, WatchRow
+from tunelab.controller.store.watch_models import OccurrenceRow, WatchRow
 from tunelab.controller.watches.document import watch_document
 from tunelab.controller.watches.driver import WatchDriver
 from tunelab.controller.watches.spec import watch_from_text
@@ -31,15 +31,7 @@ def store(tmp_path: Path) -> SqliteStore:
 
 
 def add(store: SqliteStore, clock: Clock, watch: str) -> WatchRow:
-    text = SPEC.split("watch:")[0] + "watch:\n" + watch
-    found = watch_from_text(text)
-    assert found is not None
-    row = WatchRow(
-        found.name, found.spec.to_dict(), found.base_yaml, WATCH_ACTIVE, clock.now, clock.now,
-        found.spec.pin,
-    )  # fmt: skip
-    store.insert_watch(row)
-    return row
+    return insert(store, clock, SPEC.split("watch:")[0] + "watch:\n" + watch)
 
 
 def first(fields: dict[str, Any]) -> dict[str, Any]:
