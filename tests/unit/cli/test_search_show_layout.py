@@ -26,6 +26,11 @@ def trial(number: int, tokens: int, seqs: int, value: float | None, **details: A
     row.samples = [] if value is None else [value]
     row.details = {"load": {"concurrency": 38}, "slo_margins": MARGINS, "gpu_seconds": 41.5,
                    "gpus": 0, **details}  # fmt: skip
+    row.load, row.gpu_seconds = ("concurrency", 38.0), 41.5
+    row.slo_ratios = {k: 1.0 - v for k, v in MARGINS.items()}
+    race = details.get("race")
+    if isinstance(race, int) and race:
+        row.phase, row.race_round = "race", race
     return row
 
 

@@ -37,9 +37,9 @@ def launch(number: int, value: Any, objective: float | None, race_round: int = 0
     row = TrialRow("g-1", number, {A: value}, TrialState.DONE, 1.0, experiment_id=f"x-{number}")
     row.objective = objective
     row.samples = [] if objective is None else [objective]
-    row.details = {"load": {"concurrency": 8}, "gpu_seconds": 10.0}
+    row.load, row.gpu_seconds = ("concurrency", 8.0), 10.0
     if race_round:
-        row.details["race"] = race_round
+        row.phase, row.race_round = "race", race_round
     return row
 
 
@@ -59,7 +59,7 @@ def settle(
             value = p.params[A]
             row = launch(len(trials) + 1, value, measure(value), p.race)
             if margin is not None:
-                row.details["slo_margins"] = {"tpot_p99_ms": margin(value)}
+                row.slo_ratios = {"tpot_p99_ms": 1.0 - margin(value)}
             trials.append(row)
     raise AssertionError("the race never settled")
 
@@ -163,8 +163,8 @@ def test_a_replay_of_the_same_trials_reaches_the_same_answer_mid_round_too() -> 
     again = race.standings(spec, list(reversed(trials)))  # the store's order does not matter
     assert (again.verdict, again.best and again.best.key) == (st.verdict, st.best and st.best.key)
     # a round half queued: the rest of it, never a new plan
-    partial = [t for t in trials if int(t.details.get("race") or 0) < 2]
-    partial.append(next(t for t in trials if t.details.get("race") == 2))
+    partial = [t for t in trials if t.race_round < 2]
+    partial.append(next(t for t in trials if t.race_round == 2))
     partial[-1].state, partial[-1].objective = TrialState.RUNNING, None
     mid = race.standings(spec, partial)
     assert mid.verdict == race.RACING and not mid.settled
@@ -188,7 +188,7 @@ def test_one_feasible_configuration_alone_is_said() -> None:
     assert all(p.effect for p in st.pending)
     trials += [launch(3 + i, p.params[A], 10.0 + i, p.race) for i, p in enumerate(st.pending)]
     for t in trials[2:]:
-        t.details["effect"] = True
+        t.phase = "effect"
     st = race.standings(spec, trials)
     assert st.verdict == race.ALONE and st.settled
     assert answer_line(spec, st).startswith("only candidate: trial 2")
@@ -250,9 +250,9 @@ def test_a_challenger_that_misses_the_slos_at_the_races_load_cannot_win_it() -> 
     rng = random.Random(7)
     spec = spec_of((1, 2))
     trials = [launch(1, 1, 90.0), launch(2, 2, 100.0)]
-    trials[0].details["load"] = {"concurrency": 4}
+    trials[0].load = ("concurrency", 4.0)
     for t in trials:
-        t.details["slo_margins"] = {"tpot_p99_ms": 0.1}
+        t.slo_ratios = {"tpot_p99_ms": 0.9}
     st = settle(
         spec,
         trials,

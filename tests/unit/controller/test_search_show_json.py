@@ -40,7 +40,9 @@ def done(number: int, seqs: int, points: list[float], race: int = 0, rung: int =
         "g-1", number, {SEQS: seqs}, TrialState.DONE, 1.0, rung=rung, experiment_id=f"x-{number}"
     )
     row.samples, row.objective = points, round(sum(points) / len(points), 6)
-    row.details = {"load": {"concurrency": 4}, **({"race": race} if race else {})}
+    row.load = ("concurrency", 4.0)
+    if race:
+        row.phase, row.race_round = "race", race
     return row
 
 

@@ -199,7 +199,8 @@ def effect(spec: SearchSpec, st: race.Standings, trials: Sequence[TrialRow]) -> 
         if key(t.params) == default_key and not race.is_fixed_load(t) and t.state == "DONE"
     ]
     met = [t for t in own if t.objective is not None]
-    out["default_load"] = load_json(met[-1].details.get("load")) if met else None
+    load = met[-1].load if met else None
+    out["default_load"] = None if load is None else load_json({load[0]: load[1]})
     best = st.best
     if best is None:
         return {**out, "verdict": "no configuration met the SLOs"}
