@@ -98,17 +98,16 @@ def answer_line(spec: SearchSpec, st: race.Standings, cancelled: bool = False) -
     best = st.best
     if best is None:
         return (
-            "cancelled: no configuration met the SLOs yet"
+            "cancelled: no configuration met the SLOs"
             if cancelled
             else ("no configuration met the SLOs")
         )
-    line = _line(spec, st, best)
     if cancelled and st.verdict == race.RACING:
         return (
-            f"cancelled while racing (round {st.rounds}): {head(spec, best)} led "
-            + (_versus_text(spec, st, ""))
-            + ", undecided"
+            f"cancelled before the race was decided: {head(spec, best)} led "
+            f"{_versus_text(spec, st, '')}; undecided"
         )
+    line = _line(spec, st, best)
     return f"cancelled: {line}" if cancelled else line
 
 

@@ -408,7 +408,8 @@ class SearchDriver:
         standing = race.standings(spec, trials)
         done = sum(1 for t in trials if t.state in (TrialState.DONE, TrialState.FAILED))
         if standing.best is not None:
-            summary = f"{why}; {answer_line(spec, standing)}"
+            cancelled = state is SearchState.CANCELLED
+            summary = f"{why}; {answer_line(spec, standing, cancelled)}"
         else:
             failed = sum(1 for t in trials if t.state is TrialState.FAILED)
             summary = (

@@ -123,7 +123,7 @@ def search_document(search: SearchRow, trials: Sequence[TrialRow]) -> dict[str, 
     }
     if standing.best is not None:
         doc["best"] = best_json(spec, standing, trials)
-        doc["answer"] = answer_line(spec, standing)
+        doc["answer"] = answer_line(spec, standing, search.state is SearchState.CANCELLED)
         if search.state is SearchState.DONE:
             doc["recommendation"] = {
                 **recommendation(search, spec, standing.best.params),
