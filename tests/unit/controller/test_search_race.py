@@ -294,3 +294,34 @@ def test_a_best_that_misses_the_slos_itself_is_compared_on_throughput_as_before(
     st = settle(spec, trials, lambda v: truth[v] * rng.gauss(1, 0.03), lambda v: -0.1)
     assert st.verdict == race.BETTER and st.best is not None and st.best.key == key({A: 2})
     assert best_json(spec, st, trials)["vs_runner_up"]["change_pct"] > 50
+
+
+def test_the_effect_against_the_default_is_not_measured_on_the_launches_that_chose_the_winner() -> (
+    None
+):
+    """The selection-biased effect (issue 43.3): the winner's race launches are the high draws
+    that made it the winner. Here they read 10 % above the default, but launched afresh after
+    the race the two measure the same: the effect must say so, not "better" (before, the race's
+    own launches were reused and it said "better" in 10 % of A/A searches)."""
+    spec = spec_of((1, 2, 3))
+    trials = [launch(1, 1, 100.0), launch(2, 2, 111.0), launch(3, 3, 80.0)]
+    race_values = {
+        1: iter([100.0, 100.3, 99.7, 100.1, 99.9]),
+        2: iter([110.0, 110.5, 109.5, 110.2, 109.8]),
+        3: iter([80.0, 80.2, 79.8, 80.1, 79.9]),
+    }
+    fresh = {1: iter([100.0, 100.4, 99.6]), 2: iter([100.1, 99.7, 100.2])}
+    for _ in range(50):
+        st = race.standings(spec, trials)
+        if st.settled:
+            break
+        for p in st.pending:
+            value = next(fresh[p.params[A]] if p.effect else race_values[p.params[A]])
+            row = launch(len(trials) + 1, p.params[A], value, p.race)
+            row.phase = "effect" if p.effect else "race"
+            trials.append(row)
+    assert st.verdict == race.BETTER and st.best is not None and st.best.key == key({A: 2})
+    found = effect(spec, st, trials)
+    assert found["launches"] == [3, 3]
+    assert found["verdict"] == "no meaningful difference", found
+    assert abs(found["relative_change"]) < 0.01
