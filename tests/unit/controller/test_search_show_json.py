@@ -40,7 +40,9 @@ def done(number: int, seqs: int, points: list[float], race: int = 0, rung: int =
         "g-1", number, {SEQS: seqs}, TrialState.DONE, 1.0, rung=rung, experiment_id=f"x-{number}"
     )
     row.samples, row.objective = points, round(sum(points) / len(points), 6)
-    row.details = {"load": {"concurrency": 4}, **({"race": race} if race else {})}
+    row.load = ("concurrency", 4.0)
+    if race:
+        row.phase, row.race_round = "race", race
     return row
 
 
@@ -105,3 +107,13 @@ def test_a_survivor_of_a_deeper_rung_is_the_incumbent() -> None:
     found = best(trials)
     assert found["params"] == {SEQS: 32} and found["trial"] == 3
     assert found["objective"] == 90.5 and found["launches"] == 1 and found["interval"] is None
+
+
+def test_a_cancelled_search_says_it_was_cancelled() -> None:
+    """Issue 43.7: the answer of a search cancelled mid-race read 'racing (round 0): ...' as if
+    it were still running."""
+    row = search_row()
+    row.state = SearchState.CANCELLED
+    doc = search_document(row, [done(1, 16, [100.0]), done(2, 32, [150.0])])
+    assert doc["answer"].startswith("cancelled before the race was decided: trial 2"), doc["answer"]
+    assert doc["answer"].endswith("undecided")
