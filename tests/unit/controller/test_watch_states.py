@@ -278,3 +278,13 @@ def test_a_history_written_before_pools_finds_its_first_baseline() -> None:
     )
     assert [o.number for o in history.pool] == [2]
     assert [o.number for o in history.window] == [1, 2, 3]
+
+
+def test_a_metric_no_launch_reports_is_said_not_silently_blind(store: SqliteStore) -> None:
+    """A NAME@KEY for a point the sweep does not have: every occurrence says so."""
+    clock = Clock(1000.0)
+    add(store, clock, WATCH + "  metrics: [output_throughput, output_throughput@c16]\n")
+    driver = WatchDriver(store, clock)
+    docs = [occur(store, driver, clock, level(1000.0)) for _ in range(2)]
+    assert docs[1]["verdict"] == "baseline"
+    assert "output_throughput@c16 has 0 launches (at least 3)" in docs[1]["reason"]

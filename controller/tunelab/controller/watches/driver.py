@@ -25,7 +25,8 @@ from tunelab.controller.store.base import Store, StoreConflict, StoreFenced
 from tunelab.controller.store.models import FencingToken
 from tunelab.controller.store.watch_models import WATCH_ACTIVE, OccurrenceRow, WatchRow
 from tunelab.controller.submission import experiment_rows, new_group
-from tunelab.controller.watches.judging import History, build_history, figures, judge
+from tunelab.controller.watches.figures import figures
+from tunelab.controller.watches.judging import History, build_history, judge
 from tunelab.controller.watches.spec import WatchSpec
 
 log = structlog.get_logger(__name__)

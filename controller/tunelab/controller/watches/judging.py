@@ -1,7 +1,6 @@
-"""An occurrence's figures and its verdict: one value per launch for each of the watch's
-metrics (read from the launch's successful attempt), the provenance it ran with, and the
-judgement against its baseline occurrence (``tunelab.analysis.watch.judge_occurrence``) with
-what changed beside it (``provenance_changes``).
+"""An occurrence's verdict: the judgement of its figures (``figures.py``) against its baseline
+(``tunelab.analysis.watch.judge_occurrence``), with what changed beside it
+(``provenance_changes``), the change points of its window and each metric's state.
 
 The verdict document written once per occurrence (``watch show --json``'s ``occurrences``)::
 
@@ -32,68 +31,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tunelab.analysis.metrics import parse_metric
 from tunelab.analysis.watch import Occurrence, judge_occurrence, provenance_changes
 from tunelab.analysis.watch.baseline import MAX_POOL, POOL, USE, decide, pooled, unusable
 from tunelab.analysis.watch.changes import WINDOW, marks
 from tunelab.analysis.watch.judge import COUNTS, UNDECIDED, metric_of
 from tunelab.analysis.watch.state import MetricState, Observation, step
-from tunelab.controller.states import AttemptState
-from tunelab.controller.store.models import AttemptRow, ExperimentRow
 from tunelab.controller.store.watch_models import OccurrenceRow
 from tunelab.controller.watches.spec import WatchSpec
 
 BASELINE = "baseline"
 REPLICATES = 3  # launches: 1: occurrences pooled as the current side's replicates
-
-
-def _point_key(point: Mapping[str, Any]) -> str:
-    if point.get("concurrency"):
-        return f"c{point['concurrency']}"
-    rate = point.get("request_rate")
-    return f"r{rate}" if rate not in (None, "inf") else f"p{point.get('point_index', 0)}"
-
-
-def metric_value(result: Mapping[str, Any], metric: str) -> float | None:
-    """``NAME`` from the sweep's first point, or ``NAME@KEY`` from the point keyed KEY (c8:
-    concurrency 8, r4.0: rate 4, p2: the third point)."""
-    ref = parse_metric(metric)
-    points = [p for p in result.get("points") or [] if isinstance(p, Mapping)]
-    if ref.metric.scope == "run" and not ref.point:
-        value = result.get(ref.metric.field)
-    elif not points:
-        return None
-    else:
-        key = ref.point
-        chosen = next((p for p in points if _point_key(p) == key), None) if key else points[0]
-        value = chosen.get(ref.metric.field) if chosen is not None else None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value)
-
-
-def figures(
-    experiments: Sequence[ExperimentRow],
-    attempts: Mapping[str, Sequence[AttemptRow]],
-    metrics: Sequence[str],
-) -> tuple[dict[str, list[float]], dict[str, Any], int]:
-    """(values per metric, provenance, successful launches) of one occurrence's experiments."""
-    values: dict[str, list[float]] = {m: [] for m in metrics}
-    provenance: dict[str, Any] = {}
-    launches = 0
-    for experiment in sorted(experiments, key=lambda e: e.repeat_index):
-        done = [a for a in attempts.get(experiment.id, []) if a.state is AttemptState.SUCCEEDED]
-        if not done or not done[-1].result:
-            continue
-        launches += 1
-        attempt = done[-1]
-        if not provenance and attempt.provenance:
-            provenance = dict(attempt.provenance)
-        for metric in metrics:
-            value = metric_value(attempt.result or {}, metric)
-            if value is not None:
-                values[metric].append(value)
-    return values, provenance, launches
 
 
 def _launched(o: OccurrenceRow) -> bool:
