@@ -76,7 +76,7 @@ def render_watch(doc: dict[str, Any], last: int = SHOWN_OCCURRENCES) -> str:
         lines.append(
             f"#{o['index']} {_when(o['started_at'])} {o['group']}: {verdict}{against} ({launches})"
         )
-        if o.get("reason") and verdict != "baseline":
+        if o.get("reason"):
             lines.append(f"    {o['reason']}")
         for row in o.get("metrics") or []:
             lines.append(f"    {verdict_line(row, o.get('changes') or [])}")

@@ -12,7 +12,8 @@ The verdict document written once per occurrence (``watch show --json``'s ``occu
     values      {metric: [one value per successful launch]}
     launches    successful launches; launches_total: launches queued
     provenance  the first successful launch's, as the agent recorded it (redacted)
-    reason      why there is no judgement, or how the baseline was gathered
+    reason      why there is no judgement, or why a baseline was pooled or replaced ("" for
+                the plain first baseline); the webhook and ``watch show`` print it
     means       {metric: the mean over its launches} (the change points' series)
     baseline_pool   the occurrences pooled as the baseline it was judged against
     pool        ``first``: the baseline pool in effect after it (the next one's baseline)
@@ -143,7 +144,7 @@ def _choose(spec: WatchSpec, number: int, history: History) -> _Choice:
     if spec.baseline == "pinned":
         pinned = history.pinned
         if number == spec.pin:
-            return _Choice(None, [], [], "the pinned baseline of later occurrences")
+            return _Choice(None, [], [])  # the pinned baseline itself
         if pinned is None or not _launched(pinned):
             return _Choice(
                 None,
@@ -157,7 +158,7 @@ def _choose(spec: WatchSpec, number: int, history: History) -> _Choice:
     if spec.baseline == "previous":
         earlier = [o for o in reversed(history.window) if _launched(o)]
         if not earlier:
-            return _Choice(None, [], [], "the baseline of the next occurrence")
+            return _Choice(None, [], [])  # the first: the next one's baseline
         usable = next((o for o in earlier if not unusable(_values(o), counts)), None)
         if usable is None:
             why = unusable(_values(earlier[0]), counts)
@@ -173,7 +174,7 @@ def _choose(spec: WatchSpec, number: int, history: History) -> _Choice:
     pool = [o for o in history.pool if _launched(o)]
     numbers = [o.number for o in pool]
     if not pool:
-        return _Choice(None, [number], [], "the baseline of later occurrences")
+        return _Choice(None, [number], [])  # the first of the pool
     action, why = decide([_values(o) for o in pool], metrics, counts)
     if action == USE:
         return _Choice(_as_baseline(pool, metrics), numbers, numbers)

@@ -38,7 +38,7 @@ def verdict_text(watch: str, occurrence: int, verdict: Mapping[str, Any]) -> str
     """``watch nightly #5: regression against #1``, a verdict line per metric and a line per
     metric in the regression state (what alerts follow), at most ``MAX_TEXT`` characters."""
     lines = [f"tunelab watch {watch} #{occurrence}: {verdict['verdict']}{against(verdict)}"]
-    if verdict.get("reason") and verdict["verdict"] != "baseline":
+    if verdict.get("reason"):  # pooled or replaced baselines say so too
         lines.append(str(verdict["reason"]))
     changes = verdict.get("changes") or []
     lines += [verdict_line(row, changes) for row in verdict.get("metrics") or []]
