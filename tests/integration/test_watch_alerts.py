@@ -42,6 +42,12 @@ def test_the_series_of_a_regression_pass_promtool_and_say_it(tmp_path: Path) -> 
     registry.register(WatchCollector(store))
     labels = {"watch": "nightly", "metric": "output_throughput"}
     get = registry.get_sample_value
+    assert get("tunelab_watch_state", {**labels, "state": "regression"}) == 1.0
+    assert get("tunelab_watch_state", {**labels, "state": "no_change"}) == 0.0
+    watch = store.get_watch("nightly")
+    assert watch is not None
+    due = get("tunelab_watch_next_due_timestamp_seconds", {"watch": "nightly"})
+    assert due == watch.next_due
     assert get("tunelab_watch_verdict", {**labels, "verdict": "regression"}) == 1.0
     assert get("tunelab_watch_verdict", {**labels, "verdict": "no_change"}) == 0.0
     change = get("tunelab_watch_change_ratio", labels)

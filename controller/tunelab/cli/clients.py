@@ -174,14 +174,24 @@ class ControllerClient(_Client):
     def list_watches(self) -> controller_pb2.ListWatchesResponse:
         return self._unary(self._stub.ListWatches, controller_pb2.ListWatchesRequest())
 
-    def get_watch(self, name: str) -> controller_pb2.GetWatchResponse:
-        return self._unary(self._stub.GetWatch, controller_pb2.GetWatchRequest(name=name))
+    def get_watch(
+        self, name: str, limit: int = 0, before: int = 0, summaries: bool = False
+    ) -> controller_pb2.GetWatchResponse:
+        """A page of the watch's occurrences: ``limit`` (0: the controller's default) ending
+        before occurrence ``before`` (0: the newest)."""
+        request = controller_pb2.GetWatchRequest(
+            name=name, limit=limit, before=before, summaries=summaries
+        )
+        return self._unary(self._stub.GetWatch, request)
 
-    def find_watch(self, name: str) -> controller_pb2.GetWatchResponse | None:
+    def find_watch(
+        self, name: str, limit: int = 0, summaries: bool = False
+    ) -> controller_pb2.GetWatchResponse | None:
         """None when no watch has this name (or the controller has no watches)."""
         try:
             response: controller_pb2.GetWatchResponse = self._stub.GetWatch(
-                controller_pb2.GetWatchRequest(name=name), timeout=self.timeout
+                controller_pb2.GetWatchRequest(name=name, limit=limit, summaries=summaries),
+                timeout=self.timeout,
             )
         except grpc.RpcError as exc:
             if exc.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNIMPLEMENTED):

@@ -24,7 +24,9 @@ from tunelab.cli.keys import watch_of
 from tunelab.common.textwidth import table, wrap
 
 WATCH_HELP = "the watch's name (its spec's name:), or an occurrence's g-... or an experiment of one"
-SHOWN_OCCURRENCES = 10  # the text `show` prints the newest ones; --json has them all
+MAX_PAGE = 1000  # the controller's GetWatch page at most
+SHOWN_OCCURRENCES = 10  # the text `show` prints the newest ones; --json a page of 100
+REPORT_WINDOW = 1000  # occurrences `report WATCH` charts, the newest (one page of summaries)
 
 
 def _when(stamp: Any) -> str:
@@ -33,8 +35,10 @@ def _when(stamp: Any) -> str:
     return datetime.datetime.fromtimestamp(stamp).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def get_watch(client: ControllerClient, name: str) -> dict[str, Any]:
-    found: dict[str, Any] = json.loads(client.get_watch(name).watch_json)
+def get_watch(
+    client: ControllerClient, name: str, limit: int = 0, before: int = 0
+) -> dict[str, Any]:
+    found: dict[str, Any] = json.loads(client.get_watch(name, limit, before).watch_json)
     return found
 
 
@@ -45,6 +49,8 @@ def _summary_rows(watches: list[dict[str, Any]]) -> list[str]:
         last = w["last_verdict"] or "-"
         if w.get("running_occurrence"):
             last += f" (#{w['running_occurrence']} running)"
+        if w.get("watch_state"):
+            last += f"; state: {w['watch_state']}"
         if w.get("step_error"):
             last += "  STEP FAILING"
         due = _when(w["next_due"]) if w["state"] == "active" else "(paused)"
@@ -65,9 +71,12 @@ def render_watch(doc: dict[str, Any], last: int = SHOWN_OCCURRENCES) -> str:
         f"next occurrence: {_when(doc['next_due']) if doc['state'] == 'active' else '(paused)'}",
         *step_error_line(doc, _when),
     ]
+    lines += [line for text in state_text(doc) for line in wrap(text)]
     occurrences = doc["occurrences"]
-    if len(occurrences) > last:
-        lines.append(f"({len(occurrences) - last} older occurrences: --json lists them)")
+    shown = occurrences[-last:]
+    older = shown[0]["index"] - 1 if shown else 0  # numbered 1..n, so these come before
+    if older > 0:
+        lines.append(f"({older} older occurrences: --before {shown[0]['index']} shows them)")
     for o in occurrences[-last:]:
         verdict = o["verdict"]
         if verdict is None:
@@ -88,6 +97,24 @@ def render_watch(doc: dict[str, Any], last: int = SHOWN_OCCURRENCES) -> str:
     return "\n".join(lines)
 
 
+def state_text(doc: dict[str, Any]) -> list[str]:
+    """A line per metric's state (what alerts follow) and the change points seen."""
+    lines = []
+    for metric, s in sorted((doc.get("metric_states") or {}).items()):
+        cause = s.get("cause") or ""
+        cause = (
+            "judged a regression" if cause == "verdict" and s["state"] == "regression" else cause
+        )
+        since = f" since #{s['since']}" if s.get("since") else ""
+        lines.append(f"state {metric}: {s['state']}{since}" + (f" ({cause})" if cause else ""))
+    for p in doc.get("change_points") or []:
+        lines.append(
+            f"change point before #{p['occurrence']}: {p['metric']} {p['change_pct']:+g} % "
+            f"(p {p['p']:.2g})"
+        )
+    return lines
+
+
 def history(doc: dict[str, Any]) -> str:
     """``tunelab report WATCH``'s page: ``tunelab.analysis.watch.history_page`` over the judged
     occurrences, with the baseline the latest of them was judged against."""
@@ -98,7 +125,7 @@ def history(doc: dict[str, Any]) -> str:
         Occurrence(
             index=o["index"],
             started_at=o["started_at"],
-            values={m: tuple(v) for m, v in (o.get("values") or {}).items()},
+            values=_values(o),
             provenance=o.get("provenance") or {},
         )
         for o in judged
@@ -106,13 +133,36 @@ def history(doc: dict[str, Any]) -> str:
     baselines = [o["baseline"] for o in judged if o.get("baseline")]
     first = next((o["index"] for o in judged if o["verdict"] == "baseline"), 0)
     baseline = baselines[-1] if baselines else first
-    return history_page(doc["name"], occurrences, judged, baseline, doc["metrics"])
+    total = (doc.get("page") or {}).get("total", 0)
+    return history_page(doc["name"], occurrences, judged, baseline, doc["metrics"], total)
+
+
+def _values(o: dict[str, Any]) -> dict[str, tuple[float, ...]]:
+    """The launches' values, or (a page of summaries) each metric's mean as one value."""
+    if o.get("values"):
+        return {m: tuple(v) for m, v in o["values"].items()}
+    return {m: (float(v),) for m, v in (o.get("means") or {}).items()}
 
 
 def watch_report(client: ControllerClient, name: str) -> str | None:
-    """The history page of the watch ``name``, or None when no watch has that name."""
-    response = client.find_watch(name)
+    """The history page of the watch ``name`` over its newest ``REPORT_WINDOW`` occurrences
+    (one page of summaries: bounded whatever the history), or None when no watch has it."""
+    response = client.find_watch(name, REPORT_WINDOW, summaries=True)
     return None if response is None else history(json.loads(response.watch_json))
+
+
+def sees(summary: dict[str, Any]) -> str:
+    """What the watch can see: the smallest change per metric once occurrences exist, else
+    when it will say so."""
+    seen = summary.get("detectable_pct") or {}
+    if seen:
+        parts = ", ".join(f"{m} ±{v:.3g} %" for m, v in sorted(seen.items()))
+        return f"at its noise it sees changes of: {parts}"
+    return (
+        "the smallest change it can see is said once its baseline has run "
+        f"(tunelab watch show {summary['name']}); changes under "
+        f"{summary['margin_pct']:g}% are no change"
+    )
 
 
 def cmd_add(args: argparse.Namespace) -> int:
@@ -125,6 +175,7 @@ def cmd_add(args: argparse.Namespace) -> int:
         print_json(summary)
     else:
         print(f"watch {summary['name']} added: every {summary['every']}, first occurrence now")
+        print(sees(summary))
         print(f"follow it: tunelab watch show {summary['name']}")
     return EXIT_OK
 
@@ -142,14 +193,17 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    if args.last < 1:
-        raise CliError("--last: must be >= 1", EXIT_USAGE)
+    if args.last is not None and not 1 <= args.last <= MAX_PAGE:
+        raise CliError(f"--last: between 1 and {MAX_PAGE}", EXIT_USAGE)
+    if args.before is not None and args.before < 1:
+        raise CliError("--before: an occurrence number >= 1", EXIT_USAGE)
+    last = args.last or (0 if args.json else SHOWN_OCCURRENCES)
     with ControllerClient.for_args(args) as client:
-        doc = get_watch(client, watch_of(client, args.name))
+        doc = get_watch(client, watch_of(client, args.name), last, args.before or 0)
     if args.json:
         print_json(doc)
     else:
-        print(render_watch(doc, args.last))
+        print(render_watch(doc, last))
     return EXIT_OK
 
 
@@ -198,8 +252,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     show.add_argument(
         "--last",
         type=int,
-        default=SHOWN_OCCURRENCES,
-        help=f"occurrences the text shows, newest (default {SHOWN_OCCURRENCES}; --json: all)",
+        default=None,
+        help=f"occurrences shown, newest (default {SHOWN_OCCURRENCES}; --json: 100; "
+        f"at most {MAX_PAGE})",
+    )
+    show.add_argument(
+        "--before", type=int, default=None, help="show the occurrences before this one (a page)"
     )
     pause = verbs.add_parser("pause", help="stop queuing occurrences (a running one finishes)")
     pause.add_argument("name", help=WATCH_HELP)

@@ -42,7 +42,12 @@ from tunelab.controller.store.search_models import SearchRow
 from tunelab.controller.store.watch_models import WATCH_ACTIVE, WATCH_PAUSED, WatchRow
 from tunelab.controller.submission import Submissions
 from tunelab.controller.watchcache import WatchCache
-from tunelab.controller.watches.document import watch_document, watch_summary
+from tunelab.controller.watches.document import (
+    DEFAULT_PAGE,
+    MAX_PAGE,
+    watch_document,
+    watch_summary,
+)
 from tunelab.controller.watches.spec import watch_from_text
 from tunelab.controller.wire import (
     PB_TO_EXPERIMENT,
@@ -186,7 +191,9 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         return row
 
     def _watch_summary(self, row: WatchRow) -> dict[str, Any]:
-        summary = watch_summary(row, self._store.latest_occurrences(row.name, 2))
+        latest = self._store.latest_occurrences(row.name, 2)
+        judged = next((o for o in latest if o.verdict is not None), None)
+        summary = watch_summary(row, latest[0] if latest else None, judged)
         summary["step_error"] = self._step_error("watch", row.name)
         return summary
 
@@ -217,7 +224,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             log.info("watch_added", watch=row.name, every=found.spec.every)
             self._wake(False)
         return controller_pb2.AddWatchResponse(
-            watch_json=json.dumps(watch_summary(row, ()), sort_keys=True)
+            watch_json=json.dumps(watch_summary(row, None), sort_keys=True)
         )
 
     @_unary
@@ -234,13 +241,20 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         self, request: controller_pb2.GetWatchRequest, context: grpc.ServicerContext
     ) -> controller_pb2.GetWatchResponse:
         row = self._watch(request.name)
-        occurrences = self._store.watch_occurrences(row.name)
+        limit = request.limit or DEFAULT_PAGE
+        if not 1 <= limit <= MAX_PAGE:
+            raise InvalidRequest(f"limit: between 1 and {MAX_PAGE} occurrences, got {limit}")
+        if request.before < 0:
+            raise InvalidRequest(f"before: an occurrence number >= 1, got {request.before}")
+        latest = self._store.latest_occurrences(row.name, 2)
+        before = request.before or (latest[0].number + 1 if latest else 1)
+        occurrences = self._store.occurrences_before(row.name, before, limit)
         running = {
             o.group: self._store.group_experiments(o.group)
             for o in occurrences
             if o.verdict is None
         }
-        document = watch_document(row, occurrences, running)
+        document = watch_document(row, occurrences, running, latest, request.summaries)
         document["step_error"] = self._step_error("watch", row.name)
         return controller_pb2.GetWatchResponse(watch_json=json.dumps(document, sort_keys=True))
 

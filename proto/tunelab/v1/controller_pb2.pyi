@@ -1254,15 +1254,27 @@ class GetWatchRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     NAME_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    BEFORE_FIELD_NUMBER: _builtins.int
+    SUMMARIES_FIELD_NUMBER: _builtins.int
     name: _builtins.str
+    limit: _builtins.int
+    """occurrences in the page: 0 is 100, at most 1000"""
+    before: _builtins.int
+    """the page ends before this occurrence: 0 is the newest"""
+    summaries: _builtins.bool
+    """occurrences without their values and provenance"""
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
+        limit: _builtins.int = ...,
+        before: _builtins.int = ...,
+        summaries: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["before", b"before", "limit", b"limit", "name", b"name", "summaries", b"summaries"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1274,7 +1286,7 @@ class GetWatchResponse(_message.Message):
 
     WATCH_JSON_FIELD_NUMBER: _builtins.int
     watch_json: _builtins.str
-    """`watch show --json`: the summary and its occurrences"""
+    """`watch show --json`: the summary and a page of occurrences"""
     def __init__(
         self,
         *,

@@ -40,7 +40,9 @@ def done(number: int, seqs: int, points: list[float], race: int = 0, rung: int =
         "g-1", number, {SEQS: seqs}, TrialState.DONE, 1.0, rung=rung, experiment_id=f"x-{number}"
     )
     row.samples, row.objective = points, round(sum(points) / len(points), 6)
-    row.details = {"load": {"concurrency": 4}, **({"race": race} if race else {})}
+    row.load = ("concurrency", 4.0)
+    if race:
+        row.phase, row.race_round = "race", race
     return row
 
 
@@ -73,7 +75,11 @@ def test_two_points_of_one_launch_never_make_an_interval() -> None:
 def test_launches_give_an_interval_around_the_objective() -> None:
     for values in ([148.0, 152.0], [140.0, 150.0, 160.0], [150.0, 150.0]):
         trials = [done(1, 16, [100.0]), done(2, 32, [values[0]])]
-        trials += [done(3 + i, 32, [v], race=1 + i) for i, v in enumerate(values[1:])]
+        for i, v in enumerate(values[1:]):  # a round of the race: both contenders, noisy 16
+            trials += [
+                done(3 + 2 * i, 32, [v], race=1 + i),
+                done(4 + 2 * i, 16, [(60.0, 130.0)[i]], race=1 + i),
+            ]
         found = best(trials)
         lo, hi = found["interval"]
         assert isinstance(lo, float) and isinstance(hi, float)
@@ -86,6 +92,7 @@ def test_the_interval_of_a_positive_objective_never_crosses_zero() -> None:
     """Two launches far apart: a t interval of the raw values reaches below zero (the issue's
     [-140, 629]); the interval over launches on the log scale stays above it."""
     trials = [done(1, 16, [10.0]), done(2, 32, [40.0]), done(3, 32, [600.0], race=1)]
+    trials.append(done(4, 16, [30.0], race=1))  # the race's round is whole: both contenders
     found = best(trials)
     lo, hi = found["interval"]
     assert 0.0 < lo < found["objective"] < hi
@@ -100,3 +107,13 @@ def test_a_survivor_of_a_deeper_rung_is_the_incumbent() -> None:
     found = best(trials)
     assert found["params"] == {SEQS: 32} and found["trial"] == 3
     assert found["objective"] == 90.5 and found["launches"] == 1 and found["interval"] is None
+
+
+def test_a_cancelled_search_says_it_was_cancelled() -> None:
+    """Issue 43.7: the answer of a search cancelled mid-race read 'racing (round 0): ...' as if
+    it were still running."""
+    row = search_row()
+    row.state = SearchState.CANCELLED
+    doc = search_document(row, [done(1, 16, [100.0]), done(2, 32, [150.0])])
+    assert doc["answer"].startswith("cancelled before the race was decided: trial 2"), doc["answer"]
+    assert doc["answer"].endswith("undecided")

@@ -57,7 +57,12 @@ def store(tmp_path: Path) -> SqliteStore:
 
 
 def add(store: SqliteStore, clock: Clock, baseline: str = "first") -> WatchRow:
-    found = watch_from_text(SPEC.replace("BASELINE", baseline))
+    return insert(store, clock, SPEC.replace("BASELINE", baseline))
+
+
+def insert(store: SqliteStore, clock: Clock, text: str) -> WatchRow:
+    """The watch of spec ``text``, added at ``clock.now`` (as AddWatch does)."""
+    found = watch_from_text(text)
     assert found is not None
     row = WatchRow(
         found.name, found.spec.to_dict(), found.base_yaml, WATCH_ACTIVE, clock.now, clock.now,

@@ -9,7 +9,6 @@ from typing import Any
 from tunelab.analysis.intervals import ALPHA, Method, adjust, contrast
 from tunelab.analysis.watch import (
     MASK,
-    METRICS_HIGHER_BETTER,
     Occurrence,
     change_points,
     history_page,
@@ -24,9 +23,35 @@ def occ(index: int, **values: tuple[float, ...]) -> Occurrence:
     return Occurrence(index, 1000.0 + index, dict(values), {})
 
 
-def test_metrics_table_is_the_effects_one() -> None:
-    assert METRICS_HIGHER_BETTER["output_throughput"] is True
-    assert METRICS_HIGHER_BETTER["median_ttft_ms"] is False
+def test_a_p99_ttft_at_c8_that_slows_30_percent_is_a_regression() -> None:
+    """Issue 43: the direction was looked up by the full name "p99_ttft_ms@c8", missed, and
+    defaulted to "higher is better": a 30 % slower p99 TTFT was an "improvement"."""
+    base = occ(0, **{"p99_ttft_ms@c8": (100.0, 102.0, 98.0)})
+    slower = occ(1, **{"p99_ttft_ms@c8": (130.0, 132.6, 127.4)})
+    doc = judge_occurrence(slower, base, ["p99_ttft_ms@c8"], 0.05)
+    assert doc["verdict"] == "regression" and doc["metrics"][0]["change_pct"] == 30.0
+    assert judge_occurrence(base, slower, ["p99_ttft_ms@c8"], 0.05)["verdict"] == "improvement"
+
+
+def test_more_failed_requests_is_a_regression_and_zero_failures_no_change() -> None:
+    base = occ(0, failed=(0.0, 0.0, 0.0))
+    assert (
+        judge_occurrence(occ(1, failed=(0.0, 0.0, 0.0)), base, ["failed"], 0.05)["verdict"]
+        == "no change"
+    )
+    worse = occ(2, failed=(20.0, 21.0, 19.0))
+    assert judge_occurrence(worse, base, ["failed"], 0.05)["verdict"] == "regression"
+    assert judge_occurrence(base, worse, ["failed"], 0.05)["verdict"] == "improvement"
+
+
+def test_an_undecided_metric_says_what_the_watch_can_see() -> None:
+    base = occ(0, output_throughput=(1000.0, 1060.0, 940.0))
+    cur = occ(1, output_throughput=(1010.0, 1070.0, 950.0))
+    row = judge_occurrence(cur, base, ["output_throughput"], 0.02)["metrics"][0]
+    assert row["verdict"] == "undecided"
+    assert row["missing"].startswith("no change detected; at this noise it sees changes of ±")
+    assert row["detectable_pct"] is not None and row["detectable_pct"] > 2.0
+    assert f"±{row['detectable_pct']:.3g} % or more" in row["missing"]
 
 
 def test_a_clear_20_percent_step_down_in_throughput_is_a_regression() -> None:
@@ -65,7 +90,7 @@ def test_two_noisy_launches_are_undecided_and_say_what_is_missing() -> None:
     row = doc["metrics"][0]
     assert doc["verdict"] == row["verdict"] == "undecided"
     assert row["missing"].endswith("more launches would decide")
-    assert int(row["missing"].split()[0]) > 1
+    assert int(row["missing"].split("; ")[-1].split()[0]) > 1
 
 
 def test_one_launch_cannot_be_judged() -> None:
@@ -78,17 +103,16 @@ def test_one_launch_cannot_be_judged() -> None:
 
 def test_the_metrics_are_one_benjamini_hochberg_family() -> None:
     rng = random.Random(3)
-    base_vals = {m: tuple(100 + rng.gauss(0, 3) for _ in range(3)) for m in ("a", "b", "c")}
-    cur_vals: dict[str, tuple[float, ...]] = {
-        "a": (90.0, 91.0, 89.5),
-        "b": (97.0, 101.0, 96.0),
-        "c": (99.0, 103.0, 100.0),
-    }
+    names = ("output_throughput", "request_throughput", "total_token_throughput")
+    base_vals = {m: tuple(100 + rng.gauss(0, 3) for _ in range(3)) for m in names}
+    cur_vals: dict[str, tuple[float, ...]] = dict(
+        zip(names, [(90.0, 91.0, 89.5), (97.0, 101.0, 96.0), (99.0, 103.0, 100.0)], strict=True)
+    )
     doc = judge_occurrence(
-        Occurrence(1, 0, cur_vals, {}), Occurrence(0, 0, base_vals, {}), ["a", "b", "c"], 0.02
+        Occurrence(1, 0, cur_vals, {}), Occurrence(0, 0, base_vals, {}), list(names), 0.02
     )
     raw = []
-    for m in ("a", "b", "c"):
+    for m in names:
         est = contrast(cur_vals[m], base_vals[m])
         assert est is not None
         raw.append(est.p_value())

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
-from tunelab.analysis.effects import METRIC_LABELS
+from tunelab.analysis.metrics import label as metric_label
 from tunelab.analysis.report.page import CHECK_SCRIPT, STYLE
 from tunelab.analysis.report.svg import PALETTE, nice_ticks
 from tunelab.analysis.watch.changes import change_points
@@ -105,7 +105,8 @@ def _history_chart(
     for i in sorted(set(xs))[:: max(1, len(xs) // 12)]:
         body.append(f'<text x="{px(i):.1f}" y="{CH - B + 16}" text-anchor="middle">{i}</text>')
     body.append(f'<text x="{(L + CW) / 2}" y="{CH - 6}" text-anchor="middle">occurrence</text>')
-    label = escape(METRIC_LABELS.get(metric, metric))
+    name, _, key = metric.partition("@")
+    label = escape(metric_label(name) + (f" at {key}" if key else ""))
     return (
         f'<svg class="chart-svg" viewBox="0 0 {CW} {CH}" width="{CW}" height="{CH}" role="img" '
         f'aria-label="{label}" xmlns="http://www.w3.org/2000/svg">' + "".join(body) + "</svg>"
@@ -118,10 +119,12 @@ def history_page(
     judgements: Sequence[Mapping[str, Any]],
     baseline_index: int,
     metrics: Sequence[str],
+    total: int = 0,
 ) -> str:
     """``tunelab report WATCH``: one self-contained page, a chart per metric over the watch's
     history (each occurrence's mean and adjusted interval, the baseline's band, change points,
-    provenance changes as annotations) and a table of verdicts."""
+    provenance changes as annotations) and a table of verdicts. ``total``: the watch's
+    occurrences when ``occurrences`` are only its newest (the page says so)."""
     baseline = next((o for o in occurrences if o.index == baseline_index), occurrences[0])
     notes: list[tuple[int, str]] = []
     for prev, occ in itertools.pairwise(occurrences):
@@ -158,12 +161,17 @@ def history_page(
         )
     notes_html = "".join(f"<li>before {i}: {escape(t)}</li>" for i, t in notes)
     title = escape(name)
+    shown = f"{len(occurrences)} occurrences"
+    if total > len(occurrences):
+        shown = (
+            f"the newest {len(occurrences):,} of {total:,} occurrences (older: watch show --before)"
+        )
     return (
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
         f"<title>tunelab watch: {title}</title><style>{STYLE}</style>"
         f"<script>{CHECK_SCRIPT}</script></head><body>"
         f"<h1>tunelab watch: {title}</h1>"
-        f"<p>{len(occurrences)} occurrences; baseline: occurrence {baseline.index}</p>"
+        f"<p>{shown}; baseline: occurrence {baseline.index}</p>"
         f"<h2>History</h2><div class='grid'>{''.join(sections)}</div>"
         f"<h2>Provenance changes</h2><ul>{notes_html or '<li>none</li>'}</ul>"
         "<h2>Verdicts</h2><table class='text'><tr><th>occurrence</th><th>verdict</th>"

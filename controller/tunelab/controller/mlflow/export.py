@@ -35,6 +35,7 @@ from tunelab.controller.wire import redacted_pairs
 log = structlog.get_logger(__name__)
 FINISHED = (ExperimentState.SUCCEEDED, ExperimentState.FAILED, ExperimentState.CANCELLED)
 MAX_PAUSE = 300.0
+WATCH_PAGE = 200  # watch occurrences read a pass, from the first not yet in MLflow
 
 
 def attempt_dict(row: AttemptRow) -> dict[str, Any]:
@@ -95,6 +96,7 @@ class MlflowExporter:
         self._thread = threading.Thread(target=self._run, name="mlflow-export", daemon=True)
         self._down_since: str = ""
         self._watch_exported: set[str] = set()  # occurrences' keys in MLflow
+        self._watch_done: dict[str, int] = {}  # per watch: every occurrence up to N is in MLflow
 
     def start(self) -> None:
         self._thread.start()
@@ -162,19 +164,25 @@ class MlflowExporter:
         """Each judged watch occurrence not yet in MLflow as a run of its own
         (``tunelab.analysis.mlflow.watch_plan``); the number of runs written."""
         plans = []
-        for watch in self._store.list_watches():
-            for o in self._store.watch_occurrences(watch.name):
+        for watch in self._store.list_watches():  # a page a watch a pass: bounded by history
+            done = self._watch_done.get(watch.name, 0)
+            page = self._store.watch_occurrences(watch.name, done, WATCH_PAGE)
+            for o in page:
                 key = occurrence_key(watch.name, o.number)
-                if o.verdict is None or key in self._watch_exported:
+                if o.verdict is not None and key in self._watch_exported and o.number == done + 1:
+                    done = o.number
+                    self._watch_exported.discard(key)  # counted by done from now on
+                if o.verdict is None or o.number <= done or key in self._watch_exported:
                     continue
                 plans.append(
                     occurrence_plan(
                         watch.name, o.number, o.group, o.started_at, o.judged_at, o.verdict
                     )
                 )
-        done = sink.write(plans) if plans else []
-        self._watch_exported.update(d.key for d in done)  # a verdict is written once
-        return sum(1 for d in done if d.written)
+            self._watch_done[watch.name] = done
+        written = sink.write(plans) if plans else []
+        self._watch_exported.update(d.key for d in written)  # a verdict is written once
+        return sum(1 for d in written if d.written)
 
     def _export_group(self, sink: MlflowSink, group: str) -> int:
         members = self._store.list_experiments(limit=1_000_000, group=group)

@@ -25,6 +25,7 @@ from typing import Any
 
 import structlog
 
+from tunelab.analysis.evidence import Phase
 from tunelab.analysis.slos import slo_text
 from tunelab.controller.guard import StepGuard
 from tunelab.controller.search import drift, race
@@ -277,8 +278,8 @@ class SearchDriver:
                 experiments.append(experiment)
         if new:
             self._store.add_trials(new, experiments, fence)
-            log.info("search_race_queued", group=search.group, round=new[0].details.get("race"),
-                     drift=new[0].details.get("drift"), count=len(experiments))  # fmt: skip
+            log.info("search_race_queued", group=search.group, round=new[0].race_round,
+                     phase=new[0].phase, count=len(experiments))  # fmt: skip
         return len(experiments)
 
     def _trial(
@@ -321,10 +322,13 @@ class SearchDriver:
         )
         row.experiment_id = experiment.id
         row.details = {"label": trial_label(proposal.params)}
-        if proposal.race:
-            row.details["race"] = proposal.race
+        row.race_round = proposal.race
         if proposal.drift:
-            row.details["drift"] = proposal.drift
+            row.phase = Phase.DRIFT_START if proposal.drift == "start" else Phase.DRIFT_END
+        elif proposal.effect:
+            row.phase = Phase.EFFECT
+        elif proposal.race:
+            row.phase = Phase.RACE
         return row, experiment
 
     def _collect(
@@ -343,6 +347,8 @@ class SearchDriver:
             found = outcome(spec, exp, attempts[exp.id], fixed_load=race.is_fixed_load(t))
             t.state, t.failure_reason = found.state, found.failure_reason
             t.details = {**t.details, **found.details}
+            t.load, t.slo_ratios, t.host = found.load, found.slo_ratios, found.host
+            t.gpu_seconds = found.gpu_seconds
             t.finished_at = self._clock()
             t.samples = list(found.samples)  # the answer points of this one launch
             t.objective = found.objective  # this launch's value (the launch is the unit)
@@ -388,7 +394,8 @@ class SearchDriver:
         standing = race.standings(spec, trials)
         done = sum(1 for t in trials if t.state in (TrialState.DONE, TrialState.FAILED))
         if standing.best is not None:
-            summary = f"{why}; {answer_line(spec, standing)}"
+            cancelled = state is SearchState.CANCELLED
+            summary = f"{why}; {answer_line(spec, standing, cancelled)}"
         else:
             failed = sum(1 for t in trials if t.state is TrialState.FAILED)
             summary = (

@@ -15,7 +15,7 @@ from tunelab.controller.store.search_models import SearchRow, TrialRow
 from tunelab.controller.store.searches import SearchStatements
 from tunelab.controller.store.slurmbook import SlurmJobRow, SlurmStatements
 from tunelab.controller.store.watch_models import OccurrenceRow, WatchRow
-from tunelab.controller.store.watches import WatchStatements
+from tunelab.controller.store.watches import PAGE_LIMIT, WatchStatements
 
 
 class StatementBooks:
@@ -100,8 +100,13 @@ class StatementBooks:
     def remove_watch(self, name: str) -> None:
         self.watches.remove_watch(name)
 
-    def watch_occurrences(self, name: str) -> list[OccurrenceRow]:
-        return self.watches.watch_occurrences(name)
+    def watch_occurrences(
+        self, name: str, after: int = 0, limit: int = PAGE_LIMIT
+    ) -> list[OccurrenceRow]:
+        return self.watches.watch_occurrences(name, after, limit)
+
+    def occurrences_before(self, name: str, before: int, limit: int) -> list[OccurrenceRow]:
+        return self.watches.occurrences_before(name, before, limit)
 
     def latest_occurrences(self, name: str, limit: int) -> list[OccurrenceRow]:
         return self.watches.latest_occurrences(name, limit)

@@ -22,6 +22,8 @@ from tunelab.controller.store.models import ExperimentRow, FencingToken
 from tunelab.controller.store.watch_models import WATCH_MOVES, OccurrenceRow, WatchRow
 
 OCCURRENCE_COLUMNS = "watch, number, grp, due_at, started_at, verdict_json, judged_at"
+PAGE_LIMIT = 1000  # occurrences one read returns at most
+MAX_WATCHES = 200  # watches one controller runs (issue 45: 300 at every 2s took 62 % CPU)
 
 
 class WatchSql:
@@ -40,8 +42,14 @@ class WatchSql:
         self.set_state = f"UPDATE watches SET state = {p} WHERE name = {p} AND state = {p}"
         self.delete_watch = f"DELETE FROM watches WHERE name = {p}"
         self.delete_occurrences = f"DELETE FROM watch_occurrences WHERE watch = {p}"
+        self.count_watches = "SELECT COUNT(*) AS n FROM watches"
         self.occurrences = (
-            f"SELECT {OCCURRENCE_COLUMNS} FROM watch_occurrences WHERE watch = {p} ORDER BY number"
+            f"SELECT {OCCURRENCE_COLUMNS} FROM watch_occurrences WHERE watch = {p} "
+            f"AND number > {p} ORDER BY number LIMIT {p}"
+        )
+        self.before = (
+            f"SELECT {OCCURRENCE_COLUMNS} FROM watch_occurrences WHERE watch = {p} "
+            f"AND number < {p} ORDER BY number DESC LIMIT {p}"
         )
         self.latest = (
             f"SELECT {OCCURRENCE_COLUMNS} FROM watch_occurrences WHERE watch = {p} "
@@ -97,11 +105,19 @@ class WatchStatements:
         self._engine = engine
         self.watch_sql = sql
 
-    def insert_watch(self, row: WatchRow) -> None:
+    def insert_watch(self, row: WatchRow, cap: int = MAX_WATCHES) -> None:
+        """StoreConflict when the name is taken or the controller holds ``cap`` watches (the
+        count is read in the same transaction)."""
         with self._engine._tx() as conn:
             if conn.execute(self.watch_sql.watch_exists, (row.name,)).fetchall():
                 raise StoreConflict(
                     f"a watch named {row.name!r} exists (tunelab watch rm {row.name} first)"
+                )
+            held = int(conn.execute(self.watch_sql.count_watches).fetchone()["n"])
+            if held >= cap:
+                raise StoreConflict(
+                    f"this controller holds {held} watches, the most it runs (each one's judging "
+                    "and schedule cost every tick); remove one with tunelab watch rm NAME"
                 )
             conn.execute(
                 self.watch_sql.insert_watch,
@@ -150,9 +166,21 @@ class WatchStatements:
             conn.execute(self.watch_sql.delete_occurrences, (name,))
             self._engine._event(conn, "watch", name, None, None, "removed")
 
-    def watch_occurrences(self, name: str) -> list[OccurrenceRow]:
-        """Oldest first."""
-        return [_occurrence(r) for r in self._engine._query(self.watch_sql.occurrences, (name,))]
+    def watch_occurrences(
+        self, name: str, after: int = 0, limit: int = PAGE_LIMIT
+    ) -> list[OccurrenceRow]:
+        """At most ``limit`` occurrences numbered above ``after``, oldest first (a page: the
+        history grows by one an occurrence, so nothing reads it whole)."""
+        rows = self._engine._query(
+            self.watch_sql.occurrences, (name, after, min(limit, PAGE_LIMIT))
+        )
+        return [_occurrence(r) for r in rows]
+
+    def occurrences_before(self, name: str, before: int, limit: int) -> list[OccurrenceRow]:
+        """The newest ``limit`` occurrences numbered below ``before``, oldest first."""
+        query = self.watch_sql.before
+        rows = self._engine._query(query, (name, before, min(limit, PAGE_LIMIT)))
+        return [_occurrence(r) for r in reversed(rows)]
 
     def latest_occurrences(self, name: str, limit: int) -> list[OccurrenceRow]:
         """The newest ``limit``, newest first."""

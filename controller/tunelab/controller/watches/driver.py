@@ -13,7 +13,7 @@ period never piles occurrences up in the queue (the due slot waits, then runs on
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -25,7 +25,8 @@ from tunelab.controller.store.base import Store, StoreConflict, StoreFenced
 from tunelab.controller.store.models import FencingToken
 from tunelab.controller.store.watch_models import WATCH_ACTIVE, OccurrenceRow, WatchRow
 from tunelab.controller.submission import experiment_rows, new_group
-from tunelab.controller.watches.judging import figures, judge
+from tunelab.controller.watches.figures import figures
+from tunelab.controller.watches.judging import History, build_history, judge
 from tunelab.controller.watches.spec import WatchSpec
 
 log = structlog.get_logger(__name__)
@@ -110,29 +111,31 @@ class WatchDriver:
     def _judge_ended(
         self, watch: WatchRow, pending: list[OccurrenceRow], fence: FencingToken
     ) -> None:
-        history = self._store.watch_occurrences(watch.name)
         for occurrence in sorted(pending, key=lambda o: o.number):
-            if not self._judge_one(watch, occurrence, history, fence):
+            if not self._judge_one(watch, occurrence, fence):
                 break  # in order: a later one waits for this one's verdict
-            history = self._store.watch_occurrences(watch.name)
 
-    def _judge_one(
-        self,
-        watch: WatchRow,
-        occurrence: OccurrenceRow,
-        history: Sequence[OccurrenceRow],
-        fence: FencingToken,
-    ) -> bool:
-        earlier = [o for o in history if o.number < occurrence.number]
-        if any(o.verdict is None for o in earlier):
-            return False
+    def history(self, watch: WatchRow, number: int) -> History:
+        """The bounded history occurrence ``number`` is judged with (``judging.History``)."""
+        name = watch.name
+        return build_history(
+            WatchSpec.from_dict(watch.spec),
+            number,
+            lambda before, limit: self._store.occurrences_before(name, before, limit),
+            lambda after, limit: self._store.watch_occurrences(name, after, limit),
+        )
+
+    def _judge_one(self, watch: WatchRow, occurrence: OccurrenceRow, fence: FencingToken) -> bool:
         experiments = self._store.group_experiments(occurrence.group)
         if not all(e.state.is_terminal() for e in experiments):
+            return False  # checked first: a running occurrence costs one small read a tick
+        history = self.history(watch, occurrence.number)
+        if any(o.verdict is None for o in history.window):
             return False
         spec = WatchSpec.from_dict(watch.spec)
         attempts = self._store.attempts_for_many([e.id for e in experiments])
         found = figures(experiments, attempts, spec.metrics)
-        verdict = judge(spec, occurrence, found, len(experiments), earlier)
+        verdict = judge(spec, occurrence, found, len(experiments), history)
         try:
             self._store.judge_occurrence(
                 watch.name, occurrence.number, verdict, self._clock(), fence

@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 from cronsim import CronSim, CronSimError
 
-from tunelab.analysis.compare import POINT_FIELDS
+from tunelab.analysis.metrics import UnknownMetric, parse_metric
 from tunelab.common.durations import parse_duration
 from tunelab.controller.spec.errors import SpecError, SpecIssue
 from tunelab.controller.spec.expand import ExpandedExperiment, expand_text, parse_spec_text
@@ -40,12 +40,9 @@ MAX_METRICS = 16
 DEFAULT_LAUNCHES = 3
 DEFAULT_MARGIN = 0.02
 MIN_MARGIN = 0.001  # 0.1 %: below any launch-to-launch noise; 1e-300 overflowed the judge
-METRIC = re.compile(r"^([a-z0-9_]{1,64})(?:@([A-Za-z0-9.]{1,32}))?$")  # a label: bounded
 PINNED = re.compile(r"^pinned\s+(\d{1,20})$")
 MAX_PIN = 2**31 - 1  # an occurrence number is an INTEGER column (PostgreSQL: 32 bits)
-# metrics where a larger value is better; the rest (latencies, failures) are better smaller
-LARGER_IS_BETTER = {"output_throughput", "request_throughput", "total_token_throughput",
-                    "completed"}  # fmt: skip
+MAX_METRIC_TEXT = 64  # characters of NAME@KEY (a metric becomes a Prometheus label)
 
 
 @dataclass(frozen=True)
@@ -166,15 +163,18 @@ def _metrics(check: Checker, value: Any) -> tuple[str, ...]:
         check.fail("watch.metrics", f"at most {MAX_METRICS} metrics, got {len(value)}")
     out: list[str] = []
     for i, item in enumerate(value):
-        found = METRIC.match(item) if isinstance(item, str) else None
-        if found is None or found.group(1) not in POINT_FIELDS:
-            check.fail(
-                f"watch.metrics[{i}]",
-                f"unknown metric {str(item)[:80]!r} (expected one of: {', '.join(POINT_FIELDS)}, "
-                "optionally with @KEY for one sweep point, e.g. output_throughput@c8)",
-            )
-        elif item in out:
-            check.fail(f"watch.metrics[{i}]", f"{item[:80]!r} is listed twice")
+        if not isinstance(item, str) or len(item) > MAX_METRIC_TEXT:
+            check.fail(f"watch.metrics[{i}]", f"a metric name of at most {MAX_METRIC_TEXT} "
+                       "characters, optionally with @KEY (output_throughput@c8)")  # fmt: skip
+            continue
+        try:
+            parse_metric(item)
+        except UnknownMetric as exc:
+            check.fail(f"watch.metrics[{i}]", f"{exc} (optionally with @KEY for one sweep "
+                       "point, e.g. output_throughput@c8)")  # fmt: skip
+            continue
+        if item in out:
+            check.fail(f"watch.metrics[{i}]", f"{item!r} is listed twice")
         else:
             out.append(item)
     return tuple(out)
@@ -197,6 +197,13 @@ def parse_watch(raw: Any, repeat: Any) -> tuple[WatchSpec | None, list[SpecIssue
     if repeat is not None and repeat != launches:
         check.fail("repeat", f"a watch launches watch.launches ({launches}) times; drop repeat")
     baseline, pin = _baseline(check, given.get("baseline", "first"))
+    if launches == 1 and baseline != "first":
+        check.fail(
+            "watch.launches",
+            f"one launch an occurrence has no spread to judge against a {baseline} baseline of "
+            "one launch; use baseline: first (it pools the first occurrences as replicates) "
+            "or launches: 2 or more",
+        )
     metrics = _metrics(check, given.get("metrics", []))
     margin = _margin(check, given.get("margin", "2%"))
     if check.issues:

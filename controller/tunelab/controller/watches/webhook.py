@@ -28,6 +28,7 @@ from tunelab.analysis.watch import verdict_line
 from tunelab.common.boundedhttp import HttpFailure, request
 from tunelab.common.sanitize import printable, slack_text
 from tunelab.controller.store.watch_models import OccurrenceRow, WatchRow
+from tunelab.controller.watches.document import against, state_lines
 
 log = structlog.get_logger(__name__)
 MAX_TEXT = 3000  # characters of "text": Slack shows 40,000; a verdict fits in far less
@@ -36,14 +37,14 @@ Post = Callable[[str, bytes, float], int]  # (url, body, timeout) -> HTTP status
 
 
 def verdict_text(watch: str, occurrence: int, verdict: Mapping[str, Any]) -> str:
-    """``watch nightly #5: regression against #1`` and a verdict line per metric, at most
-    ``MAX_TEXT`` characters."""
-    against = f" against #{verdict['baseline']}" if verdict.get("baseline") else ""
-    lines = [f"tunelab watch {watch} #{occurrence}: {verdict['verdict']}{against}"]
-    if verdict.get("reason") and verdict["verdict"] != "baseline":
+    """``watch nightly #5: regression against #1``, a verdict line per metric and a line per
+    metric in the regression state (what alerts follow), at most ``MAX_TEXT`` characters."""
+    lines = [f"tunelab watch {watch} #{occurrence}: {verdict['verdict']}{against(verdict)}"]
+    if verdict.get("reason"):  # pooled or replaced baselines say so too
         lines.append(str(verdict["reason"]))
     changes = verdict.get("changes") or []
     lines += [verdict_line(row, changes) for row in verdict.get("metrics") or []]
+    lines += state_lines(verdict)
     # what a server or checkpoint said (an engine version...) may be in it: printable lines,
     # Slack's <, >, & and @ escaped (no <!channel>, no forged link or mention)
     return slack_text("\n".join(lines), MAX_TEXT)
