@@ -37,7 +37,10 @@ def point_label(concurrency: int, rate: float | str, point: dict[str, Any] | Non
 
 
 def clock(seconds: float) -> str:
-    """``1:02:03`` or ``32:00``: a planned duration as a clock shows it."""
+    """``1:02:03``, ``32:00`` or ``0:02.5``: a planned duration as a clock shows it (tenths
+    under a minute, where they count)."""
+    if seconds < 59.95 and round(seconds, 1) != round(seconds):
+        return f"0:{seconds:04.1f}"
     whole = round(seconds)
     hours, rest = divmod(whole, 3600)
     return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
@@ -104,9 +107,10 @@ class BenchProgressView:
             # the time until its last request is due (then the requests still in flight)
             if task not in self._planned:
                 self._planned.add(task)
+                said = p.schedule_unit or "the last one is due then"
                 self.progress.console.print(
                     f"{label}: {p.requests_total} requests over {clock(p.planned_seconds)} as "
-                    "scheduled (the last one is due then)",
+                    f"scheduled, {said}",
                     highlight=False,
                 )
             self.progress.update(

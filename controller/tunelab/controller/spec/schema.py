@@ -49,6 +49,7 @@ DATASET_KEYS: dict[str, tuple[str, str]] = {
     "block_size": ("integer", "trace_block_size"),
     "sec_multiplier": ("number", "trace_sec_multiplier"),
     "timed": ("boolean", "trace_timed"),
+    "long_schedule": ("boolean", "trace_long_schedule"),
     "sha256": ("string", "sha256"),
 }
 RAMP_KEYS = {"strategy", "start_rate", "end_rate"}
