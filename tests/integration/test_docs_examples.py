@@ -7,7 +7,7 @@ take them, through the real console script.
   pass it on the simulator's server.
 - A spec that starts SGLang or vLLM (in the docs and in examples/) uses that engine's own flag
   names: each ``server.flags`` key, and each ``server.flags.--x`` it varies, is in the engine's
-  argument list as read from its released wheel (tests/fixtures/engine_flags/).
+  argument list as shipped (tunelab/common/engine_flags/, read from its released wheel).
 - Every ``tunelab bench`` line is accepted as written: against a port where nothing listens it
   gets as far as connecting (exit 3, "cannot reach"), past every check of its flags.
 
@@ -26,13 +26,13 @@ import pytest
 import yaml
 
 from tests.support.daemon_proc import REPO
+from tunelab.common import engineflags
 from tunelab.controller.spec.limits import DEFAULT_LIMITS
 from tunelab.controller.watches.spec import watch_from_text
 
 TUNELAB = str(Path(sys.executable).with_name("tunelab"))
 PAGES = sorted((REPO / "docs").glob("*.md"))
 FENCE = re.compile(r"^(```|~~~)\s*(\S*)\s*(\{[^}]*\})?\s*$")
-FLAGS = REPO / "tests" / "fixtures" / "engine_flags"
 ENGINES = {"sglang": "sglang.launch_server", "vllm": "vllm"}
 BASE = yaml.safe_load((REPO / "examples" / "demo-ablation.yaml").read_text())
 DEAD = "http://127.0.0.1:1"  # nothing listens on port 1
@@ -126,8 +126,9 @@ def engine_specs() -> list[Any]:
 
 
 def engine_flags(engine: str) -> set[str]:
-    lines = (FLAGS / f"{engine}.txt").read_text().splitlines()
-    return {line for line in lines if line.startswith("--")}
+    found = engineflags.flags_for(engine)
+    assert found is not None
+    return set(found[1])
 
 
 def varied_flags(spec: dict[str, Any]) -> set[str]:

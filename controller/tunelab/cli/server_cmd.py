@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from typing import Any
@@ -28,6 +29,9 @@ from tunelab.common.durations import format_duration, parse_duration
 from tunelab.v1 import agent_pb2, server_pb2
 
 STATUS_LOG_LINES = 5
+# argparse's usage block ("usage: prog [-h] ...", then "   [--flag X]" lines): a refused flag's
+# error line already says what is wrong, and the usage is 20 lines of fragments (issue 46)
+ARGPARSE_USAGE = re.compile(r"^\s*(usage: |\[-)")
 FAILED_STATES = {server_pb2.SERVER_STATE_FAILED, server_pb2.SERVER_STATE_KILL_FAILED}
 
 
@@ -222,9 +226,14 @@ def _print_summary(server: server_pb2.Server) -> None:
             print(f"  failure reason {data['failure_reason']}: {failure_line}")
         if data["exit_code"] is not None and f"exit code {data['exit_code']}" not in message:
             print(f"  exit code {data['exit_code']}")
-        for tail in server.log_tail:
-            if not (failure_line and tail.strip() == failure_line and failure_line in message):
-                print(f"  | {tail}")
+        tail = list(server.log_tail)
+        if data["failure_reason"] == "BAD_ARGUMENT":  # the error line says it: not its usage
+            tail = [line for line in tail if not ARGPARSE_USAGE.match(line)]
+        for line in tail:
+            if not (failure_line and line.strip() == failure_line and failure_line in message):
+                print(f"  | {line}")
+        if len(tail) < len(server.log_tail):
+            print(f"  (the server's usage lines left out: tunelab server logs {server.id})")
 
 
 # --- ls / status -----------------------------------------------------------------------------

@@ -46,6 +46,19 @@ class EngineSupervision:
     def probe(self) -> ProbeResult | None:
         return self.probe_state.poll()
 
+    def port_mismatch(self) -> str:
+        """Why the probe will never see this server ready: its own ready line says it listens
+        on another port than the one probed ("" when it does not say, or says the same)."""
+        said = self.watch.listening
+        port = self.probe_state.port
+        if said is None or said[0] == port or self.probe_state.last.ready:
+            return ""
+        return (
+            f"the server listens on port {said[0]} (its log: {said[1]!r}), but the readiness "
+            f"probe uses port {port}: give both the same port (server start --port, "
+            'server.port, "{port}" in the server\'s flags)'
+        )
+
     def probe_detail(self) -> str:
         return self.probe_state.last.detail
 

@@ -45,6 +45,7 @@ LEFTOVER_SCAN_SETTLED = 15.0
 LEFTOVER_SETTLE = 60.0
 MAX_LOG_READ = 1 << 20
 WRONG_MODEL_GRACE = 5.0
+PORT_MISMATCH_GRACE = 3.0  # after the ready line names another port, the probed one may yet open
 CRASH_BACKOFF = 0.5  # a crashed pass is retried after this, doubling up to the max
 CRASH_BACKOFF_MAX = 30.0  # a server listing other models this long has a wrong ready model
 
@@ -106,6 +107,7 @@ class ServerSupervisor:
         self._stop_reason = ""
         self._fail_after_stop = False
         self._wrong_model_since: float | None = None
+        self._port_mismatch_since: float | None = None
         self._next_leftover_scan = 0.0
         # an adopted READY server settled long ago; a new one settles a minute after READY
         self._settles_at = 0.0 if record.state is ServerState.READY else math.inf
@@ -199,6 +201,8 @@ class ServerSupervisor:
                     self._on_ready()
                     continue
                 if result is not None and self._wrong_model_for_too_long(result, now):
+                    continue
+                if self._listens_elsewhere_for_too_long(now):
                     continue
                 self._wake.wait(self._settings.probe_interval)
             elif self._leader_exited():  # the monitor has not reaped it yet: ask again soon
@@ -342,11 +346,27 @@ class ServerSupervisor:
         if now - self._wrong_model_since < WRONG_MODEL_GRACE:
             return False
         self._fail_after_stop = True
+        fix = result.hint or "fix the ready model (--ready-model, server.ready.model)"
         self.request_stop(
             None,
             f"the server answers, but does not serve model {self._spec.ready_model!r} "
-            f"({result.detail}); fix the ready model (--ready-model, server.ready.model)",
+            f"({result.detail}); {fix}",
         )
+        return True
+
+    def _listens_elsewhere_for_too_long(self, now: float) -> bool:
+        """Fail a server whose own ready line names another port than the probed one, once
+        the probed port has stayed unready a few seconds after it (not the startup timeout)."""
+        reason = self._engine.port_mismatch()
+        if not reason:
+            self._port_mismatch_since = None
+            return False
+        if self._port_mismatch_since is None:
+            self._port_mismatch_since = now
+        if now - self._port_mismatch_since < PORT_MISMATCH_GRACE:
+            return False
+        self._fail_after_stop = True
+        self.request_stop(None, reason)
         return True
 
     def _on_startup_timeout(self) -> None:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tunelab.bench.tokens import spec_tokenizer_problem
+from tunelab.common import engineflags
 from tunelab.common.durations import parse_duration
 from tunelab.common.specbounds import MAX_TEXT, Range, SpecViolation, check_number
 from tunelab.controller.spec.errors import SpecIssue
@@ -23,7 +24,9 @@ LABEL_VALUE = re.compile(r"^[^\x00-\x1f\x7f]{0,253}$")  # no NUL, newline or oth
 
 TOP_KEYS = {"name", "priority", "host", "server", "benchmark", "max_duration", "repeat", "matrix",
             "ablation", "max_attempts", "roofline", "redact", "profile", "compare"}  # fmt: skip
-SERVER_KEYS = {"command", "flags", "env", "port", "ready", "stop_grace", "cwd", "engine"}
+SERVER_KEYS = {
+    "command", "flags", "env", "port", "ready", "stop_grace", "cwd", "engine", "engine_version"
+}  # fmt: skip
 ENGINES = ("vllm", "sglang", "generic")  # the agent's engine profiles
 READY_KEYS = {"path", "model", "timeout"}
 HOST_KEYS = {"name", "labels", "gpus"}
@@ -310,18 +313,31 @@ def check_server(check: Checker, raw: Any) -> dict[str, Any]:
             server.get("stop_grace", "30s"), "server.stop_grace", "ServerSpec.stop_grace_seconds"
         ),
         "cwd": check.string(server["cwd"], "server.cwd") if "cwd" in server else "",
-        **_engine(check, server),
+        **_engine(check, server, command, flags),
     }
 
 
-def _engine(check: Checker, server: Mapping[str, Any]) -> dict[str, str]:
-    """``server.engine``: kept only when given, so specs without it normalise as before."""
-    if "engine" not in server:
-        return {}
-    engine = check.string(server["engine"], "server.engine")
-    if engine not in ENGINES:
-        check.fail("server.engine", f"must be one of {', '.join(ENGINES)}, got {engine!r}")
-    return {"engine": engine}
+def _engine(
+    check: Checker, server: Mapping[str, Any], command: list[str], flags: Mapping[str, Any]
+) -> dict[str, str]:
+    """``server.engine`` and ``server.engine_version``: kept only when given, so specs without
+    them normalise as before. The flags are checked against that engine's own list."""
+    out: dict[str, str] = {}
+    if "engine" in server:
+        out["engine"] = check.string(server["engine"], "server.engine")
+        if out["engine"] not in ENGINES:
+            check.fail(
+                "server.engine", f"must be one of {', '.join(ENGINES)}, got {out['engine']!r}"
+            )
+    if "engine_version" in server:
+        out["engine_version"] = check.string(server["engine_version"], "server.engine_version")
+    engine = out.get("engine") or engineflags.engine_named(command)
+    version = out.get("engine_version", "")
+    for bad in engineflags.unknown_flags(engine, list(flags), version):
+        check.fail(f"server.flags.{bad.flag}", bad.problem())
+    for bad in engineflags.unknown_flags(engine, engineflags.argv_flags(command), version):
+        check.fail("server.command", f"{bad.flag}: {bad.problem()}")
+    return out
 
 
 def check_benchmark(check: Checker, raw: Any, default_model: str) -> dict[str, Any]:
