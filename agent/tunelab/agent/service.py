@@ -21,8 +21,8 @@ from tunelab.agent.engines.traces import TraceNotFound, listed, read_trace
 from tunelab.agent.errors import Busy, Conflict, DiskFull, InvalidSpec, NotFound, Unavailable
 from tunelab.agent.gpu import GpuBackend, GpuError
 from tunelab.agent.logfiles import read_log_chunks, tail_offset
+from tunelab.agent.runs.flagcheck import check_engine_flags
 from tunelab.agent.runs.record import RunRecord, RunSpec
-from tunelab.agent.servers.flagcheck import check_engine_flags
 from tunelab.agent.servers.profiler import ProfileOutcome, ProfileRequest, ServerProfiler
 from tunelab.agent.servers.registry import ServerRegistry
 from tunelab.agent.wire import (

@@ -10,9 +10,9 @@ from typing import Any
 from tunelab.agent.engines.phases import Phase
 from tunelab.agent.engines.status import EngineStatus
 from tunelab.agent.errors import InvalidSpec
+from tunelab.agent.runs.flagcheck import check_engine_flags
 from tunelab.agent.runs.record import CommandBench, RunRecord, RunSpec
 from tunelab.agent.runs.states import RunState
-from tunelab.agent.servers.flagcheck import check_engine_flags
 from tunelab.agent.servers.record import ServerRecord
 from tunelab.agent.servers.spec import (
     DEFAULT_READY_PATH,

@@ -22,8 +22,17 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$")
 LABEL_VALUE = re.compile(r"^[^\x00-\x1f\x7f]{0,253}$")  # no NUL, newline or other control
 
+WATCH_ADD = (
+    "a watch is added, not submitted: tunelab watch add FILE (tunelab watch add --dry-run FILE "
+    "checks it without a controller)"
+)
 TOP_KEYS = {"name", "priority", "host", "server", "benchmark", "max_duration", "repeat", "matrix",
             "ablation", "max_attempts", "roofline", "redact", "profile", "compare"}  # fmt: skip
+# top-level keys a spec may have that a plain experiment is not: where each is handled
+ELSEWHERE = {
+    "watch": WATCH_ADD,
+    "search": "a search is the only document of its file (submit or --dry-run it alone)",
+}
 SERVER_KEYS = {
     "command", "flags", "env", "port", "ready", "stop_grace", "cwd", "engine", "engine_version"
 }  # fmt: skip
@@ -591,9 +600,12 @@ def _label_text(value: Any) -> Any:
 def check_experiment(raw: Any, prefix: str = "") -> tuple[dict[str, Any], list[SpecIssue]]:
     """Validate one experiment document; returns (normalized spec, issues)."""
     check = Checker(prefix)
-    doc = check.mapping(raw, "", TOP_KEYS)
+    doc = check.mapping(raw, "", TOP_KEYS | set(ELSEWHERE))
     if not isinstance(raw, Mapping):
         return {}, check.issues
+    for key, why in ELSEWHERE.items():
+        if key in doc:
+            check.fail(key, why)
     if "name" not in doc:
         check.fail("name", "is required")
     if "server" not in doc:
