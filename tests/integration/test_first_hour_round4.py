@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -182,3 +181,14 @@ def test_a_watch_spec_is_checked_without_a_controller_and_not_submitted(lab: Lab
     typo = lab.run("submit", write(lab, "typo", {k: v for k, v in doc.items() if k != "watch"}),
                    "--dry-run", TUNELAB_CONTROLLER=DEAD)  # fmt: skip
     assert "search" in typo.stderr and "watch" in typo.stderr  # the keys a spec may have
+
+
+def test_an_experiment_whose_server_refuses_a_flag_says_it_once(lab: Lab) -> None:
+    """The run's message had argparse's usage fragments and the error line twice."""
+    spec = lab.spec("itl-run", **{"server.flags.--itl-msec": 5})
+    result = lab.run("submit", str(spec), "--wait")
+    assert result.returncode == 1, result.stdout + result.stderr
+    said = [line for line in result.stdout.splitlines() if "unrecognized arguments" in line]
+    assert said, result.stdout
+    assert all(line.count("unrecognized arguments: --itl-msec 5") == 1 for line in said), said
+    assert "[--" not in result.stdout, result.stdout

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import time
 from typing import Any
@@ -25,13 +24,11 @@ from tunelab.cli.common import (
     rpc_error,
 )
 from tunelab.cli.progress_view import ServerProgressView
+from tunelab.common import engineflags
 from tunelab.common.durations import format_duration, parse_duration
 from tunelab.v1 import agent_pb2, server_pb2
 
 STATUS_LOG_LINES = 5
-# argparse's usage block ("usage: prog [-h] ...", then "   [--flag X]" lines): a refused flag's
-# error line already says what is wrong, and the usage is 20 lines of fragments (issue 46)
-ARGPARSE_USAGE = re.compile(r"^\s*(usage: |\[-)")
 FAILED_STATES = {server_pb2.SERVER_STATE_FAILED, server_pb2.SERVER_STATE_KILL_FAILED}
 
 
@@ -228,7 +225,7 @@ def _print_summary(server: server_pb2.Server) -> None:
             print(f"  exit code {data['exit_code']}")
         tail = list(server.log_tail)
         if data["failure_reason"] == "BAD_ARGUMENT":  # the error line says it: not its usage
-            tail = [line for line in tail if not ARGPARSE_USAGE.match(line)]
+            tail = [line for line in tail if not engineflags.usage_line(line)]
         for line in tail:
             if not (failure_line and line.strip() == failure_line and failure_line in message):
                 print(f"  | {line}")

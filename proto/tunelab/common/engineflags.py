@@ -120,6 +120,15 @@ def argv_flags(argv: Sequence[str]) -> list[str]:
     return [str(a) for a in argv[at + 1 :] if str(a).startswith("--")] if at >= 0 else []
 
 
+_USAGE = re.compile(r"^\s*(usage: |\[-)")  # argparse's "usage: prog [-h]", "   [--flag X]"
+
+
+def usage_line(line: str) -> bool:
+    """A line of argparse's usage block: its error line says what is wrong, the usage block
+    is 20 lines of fragments around it."""
+    return bool(_USAGE.match(line))
+
+
 def argv_port(argv: Sequence[str]) -> int | None:
     """The port a server's argv gives it (``--port N`` or ``--port=N``, the last one, as
     argparse takes it; after the engine's own word where one is named); None when none."""
