@@ -140,7 +140,8 @@ def main() -> int:
     if server is None:
         server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         threading.Thread(target=server.serve_forever, daemon=True).start()
-    print(f"INFO:     Uvicorn running on http://127.0.0.1:{port} (Press CTRL+C)", flush=True)
+    if args.listen_port:
+        print(f"INFO:     Uvicorn running on http://127.0.0.1:{port} (Press CTRL+C)", flush=True)
     state["ready"] = True
     if args.ready_since_file:
         with open(args.ready_since_file, "w") as f:
