@@ -17,8 +17,6 @@ from tunelab.bench.config import BenchConfig
 from tunelab.bench.datasets import Dataset
 from tunelab.bench.promptfiles import DatasetFileError
 from tunelab.cli.bench_cmd import config_from_args, register
-from tunelab.controller.spec import expand_text
-from tunelab.controller.spec.render import to_run_spec
 
 # the rows of a Mooncake trace as its files hold them: ms integers, block hash ids
 MOONCAKE = [
@@ -87,19 +85,3 @@ def test_a_schedule_over_a_day_is_refused_unless_asked_for(tmp_path: Path) -> No
     Dataset(config(path, duration_seconds=60.0), None)
     Dataset(config(path, requests=1), None)
     Dataset(config(path, trace_timed=False, concurrency=(1,), requests=2), None)
-
-
-def test_the_spec_key_reaches_the_agent() -> None:
-    text = """
-name: sim
-server:
-  command: [python, -m, tunelab.bench.simulator]
-  flags: {--port: "{port}"}
-  ready: {model: sim-model}
-benchmark:
-  dataset: {name: trace, path: conv.jsonl, long_schedule: true}
-"""
-    experiment = expand_text(text)[0]
-    pb = to_run_spec(experiment.spec, "x-1-a1", gpus=[])
-    c = BenchConfig.from_builtin_pb(pb.benchmark.builtin, "http://127.0.0.1:1")
-    assert c.trace_long_schedule and c.timed_trace
