@@ -154,6 +154,50 @@ def test_a_specs_engine_flags_are_the_engines_own(spec: dict[str, Any]) -> None:
     assert unknown == [], f"{engines[0]} has no {', '.join(unknown)}"
 
 
+def served_name(argv: list[str], engine: str) -> str:
+    """The model id vLLM or SGLang lists for an argv: --served-model-name, else the model as
+    given (SGLang's --model-path, vLLM's serve argument or --model)."""
+    for flag in ("--served-model-name", "--model-path", "--model"):
+        if flag in argv[:-1]:
+            return argv[argv.index(flag) + 1]
+    return argv[argv.index("serve") + 1] if engine == "vllm" and "serve" in argv[:-1] else ""
+
+
+def spec_argv(spec: dict[str, Any]) -> list[str]:
+    argv = [str(part) for part in spec["server"]["command"]]
+    for flag, value in (spec["server"].get("flags") or {}).items():
+        argv += [flag] if value is True else [flag, str(value)] if value is not None else []
+    return argv
+
+
+@pytest.mark.parametrize("spec", engine_specs())
+def test_a_specs_ready_model_is_the_name_its_engine_serves(spec: dict[str, Any]) -> None:
+    """Issue 46: SGLang lists --model-path /models/GLM-5 as "/models/GLM-5", so a spec whose
+    ready model is glm-5 failed at readiness after the whole model load."""
+    argv = spec_argv(spec)
+    engine = engineflags.engine_named(argv)
+    ready = (spec["server"].get("ready") or {}).get("model", "")
+    if engine and ready:
+        assert served_name(argv, engine) == ready, f"{engine} serves {served_name(argv, engine)}"
+
+
+def test_a_docs_server_start_serves_its_ready_model() -> None:
+    checked = 0
+    for page in PAGES:
+        for _line, _language, _attrs, body in blocks(page):
+            for command in re.sub(r"\\\n\s*", " ", body).splitlines():
+                if "tunelab server start" not in command or "--ready-model" not in command:
+                    continue
+                words = command.split(" -- ", 1)[0].split()
+                argv = command.split(" -- ", 1)[1].split()
+                engine = engineflags.engine_named(argv)
+                if engine:
+                    ready = words[words.index("--ready-model") + 1]
+                    assert served_name(argv, engine) == ready, f"{page.name}: {command}"
+                    checked += 1
+    assert checked >= 1  # docs/agent.md's SGLang example
+
+
 def test_the_flag_check_knows_each_engines_names() -> None:
     """The check itself: SGLang's names are not vLLM's (issue 37: docs/search.md searched an
     SGLang server with --max-num-seqs)."""

@@ -81,3 +81,22 @@ def test_a_list_is_refreshed_from_a_wheel(tmp_path: Path, monkeypatch: pytest.Mo
         }
     finally:
         engineflags.shipped.cache_clear()
+
+
+def spec(server_extra: str) -> str:
+    return (
+        "name: t\nserver:\n  command: [vllm, serve, /m]\n"
+        '  flags: {--port: "{port}", --max-num-seq: 8}\n  ready: {model: /m}\n'
+        f"{server_extra}benchmark: {{concurrency: [1], requests: 2}}\n"
+    )
+
+
+def test_a_spec_is_checked_against_its_engine_version_and_never_a_generic_one() -> None:
+    from tunelab.controller.spec import SpecError, expand_text
+
+    with pytest.raises(SpecError, match="did you mean --max-num-seqs"):
+        expand_text(spec(""))  # the newest list
+    with pytest.raises(SpecError, match=r"not a flag of vllm 0\.33\.0"):
+        expand_text(spec("  engine_version: 0.33.0\n"))
+    assert expand_text(spec("  engine_version: 0.2.0\n"))  # no list for it: not checked
+    assert expand_text(spec("  engine: generic\n"))  # not vLLM's flags, the user says
