@@ -127,7 +127,7 @@ def test_a_server_whose_log_says_another_port_fails_in_seconds(lab: Lab) -> None
     )  # fmt: skip
     assert result.returncode == 1, result.stdout + result.stderr
     assert "FAILED" in result.stdout
-    assert f"the server listens on port {listens}" in result.stdout, result.stdout
+    assert f"the server is ready on port {listens}" in result.stdout, result.stdout
     assert f"the readiness probe uses port {probed}" in result.stdout
     assert "startup timeout" not in result.stdout
 

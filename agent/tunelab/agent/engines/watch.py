@@ -22,10 +22,11 @@ from tunelab.agent.engines.status import EngineStatus
 
 MAX_PENDING = 4096  # a partial line longer than this is cut (a log line is never trusted)
 MAX_SUSPECTS = 20  # failure-looking lines kept from the whole log, beside the tail
-# the port a server says it listens on (uvicorn under vLLM and SGLang, vLLM's own line, the
-# simulator's): "Uvicorn running on http://0.0.0.0:8101"
+# the port a server says it listens on (SGLang's uvicorn line, vLLM's "Starting vLLM server
+# on http://127.0.0.1:18431", the simulator's "listening on"): tests/fixtures/engines
 _LISTEN_LINE = re.compile(
-    r"(?:Uvicorn running on|[Ll]istening on|API server (?:\d+ )?on) https?://[^\s/]*:(\d{1,5})\b"
+    r"(?:Uvicorn running on|[Ll]istening on|Starting vLLM (?:API )?server (?:\d+ )?on) "
+    r"https?://[^\s/]*:(\d{1,5})\b"
 )
 
 

@@ -203,7 +203,7 @@ class ServerSupervisor:
                     "model", self._wrong_model(result), now, WRONG_MODEL_GRACE
                 ):
                     continue
-                elsewhere = self._engine.port_mismatch()
+                elsewhere = self._engine.port_mismatch(now)
                 if self._fail_when_lasting("port", elsewhere, now, PORT_MISMATCH_GRACE):
                     continue
                 self._wake.wait(self._settings.probe_interval)
