@@ -55,6 +55,9 @@ def test_the_engine_and_port_an_argv_names() -> None:
     assert argv_port(["python", "-m", "x", "--port", "{port}"]) is None
     assert argv_port(["python", "-m", "x"]) is None
     assert engineflags.argv_flags(["taskset", "--cpu-list", "0", "vllm", "serve", "--x"]) == ["--x"]
+    assert engineflags.argv_flags(["python", "-m", "sglang.launch_server", "--x"]) == ["--x"]
+    # named, but not what runs: a script given -X sglang.launch_server has its own flags
+    assert engineflags.argv_flags(["python", "-X", "sglang.launch_server", "f.py", "--x"]) == []
 
 
 def test_a_list_is_refreshed_from_a_wheel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -100,3 +103,15 @@ def test_a_spec_is_checked_against_its_engine_version_and_never_a_generic_one() 
         expand_text(spec("  engine_version: 0.33.0\n"))
     assert expand_text(spec("  engine_version: 0.2.0\n"))  # no list for it: not checked
     assert expand_text(spec("  engine: generic\n"))  # not vLLM's flags, the user says
+
+
+def test_a_spec_whose_command_is_no_engine_is_not_checked_whatever_its_engine() -> None:
+    """engine: vllm on the simulator (a test's stand-in) keeps the simulator's own flags."""
+    from tunelab.controller.spec import expand_text
+
+    text = (
+        "name: t\nserver:\n  command: [python, -m, tunelab.bench.simulator]\n"
+        '  flags: {--port: "{port}", --ttft-ms: 5}\n  engine: vllm\n  ready: {model: m}\n'
+        "benchmark: {concurrency: [1], requests: 2}\n"
+    )
+    assert expand_text(text)

@@ -114,10 +114,21 @@ def unknown_flags(engine: str, flags: Iterable[str], version: str = "") -> list[
     return out
 
 
+def engine_run(argv: Sequence[str]) -> str:
+    """The engine an argv runs as its program (``vllm``, ``sglang``) or module (``-m
+    sglang.launch_server``); "" where it only names one otherwise (``-X sglang...``)."""
+    engine, at = _engine_word(argv)
+    if at >= 0 and (
+        PurePosixPath(str(argv[at])).name == engine or (at > 0 and argv[at - 1] == "-m")
+    ):
+        return engine
+    return ""
+
+
 def argv_flags(argv: Sequence[str]) -> list[str]:
-    """The long options of an argv after the engine's own word (a launcher's are not its)."""
+    """The long options of an argv after the engine it runs (a launcher's are not its)."""
     _engine, at = _engine_word(argv)
-    return [str(a) for a in argv[at + 1 :] if str(a).startswith("--")] if at >= 0 else []
+    return [str(a) for a in argv[at + 1 :] if str(a).startswith("--")] if engine_run(argv) else []
 
 
 _USAGE = re.compile(r"^\s*(usage: |\[-)")  # argparse's "usage: prog [-h]", "   [--flag X]"

@@ -1,7 +1,8 @@
 """A vLLM or SGLang server's flags against that engine's own argument list, for the version
 installed on this host (:mod:`tunelab.common.engineflags`), so a typo is refused at StartServer
 and StartRun, in milliseconds, instead of after the engine's import. Another program, an engine
-version with no shipped list, or ``engine: generic`` is not checked: never a false refusal."""
+version with no shipped list, or an ``engine`` other than the one the argv runs (``generic``) is
+not checked: never a false refusal."""
 
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ VersionOf = Callable[[Sequence[str], Mapping[str, str]], dict[str, Any]]
 def check_engine_flags(
     spec: ServerSpec, field: str = "spec.argv", version_of: VersionOf = engine_version
 ) -> None:
-    engine = spec.engine or engineflags.engine_named(spec.argv)
-    if engine not in engineflags.ENGINES:
+    engine = engineflags.engine_run(spec.argv)  # the argv runs it, as the spec says if it says
+    if engine not in engineflags.ENGINES or spec.engine not in ("", engine):
         return
     version = str(version_of(spec.argv, spec.env).get("version") or "")
     bad = engineflags.unknown_flags(engine, engineflags.argv_flags(spec.argv), version)

@@ -340,7 +340,8 @@ def _engine(
             )
     if "engine_version" in server:
         out["engine_version"] = check.string(server["engine_version"], "server.engine_version")
-    engine = out.get("engine") or engineflags.engine_named(command)
+    named = engineflags.engine_run(command)  # checked where the command runs the engine
+    engine = named if out.get("engine", named) == named else ""
     version = out.get("engine_version", "")
     for bad in engineflags.unknown_flags(engine, list(flags), version):
         check.fail(f"server.flags.{bad.flag}", bad.problem())
