@@ -122,6 +122,8 @@ def test_a_mooncake_trace_replays_at_its_recorded_times(
         cwd=tmp_path,
     )  # fmt: skip  (its 120 s timeout fails a replay read in seconds: 2500 s)
     assert result.returncode == 0, result.stderr
+    said = "point 1/1 trace: 4 requests over 0:02.5 as scheduled, timestamps in ms"
+    assert said in result.stderr  # piped too: said at its start
     doc = json.loads(out.read_text())
     assert doc["dataset"]["trace_seconds_per_unit"] == 0.001
     requests = [json.loads(x) for x in out.with_suffix(".requests.jsonl").read_text().splitlines()]
