@@ -17,6 +17,8 @@ It prints tqdm-style shard loading lines, then answers GET on its port. Knobs:
   --ready-file PATH             write the wall-clock time of the first 2xx it sends
   --ready-since-file PATH       write the wall-clock time it became ready (could answer 2xx)
   --model ID                    served by /v1/models
+  --listen-port P               listen on P instead of --port, and say so as uvicorn does (a
+                                server whose own config names another port than the probed one)
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ def main() -> int:
         "--ready-since-file", help="write the wall-clock time it became able to answer 2xx"
     )
     p.add_argument("--model", default="fake-model")
+    p.add_argument("--listen-port", type=int, default=0)
     p.add_argument("--sleep-forever", action="store_true", help="grandchild mode")
     args = p.parse_args()
     exit_code: int = args.exit_code
@@ -111,8 +114,9 @@ def main() -> int:
             self.wfile.write(body)
 
     server = None
+    port = args.listen_port or args.port
     if args.not_ready_status:
-        server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
+        server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         threading.Thread(target=server.serve_forever, daemon=True).start()
     print(f"fake server pid {os.getpid()} port {args.port}", flush=True)
     start = time.time()
@@ -134,8 +138,10 @@ def main() -> int:
         sys.stdout.flush()
     print("\nmodel loaded", flush=True)
     if server is None:
-        server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
+        server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         threading.Thread(target=server.serve_forever, daemon=True).start()
+    if args.listen_port:
+        print(f"INFO:     Uvicorn running on http://127.0.0.1:{port} (Press CTRL+C)", flush=True)
     state["ready"] = True
     if args.ready_since_file:
         with open(args.ready_since_file, "w") as f:

@@ -515,7 +515,8 @@ def test_a_bad_flags_failure_reason_has_no_argparse_padding(lab: Lab) -> None:
     assert result.returncode == 1
     line = ls_row(lab.run("ls").stdout, " badflag ")
     message = line.split("server FAILED:", 1)[1]
-    assert "invalid _non_negative value: 'x'" in message and " | [--" in message, line
+    assert message.count("invalid _non_negative value: 'x'") == 1, line
+    assert "[--" not in message, line  # argparse's usage fragments are left out (issue 46)
     assert "   " not in message.strip(), line  # argparse's usage lines are indented ~40 spaces
 
 

@@ -7,7 +7,7 @@ take them, through the real console script.
   pass it on the simulator's server.
 - A spec that starts SGLang or vLLM (in the docs and in examples/) uses that engine's own flag
   names: each ``server.flags`` key, and each ``server.flags.--x`` it varies, is in the engine's
-  argument list as read from its released wheel (tests/fixtures/engine_flags/).
+  argument list as shipped (tunelab/common/engine_flags/, read from its released wheel).
 - Every ``tunelab bench`` line is accepted as written: against a port where nothing listens it
   gets as far as connecting (exit 3, "cannot reach"), past every check of its flags.
 
@@ -26,13 +26,13 @@ import pytest
 import yaml
 
 from tests.support.daemon_proc import REPO
+from tunelab.common import engineflags
 from tunelab.controller.spec.limits import DEFAULT_LIMITS
 from tunelab.controller.watches.spec import watch_from_text
 
 TUNELAB = str(Path(sys.executable).with_name("tunelab"))
 PAGES = sorted((REPO / "docs").glob("*.md"))
 FENCE = re.compile(r"^(```|~~~)\s*(\S*)\s*(\{[^}]*\})?\s*$")
-FLAGS = REPO / "tests" / "fixtures" / "engine_flags"
 ENGINES = {"sglang": "sglang.launch_server", "vllm": "vllm"}
 BASE = yaml.safe_load((REPO / "examples" / "demo-ablation.yaml").read_text())
 DEAD = "http://127.0.0.1:1"  # nothing listens on port 1
@@ -126,8 +126,9 @@ def engine_specs() -> list[Any]:
 
 
 def engine_flags(engine: str) -> set[str]:
-    lines = (FLAGS / f"{engine}.txt").read_text().splitlines()
-    return {line for line in lines if line.startswith("--")}
+    found = engineflags.flags_for(engine)
+    assert found is not None
+    return set(found[1])
 
 
 def varied_flags(spec: dict[str, Any]) -> set[str]:
@@ -151,6 +152,50 @@ def test_a_specs_engine_flags_are_the_engines_own(spec: dict[str, Any]) -> None:
         return  # the simulator or another server: its own flags
     unknown = sorted(varied_flags(spec) - engine_flags(engines[0]))
     assert unknown == [], f"{engines[0]} has no {', '.join(unknown)}"
+
+
+def served_name(argv: list[str], engine: str) -> str:
+    """The model id vLLM or SGLang lists for an argv: --served-model-name, else the model as
+    given (SGLang's --model-path, vLLM's serve argument or --model)."""
+    for flag in ("--served-model-name", "--model-path", "--model"):
+        if flag in argv[:-1]:
+            return argv[argv.index(flag) + 1]
+    return argv[argv.index("serve") + 1] if engine == "vllm" and "serve" in argv[:-1] else ""
+
+
+def spec_argv(spec: dict[str, Any]) -> list[str]:
+    argv = [str(part) for part in spec["server"]["command"]]
+    for flag, value in (spec["server"].get("flags") or {}).items():
+        argv += [flag] if value is True else [flag, str(value)] if value is not None else []
+    return argv
+
+
+@pytest.mark.parametrize("spec", engine_specs())
+def test_a_specs_ready_model_is_the_name_its_engine_serves(spec: dict[str, Any]) -> None:
+    """Issue 46: SGLang lists --model-path /models/GLM-5 as "/models/GLM-5", so a spec whose
+    ready model is glm-5 failed at readiness after the whole model load."""
+    argv = spec_argv(spec)
+    engine = engineflags.engine_named(argv)
+    ready = (spec["server"].get("ready") or {}).get("model", "")
+    if engine and ready:
+        assert served_name(argv, engine) == ready, f"{engine} serves {served_name(argv, engine)}"
+
+
+def test_a_docs_server_start_serves_its_ready_model() -> None:
+    checked = 0
+    for page in PAGES:
+        for _line, _language, _attrs, body in blocks(page):
+            for command in re.sub(r"\\\n\s*", " ", body).splitlines():
+                if "tunelab server start" not in command or "--ready-model" not in command:
+                    continue
+                words = command.split(" -- ", 1)[0].split()
+                argv = command.split(" -- ", 1)[1].split()
+                engine = engineflags.engine_named(argv)
+                if engine:
+                    ready = words[words.index("--ready-model") + 1]
+                    assert served_name(argv, engine) == ready, f"{page.name}: {command}"
+                    checked += 1
+    assert checked >= 1  # docs/agent.md's SGLang example
 
 
 def test_the_flag_check_knows_each_engines_names() -> None:

@@ -21,6 +21,7 @@ from tunelab.agent.engines.traces import TraceNotFound, listed, read_trace
 from tunelab.agent.errors import Busy, Conflict, DiskFull, InvalidSpec, NotFound, Unavailable
 from tunelab.agent.gpu import GpuBackend, GpuError
 from tunelab.agent.logfiles import read_log_chunks, tail_offset
+from tunelab.agent.runs.flagcheck import check_engine_flags
 from tunelab.agent.runs.record import RunRecord, RunSpec
 from tunelab.agent.servers.profiler import ProfileOutcome, ProfileRequest, ServerProfiler
 from tunelab.agent.servers.registry import ServerRegistry
@@ -200,7 +201,9 @@ class AgentService(agent_pb2_grpc.AgentServicer):
     def StartServer(
         self, request: agent_pb2.StartServerRequest, context: grpc.ServicerContext
     ) -> agent_pb2.StartServerResponse:
-        record = self._registry.start(spec_from_pb(request.spec).validated(), request.id)
+        spec = spec_from_pb(request.spec).validated()
+        check_engine_flags(spec)
+        record = self._registry.start(spec, request.id)
         return agent_pb2.StartServerResponse(server=self._server_pb(record))
 
     @_unary

@@ -10,6 +10,7 @@ from typing import Any
 from tunelab.agent.engines.phases import Phase
 from tunelab.agent.engines.status import EngineStatus
 from tunelab.agent.errors import InvalidSpec
+from tunelab.agent.runs.flagcheck import check_engine_flags
 from tunelab.agent.runs.record import CommandBench, RunRecord, RunSpec
 from tunelab.agent.runs.states import RunState
 from tunelab.agent.servers.record import ServerRecord
@@ -198,6 +199,8 @@ def run_spec_from_pb(pb: run_pb2.RunSpec) -> RunSpec:
     except SpecViolation as exc:
         raise InvalidSpec(exc.field, exc.problem) from None
     server = spec_from_pb(pb.server, auto_port=True).validated() if pb.HasField("server") else None
+    if server is not None:
+        check_engine_flags(server, "spec.server.argv")
     if server is not None and server.profile:
         raise InvalidSpec(
             "spec.server.profile", "a run profiles through benchmark.builtin.profile (profile:)"

@@ -97,8 +97,9 @@ class BenchConfig:
     # file prompts wrapped in the server's chat template (vLLM's custom dataset; chattemplate.py)
     chat_template: bool = False
     trace_block_size: int = 512  # trace: tokens per hash id (mooncake: 512; vLLM default 16)
-    trace_sec_multiplier: float = 0.0  # trace: seconds per timestamp unit (0: ms or s by field)
+    trace_sec_multiplier: float = 0.0  # trace: seconds per timestamp unit (0: ms, Mooncake's)
     trace_timed: bool = True  # trace: send at the recorded times (vLLM --self-timed)
+    trace_long_schedule: bool = False  # trace: replay a schedule longer than a day (else refused)
     dataset_sha256: str = ""  # file / trace: refuse a file whose content hash differs
     dataset_file: str = ""  # the name a spec gave the file (the agent resolves dataset_path)
     percentiles: tuple[float, ...] = ()  # extra p<X>_<metric>_ms (vLLM --metric-percentiles)
@@ -399,7 +400,7 @@ class BenchConfig:
         check(
             math.isfinite(self.trace_sec_multiplier) and self.trace_sec_multiplier >= 0,
             "trace_sec_multiplier",
-            "must be > 0 (0: by the timestamp field)",
+            "must be > 0 (0: timestamps in ms)",
         )
         needs_file = self.dataset in ("file", "trace")
         check(
@@ -529,6 +530,7 @@ def _dataset_from_pb(d: run_pb2.DatasetSpec) -> dict[str, Any]:
         "trace_block_size": d.trace_block_size or 512,
         "trace_sec_multiplier": d.trace_sec_multiplier,
         "trace_timed": d.trace_timed if d.HasField("trace_timed") else True,
+        "trace_long_schedule": d.trace_long_schedule,
         "dataset_sha256": d.sha256,
     }
 

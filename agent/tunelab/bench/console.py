@@ -38,7 +38,10 @@ def point_label(concurrency: int, rate: float | str, point: dict[str, Any] | Non
 
 
 def clock(seconds: float) -> str:
-    """``1:02:03`` or ``32:00``: a planned duration as a clock shows it."""
+    """``1:02:03``, ``32:00`` or ``0:02.5``: a planned duration as a clock shows it (tenths
+    under a minute, where they count)."""
+    if seconds < 59.95 and round(seconds, 1) != round(seconds):
+        return f"0:{seconds:04.1f}"
     whole = round(seconds)
     hours, rest = divmod(whole, 3600)
     return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
@@ -54,7 +57,7 @@ class BenchProgressView:
         self.progress: Progress | None = None
         self.tasks: dict[int, TaskID] = {}
         self._warming: set[TaskID] = set()
-        self._planned: set[TaskID] = set()
+        self._planned: set[int] = set()  # points whose schedule was said
 
     def __enter__(self) -> BenchProgressView:
         if self.enabled:
@@ -72,13 +75,28 @@ class BenchProgressView:
 
     def update(self, state: ProgressState) -> None:
         p = state.latest
-        if self.progress is None or p is None:
+        if p is None:
             return
-        task = self.tasks.get(p.point_index)
         where = point_label(p.concurrency, p.request_rate)
         if not p.concurrency and not p.request_rate:  # no rate of its own: a timed trace
             where = "trace"
         label = f"point {p.point_index + 1}/{p.point_count} {where}"
+        if p.planned_seconds > 0 and p.phase == "measure" and p.point_index not in self._planned:
+            # a schedule (a timed trace, a counted open loop) says its length when it starts;
+            # a timed trace the unit its timestamps were read in, on a terminal or not
+            self._planned.add(p.point_index)
+            said = p.schedule_unit or "the last one is due then"
+            line = (
+                f"{label}: {p.requests_total} requests over {clock(p.planned_seconds)} as "
+                f"scheduled, {said}"
+            )
+            if self.progress is not None:
+                self.progress.console.print(line, highlight=False)
+            elif p.schedule_unit:
+                print(line, file=sys.stderr, flush=True)
+        if self.progress is None:
+            return
+        task = self.tasks.get(p.point_index)
         if task is None:
             task = self.progress.add_task(label, total=None, detail="")
             self.tasks[p.point_index] = task
@@ -101,15 +119,8 @@ class BenchProgressView:
             f"{p.output_tokens_per_second:,.0f} tok/s  {p.errors} errors"
         )
         if p.planned_seconds > 0 and p.phase == "measure":
-            # a schedule (a timed trace, a counted open loop): the bar is its clock, the ETA
-            # the time until its last request is due (then the requests still in flight)
-            if task not in self._planned:
-                self._planned.add(task)
-                self.progress.console.print(
-                    f"{label}: {p.requests_total} requests over {clock(p.planned_seconds)} as "
-                    "scheduled (the last one is due then)",
-                    highlight=False,
-                )
+            # the bar is the schedule's clock, the ETA the time until its last request is due
+            # (then the requests still in flight)
             self.progress.update(
                 task, description=label, total=p.planned_seconds,
                 completed=min(p.elapsed_seconds, p.planned_seconds),

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from tunelab.bench import promptfiles
 from tunelab.bench.tokens import TokenPrompts
+from tunelab.common.durations import format_duration
 
 if TYPE_CHECKING:
     from tunelab.bench.config import BenchConfig
@@ -54,6 +55,7 @@ APPROXIMATE = (
 SYNTHETIC = ("random", "shared-prefix", "multi-turn", "trace")  # lengths made, not read
 LOGNORMAL_CAP = 64  # a lognormal draw is cut at 64 x its mean
 # vLLM's is_valid_sequence defaults (vllm/benchmarks/datasets.py, ShareGPTDataset.sample)
+MAX_SCHEDULE_S = 86_400.0  # a timed trace longer than a day is refused unless asked for
 VLLM_MIN_LEN = 4
 VLLM_MAX_PROMPT_LEN = 1024
 VLLM_MAX_TOTAL_LEN = 2048
@@ -217,12 +219,42 @@ class Dataset:
             else:
                 self._rows = loaded.rows
                 self._trace_t0 = min(r.timestamp for r in self._rows)
-                auto = 0.001 if loaded.timestamp_field == "timestamp_ms" else 1.0
-                self._trace_scale = config.trace_sec_multiplier or auto
+                # Mooncake's traces, AIPerf's mooncake_trace and inference-perf record
+                # ``timestamp`` in ms; vLLM's timed_trace (the drop-in flags) sets 1 s a unit
+                self._trace_scale = config.trace_sec_multiplier or 0.001
+                self._check_schedule()
         else:
             self.sha256 = hashlib.sha256(
                 json.dumps(self.parameters(), sort_keys=True).encode()
             ).hexdigest()
+
+    def _check_schedule(self) -> None:
+        """Refuse a timed replay longer than a day unless asked for: it is nearly always a
+        trace read in the wrong unit (seconds for ms: 1000 times too slow)."""
+        cfg = self.config
+        if not cfg.timed_trace or cfg.duration_seconds or cfg.trace_long_schedule:
+            return
+        span = self.schedule_seconds(cfg.requests)
+        if span > MAX_SCHEDULE_S:
+            raise promptfiles.DatasetFileError(
+                cfg.dataset_path,
+                f"its schedule spans {format_duration(span)} ({self.timestamp_unit}), longer "
+                "than a day; a trace in another unit needs --trace-sec-multiplier "
+                "(dataset.sec_multiplier: 1 for seconds); replay it anyway with "
+                "--trace-long-schedule (dataset.long_schedule: true)",
+            )
+
+    def schedule_seconds(self, requests: int = 0) -> float:
+        """When the last of the first ``requests`` trace rows (0: all) is due, in seconds."""
+        count = min(requests or len(self._rows), len(self._rows))
+        return max((self.arrival(i) for i in range(count)), default=0.0)
+
+    @property
+    def timestamp_unit(self) -> str:
+        """How the trace's timestamps are read, as the start of a replay says it."""
+        named = {0.001: "timestamps in ms", 1.0: "timestamps in s"}
+        scale = self._trace_scale
+        return named.get(scale, f"timestamps x {scale:g} s")
 
     def _vllm_filter(self, items: list[promptfiles.FileItem]) -> list[promptfiles.FileItem]:
         """vLLM's ShareGPT rule: each conversation's first turn (the prompt) and second (the
@@ -288,6 +320,7 @@ class Dataset:
             "malformed": len(self.problems),
             "filtered": None if self.filtered is None else dataclasses.asdict(self.filtered),
             "chat_template": self.chat_template,  # custom: wrapped by the server's template
+            "trace_seconds_per_unit": self._trace_scale if self._rows else None,  # trace
         }
 
     def warnings(self) -> list[str]:

@@ -38,6 +38,7 @@ class PointProgress:
     at: float = 0.0  # wall-clock time of the snapshot
     planned_seconds: float = 0.0  # when the point's last request is due (timed trace, counted
     # open loop), from the start of its measured phase; 0 when no schedule says
+    schedule_unit: str = ""  # a timed trace: how its timestamps were read ("timestamps in ms")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PointProgress:

@@ -553,6 +553,7 @@ class Sweep:
                 requests_by_outcome=dict(self.outcomes),
                 at=time.time(),
                 planned_seconds=state.planned_seconds,
+                schedule_unit=self.dataset.timestamp_unit if self.config.timed_trace else "",
             )
         )
 

@@ -194,6 +194,9 @@ def add_dataset_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--trace-block-size", type=int, help="trace: tokens per hash id (512)")
     g.add_argument("--trace-sec-multiplier", type=float, help="trace: seconds per unit")
     g.add_argument("--no-trace-timing", action="store_true", help="trace: lengths only")
+    g.add_argument(
+        "--trace-long-schedule", action="store_true", help="trace: replay over a day as timed"
+    )
     g.add_argument("--dataset-sha256", help="refuse a dataset file whose content differs")
     g.add_argument("--ramp", choices=("linear", "exponential"), help="the rate rises")
     g.add_argument("--ramp-start-rate", type=float, help="requests/s at the start of a ramp")
@@ -224,6 +227,8 @@ def _native_dataset(args: argparse.Namespace) -> dict[str, Any]:
             raise CliError(f"--think-time: {exc}", EXIT_USAGE) from None
     if args.no_trace_timing:
         out["trace_timed"] = False
+    if args.trace_long_schedule:
+        out["trace_long_schedule"] = True
     return out
 
 

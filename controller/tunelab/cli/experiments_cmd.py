@@ -159,6 +159,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if args.wait and args.dry_run:
         raise CliError("--wait with --dry-run: nothing would run", EXIT_USAGE)
     text = read_spec(args.file)
+    if args.dry_run:
+        _refuse_a_watch(text, args.file)
     if args.dry_run and _dry_run_search(text, args.file, args.json):
         return EXIT_OK
     if args.dry_run:
@@ -194,6 +196,43 @@ def cmd_submit(args: argparse.Namespace) -> int:
         what = f"tunelab show {final[0].id}" if len(final) == 1 else f"tunelab compare {name}"
         print(wrapped(f"next: {what} (the results); tunelab report {name} (one HTML page)"))
     return code
+
+
+def dry_run_watch(text: str, source: str, as_json: bool) -> int:
+    """``watch add --dry-run``: check a watch spec here, with the controller's own code (this
+    module checks specs for the CLI); nothing is added."""
+    from tunelab.controller.spec.errors import SpecError
+    from tunelab.controller.watches.spec import watch_from_text
+
+    try:
+        found = watch_from_text(text, source)
+    except SpecError as exc:
+        raise CliError(f"rejected: {exc}", EXIT_USAGE) from None
+    if found is None:
+        raise CliError(f"{source}: no watch: section (tunelab submit runs a spec once)", EXIT_USAGE)
+    spec = found.spec
+    if as_json:
+        print_json({"name": found.name, "spec": spec.to_dict(), "dry_run": True})
+        return EXIT_OK
+    print(f"valid: watch {found.name} (nothing added)")
+    print(f"  every {spec.every}, {spec.launches} launches an occurrence")
+    print(f"  judged on {', '.join(spec.metrics)} against the {spec.baseline} occurrence")
+    print(f"add it: tunelab watch add {source}")
+    return EXIT_OK
+
+
+def _refuse_a_watch(text: str, source: str) -> None:
+    """A watch spec is added, not submitted: say where it goes (as the controller does)."""
+    from tunelab.controller.spec.errors import SpecError
+    from tunelab.controller.spec.schema import WATCH_ADD
+    from tunelab.controller.watches.spec import watch_from_text
+
+    try:
+        found = watch_from_text(text, source)
+    except SpecError as exc:
+        raise CliError(f"rejected: {exc}", EXIT_USAGE) from None
+    if found is not None:
+        raise CliError(f"rejected: {source}: watch: {WATCH_ADD}", EXIT_USAGE)
 
 
 def _dry_run_search(text: str, source: str, as_json: bool) -> bool:

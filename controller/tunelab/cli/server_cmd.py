@@ -24,6 +24,7 @@ from tunelab.cli.common import (
     rpc_error,
 )
 from tunelab.cli.progress_view import ServerProgressView
+from tunelab.common import engineflags
 from tunelab.common.durations import format_duration, parse_duration
 from tunelab.common.textwidth import table as aligned
 from tunelab.v1 import agent_pb2, server_pb2
@@ -223,9 +224,14 @@ def _print_summary(server: server_pb2.Server) -> None:
             print(f"  failure reason {data['failure_reason']}: {failure_line}")
         if data["exit_code"] is not None and f"exit code {data['exit_code']}" not in message:
             print(f"  exit code {data['exit_code']}")
-        for tail in server.log_tail:
-            if not (failure_line and tail.strip() == failure_line and failure_line in message):
-                print(f"  | {tail}")
+        tail = list(server.log_tail)
+        if data["failure_reason"] == "BAD_ARGUMENT":  # the error line says it: not its usage
+            tail = [line for line in tail if not engineflags.usage_line(line)]
+        for line in tail:
+            if not (failure_line and line.strip() == failure_line and failure_line in message):
+                print(f"  | {line}")
+        if len(tail) < len(server.log_tail):
+            print(f"  (the server's usage lines left out: tunelab server logs {server.id})")
 
 
 # --- ls / status -----------------------------------------------------------------------------

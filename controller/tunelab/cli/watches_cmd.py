@@ -166,9 +166,11 @@ def sees(summary: dict[str, Any]) -> str:
 
 
 def cmd_add(args: argparse.Namespace) -> int:
-    from tunelab.cli.experiments_cmd import read_spec
+    from tunelab.cli.experiments_cmd import dry_run_watch, read_spec
 
     text = read_spec(args.file)
+    if args.dry_run:
+        return dry_run_watch(text, args.file, args.json)
     with ControllerClient.for_args(args) as client:
         summary = json.loads(client.add_watch(text, args.file).watch_json)
     if args.json:
@@ -246,6 +248,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     verbs = watch.add_subparsers(dest="watch_command", metavar="VERB")
     add = verbs.add_parser("add", help="register a spec with a watch: section")
     add.add_argument("file", help="spec file (YAML with watch:), or - for stdin")
+    add.add_argument(
+        "--dry-run", action="store_true", help="check the spec here; no controller, none added"
+    )
     ls = verbs.add_parser("ls", help="every watch, its state and last verdict")
     show = verbs.add_parser("show", help="a watch and its occurrences with their verdicts")
     show.add_argument("name", help=WATCH_HELP)

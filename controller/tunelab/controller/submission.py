@@ -18,6 +18,7 @@ from tunelab.controller.spec import SpecError, expand_text
 from tunelab.controller.spec.errors import SpecIssue
 from tunelab.controller.spec.expand import ExpandedExperiment
 from tunelab.controller.spec.limits import SpecLimits
+from tunelab.controller.spec.schema import WATCH_ADD
 from tunelab.controller.states import ExperimentState, SearchState
 from tunelab.controller.store import AttemptRow, ExperimentRow, Store
 from tunelab.controller.store.models import selector_key
@@ -62,8 +63,7 @@ class Submissions:
 
     def submit(self, text: str, source: str, request_id: str, dry_run: bool) -> Submitted:
         if watch_from_text(text, source, self._limits) is not None:
-            why = "submit runs a spec once: add a watch with `tunelab watch add`"
-            raise SpecError([SpecIssue("watch", why)])
+            raise SpecError([SpecIssue("watch", WATCH_ADD)])
         search = search_from_text(text, source, self._limits)
         if search is not None:
             return self._search(search, request_id, dry_run)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
+from tunelab.common import engineflags
 from tunelab.v1 import run_pb2, server_pb2
 
 DAY = 86400.0
@@ -236,6 +237,13 @@ def check_server_fields(spec: ServerFields, prefix: str = "spec.") -> None:
         raise SpecViolation(f"{prefix}port", "must be an integer")
     elif not 1 <= spec.port <= 65535:
         raise SpecViolation(f"{prefix}port", f"expected 1-65535, got {spec.port}")
+    said = None if spec.auto_port else engineflags.argv_port(spec.argv)
+    if said is not None and said != spec.port:
+        raise SpecViolation(
+            f"{prefix}argv",
+            f"--port {said}: the server would listen on {said}, but its readiness probe uses "
+            f"port {spec.port} (server start --port, server.port); give both the same port",
+        )
     check_env(spec.env, f"{prefix}env")
     if len(spec.redact) > MAX_REDACT_NAMES:
         raise SpecViolation(f"{prefix}redact", f"more than {MAX_REDACT_NAMES} names")

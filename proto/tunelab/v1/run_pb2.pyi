@@ -326,6 +326,7 @@ class DatasetSpec(_message.Message):
     TRACE_SEC_MULTIPLIER_FIELD_NUMBER: _builtins.int
     TRACE_TIMED_FIELD_NUMBER: _builtins.int
     SHA256_FIELD_NUMBER: _builtins.int
+    TRACE_LONG_SCHEDULE_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """random (default), shared-prefix, multi-turn, file, trace"""
     input_dist: _builtins.str
@@ -352,11 +353,13 @@ class DatasetSpec(_message.Message):
     trace_block_size: _builtins.int
     """trace: tokens per hash id (default 512)"""
     trace_sec_multiplier: _builtins.float
-    """trace: seconds per timestamp unit (0: by the field)"""
+    """trace: seconds per timestamp unit (0: ms, Mooncake's)"""
     trace_timed: _builtins.bool
     """trace: send at the recorded times (default true)"""
     sha256: _builtins.str
     """file / trace: the content's expected hash"""
+    trace_long_schedule: _builtins.bool
+    """trace: replay a schedule longer than a day (else refused)"""
     def __init__(
         self,
         *,
@@ -377,10 +380,11 @@ class DatasetSpec(_message.Message):
         trace_sec_multiplier: _builtins.float = ...,
         trace_timed: _builtins.bool | None = ...,
         sha256: _builtins.str = ...,
+        trace_long_schedule: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_output_range_ratio", b"_output_range_ratio", "_trace_timed", b"_trace_timed", "output_range_ratio", b"output_range_ratio", "trace_timed", b"trace_timed"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_output_range_ratio", b"_output_range_ratio", "_trace_timed", b"_trace_timed", "file_format", b"file_format", "file_output_len", b"file_output_len", "input_dist", b"input_dist", "input_sigma", b"input_sigma", "name", b"name", "output_dist", b"output_dist", "output_range_ratio", b"output_range_ratio", "output_sigma", b"output_sigma", "path", b"path", "prefix_groups", b"prefix_groups", "prefix_len", b"prefix_len", "sha256", b"sha256", "think_time_seconds", b"think_time_seconds", "trace_block_size", b"trace_block_size", "trace_sec_multiplier", b"trace_sec_multiplier", "trace_timed", b"trace_timed", "turns", b"turns"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_output_range_ratio", b"_output_range_ratio", "_trace_timed", b"_trace_timed", "file_format", b"file_format", "file_output_len", b"file_output_len", "input_dist", b"input_dist", "input_sigma", b"input_sigma", "name", b"name", "output_dist", b"output_dist", "output_range_ratio", b"output_range_ratio", "output_sigma", b"output_sigma", "path", b"path", "prefix_groups", b"prefix_groups", "prefix_len", b"prefix_len", "sha256", b"sha256", "think_time_seconds", b"think_time_seconds", "trace_block_size", b"trace_block_size", "trace_long_schedule", b"trace_long_schedule", "trace_sec_multiplier", b"trace_sec_multiplier", "trace_timed", b"trace_timed", "turns", b"turns"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__output_range_ratio: _TypeAlias = _typing.Literal["output_range_ratio"]  # noqa: Y015
     _WhichOneofArgType__output_range_ratio: _TypeAlias = _typing.Literal["_output_range_ratio", b"_output_range_ratio"]  # noqa: Y015

@@ -93,3 +93,18 @@ def test_a_file_with_no_usable_line_is_refused_at_start(folder: Path) -> None:
         resolve_dataset({"dataset": "file", "dataset_path": "bad.jsonl"}, folder)
     assert info.value.field == "spec.benchmark.builtin.dataset.path"
     assert str(folder) not in info.value.problem  # named as the spec named it
+
+
+def test_a_trace_over_a_day_is_refused_before_the_server_starts(folder: Path) -> None:
+    """Issue 46: ``timestamp`` is in ms (Mooncake); 25 h of it is refused at StartRun unless
+    the spec asks for it (``dataset.long_schedule``)."""
+    (folder / "long.jsonl").write_text(
+        '{"timestamp": 0, "input_length": 3, "output_length": 2}\n'
+        '{"timestamp": 90000000, "input_length": 3, "output_length": 2}\n'
+    )
+    with pytest.raises(InvalidSpec, match="longer than a day") as info:
+        resolve_dataset({"dataset": "trace", "dataset_path": "long.jsonl"}, folder)
+    assert info.value.field == "spec.benchmark.builtin.dataset.path"
+    assert "'long.jsonl'" in str(info.value)  # the spec's name, not the agent's path
+    asked = {"dataset": "trace", "dataset_path": "long.jsonl", "trace_long_schedule": True}
+    assert resolve_dataset(asked, folder)["dataset_file"] == "long.jsonl"

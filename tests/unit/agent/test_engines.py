@@ -8,9 +8,17 @@ import pytest
 
 from tunelab.agent.engines.failures import FailureReason
 from tunelab.agent.engines.phases import Phase, may_enter
-from tunelab.agent.engines.profiles import GENERIC, SGLANG, VLLM, detect, profile_for
+from tunelab.agent.engines.profiles import (
+    GENERIC,
+    SGLANG,
+    VLLM,
+    EngineProfile,
+    detect,
+    profile_for,
+)
 from tunelab.agent.engines.status import EngineStatus
 from tunelab.agent.engines.watch import EngineWatch
+from tunelab.agent.servers.probe import served_name_hint
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "engines"
 
@@ -225,3 +233,54 @@ def test_a_finished_bar_hints_ready_only_for_generic_servers() -> None:
     done = b"Loading safetensors checkpoint shards: 100% Completed | 8/8 [00:01<00:00, 8.0it/s]\n"
     assert EngineWatch(GENERIC, 0.0).feed(done, 1.0).ready_hint
     assert not EngineWatch(SGLANG, 0.0).feed(done, 1.0).ready_hint  # graphs are still to come
+
+
+@pytest.mark.parametrize(
+    ("profile", "name", "port"),
+    [
+        (VLLM, "vllm-0.32-cpu-start.log", 18431),
+        (SGLANG, "sglang-start-from-source-strings.log", 30000),
+    ],
+)
+def test_the_port_a_real_engine_says_it_listens_on(
+    profile: EngineProfile, name: str, port: int
+) -> None:
+    """Issue 46: read from its log, so a port other than the probed one is said in seconds."""
+    watch = EngineWatch(profile, 0.0)
+    feed_file(watch, name)
+    assert watch.listening is not None and watch.listening[0] == port
+
+
+def test_a_ready_model_listed_by_its_path_names_the_flag() -> None:
+    hint = served_name_hint("glm-5", ["/models/GLM-5"])
+    assert "add --served-model-name glm-5" in hint and "'/models/GLM-5'" in hint
+    assert served_name_hint("glm-5", ["other"]) == ""
+    assert served_name_hint("glm-5", ["/models/GLM-5.1"]) == ""
+
+
+def test_a_port_in_the_log_is_a_mismatch_only_where_the_server_answers_there() -> None:
+    """A port the log names where the ready path does not answer 2xx (a metrics exporter's)
+    is no reason to fail a server still loading; one where it does answer is."""
+    from tunelab.agent.servers.engineside import EngineSupervision
+    from tunelab.agent.servers.probe import ProbeResult
+    from tunelab.agent.servers.record import ServerRecord
+    from tunelab.agent.servers.spec import ServerSpec
+    from tunelab.agent.servers.states import ServerState
+
+    asked: list[int] = []
+    answering = {9090: False, 8101: True}
+
+    def probe(port: int, path: str, model: str) -> ProbeResult:
+        asked.append(port)
+        return ProbeResult(answering[port], f"GET {path} on {port}")
+
+    spec = ServerSpec(argv=("python", "serve.py", "--port", "8100"), port=8100)
+    record = ServerRecord(id="s", spec=spec, state=ServerState.STARTING, started_at=1.0)
+    metrics = EngineSupervision(record, False, 0.05, probe=probe)
+    metrics.on_log(b"metrics listening on http://0.0.0.0:9090\n", 2.0)
+    assert metrics.port_mismatch(2.0) == "" and asked == [9090]
+    assert metrics.port_mismatch(2.5) == "" and asked == [9090]  # asked at most once a second
+    elsewhere = EngineSupervision(record, False, 0.05, probe=probe)
+    elsewhere.on_log(b"INFO:     Uvicorn running on http://0.0.0.0:8101 (Press CTRL+C)\n", 2.0)
+    said = elsewhere.port_mismatch(3.0)
+    assert "ready on port 8101" in said and "probe uses port 8100" in said

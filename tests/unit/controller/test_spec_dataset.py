@@ -49,6 +49,9 @@ def test_multi_turn_ramp_and_a_timed_trace() -> None:
     )
     assert c.timed_trace and c.dataset_path == "traces/conv.jsonl" and c.dataset_sha256 == sha
     assert c.trace_block_size == 512 and len(c.points()) == 1
+    assert not c.trace_long_schedule
+    c = run("  dataset: {name: trace, path: conv.jsonl, long_schedule: true}\n")  # issue 46
+    assert c.trace_long_schedule and c.timed_trace
 
 
 @pytest.mark.parametrize(

@@ -37,6 +37,17 @@ def test_a_watch_spec_is_read_with_its_defaults_and_launches_become_repeat() -> 
     assert WatchSpec.from_dict(found.spec.to_dict()) == found.spec
 
 
+@pytest.mark.parametrize(("every", "seconds"), [("5 s", 5.0), ("6 h", 21600.0), ("90 s", 90.0)])
+def test_a_duration_with_a_space_is_that_duration_not_a_cron_line(
+    every: str, seconds: float
+) -> None:
+    """Issue 46: ``every: 5 s`` was read as a cron line of 2 fields."""
+    found = watch_from_text(spec_text(f"every: {every}\nmetrics: [output_throughput]"))
+    assert found is not None
+    assert found.spec.period == seconds and found.spec.cron == ""
+    assert found.spec.every == every.replace(" ", "")
+
+
 def test_a_spec_without_watch_is_none() -> None:
     assert watch_from_text(BASE) is None
 
@@ -47,6 +58,7 @@ def test_a_spec_without_watch_is_none() -> None:
         ("every: 1s\nmetrics: [output_throughput]", "watch.every", "between 2s"),
         ("every: often\nmetrics: [output_throughput]", "watch.every", "cron"),
         ("every: '0 3 * *'\nmetrics: [output_throughput]", "watch.every", "5 fields"),
+        ("every: 5 parsecs\nmetrics: [output_throughput]", "watch.every", "neither a duration"),
         ("every: '0 25 * * *'\nmetrics: [output_throughput]", "watch.every", "cron"),
         ("every: 5s\nmetrics: [speed]", "watch.metrics[0]", "unknown metric"),
         ("every: 5s\nmetrics: []", "watch.metrics", "non-empty"),

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import PurePosixPath
 
 from tunelab.agent.engines.failures import COMMON_SIGNATURES, Signature
 from tunelab.agent.engines.phases import Phase
+from tunelab.common.engineflags import engine_named
 
 P = Phase
 ENGINES = ("vllm", "sglang", "generic")
@@ -120,15 +120,9 @@ PROFILES = {p.name: p for p in (VLLM, SGLANG, GENERIC)}
 
 
 def detect(argv: tuple[str, ...] | list[str]) -> EngineProfile:
-    """The profile an argv names: ``vllm serve``, ``python -m vllm.entrypoints...``,
-    ``python -m sglang.launch_server`` / ``sglang serve``; anything else is generic."""
-    words = [PurePosixPath(a).name for a in argv[:6]]  # taskset -c 0 /venv/bin/vllm serve ...
-    for word in words:
-        if word == "vllm" or word.startswith("vllm."):
-            return VLLM
-        if word == "sglang" or word.startswith("sglang."):
-            return SGLANG
-    return GENERIC
+    """The profile an argv names (:func:`tunelab.common.engineflags.engine_named`: ``vllm
+    serve``, ``python -m sglang.launch_server`` ...); anything else is generic."""
+    return PROFILES.get(engine_named(argv), GENERIC)
 
 
 def profile_for(engine: str, argv: tuple[str, ...] | list[str]) -> EngineProfile:

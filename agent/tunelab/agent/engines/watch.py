@@ -22,6 +22,12 @@ from tunelab.agent.engines.status import EngineStatus
 
 MAX_PENDING = 4096  # a partial line longer than this is cut (a log line is never trusted)
 MAX_SUSPECTS = 20  # failure-looking lines kept from the whole log, beside the tail
+# the port a server says it listens on (SGLang's uvicorn line, vLLM's "Starting vLLM server
+# on http://127.0.0.1:18431", the simulator's "listening on"): tests/fixtures/engines
+_LISTEN_LINE = re.compile(
+    r"(?:Uvicorn running on|[Ll]istening on|Starting vLLM (?:API )?server (?:\d+ )?on) "
+    r"https?://[^\s/]*:(\d{1,5})\b"
+)
 
 
 @dataclass(frozen=True)
@@ -38,6 +44,8 @@ class EngineWatch:
         self.progress: LoadProgress | None = None  # the latest bar, tagged with its phase
         self._pending = ""
         self._suspects: list[str] = []  # lines matching a failure signature, first ones kept
+        # the port the server's log says it listens on, with that line (the first such line)
+        self.listening: tuple[int, str] | None = None
 
     @classmethod
     def resumed(cls, profile: EngineProfile, status: EngineStatus) -> EngineWatch:
@@ -77,6 +85,8 @@ class EngineWatch:
         if len(self._suspects) < MAX_SUSPECTS and match_line(line, profile.signatures):
             self._suspects.append(line)
         hint = profile.ready_lines is not None and bool(profile.ready_lines.search(line))
+        if self.listening is None and (port := _LISTEN_LINE.search(line)):
+            self.listening = (int(port.group(1)), line.strip()[:300])
         return changed, hint
 
     def _enter(self, phase: Phase, now: float) -> bool:

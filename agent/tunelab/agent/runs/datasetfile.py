@@ -2,7 +2,8 @@
 
 The spec names the file relative to that folder; like a command benchmark's ``result_file``
 it is confined there (no absolute path, no ``..``, no symlink out), it must be a regular file
-with at least one usable line, and when the spec gives a sha256 the content must have it. The
+with at least one usable line (a timed trace: a schedule of at most a day unless asked for), and
+when the spec gives a sha256 the content must have it. The
 accepted spec then carries the resolved path and the content's hash, which goes into the run's
 provenance.
 """
@@ -15,6 +16,8 @@ from typing import Any
 from tunelab.agent.errors import InvalidSpec
 from tunelab.agent.runs.commandjob import confined
 from tunelab.bench import promptfiles
+from tunelab.bench.config import BenchConfig
+from tunelab.bench.datasets import Dataset
 
 PATH_FIELD = "spec.benchmark.builtin.dataset.path"
 SHA_FIELD = "spec.benchmark.builtin.dataset.sha256"
@@ -32,7 +35,13 @@ def resolve_dataset(builtin: dict[str, Any], datasets_dir: Path) -> dict[str, An
         raise InvalidSpec(PATH_FIELD, f"{name!r} is not a file in {datasets_dir}")
     fmt = "trace" if builtin.get("dataset") == "trace" else str(builtin.get("file_format", "auto"))
     try:  # parsed here too, so that a file with no usable line is refused at StartRun
-        actual = promptfiles.load(str(path), fmt).sha256
+        if fmt == "trace":  # and a trace's schedule over a day, before the server starts
+            # the settings that make the schedule (the URL is no part of it, may be unset)
+            settings = {"url": "http://127.0.0.1", **builtin, "dataset_path": str(path)}
+            config = BenchConfig.from_dict(settings)
+            actual = Dataset(config, None).sha256
+        else:
+            actual = promptfiles.load(str(path), fmt).sha256
     except promptfiles.DatasetFileError as exc:
         raise InvalidSpec(PATH_FIELD, str(exc).replace(str(path), repr(name), 1)) from None
     expected = str(builtin.get("dataset_sha256", "")).lower()

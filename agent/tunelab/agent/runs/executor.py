@@ -36,6 +36,7 @@ from tunelab.agent.servers.states import ServerState
 from tunelab.agent.statefile import read_json, write_json_atomic
 from tunelab.agent.statewriter import DurableWriter
 from tunelab.agent.watching import watch_versioned
+from tunelab.common import engineflags
 from tunelab.common.rpcerrors import shown
 
 log = structlog.get_logger(__name__)
@@ -321,8 +322,17 @@ class RunExecutor:
                 )
                 return
             if server.state.is_terminal():
-                # one line for a person: argparse's usage continuation lines carry ~40 spaces
-                tail = " | ".join(" ".join(line.split()) for line in server.log_tail[-5:])
+                # one line for a person: the message has the failure's own line, and a refused
+                # flag's argparse usage block is fragments (issue 46)
+                usage = server.engine.failure_reason == "BAD_ARGUMENT"
+                lines = [
+                    " ".join(line.split())
+                    for line in server.log_tail
+                    if line.strip()
+                    and line.strip() not in server.message
+                    and not (usage and engineflags.usage_line(line))
+                ]
+                tail = " | ".join(lines[-5:])
                 raise BenchFailed(
                     f"server {server.state.value}: {server.message}"
                     + (f" — {tail}" if tail else "")

@@ -85,6 +85,7 @@ BENCH_DATA_KEYS = (
     "trace_block_size",
     "trace_sec_multiplier",
     "trace_timed",
+    "trace_long_schedule",
     "dataset_sha256",
     "dataset_file",
     # prompts are made with the tokenizer (issue 35): which one, by content

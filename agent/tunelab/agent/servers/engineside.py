@@ -7,7 +7,7 @@ record fields to update, so the supervisor stays the only writer of the record.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from tunelab.agent.engines.failures import Failure
 from tunelab.agent.engines.leftovers import LeftoverTracker
@@ -15,12 +15,20 @@ from tunelab.agent.engines.oomkill import monotonic_of, oom_killed
 from tunelab.agent.engines.phases import Phase
 from tunelab.agent.engines.profiles import profile_for
 from tunelab.agent.engines.watch import EngineWatch
-from tunelab.agent.servers.probe import ProbeResult, ReadinessProbe
+from tunelab.agent.servers.probe import ProbeResult, ReadinessProbe, probe_ready
 from tunelab.agent.servers.record import ServerChanges, ServerRecord
+
+ELSEWHERE_INTERVAL = 1.0  # port_mismatch asks the port the log named at most this often
 
 
 class EngineSupervision:
-    def __init__(self, record: ServerRecord, adopted: bool, fast_interval: float) -> None:
+    def __init__(
+        self,
+        record: ServerRecord,
+        adopted: bool,
+        fast_interval: float,
+        probe: Callable[[int, str, str], ProbeResult] = probe_ready,
+    ) -> None:
         spec = record.spec
         self.profile = profile_for(spec.engine, spec.argv)
         started = record.started_at or time.time()
@@ -34,6 +42,9 @@ class EngineSupervision:
         self.probe_state.http_requests = record.engine.http_probes if adopted else 0
         self.leftovers = LeftoverTracker(started, snapshot=not adopted)
         self._started = started
+        self._probe = probe
+        self._elsewhere_next = 0.0  # port_mismatch: when to ask the other port again
+        self._elsewhere_ready = False
 
     # --- while starting --------------------------------------------------------------------------
     def on_log(self, data: bytes, now: float) -> ServerChanges | None:
@@ -45,6 +56,26 @@ class EngineSupervision:
 
     def probe(self) -> ProbeResult | None:
         return self.probe_state.poll()
+
+    def port_mismatch(self, now: float) -> str:
+        """Why the probe will never see this server ready: its log says it listens on another
+        port than the probed one, and its ready path answers 2xx there ("" otherwise: a port
+        in the log that is not the server's, a metrics exporter's, is no reason). Asked at
+        most once a second."""
+        said = self.watch.listening
+        port = self.probe_state.port
+        if said is None or said[0] == port or self.probe_state.last.ready:
+            return ""
+        if now >= self._elsewhere_next:
+            self._elsewhere_next = now + ELSEWHERE_INTERVAL
+            self._elsewhere_ready = self._probe(said[0], self.probe_state.path, "").ready
+        if not self._elsewhere_ready:
+            return ""
+        return (
+            f"the server is ready on port {said[0]} (its log: {said[1]!r}), but the readiness "
+            f"probe uses port {port}: give both the same port (server start --port, "
+            'server.port, "{port}" in the server\'s flags)'
+        )
 
     def probe_detail(self) -> str:
         return self.probe_state.last.detail

@@ -17,6 +17,7 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 
 PROBE_TIMEOUT = 2.0
 CONNECT_TIMEOUT = 0.2
@@ -34,6 +35,7 @@ class ProbeResult:
     # the server is up and lists models, but not the one asked for: a wrong model name, which
     # waiting out the startup budget (20 min by default) will not fix
     wrong_model: bool = False
+    hint: str = ""  # wrong_model: how the server would serve the name (served_name_hint)
 
 
 def _get(port: int, path: str, timeout: float) -> tuple[int, bytes]:
@@ -80,8 +82,24 @@ def probe_ready(
     if model in ids:
         return ProbeResult(True, f"GET {path}: HTTP 2xx; model {model} listed", 2)
     return ProbeResult(
-        False, f"GET /v1/models: {model!r} not in {ids[:5]}", 2, wrong_model=bool(ids)
+        False,
+        f"GET /v1/models: {model!r} not in {ids[:5]}",
+        2,
+        wrong_model=bool(ids),
+        hint=served_name_hint(model, ids),
     )
+
+
+def served_name_hint(model: str, ids: list[str]) -> str:
+    """vLLM and SGLang list a model by its path (``--model-path /models/GLM-5``) unless
+    ``--served-model-name`` names it: where a listed path ends with the ready model, say so."""
+    for listed in ids:
+        if "/" in listed and PurePosixPath(listed).name.lower() == model.lower():
+            return (
+                f"it serves {listed!r} under its path: add --served-model-name {model} to the "
+                f"server's flags (vLLM, SGLang), or make the ready model {listed!r}"
+            )
+    return ""
 
 
 class ReadinessProbe:

@@ -45,6 +45,7 @@ LEFTOVER_SCAN_SETTLED = 15.0
 LEFTOVER_SETTLE = 60.0
 MAX_LOG_READ = 1 << 20
 WRONG_MODEL_GRACE = 5.0
+PORT_MISMATCH_GRACE = 3.0  # after the ready line names another port, the probed one may yet open
 CRASH_BACKOFF = 0.5  # a crashed pass is retried after this, doubling up to the max
 CRASH_BACKOFF_MAX = 30.0  # a server listing other models this long has a wrong ready model
 
@@ -105,7 +106,7 @@ class ServerSupervisor:
         self._stop_grace: float | None = None
         self._stop_reason = ""
         self._fail_after_stop = False
-        self._wrong_model_since: float | None = None
+        self._lasting: dict[str, float] = {}  # a cause of never being ready -> first seen
         self._next_leftover_scan = 0.0
         # an adopted READY server settled long ago; a new one settles a minute after READY
         self._settles_at = 0.0 if record.state is ServerState.READY else math.inf
@@ -198,7 +199,12 @@ class ServerSupervisor:
                 if result is not None and result.ready:
                     self._on_ready()
                     continue
-                if result is not None and self._wrong_model_for_too_long(result, now):
+                if result is not None and self._fail_when_lasting(
+                    "model", self._wrong_model(result), now, WRONG_MODEL_GRACE
+                ):
+                    continue
+                elsewhere = self._engine.port_mismatch(now)
+                if self._fail_when_lasting("port", elsewhere, now, PORT_MISMATCH_GRACE):
                     continue
                 self._wake.wait(self._settings.probe_interval)
             elif self._leader_exited():  # the monitor has not reaped it yet: ask again soon
@@ -332,21 +338,26 @@ class ServerSupervisor:
         )
         self._log.error("monitor_vanished", killed=killed)
 
-    def _wrong_model_for_too_long(self, result: ProbeResult, now: float) -> bool:
-        """Fail a server that has listed other models than the ready model for a while."""
+    def _wrong_model(self, result: ProbeResult) -> str:
+        """Why a server that lists other models than the ready model will never be ready."""
         if not result.wrong_model:
-            self._wrong_model_since = None
+            return ""
+        fix = result.hint or "fix the ready model (--ready-model, server.ready.model)"
+        return (
+            f"the server answers, but does not serve model {self._spec.ready_model!r} "
+            f"({result.detail}); {fix}"
+        )
+
+    def _fail_when_lasting(self, kind: str, reason: str, now: float, grace: float) -> bool:
+        """Fail the server once ``reason`` (a cause the startup timeout would only wait out: a
+        wrong ready model, a port other than the probed one) has held ``grace`` seconds."""
+        if not reason:
+            self._lasting.pop(kind, None)
             return False
-        if self._wrong_model_since is None:
-            self._wrong_model_since = now
-        if now - self._wrong_model_since < WRONG_MODEL_GRACE:
+        if now - self._lasting.setdefault(kind, now) < grace:
             return False
         self._fail_after_stop = True
-        self.request_stop(
-            None,
-            f"the server answers, but does not serve model {self._spec.ready_model!r} "
-            f"({result.detail}); fix the ready model (--ready-model, server.ready.model)",
-        )
+        self.request_stop(None, reason)
         return True
 
     def _on_startup_timeout(self) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 from tunelab.analysis.metrics import COMPARED
 from tunelab.bench.tokens import spec_tokenizer_problem
+from tunelab.common import engineflags
 from tunelab.common.durations import parse_duration
 from tunelab.common.specbounds import MAX_TEXT, Range, SpecViolation, check_number
 from tunelab.controller.spec.errors import SpecIssue
@@ -22,9 +23,20 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$")
 LABEL_VALUE = re.compile(r"^[^\x00-\x1f\x7f]{0,253}$")  # no NUL, newline or other control
 
+WATCH_ADD = (
+    "a watch is added, not submitted: tunelab watch add FILE (tunelab watch add --dry-run FILE "
+    "checks it without a controller)"
+)
 TOP_KEYS = {"name", "priority", "host", "server", "benchmark", "max_duration", "repeat", "matrix",
             "ablation", "max_attempts", "roofline", "redact", "profile", "compare"}  # fmt: skip
-SERVER_KEYS = {"command", "flags", "env", "port", "ready", "stop_grace", "cwd", "engine"}
+# top-level keys a spec may have that a plain experiment is not: where each is handled
+ELSEWHERE = {
+    "watch": WATCH_ADD,
+    "search": "a search is the only document of its file (submit or --dry-run it alone)",
+}
+SERVER_KEYS = {
+    "command", "flags", "env", "port", "ready", "stop_grace", "cwd", "engine", "engine_version"
+}  # fmt: skip
 ENGINES = ("vllm", "sglang", "generic")  # the agent's engine profiles
 READY_KEYS = {"path", "model", "timeout"}
 HOST_KEYS = {"name", "labels", "gpus"}
@@ -50,6 +62,7 @@ DATASET_KEYS: dict[str, tuple[str, str]] = {
     "block_size": ("integer", "trace_block_size"),
     "sec_multiplier": ("number", "trace_sec_multiplier"),
     "timed": ("boolean", "trace_timed"),
+    "long_schedule": ("boolean", "trace_long_schedule"),
     "sha256": ("string", "sha256"),
 }
 RAMP_KEYS = {"strategy", "start_rate", "end_rate"}
@@ -355,18 +368,32 @@ def check_server(check: Checker, raw: Any) -> dict[str, Any]:
             server.get("stop_grace", "30s"), "server.stop_grace", "ServerSpec.stop_grace_seconds"
         ),
         "cwd": check.string(server["cwd"], "server.cwd") if "cwd" in server else "",
-        **_engine(check, server),
+        **_engine(check, server, command, flags),
     }
 
 
-def _engine(check: Checker, server: Mapping[str, Any]) -> dict[str, str]:
-    """``server.engine``: kept only when given, so specs without it normalise as before."""
-    if "engine" not in server:
-        return {}
-    engine = check.string(server["engine"], "server.engine")
-    if engine not in ENGINES:
-        check.fail("server.engine", f"must be one of {', '.join(ENGINES)}, got {engine!r}")
-    return {"engine": engine}
+def _engine(
+    check: Checker, server: Mapping[str, Any], command: list[str], flags: Mapping[str, Any]
+) -> dict[str, str]:
+    """``server.engine`` and ``server.engine_version``: kept only when given, so specs without
+    them normalise as before. The flags are checked against that engine's own list."""
+    out: dict[str, str] = {}
+    if "engine" in server:
+        out["engine"] = check.string(server["engine"], "server.engine")
+        if out["engine"] not in ENGINES:
+            check.fail(
+                "server.engine", f"must be one of {', '.join(ENGINES)}, got {out['engine']!r}"
+            )
+    if "engine_version" in server:
+        out["engine_version"] = check.string(server["engine_version"], "server.engine_version")
+    named = engineflags.engine_run(command)  # checked where the command runs the engine
+    engine = named if out.get("engine", named) == named else ""
+    version = out.get("engine_version", "")
+    for bad in engineflags.unknown_flags(engine, list(flags), version):
+        check.fail(f"server.flags.{bad.flag}", bad.problem())
+    for bad in engineflags.unknown_flags(engine, engineflags.argv_flags(command), version):
+        check.fail("server.command", f"{bad.flag}: {bad.problem()}")
+    return out
 
 
 def check_benchmark(check: Checker, raw: Any, default_model: str) -> dict[str, Any]:
@@ -622,9 +649,12 @@ def _label_text(value: Any) -> Any:
 def check_experiment(raw: Any, prefix: str = "") -> tuple[dict[str, Any], list[SpecIssue]]:
     """Validate one experiment document; returns (normalized spec, issues)."""
     check = Checker(prefix)
-    doc = check.mapping(raw, "", TOP_KEYS)
+    doc = check.mapping(raw, "", TOP_KEYS | set(ELSEWHERE))
     if not isinstance(raw, Mapping):
         return {}, check.issues
+    for key, why in ELSEWHERE.items():
+        if key in doc:
+            check.fail(key, why)
     if "name" not in doc:
         check.fail("name", "is required")
     if "server" not in doc:

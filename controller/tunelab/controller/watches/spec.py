@@ -108,10 +108,21 @@ def _cron_period(line: str) -> float:
 
 
 def _every(check: Checker, value: Any) -> tuple[str, float, str]:
+    if isinstance(value, str) and len(value.split()) == 2:  # "5 s": a duration, not a cron line
+        try:
+            parse_duration("".join(value.split()))
+        except ValueError:
+            pass
+        else:
+            value = "".join(value.split())
     if isinstance(value, str) and len(value.split()) > 1:
         fields = value.split()
         if len(fields) != 5:
-            check.fail("watch.every", f"a cron line has 5 fields, got {len(fields)}")
+            check.fail(
+                "watch.every",
+                f"{value!r} is neither a duration (5s, 6h) nor a 5-field cron line "
+                f"('0 3 * * *' has 5 fields, this {len(fields)})",
+            )
             return value, 0.0, ""
         line = " ".join(fields)
         try:
