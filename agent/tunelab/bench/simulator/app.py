@@ -21,6 +21,7 @@ from tunelab.bench.simulator.engine import BadRequest, Generation, error_body, p
 from tunelab.bench.simulator.http import Connection, Request
 from tunelab.bench.simulator.metrics import SimMetrics
 from tunelab.bench.simulator.options import SimSettings, add_sim_arguments, settings_from_args
+from tunelab.bench.simulator.phases import Script
 from tunelab.bench.simulator.profiler import SimProfiler
 from tunelab.bench.simulator.timing import DeadlineScheduler, LatenessStats, new_event_loop
 
@@ -83,7 +84,12 @@ class SimApp:
         self.out = out
         self.ready = False
         self.lateness = LatenessStats()
-        self.metrics = SimMetrics(settings.model, self.lateness)
+        self.metrics = SimMetrics(
+            settings.model,
+            self.lateness,
+            Script(settings.phases),
+            asyncio.get_running_loop().time,
+        )
         self.requests = 0
         self.started = time.time()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -248,6 +254,7 @@ class SimApp:
             if fault.status is not None:
                 conn.send_response(fault.status, error_body(fault.status, "injected fault"))
                 return
+        self.metrics.script.arrived(request.received)
         Generation(
             conn,
             req,
