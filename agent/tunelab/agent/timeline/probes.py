@@ -81,7 +81,7 @@ class HostProbe:
     client_pid: int | None = None
     ticks_per_second: int = 100
     _cpus: dict[str, _Times] = field(default_factory=dict)
-    _client: tuple[float, float] | None = None  # (cpu seconds, clock) at the last call
+    _client: tuple[float, float, float] | None = None  # (cpu s, run-queue wait s, clock)
 
     def read(self, now: float) -> dict[str, float | None]:
         values: dict[str, float | None] = {}
@@ -131,8 +131,18 @@ class HostProbe:
             core = float(rest[36]) if len(rest) > 36 else None
         except (IndexError, ValueError):
             return {"host.client_cpu_ratio": None}
-        before, self._client = self._client, (cpu, now)
-        share = None
-        if before is not None and now > before[1]:
-            share = (cpu - before[0]) / (now - before[1])
-        return {"host.client_cpu_ratio": share, "host.client_core": core}
+        # /proc/<pid>/schedstat: on-CPU ns, run-queue wait ns, timeslices (the client is
+        # starved when it waits for a CPU: the self-check's max_client_runqueue)
+        sched = (self.system.read_text(f"/proc/{self.client_pid}/schedstat") or "").split()
+        wait = int(sched[1]) / 1e9 if len(sched) > 1 and sched[1].isdigit() else None
+        before, self._client = self._client, (cpu, wait if wait is not None else -1.0, now)
+        share = waited = None
+        if before is not None and now > before[2]:
+            share = (cpu - before[0]) / (now - before[2])
+            if wait is not None and before[1] >= 0:
+                waited = (wait - before[1]) / (now - before[2])
+        return {
+            "host.client_cpu_ratio": share,
+            "host.client_wait_ratio": waited,
+            "host.client_core": core,
+        }
