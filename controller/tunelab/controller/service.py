@@ -40,7 +40,7 @@ from tunelab.controller.store.changes import HostFields
 from tunelab.controller.store.search_models import SearchRow
 from tunelab.controller.store.watch_models import WATCH_ACTIVE, WATCH_PAUSED, WatchRow
 from tunelab.controller.submission import Submissions
-from tunelab.controller.timelines import with_timelines
+from tunelab.controller.timelines import timeline_differences, with_timelines
 from tunelab.controller.watchcache import WatchCache
 from tunelab.controller.watches.document import watch_document, watch_summary
 from tunelab.controller.watches.spec import watch_from_text
@@ -563,6 +563,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         unique = list({r.id: r for r in rows}.values())
         attempts = self._store.attempts_for_many([r.id for r in unique])
         document = compare(redacted_pairs((r, attempts[r.id]) for r in unique))
+        document["timeline_differences"] = timeline_differences(self._store, document, attempts)
         return controller_pb2.CompareRunsResponse(
             comparison_json=json.dumps(document, sort_keys=True)
         )

@@ -6,12 +6,15 @@ a warning in the result; it never fails the attempt."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import structlog
 
+from tunelab.analysis.timeline.differences import compare_differences
 from tunelab.analysis.timeline.events import find_events
 from tunelab.analysis.timeline.model import TimelineError, parse
+from tunelab.controller.store.models import AttemptRow
 from tunelab.controller.store.timelinebook import TimelineStore
 from tunelab.v1 import controller_pb2
 
@@ -45,3 +48,18 @@ def with_timelines(store: TimelineStore, pb: controller_pb2.Experiment, document
             attempt.timeline_events_json = json.dumps(events[attempt.id])
             if documents:
                 attempt.timeline_json = json.dumps(store.timeline(attempt.id))
+
+
+def timeline_differences(
+    store: TimelineStore,
+    document: Mapping[str, Any],
+    attempts: Mapping[str, Sequence[AttemptRow]],
+) -> list[str]:
+    """``compare``'s sentences on events one configuration shows and another never does."""
+    ids = [a.id for rows in attempts.values() for a in rows]
+    stored = store.timeline_events(ids)
+    events = {
+        experiment: [stored[a.id] for a in rows if a.id in stored]
+        for experiment, rows in attempts.items()
+    }
+    return compare_differences(document.get("experiments") or [], events)

@@ -46,3 +46,32 @@ def differences(a_label: str, a: Iterable[Events], b_label: str, b: Iterable[Eve
         elif theirs and not mine:
             out.append(f"{b_label} {_phrase(kind, theirs)}; {a_label} never")
     return out
+
+
+def configuration_label(row: Mapping[str, Any]) -> str:
+    """A compare row's configuration as people name it: its varied settings, else its name."""
+    varied = row.get("varied") or {}
+    if varied:
+        return " ".join(f"{k}={v}" for k, v in sorted(varied.items()))
+    return str(row.get("name") or row.get("id"))
+
+
+def compare_differences(
+    rows: Sequence[Mapping[str, Any]], events: Mapping[str, Sequence[Events]]
+) -> list[str]:
+    """For ``compare``: each configuration against the first (the baseline), over all of
+    their launches. ``rows`` are compare's experiment rows; ``events`` maps an experiment id
+    to its attempts' event lists (attempts without a timeline are left out)."""
+    labels: dict[str, list[str]] = {}
+    for row in rows:
+        labels.setdefault(configuration_label(row), []).append(str(row["id"]))
+    if len(labels) < 2:
+        return []
+    (base, base_ids), *others = labels.items()
+    base_events = [e for i in base_ids for e in events.get(i, [])]
+    out = []
+    for label, ids in others:
+        mine = [e for i in ids for e in events.get(i, [])]
+        if mine or base_events:
+            out += differences(label, mine, base, base_events)
+    return out
