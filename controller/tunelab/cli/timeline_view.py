@@ -3,8 +3,12 @@ evidence, and with ``--timeline`` a summary of every series (the data is in ``--
 
 from __future__ import annotations
 
+import json
 import statistics
 from typing import Any
+
+from tunelab.cli.clients import ControllerClient
+from tunelab.v1 import controller_pb2
 
 
 def event_lines(attempt: dict[str, Any]) -> list[str]:
@@ -37,4 +41,23 @@ def series_lines(attempt: dict[str, Any]) -> list[str]:
             f"      {name.ljust(width)}  {len(present):>5}  min {min(present):<10.4g} "
             f"mean {statistics.fmean(present):<10.4g} max {max(present):.4g}"
         )
+    return out
+
+
+MAX_REPORT_TIMELINES = 12
+
+
+def fetch_timelines(client: ControllerClient, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Attempt id -> timeline document for compare's rows (their shown attempt), at most
+    MAX_REPORT_TIMELINES: what ``tunelab report`` draws."""
+    out: dict[str, Any] = {}
+    for row in rows:
+        if len(out) >= MAX_REPORT_TIMELINES:
+            break
+        if not row.get("attempt"):
+            continue
+        request = controller_pb2.GetExperimentRequest(id=row["id"], timeline=True)
+        for attempt in client.get_experiment(request).experiment.attempts:
+            if attempt.id == row["attempt"] and attempt.timeline_json:
+                out[attempt.id] = json.loads(attempt.timeline_json)
     return out
