@@ -41,11 +41,11 @@ def percentile(hist: Counter[int], q: float) -> float | None:
 class ClientWindows:
     """Per-window client counts on the grid ``start + i * step`` (epoch seconds)."""
 
-    def __init__(self, step: float, start: float = 0.0) -> None:
+    def __init__(self, step: float, start: float = 0.0, perf_to_epoch: float | None = None) -> None:
         self.step = step
         self.start = start or time.time()
         # perf_counter -> epoch, fixed once: the windows stay aligned as the run goes on
-        self._offset = time.time() - time.perf_counter()
+        self._offset = time.time() - time.perf_counter() if perf_to_epoch is None else perf_to_epoch
         self.counts: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
         self.in_flight: dict[int, float] = defaultdict(float)
         self.ttft: dict[int, Counter[int]] = defaultdict(Counter)
