@@ -25,6 +25,7 @@ from tunelab.bench.simulator.phases import Script
 from tunelab.bench.simulator.profiler import SimProfiler
 from tunelab.bench.simulator.timing import DeadlineScheduler, LatenessStats, new_event_loop
 
+METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LISTEN_BACKLOG = 4096  # a closed loop of 1024 connects at once; asyncio's default is 100
 PROGRESS_LABEL = "Loading safetensors checkpoint shards"
 
@@ -206,7 +207,17 @@ class SimApp:
         conn.send_response(200, json.dumps(body).encode())
 
     def _metrics(self, conn: Connection) -> None:
-        conn.send_response(200, self.metrics.render(), "text/plain; version=0.0.4; charset=utf-8")
+        kind = self.settings.metrics_fault
+        body = self.metrics.render()
+        if kind == "huge":  # past any scraper's cap: 40 MiB of valid-looking series
+            line = b'vllm:num_requests_running{model_name="%d"} 1\n'
+            body += b"".join(line % i for i in range(40 * 1024 * 1024 // len(line)))
+        elif kind == "malformed":
+            body = b"vllm:num_requests_running{model_name=unquoted} one\n\x00\xff garbage\n"
+        if kind == "slow":  # answers after 5 s; generation keeps going meanwhile
+            asyncio.get_running_loop().call_later(5.0, conn.send_response, 200, body, METRICS_TYPE)
+            return
+        conn.send_response(200, body, METRICS_TYPE)
 
     def _stats(self, conn: Connection) -> None:
         body = {

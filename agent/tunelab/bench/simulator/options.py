@@ -86,6 +86,7 @@ class SimSettings:
     oom_above_seqs: int | None = None
     chat_template: str = ""  # {prompt}: the user's message; "": the model has none
     phases: tuple[Phase, ...] = ()  # scripted metric steps (phases.py)
+    metrics_fault: str = ""  # huge | slow | malformed: a hostile /metrics (tests)
 
     @property
     def batching(self) -> bool:
@@ -311,6 +312,12 @@ def add_serving_model_arguments(p: argparse.ArgumentParser) -> None:
         "waits (default: no limit)",
     )
     p.add_argument(
+        "--metrics-fault",
+        choices=("huge", "slow", "malformed"),
+        default="",
+        help="a hostile /metrics: 40 MiB, answered after 5 s, or not the text format",
+    )
+    p.add_argument(
         "--phase",
         type=parse_phase,
         action="append",
@@ -382,4 +389,5 @@ def _settings(args: argparse.Namespace, scale: float) -> SimSettings:
         oom_above_seqs=args.oom_above_seqs,
         chat_template=args.chat_template,
         phases=tuple(getattr(args, "phase", None) or ()),
+        metrics_fault=getattr(args, "metrics_fault", "") or "",
     )
