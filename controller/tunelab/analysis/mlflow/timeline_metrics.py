@@ -1,6 +1,6 @@
 """An attempt's timeline as MLflow step metrics: one metric per series (``timeline.<series>``,
 e.g. ``timeline.gpu0.power_watts``), the step being the window's index and the window's
-time from the first request in seconds being ``timeline.t_s`` at the same step. Bounded: past
+time from the benchmark's start in seconds being ``timeline.t_s`` at the same step. Bounded: past
 :data:`MAX_VALUES` values the windows are strided, so one attempt logs at most that many."""
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 Every rule reads whole windows and needs the condition to hold for :data:`MIN_WINDOWS` windows in
 a row (a single odd sample is not an event). Times are seconds from the timeline's start (the
-first warm-up request), at the start of the first window where the condition holds.
+benchmark's start, just before the load generator starts), at the start of the first window
+where the condition holds.
 
 - ``kv_cache_full``: the engine preempted requests (its preemption counter rose), with the KV
   cache's use beside it: the cache is full and requests are evicted and recomputed.

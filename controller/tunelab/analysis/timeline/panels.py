@@ -19,7 +19,7 @@ from tunelab.analysis.timeline.model import Timeline, TimelineError, parse
 from tunelab.bench.timeline.document import Value
 
 W, H = 900, 130  # one panel; the panels of an attempt stack, sharing the x-axis
-LEFT, RIGHT, TOP, BOTTOM = 64, 170, 10, 22
+LEFT, RIGHT, TOP, BOTTOM = 64, 170, 20, 36
 MAX_MARKS = 600  # polyline vertices per series; more windows are strided
 MAX_ATTEMPTS = 12  # timelines drawn in one report
 
@@ -110,7 +110,7 @@ def panel_svg(t: Timeline, panel: Panel, events: Sequence[Event], last: bool) ->
     ticks = nice_ticks(0.0, max(present) if present else 1.0, 3)
     y_top = max(ticks[-1], 1e-12)
     height = H + (BOTTOM if last else 0)
-    bottom = height - BOTTOM
+    bottom = H - 8
 
     def px(x: float) -> float:
         return LEFT + x / x_max * (W - LEFT - RIGHT)
@@ -166,9 +166,7 @@ def panel_svg(t: Timeline, panel: Panel, events: Sequence[Event], last: bool) ->
             f"t={event.at_s:.1f} s: {escape(event.evidence)}</title></line>"
         )
     body.append(f'<line x1="{LEFT}" x2="{W - RIGHT}" y1="{bottom}" y2="{bottom}" stroke="#333"/>')
-    body.append(
-        f'<text x="{LEFT + 4}" y="{TOP + 10}" font-weight="bold">{escape(panel.title)}</text>'
-    )
+    body.append(f'<text x="{LEFT}" y="{TOP - 6}" font-weight="bold">{escape(panel.title)}</text>')
     if last:
         for x in nice_ticks(0.0, x_max, 8):
             if x <= x_max:
@@ -176,8 +174,8 @@ def panel_svg(t: Timeline, panel: Panel, events: Sequence[Event], last: bool) ->
                     f'<text x="{px(x):.1f}" y="{bottom + 14}" text-anchor="middle">{_fmt(x)}</text>'
                 )
         body.append(
-            f'<text x="{W - RIGHT}" y="{bottom + 14}" text-anchor="end">'
-            "s from the first request</text>"
+            f'<text x="{(LEFT + W - RIGHT) / 2}" y="{bottom + 30}" text-anchor="middle">'
+            "s from the benchmark's start</text>"
         )
     return (
         f'<svg class="chart-svg" viewBox="0 0 {W} {height}" width="{W}" height="{height}" '
@@ -207,7 +205,7 @@ def attempt_figure(label: str, t: Timeline) -> str:
 
 
 def overlay(timelines: Mapping[str, Timeline]) -> str:
-    """The attempts' output throughput on one axis (s from each one's first request)."""
+    """The attempts' output throughput on one axis (s from each one's start)."""
     series = []
     for i, (label, t) in enumerate(timelines.items()):
         tokens = t.get("client.output_tokens")
