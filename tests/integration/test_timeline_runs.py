@@ -61,7 +61,7 @@ def run(agent: AgentProcess, run_id: str, *sim: str, seconds: float) -> dict[str
 def first_request_s(timeline: dict[str, Any]) -> float:
     """When the simulator's clock for its phases started: the first request sent."""
     sent = timeline["series"]["client.sent"]
-    return next(w for w, v in enumerate(sent) if v) * timeline["step_seconds"]
+    return float(next(w for w, v in enumerate(sent) if v) * timeline["step_seconds"])
 
 
 def test_each_scripted_event_is_found_within_one_step(gpu_agent: AgentProcess) -> None:
