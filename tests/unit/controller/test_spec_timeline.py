@@ -4,19 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from tests.unit.controller.test_spec_profile import BASE as PROFILE_BASE
 from tunelab.bench.config import BenchConfig, BenchConfigError
 from tunelab.controller.spec import SpecError, expand_text
 from tunelab.controller.spec.render import to_run_spec
 from tunelab.v1 import run_pb2
 
-BASE = """
-name: sim
-server:
-  command: [python, -m, tunelab.bench.simulator]
-  flags: {--port: "{port}"}
-  ready: {model: sim-model}
-benchmark: {concurrency: [1], requests: 20, input_len: 64, output_len: 32%s}
-"""
+# the profile tests' spec, with room for more benchmark keys
+BASE = PROFILE_BASE.replace("output_len: 32}", "output_len: 32%s}")
 
 
 def builtin_of(extra: str) -> run_pb2.BuiltinBenchmark:
