@@ -100,6 +100,12 @@ def cmd_report(args: argparse.Namespace) -> int:
         profiles = ablation_profiles(args, document["experiments"])
         if profiles["diffs"]:
             document["profiles"] = profiles
+    if not args.no_timelines:
+        from tunelab.cli.timeline_view import fetch_timelines
+
+        document["timelines"] = fetch_timelines(
+            ControllerClient.for_args(args), document["experiments"]
+        )
     words = [named.key] if named is not None else args.ids
     default = re.sub(r"[^A-Za-z0-9._-]+", "_", "-".join(words))[:80]
     out = Path(args.out or f"report-{default}.html")
@@ -173,6 +179,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--no-profiles",
         action="store_true",
         help="leave out the profile diff (fetching the kept traces can take a while)",
+    )
+    report.add_argument(
+        "--no-timelines",
+        action="store_true",
+        help="leave out the attempts' timeline panels (docs/timeline.md)",
     )
     add_effect_args(report)
     add_controller_args(report)

@@ -65,6 +65,9 @@ def attempt_json(a: controller_pb2.Attempt, full: bool) -> dict[str, Any]:
         data["result"] = _loads(a.result_json)
         data["gpu_summary"] = _loads(a.gpu_summary_json)
         data["provenance"] = _loads(a.provenance_json)
+        data["timeline_events"] = _loads(a.timeline_events_json) or []
+        if a.timeline_json:
+            data["timeline"] = _loads(a.timeline_json)
     return data
 
 
@@ -382,7 +385,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         if len(listed) != 1:
             return _show_group(named, listed, args.json)
         key = listed[0].id
-    request = controller_pb2.GetExperimentRequest(id=key)
+    request = controller_pb2.GetExperimentRequest(id=key, timeline=args.timeline)
     experiment = client.get_experiment(request).experiment
     data = experiment_json(experiment, full=True)
     if args.json:
@@ -512,6 +515,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="ID|NAME|GROUP",
         help="an experiment's id or name; a group (g-...) or a spec's name (its latest "
         "submission): its experiments, or a search's table; a watch's name: its occurrences",
+    )
+    show.add_argument(
+        "--timeline",
+        action="store_true",
+        help="each attempt's timeline too (every series per window with --json; docs/timeline.md)",
     )
     add_json_arg(show, "the experiment, spec and results included (a group: a list)")
     add_controller_args(show)

@@ -64,7 +64,7 @@ def relabel(text: str, server: str) -> list[MetricFamilyText]:
                 else:
                     current.type = value
             continue
-        name, labels, rest = _split_sample(line)
+        name, labels, rest = split_sample(line)
         name = _name(name)
         if current is None or not _belongs(name, current.name):
             current = families.setdefault(name, MetricFamilyText(name))
@@ -121,7 +121,7 @@ def _sample_name(sample: str) -> str:
     return sample.split("{", 1)[0]
 
 
-def _split_sample(line: str) -> tuple[str, list[tuple[str, str]], str]:
+def split_sample(line: str) -> tuple[str, list[tuple[str, str]], str]:
     """``name{a="x",b="y"} value [ts]`` -> (name, [(a, '"x"'), ...], 'value [ts]')."""
     brace = line.find("{")
     space = line.find(" ")
@@ -177,12 +177,12 @@ class EngineResult:
     seconds: float
 
 
-def fetch_metrics(port: int, timeout: float) -> str:
-    """GET the engine's /metrics on loopback as text format 0.0.4."""
+def fetch_metrics(port: int, timeout: float, max_bytes: int = MAX_BYTES) -> str:
+    """GET the engine's /metrics on loopback as text format 0.0.4 (at most ``max_bytes``)."""
     reply = get(
         f"http://127.0.0.1:{port}/metrics",
         seconds=timeout,
-        max_body=MAX_BYTES,
+        max_body=max_bytes,
         accept="text/plain;version=0.0.4",
     )  # tunelab.common.boundedhttp: timeout in all, redirects not followed
     if reply.status != 200:

@@ -31,6 +31,7 @@ from tunelab.controller.store.models import (
     HostRow,
 )
 from tunelab.controller.store.search_models import SearchStore
+from tunelab.controller.store.timelinebook import TimelineStore
 from tunelab.controller.store.watch_models import WatchStore
 
 
@@ -59,7 +60,7 @@ class StoreFull(StoreError):
     """The disk holding the database is full; the transaction was rolled back."""
 
 
-class Store(SearchStore, WatchStore, FaultBook, Protocol):
+class Store(SearchStore, WatchStore, FaultBook, TimelineStore, Protocol):
     # hosts
     def add_host(self, host: HostRow, replace: bool = False) -> HostRow: ...
     def remove_host(self, name: str) -> None: ...

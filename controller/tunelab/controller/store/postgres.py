@@ -49,6 +49,7 @@ from tunelab.controller.store.searches import SearchSql, SearchStatements
 from tunelab.controller.store.secrets import HostSecrets
 from tunelab.controller.store.slurmbook import SlurmSql, SlurmStatements
 from tunelab.controller.store.statements import Statements
+from tunelab.controller.store.timelinebook import TimelineSql, TimelineStatements
 from tunelab.controller.store.watches import WatchSql, WatchStatements
 
 WRITE_LOCK = 0x7475_6E65_0001  # "tune" + 1: one writer at a time
@@ -59,6 +60,7 @@ LEASE = 3.0  # seconds a frozen controller keeps the turn (or a transaction) bef
 _STATEMENTS = Statements(POSTGRESQL)
 _SEARCH_SQL = SearchSql(POSTGRESQL)
 _SLURM_SQL = SlurmSql(POSTGRESQL)
+_TIMELINE_SQL = TimelineSql(POSTGRESQL)
 _WATCH_SQL = WatchSql(POSTGRESQL)
 _FAULT_SQL = FaultSql(POSTGRESQL)
 _BUMP_EPOCH = (
@@ -142,6 +144,7 @@ class PostgresStore(SqlStore):
         self.sql = _STATEMENTS
         self.searches = SearchStatements(self, _SEARCH_SQL)
         self.slurm = SlurmStatements(self, _SLURM_SQL)
+        self.timelines = TimelineStatements(self, _TIMELINE_SQL)
         self.watches = WatchStatements(self, _WATCH_SQL)
         self.faults = FaultStatements(self, _FAULT_SQL)
         self.url = url

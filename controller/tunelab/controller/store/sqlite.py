@@ -28,11 +28,13 @@ from tunelab.controller.store.searches import SearchSql, SearchStatements
 from tunelab.controller.store.secrets import HostSecrets
 from tunelab.controller.store.slurmbook import SlurmSql, SlurmStatements
 from tunelab.controller.store.statements import Statements
+from tunelab.controller.store.timelinebook import TimelineSql, TimelineStatements
 from tunelab.controller.store.watches import WatchSql, WatchStatements
 
 _STATEMENTS = Statements(SQLITE)
 _SEARCH_SQL = SearchSql(SQLITE)
 _SLURM_SQL = SlurmSql(SQLITE)
+_TIMELINE_SQL = TimelineSql(SQLITE)
 _WATCH_SQL = WatchSql(SQLITE)
 _FAULT_SQL = FaultSql(SQLITE)
 _TURN = FencingToken(epoch=0)
@@ -43,6 +45,7 @@ class SqliteStore(SqlStore):
         self.sql = _STATEMENTS
         self.searches = SearchStatements(self, _SEARCH_SQL)
         self.slurm = SlurmStatements(self, _SLURM_SQL)
+        self.timelines = TimelineStatements(self, _TIMELINE_SQL)
         self.watches = WatchStatements(self, _WATCH_SQL)
         self.faults = FaultStatements(self, _FAULT_SQL)
         self.path = Path(path)
