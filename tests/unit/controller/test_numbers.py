@@ -10,7 +10,7 @@ import argparse
 import pytest
 
 from tests.unit.controller.test_search_spec import BASE, FULL
-from tunelab.cli.experiments_cmd import _percent
+from tunelab.cli.compare_cmd import _percent
 from tunelab.controller.search.submit import search_from_text
 from tunelab.controller.spec.errors import SpecError
 from tunelab.controller.spec.schema import read_fraction
