@@ -415,7 +415,7 @@ def test_the_turn_lease_is_a_setting(postgres: PostgresServer) -> None:
 
 
 def test_a_step_fault_counts_up_keeps_its_first_time_and_goes(store: SqlStore) -> None:
-    """Issue 45.1's marks (migration 12) on both engines: the upsert counts failures in a row,
+    """Issue 45.1's marks (migration 11) on both engines: the upsert counts failures in a row,
     keeps when they began, and a kind's marks are read in one query."""
     assert store.note_step_fault("watch", "w", "KeyError: 'a'", 10.0).failures == 1
     again = store.note_step_fault("watch", "w", "KeyError: 'b'", 12.0)

@@ -1,4 +1,4 @@
-"""Step faults (migration 0012, ``0012_step_faults.sql``): the object a guarded control-loop
+"""Step faults (migration 0011, ``0011_step_faults.sql``): the object a guarded control-loop
 step failed for (a watch, a search, a Slurm pool), how many steps in a row failed and the last
 error's one bounded line (controller/guard.py writes them). A step that succeeds again removes
 its row. Not fenced: a note for the user, read by ``watch show``, ``search show`` and ``hosts``;
