@@ -14,14 +14,13 @@ from typing import Any
 from tunelab.cli.clients import ControllerClient
 from tunelab.cli.common import EXIT_OK, EXIT_USAGE, CliError, add_controller_args, print_json
 from tunelab.cli.keys import spec_names, target
+from tunelab.common.shares import read_fraction
 from tunelab.v1 import controller_pb2
 
 
 def _percent(text: str, below: float = 1.0) -> float:
     """``2%`` or ``0.02`` -> 0.02, for --min-effect and --max-cv: the spec's reader (a bare 2
     is refused: before, it meant 2 % here and 200 % in a spec)."""
-    from tunelab.controller.spec.schema import read_fraction  # not for --help
-
     try:
         return read_fraction(text, below, zero=True)
     except ValueError as exc:

@@ -13,7 +13,7 @@ from tests.unit.controller.test_search_spec import BASE, FULL
 from tunelab.cli.compare_cmd import _percent
 from tunelab.controller.search.submit import search_from_text
 from tunelab.controller.spec.errors import SpecError
-from tunelab.controller.spec.schema import read_fraction
+from tunelab.common.shares import read_fraction
 
 
 def test_five_percent_is_written_two_ways_with_one_meaning() -> None:

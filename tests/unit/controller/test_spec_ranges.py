@@ -17,7 +17,7 @@ from tunelab.controller.watches.spec import watch_from_text
     [
         ("margin: 1.0e-300", "watch.margin", "must be 0 or at least 0.1%"),
         ("baseline: pinned 123456789012345678901234567890", "watch.baseline", "N <= 2147483647"),
-        ("metrics: [output_throughput@" + "c" * 1000 + "]", "watch.metrics[0]", "unknown metric"),
+        ("metrics: [output_throughput@" + "c" * 1000 + "]", "watch.metrics[0]", "at most 64"),
     ],
 )
 def test_the_spec_refuses_what_took_the_loop_or_the_database_down(
