@@ -11,9 +11,9 @@ import pytest
 
 from tests.unit.controller.test_search_spec import BASE, FULL
 from tunelab.cli.compare_cmd import _percent
+from tunelab.common.shares import read_fraction
 from tunelab.controller.search.submit import search_from_text
 from tunelab.controller.spec.errors import SpecError
-from tunelab.common.shares import read_fraction
 
 
 def test_five_percent_is_written_two_ways_with_one_meaning() -> None:
