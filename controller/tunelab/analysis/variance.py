@@ -237,22 +237,28 @@ class Mean:
     blocks: int
 
 
-def config_mean(c: Components, launches: Sequence[Launch], config: str) -> Mean | None:
-    """The generalised-least-squares mean of one configuration's log values."""
-    own = [(len(x.blocks), x.mean) for x in launches if x.config == config]
-    if not own:
+def spread(blocks: Sequence[int], between: float, within: float) -> Mean | None:
+    """The variance of a generalised-least-squares mean over launches of ``blocks`` blocks each,
+    and its gradient in (between, within); its value 0 (the allocation plans with this)."""
+    per = [between + within / m for m in blocks]
+    if not per or min(per) <= 0.0:
         return None
-    # each launch mean has variance between + within / m; weights are the inverses
-    per = [c.between + c.within / m for m, _ in own]
-    if min(per) <= 0.0:
-        return None
-    total = sum(1.0 / v for v in per)
-    value = sum(y / v for (_, y), v in zip(own, per, strict=True)) / total
-    var = 1.0 / total
+    var = 1.0 / sum(1.0 / v for v in per)
     # d(1 / sum 1/v_i) = var^2 * sum dv_i / v_i^2
     d_b = var * var * sum(1.0 / (v * v) for v in per)
-    d_w = var * var * sum(1.0 / (m * v * v) for (m, _), v in zip(own, per, strict=True))
-    return Mean(value, var, d_b, d_w, len(own), sum(m for m, _ in own))
+    d_w = var * var * sum(1.0 / (m * v * v) for m, v in zip(blocks, per, strict=True))
+    return Mean(0.0, var, d_b, d_w, len(blocks), sum(blocks))
+
+
+def config_mean(c: Components, launches: Sequence[Launch], config: str) -> Mean | None:
+    """The generalised-least-squares mean of one configuration's log values: each launch mean
+    weighed by the inverse of its variance, ``between + within / blocks``."""
+    own = [(len(x.blocks), x.mean) for x in launches if x.config == config]
+    found = spread([m for m, _ in own], c.between, c.within)
+    if found is None:
+        return None
+    value = found.var * sum(y / (c.between + c.within / m) for m, y in own)
+    return Mean(value, found.var, found.d_between, found.d_within, found.launches, found.blocks)
 
 
 def degrees(c: Components, d_between: float, d_within: float, var: float) -> float:

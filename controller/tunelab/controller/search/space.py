@@ -282,9 +282,16 @@ def _implied_oom(check: Checker, raw: Any, params: list[Param]) -> tuple[str, ..
 
 
 def _confirm(check: Checker, raw: Any) -> tuple[int, float]:
-    """``search.budget.confirm``: launches per contender of the race (``6``), or
-    ``{launches: 6, gpu_time: 2h}`` (the GPU time the race may spend; either may be given)."""
+    """``search.budget.confirm``: launches per contender of the race (``6``), a GPU time
+    (``2h``: the race launches as the allocation says until it is spent), or
+    ``{launches: 6, gpu_time: 2h}`` (either may be given)."""
     where = "search.budget.confirm"
+    if isinstance(raw, str) and not raw.strip().isdigit():
+        refused = len(check.issues)
+        seconds = check.duration(raw, where)
+        if seconds <= 0 and len(check.issues) == refused:
+            check.fail(where, f"a GPU time must be above 0, got {raw!r}")
+        return MAX_CONFIRM, seconds
     if not isinstance(raw, Mapping):
         launches = check.integer(raw, where, 0)
         if launches > MAX_CONFIRM:
