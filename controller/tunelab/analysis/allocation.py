@@ -30,12 +30,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tunelab.analysis.intervals import CONFIDENCE, t_quantile
-from tunelab.analysis.variance import Components, degrees, spread
+from tunelab.analysis.variance import Components, Prior, degrees, spread
 
 MIN_BLOCKS = 3  # a launch measures at least this many blocks (a spread within it)
 MAX_BLOCKS = 30  # ... and at most this many in one step
 CHUNK = 3  # blocks added to a running launch in one step
-MAX_PLANNED_STEPS = 200  # needed() looks this many steps ahead at most
+MAX_PLANNED_STEPS = 200  # plan() looks this many steps ahead at most
 
 
 @dataclass(frozen=True)
@@ -78,6 +78,15 @@ def optimal_blocks(c: Components, costs: Costs) -> int:
     return max(MIN_BLOCKS, min(MAX_BLOCKS, round(m)))
 
 
+def planning(c: Components, guess: Prior) -> Components:
+    """The components to plan with: the fitted ones, with ``guess``'s between variance while
+    no launch evidence stands behind it (one launch each and no prior: between reads 0, which
+    would plan endless blocks)."""
+    if c.df_launch > 0:
+        return c
+    return dataclasses.replace(c, between=guess.between)
+
+
 def half_width(
     c: Components, a: Sequence[int], b: Sequence[int], confidence: float = CONFIDENCE
 ) -> float:
@@ -108,16 +117,20 @@ def choose(
     confidence: float = CONFIDENCE,
 ) -> Step:
     """One contender's step against ``other``: the most shrinkage of the contrast's half-width
-    per GPU-second (a first launch, and a second while no launch noise is known, are launches)."""
-    launch = Step(side.config, False, optimal_blocks(c, costs))
-    if not side.running or not side.blocks:
+    per GPU-second, among more blocks on its running launch and a new launch of the optimum's
+    length or of the shortest (a first launch is of the optimum's length)."""
+    m = optimal_blocks(c, costs)
+    launch = Step(side.config, False, m)
+    if not side.blocks:
         return launch
-    extend = Step(side.config, True, CHUNK)
-    if side.blocks[-1] + CHUNK > MAX_BLOCKS:
-        return launch
+    # a launch of the optimum's length, or a short one: at a between variance estimated 0 from
+    # few launches the optimum is long, yet only another launch adds a degree of freedom
+    options = [launch, Step(side.config, False, MIN_BLOCKS)]
+    if side.running and side.blocks[-1] + CHUNK <= MAX_BLOCKS:
+        options.insert(0, Step(side.config, True, CHUNK))
     now = half_width(c, side.blocks, other.blocks, confidence)
     best, gain = launch, -math.inf
-    for step in (extend, launch):
+    for step in options:
         after, blocks = _after(c, side, step)
         h = half_width(after, blocks, other.blocks, confidence)
         # nothing judged yet: whichever makes it judgeable, narrowest
@@ -159,6 +172,51 @@ def interleave(steps: Sequence[Step], round_number: int) -> list[Step]:
     return ext + (new[::-1] if round_number % 2 else new)
 
 
+def plan(
+    c: Components,
+    sides: Sequence[Side],
+    reference: str,
+    target: float,
+    costs: Costs,
+    confidence: float = CONFIDENCE,
+    budget: float = math.inf,
+) -> tuple[list[Step], bool]:
+    """The steps, by this allocation at these components, until the reference's widest
+    contrast has a log half-width within ``target`` (at least one round; a side's later steps
+    extend the launch its earlier ones made, so each side's steps run back to back), and
+    whether the forecast reaches the target within ``budget`` GPU-seconds and
+    ``MAX_PLANNED_STEPS`` steps."""
+    by = {s.config: s for s in sides}
+    steps: list[Step] = []
+    spent = 0.0
+    while len(steps) < MAX_PLANNED_STEPS:
+        ref = by[reference]
+        widest = max(
+            (
+                half_width(c, ref.blocks, s.blocks, confidence)
+                for k, s in by.items()
+                if k != reference
+            ),
+            default=0.0,
+        )
+        if steps and widest <= target:
+            return steps, True
+        for step in plan_round(c, list(by.values()), reference, costs, confidence):
+            if spent + step.cost(costs) > budget:
+                # the last step, cut to the blocks the budget still pays for
+                room = budget - spent - (0.0 if step.extend else costs.launch)
+                fit = math.floor(room / costs.block + 1e-9)
+                if fit >= (1 if step.extend else MIN_BLOCKS):
+                    steps.append(dataclasses.replace(step, blocks=min(fit, step.blocks)))
+                return steps, False
+            side = by[step.config]
+            c, blocks = _after(c, side, step)
+            by[step.config] = Side(side.config, blocks, True)
+            steps.append(step)
+            spent += step.cost(costs)
+    return steps, False
+
+
 def needed(
     c: Components,
     a: Side,
@@ -167,18 +225,11 @@ def needed(
     costs: Costs,
     confidence: float = CONFIDENCE,
 ) -> tuple[float, int] | None:
-    """GPU-seconds and new launches, by this allocation at these components, until the
-    contrast's half-width is within ``target`` (a log half-width); None past
-    ``MAX_PLANNED_STEPS`` steps (not within reach at this noise)."""
-    spent, launches = 0.0, 0
-    for _ in range(MAX_PLANNED_STEPS):
-        if half_width(c, a.blocks, b.blocks, confidence) <= target:
-            return spent, launches
-        for step in plan_round(c, [a, b], a.config, costs, confidence):
-            side = a if step.config == a.config else b
-            c, blocks = _after(c, side, step)
-            launches += not step.extend
-            spent += step.cost(costs)
-            moved = Side(side.config, blocks, True)
-            a, b = (moved, b) if side is a else (a, moved)
-    return None
+    """GPU-seconds and new launches that would bring the contrast's log half-width within
+    ``target``; (0, 0) when it is; None when not within reach at this noise."""
+    if half_width(c, a.blocks, b.blocks, confidence) <= target:
+        return 0.0, 0
+    steps, reached = plan(c, [a, b], a.config, target, costs, confidence)
+    if not reached:
+        return None
+    return sum(s.cost(costs) for s in steps), sum(not s.extend for s in steps)
