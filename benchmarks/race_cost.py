@@ -13,13 +13,13 @@ today's race starts from too); "race GPU-s" is what a method spends beyond them.
 - **today**: the product's race (``race.standings``) from one launch each (the strategy's), a
   round of launches at a time, at most ``confirm`` 6 launches each;
 - **grid x3**: 3 launches each, judged once (``judge_pair`` at 95 %);
-- **allocated**: the race of issue 44 driven purely: the first launch of each side at the
-  nested-design optimum's length (from the prior, else a guess of 3 % / 5 %), then after each
-  look the allocation's plan until its forecast half-width would decide (at most doubling what
-  was spent, within today's GPU time); at most ``LOOKS`` looks, Bonferroni over them; judged by ``judge_pair`` on the
-  variance-components contrast. *no profile*: the first search on a host class; *profile*: a
-  remembered profile of 20 launch degrees of freedom (its between variance drawn as an
-  estimate of the true one would be, chi-square over 20).
+- **allocated**: the race of issue 44 (``tunelab.analysis.blockrace``): after each look, the
+  allocation's steps (more blocks on the running launch, or new launches of the nested-design
+  optimum's length) until its forecast would decide, at most doubling what was spent and
+  within today's GPU time; 5 looks at most, Bonferroni over them (as today's); judged by
+  ``judge_pair`` on the variance-components contrast. *no profile*: the first search on a host
+  class; *profile*: a remembered profile of 20 launch degrees of freedom (its between variance
+  drawn as an earlier search would have estimated it, chi-square over 20).
 
 Figures are simulated seconds (the same on any machine).
 """
@@ -36,12 +36,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tunelab.analysis import allocation, variance
-from tunelab.analysis.allocation import Costs, Side
+from tunelab.analysis import blockrace
+from tunelab.analysis.allocation import Costs
 from tunelab.analysis.intervals import ALPHA, contrast
 from tunelab.analysis.judge import Verdict, judge_pair
 from tunelab.analysis.metrics import lookup
-from tunelab.analysis.variance import Launch, Prior, cv_to_var
+from tunelab.analysis.variance import Prior, cv_to_var
 from tunelab.controller.search import race
 from tunelab.controller.search.space import SearchSpec, parse_search
 from tunelab.controller.states import TrialState
@@ -50,16 +50,13 @@ from tunelab.controller.store.search_models import TrialRow
 BLOCK_S = 20.0
 TODAY_BLOCKS = 3
 CONFIRM = 6
-LOOKS = 5  # as today's race (confirm 6: 5 looks)
 MARGIN = 0.02
 METRIC = lookup("output_throughput")
-GUESS = Prior(cv_to_var(0.03), cv_to_var(0.05), 0.0)  # the first launches' length, no profile
 BETWEEN = (0.003, 0.03, 0.10)
 WITHIN = (0.02, 0.10)
 LOAD_S = (5.0, 600.0)
 GAPS = {"runner-up 10 % below": 0.10, "0.3 % apart": 0.003, "A/A": 0.0}
 PARAM = "server.flags.--x"
-AIM = 0.75  # plan to a half-width this share of the room the estimate leaves
 
 
 @dataclass(frozen=True)
@@ -169,72 +166,27 @@ def _word(v: Verdict) -> str:
 
 
 def allocated(cell: Cell, gap: float, rng: random.Random, prior: Prior | None) -> Outcome:
-    """The allocated race, one agent: each side's steps of a round back to back, the side whose
-    server is up first (it extends), the order of the others alternating."""
+    """The allocated race (``blockrace.race``) from one launch of each at today's length."""
     engine = Engine(cell, gap, rng)
-    costs = Costs(cell.load_s, BLOCK_S)
-    levels: dict[str, list[float]] = {"a": [], "b": []}
-    blocks: dict[str, list[list[float]]] = {"a": [], "b": []}
-    spent, up = 0.0, ""
+    levels: dict[str, float] = {}
 
-    def step(config: str, extend: bool, m: int) -> None:
-        nonlocal spent, up
-        if not (extend and up == config and blocks[config]):
-            levels[config].append(engine.launch(config))
-            blocks[config].append([])
-            spent += cell.load_s
-        blocks[config][-1] += engine.blocks(levels[config][-1], m)
-        spent += m * BLOCK_S
-        up = config
+    def measure(config: str, extend: bool, m: int) -> list[float]:
+        if not extend:
+            levels[config] = engine.launch(config)
+        return engine.blocks(levels[config], m)
 
-    guess = prior or GUESS
-    step("a", False, TODAY_BLOCKS)  # the strategy's launches, as today's race starts from
-    step("b", False, TODAY_BLOCKS)
-    looks, round_number = 0, 1
-    verdict, best = "undecided", "a"
-    while True:
-        data = [Launch(k, tuple(b)) for k in ("a", "b") for b in blocks[k]]
-        c = variance.fit(data, prior)
-        if c is None:
-            break
-        means = {k: variance.config_mean(c, data, k) for k in ("a", "b")}
-        best = max(means, key=lambda k: means[k].value if means[k] else -math.inf)  # type: ignore[union-attr]
-        other = "b" if best == "a" else "a"
-        est = variance.contrast(c, data, best, other)
-        confidence = 1 - ALPHA / LOOKS
-        if est is not None:
-            looks += 1
-            j = judge_pair(
-                est,
-                METRIC,
-                margin=MARGIN,
-                confidence=confidence,
-                launches=(len(blocks[best]), len(blocks[other])),
-            )
-            verdict = _word(j.verdict)
-            if j.decided or looks >= LOOKS:
-                break
-        sides = [Side(k, tuple(len(b) for b in blocks[k]), up == k) for k in (best, other)]
-        planned = allocation.planning(c, guess)
-        if est is None:  # nothing to judge yet: the round that makes it judgeable
-            steps = allocation.plan_round(planned, sides, best, costs, confidence)
-        else:  # the forecast to a decision, aiming a quarter inside the edge
-            effect = abs(est.log_ratio)
-            target = AIM * max(effect, math.log1p(MARGIN) - effect)
-            # at most doubling what was spent: a forecast from few launches is rough
-            budget = min(cell.today_budget, 2 * spent) - spent
-            steps, _ = allocation.plan(planned, sides, best, target, costs, confidence, budget)
-        if not steps or sum(s.cost(costs) for s in steps) > cell.today_budget - spent:
-            break  # today's GPU time is spent (a plan() is cut to what fits)
-        if not steps:
-            break
-        order = [up] + [k for k in (("a", "b") if round_number % 2 else ("b", "a")) if k != up]
-        for k in order:
-            for s in steps:
-                if s.config == k:
-                    step(k, s.extend, s.blocks)
-        round_number += 1
-    return Outcome(verdict, best, spent, sum(len(v) for v in blocks.values()))
+    first = {k: measure(k, False, TODAY_BLOCKS) for k in ("a", "b")}
+    settings = blockrace.Settings(
+        Costs(cell.load_s, BLOCK_S),
+        cell.today_budget - 2 * cell.today_launch_s,
+        margin=MARGIN,
+        looks=CONFIRM - 1,
+        prior=prior,
+    )
+    out = blockrace.race(first, measure, settings)
+    verdict = "undecided" if out.judgement is None else _word(out.judgement.verdict)
+    launches = sum(len(v) for v in out.launches.values())
+    return Outcome(verdict, out.best, out.spent + 2 * cell.today_launch_s, launches)
 
 
 def profile(cell: Cell, rng: random.Random, df: float = 20.0) -> Prior:
@@ -245,10 +197,14 @@ def profile(cell: Cell, rng: random.Random, df: float = 20.0) -> Prior:
 
 def cost_table(seeds: int) -> list[str]:
     lines = [
-        f"the race's cost to a decision ({seeds} seeds a cell; margin 2 %; block {BLOCK_S:.0f} s,"
-        f" today's launch {TODAY_BLOCKS} blocks; GPU-s mean over the seeds):",
-        "| launch CV | within CV | load | runner-up | method | right winner | tie (holds it) "
-        "| undecided | wrong 'better' | launches | GPU-s | vs today | race GPU-s | vs today |",
+        (
+            f"the race's cost to a decision ({seeds} seeds a cell; margin 2 %; block "
+            f"{BLOCK_S:.0f} s, today's launch {TODAY_BLOCKS} blocks; GPU-s mean over the seeds):"
+        ),
+        (
+            "| launch CV | within CV | load | runner-up | method | right winner | tie (holds it) "
+            "| undecided | wrong 'better' | launches | GPU-s | vs today | race GPU-s | vs today |"
+        ),
         "|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for between in BETWEEN:
