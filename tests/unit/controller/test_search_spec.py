@@ -184,3 +184,19 @@ def test_a_bad_gpu_time_is_named(confirm: str, problem: str) -> None:
         search_from_text(text)
     found = [i for i in caught.value.issues if i.path == "search.budget.confirm"]
     assert len(found) == 1 and problem in found[0].problem, caught.value
+
+
+def test_the_noise_may_be_declared() -> None:
+    found = search_from_text(BASE + FULL + "  noise: {launch: 1%, within: 0.05}\n")
+    assert found is not None and found.spec.noise == (0.01, 0.05)
+    assert SearchSpec.from_dict(found.spec.to_dict()) == found.spec
+
+
+@pytest.mark.parametrize(
+    ("noise", "path"),
+    [("{launch: 1%}", "search.noise"), ("{launch: 1%, within: 0}", "search.noise.within")],
+)
+def test_a_bad_noise_is_named(noise: str, path: str) -> None:
+    with pytest.raises(SpecError) as caught:
+        search_from_text(BASE + FULL + f"  noise: {noise}\n")
+    assert any(i.path == path for i in caught.value.issues), caught.value
