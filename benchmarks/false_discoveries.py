@@ -29,7 +29,6 @@ from pathlib import Path
 
 from tunelab.analysis.effects import (
     BETTER,
-    METRICS,
     WORSE,
     EffectSettings,
     Row,
@@ -39,6 +38,7 @@ from tunelab.analysis.effects import (
     judge_rows,
 )
 from tunelab.analysis.intervals import Cell, Method
+from tunelab.analysis.metrics import COMPARED
 from tunelab.common.pyexec import python_module_argv
 
 CHANGES = 2  # the demo's: --itl-ms=5 and --tag=no-op
@@ -54,7 +54,7 @@ def variant(rng: random.Random, label: str, cv: float, shared: float) -> Variant
     cells: dict[tuple[str, str], list[float]] = {}
     for _ in range(LAUNCHES):
         launch = rng.gauss(0.0, cv * math.sqrt(shared))
-        for metric in METRICS:
+        for metric in (m.name for m in COMPARED):
             points = ("all",) if metric == "tokens_per_joule" else POINTS
             for point in points:
                 own = rng.gauss(0.0, cv * math.sqrt(1.0 - shared))

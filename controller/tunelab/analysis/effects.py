@@ -23,7 +23,7 @@ import itertools
 import math
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,37 +34,19 @@ from tunelab.analysis.intervals import (
     Method,
     adjust,
     family_confidence,
-    launches_needed,
     log_contrast,
 )
+from tunelab.analysis.judge import Judgement, Verdict, judge_pair, wording
+from tunelab.analysis.metrics import COMPARED, Metric, lookup
+from tunelab.analysis.metrics import label as metric_label
 
-# metric -> True when higher is better
-METRICS: dict[str, bool] = {
-    "output_throughput": True,
-    "median_ttft_ms": False,
-    "p99_ttft_ms": False,
-    "median_tpot_ms": False,
-    "p99_tpot_ms": False,
-    "median_itl_ms": False,
-    "p99_itl_ms": False,
-    "tokens_per_joule": True,
-}
-METRIC_LABELS = {
-    "output_throughput": "tok/s",
-    "median_ttft_ms": "TTFT p50",
-    "p99_ttft_ms": "TTFT p99",
-    "median_tpot_ms": "TPOT p50",
-    "p99_tpot_ms": "TPOT p99",
-    "median_itl_ms": "ITL p50",
-    "p99_itl_ms": "ITL p99",
-    "tokens_per_joule": "tok/J",
-}
 WHOLE_RUN = "all"  # the point of a per-run figure (tokens per joule over the whole sweep)
 MIN_REPEATS = 3
-BETTER, WORSE = "better", "worse"
-NO_DIFFERENCE = "no meaningful difference"
-NOT_ENOUGH = "not enough repeats"
-INTERACTION, NO_INTERACTION = "interaction", "no meaningful interaction"
+BETTER, WORSE = wording(Verdict.BETTER, "compare"), wording(Verdict.WORSE, "compare")
+NO_DIFFERENCE = wording(Verdict.TIE, "compare")
+NOT_ENOUGH = wording(Verdict.UNDECIDED, "compare")
+INTERACTION = wording(Verdict.BETTER, "interaction")
+NO_INTERACTION = wording(Verdict.TIE, "interaction")
 _REPEAT = re.compile(r"#\d+$")
 
 
@@ -76,7 +58,7 @@ class EffectSettings:
     min_effect: float = 0.02  # an interval inside +-2 % is "no meaningful difference"
     max_cv: float = 0.10  # a cell noisier than this is "not enough repeats"
     correction: Method = Method.BH  # across the comparison's rows; NONE: each row alone
-    primary: str | None = None  # a metric of METRICS judged first
+    primary: str | None = None  # a compared metric (metrics.COMPARED) judged first
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -127,36 +109,15 @@ def _variants(rows: Sequence[dict[str, Any]]) -> list[Variant]:
             for point in row["points"]:
                 if point["key"] not in points:
                     points.append(point["key"])
-                for metric in METRICS:
-                    if _finite(point.get(metric)):
-                        values[(metric, point["key"])].append(float(point[metric]))
+                for metric in COMPARED:
+                    if metric.scope == "point" and _finite(point.get(metric.field)):
+                        values[(metric.name, point["key"])].append(float(point[metric.field]))
             if _finite(row.get("tokens_per_joule")):
                 values[("tokens_per_joule", WHOLE_RUN)].append(float(row["tokens_per_joule"]))
         label = name.split("/", 1)[1] if "/" in name else name
         cells = {key: Cell(tuple(v)) for key, v in values.items()}
         out.append(Variant(name, label, dict(members[0]["varied"]), cells, tuple(points)))
     return out
-
-
-def judge(
-    interval: tuple[float, float] | None,
-    cells: Iterable[Cell],
-    higher_better: bool,
-    settings: EffectSettings,
-    named: tuple[str, str, str] = (BETTER, WORSE, NO_DIFFERENCE),
-) -> str:
-    """The verdict on one relative-change interval judged alone (a search's single answer)."""
-    up, down, none = named if higher_better else (named[1], named[0], named[2])
-    if interval is None or any(c.n < MIN_REPEATS or c.cv > settings.max_cv for c in cells):
-        return NOT_ENOUGH
-    lo, hi = interval
-    if -settings.min_effect <= lo and hi <= settings.min_effect:
-        return none
-    if lo > 0:
-        return up
-    if hi < 0:
-        return down
-    return NOT_ENOUGH  # spans 0 and reaches past the minimum effect: more launches would decide
 
 
 @dataclass(frozen=True)
@@ -166,8 +127,8 @@ class Row:
     out: dict[str, Any]
     estimate: Estimate | None
     cells: tuple[Cell, ...]
-    higher_better: bool
-    named: tuple[str, str, str] = (BETTER, WORSE, NO_DIFFERENCE)
+    metric: Metric
+    context: str = "compare"  # how its verdict is worded ("interaction" for an interaction)
 
     def testable(self) -> bool:
         """Rows under 3 launches on a side have no p and do not count in the family."""
@@ -206,37 +167,39 @@ def _row(
         "n_variant": n_variant,
         "launches": [n_base, n_variant],
     }
-    return Row(out, estimate, (*base, *variant), METRICS[metric])
+    return Row(out, estimate, (*base, *variant), lookup(metric))
 
 
-def _verdict(
-    row: Row, interval: tuple[float, float], p_adjusted: float, settings: EffectSettings
-) -> str:
-    up, down, none = row.named if row.higher_better else (row.named[1], row.named[0], row.named[2])
-    lo, hi = interval
-    if -settings.min_effect <= lo and hi <= settings.min_effect:
-        return none
-    if p_adjusted <= ALPHA and (lo > 0 or hi < 0):
-        return up if lo > 0 else down
-    return NOT_ENOUGH
+def judgement(
+    row: Row, confidence: float, settings: EffectSettings, discovered: bool | None
+) -> Judgement:
+    """The row through the one judge (analysis/judge.py), at the family's confidence; a cell
+    noisier than max_cv is undecided whatever its interval."""
+    noisy = max((c.cv for c in row.cells), default=0.0)
+    reason = f"too noisy: CV {noisy:.0%} > {settings.max_cv:.0%}" if row.noisy(settings) else ""
+    n = min((c.n for c in row.cells), default=0)
+    return judge_pair(
+        row.estimate,
+        row.metric,
+        margin=settings.min_effect,
+        confidence=confidence,
+        launches=(n, n),
+        discovered=discovered,
+        reason=reason,
+    )
 
 
 def more_launches(row: Row, confidence: float, settings: EffectSettings) -> int | None:
     """How many more launches of each variant would decide an undecided row at the spread seen
-    so far: until its interval at the family's confidence excludes 0 or fits inside
-    +-min_effect, whichever comes first; None when more launches are not what it lacks (a cell
-    noisier than max_cv) or nothing can be said."""
+    so far (the judge's ``needed``, at least MIN_REPEATS in all); None when more launches are not
+    what it lacks (a cell noisier than max_cv) or nothing can be said."""
     n = min((c.n for c in row.cells), default=0)
-    if row.estimate is None:
-        return MIN_REPEATS - n if n < MIN_REPEATS else None
-    if any(c.cv > settings.max_cv for c in row.cells):
+    if row.estimate is not None and row.noisy(settings):
         return None
-    effect = abs(row.estimate.log_ratio)
-    room = math.log1p(settings.min_effect) - effect  # half-width that fits inside the band
-    margins = [math.expm1(m) for m in (effect, room) if m > 0]
-    needs = [launches_needed(row.estimate, n, m, confidence) for m in margins]
-    known = [k for k in needs if k is not None]
-    return max(min(known), MIN_REPEATS) - n if known else None
+    found = judgement(row, confidence, settings, None).needed
+    if found is None:  # decided at this confidence alone, or no estimate: testable first
+        return MIN_REPEATS - n if n < MIN_REPEATS else None
+    return max(found, MIN_REPEATS) - n
 
 
 def judge_family(
@@ -266,9 +229,11 @@ def judge_family(
         p_adjusted = min(1.0, p * ALPHA / alpha) if alpha > 0 else 1.0
         row.out.update(p_adjusted=p_adjusted)
         if judge_it:
-            interval = estimate.relative_interval(confidence)
-            verdict = _verdict(row, interval, p_adjusted, settings)
-            row.out.update(interval_adjusted=list(interval), verdict=verdict)
+            verdict = judgement(row, confidence, settings, p_adjusted <= ALPHA)
+            interval = verdict.interval or estimate.relative_interval(confidence)
+            row.out.update(
+                interval_adjusted=list(interval), verdict=wording(verdict.verdict, row.context)
+            )
     for row in rows:
         undecided = row.out["verdict"] == NOT_ENOUGH
         row.out["more_launches"] = more_launches(row, confidence, settings) if undecided else None
@@ -314,7 +279,7 @@ def _keys(variants: Sequence[Variant]) -> list[tuple[str, str]]:
     points: list[str] = []
     for v in variants:
         points += [p for p in v.points if p not in points]
-    keys = [(m, p) for m in METRICS if m != "tokens_per_joule" for p in points]
+    keys = [(m.name, p) for m in COMPARED if m.scope == "point" for p in points]
     if any(("tokens_per_joule", WHOLE_RUN) in v.cells for v in variants):
         keys.append(("tokens_per_joule", WHOLE_RUN))
     return keys
@@ -390,13 +355,15 @@ def matrix_effects(variants: Sequence[Variant]) -> tuple[list[Row], list[Row]]:
         for a, b in itertools.product(levels[fa][1:], levels[fb][1:]):
             a0, b0 = levels[fa][0], levels[fb][0]
             for key in keys:
-                terms: list[tuple[float, Cell]] = []
-                combos = others([fa, fb])
-                for rest in combos:
+                complete: list[list[tuple[float, Cell]]] = []
+                for rest in others([fa, fb]):
                     quad = [(1.0, a, b), (-1.0, a0, b), (-1.0, a, b0), (1.0, a0, b0)]
                     found = [(w, cell({**rest, fa: x, fb: y}, key)) for w, x, y in quad]
                     if all(c is not None for _, c in found):
-                        terms += [(w / len(combos), c) for w, c in found if c is not None]
+                        complete.append([(w, c) for w, c in found if c is not None])
+                # averaged over the complete combinations only: dividing by every combination
+                # shrank it when one was missing (a true 1.5 read 1.224)
+                terms = [(w / len(complete), c) for quad_ in complete for w, c in quad_]
                 if terms:
                     change = f"{_factor_label(fa, a)} x {_factor_label(fb, b)}"
                     interactions.append(_interaction(change, key, terms))
@@ -413,8 +380,7 @@ def _interaction(change: str, key: tuple[str, str], terms: list[tuple[float, Cel
         "ratio": estimate.ratio if estimate else None,  # (ab / a0b) / (ab0 / a0b0)
         "ci95": list(interval) if interval else None,
     }
-    named = (INTERACTION, INTERACTION, NO_INTERACTION)
-    return Row(out, estimate, tuple(c for _, c in terms), True, named)
+    return Row(out, estimate, tuple(c for _, c in terms), lookup(key[0]), "interaction")
 
 
 def largest_interactions(interactions: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -427,7 +393,7 @@ def largest_interactions(interactions: Sequence[dict[str, Any]]) -> list[dict[st
         held = best.get(item["metric"])
         if held is None or size > abs(math.log(held["ratio"])):
             best[item["metric"]] = item
-    return [best[m] for m in METRICS if m in best]
+    return [best[m.name] for m in COMPARED if m.name in best]
 
 
 # --- entry point -----------------------------------------------------------------------------
@@ -537,9 +503,9 @@ def describe_correction(correction: dict[str, Any] | None) -> str:
         text = f"every row tested is one family, {method}: {part(families[0])}"
     else:
         first, rest = families
-        label = METRIC_LABELS.get(correction["primary"], correction["primary"])
         text = (
-            f"the primary metric {label} first, {method}: {part(first)}; then the other rows, "
+            f"the primary metric {metric_label(correction['primary'])} first, {method}: "
+            f"{part(first)}; then the other rows, "
             f"at 5% x the primary's share of discoveries: {part(rest)}"
         )
     inter = correction.get("interactions")

@@ -14,13 +14,13 @@ from rich.table import Table
 
 from tunelab.analysis.effects import (
     BETTER,
-    METRIC_LABELS,
     MIN_REPEATS,
     NOT_ENOUGH,
     WORSE,
     describe_correction,
     next_launches,
 )
+from tunelab.analysis.metrics import label as metric_label
 from tunelab.bench.promptlengths import prompt_tokens_line
 
 WIDTH = 100
@@ -209,7 +209,7 @@ def _effects_table(title: str, effects: list[dict[str, Any]]) -> Table:
         table.add_column(name, justify="right" if right else "left", no_wrap=True)
     for e in effects:
         cells = [
-            METRIC_LABELS.get(e["metric"], e["metric"]),
+            metric_label(e["metric"]),
             point_label(e["point"]),
             _figure(e["metric"], e["baseline_mean"]),
             _figure(e["metric"], e["mean"]),
@@ -245,7 +245,7 @@ def answer_lines(doc: dict[str, Any]) -> list[str]:
 def _row(e: dict[str, Any]) -> str:
     launches = e.get("launches") or [e["n_baseline"], e["n_variant"]]
     return (
-        f"{METRIC_LABELS.get(e['metric'], e['metric'])} at {point_label(e['point'])} "
+        f"{metric_label(e['metric'])} at {point_label(e['point'])} "
         f"{_pct(e['ratio'] - 1)} [{_interval(_adjusted(e))}], {launches[0]}+{launches[1]} launches"
     )
 
@@ -284,7 +284,7 @@ def effects_tables(doc: dict[str, Any]) -> list[Table | str]:
             table.add_column(name, overflow="fold")
         for item in largest:
             table.add_row(
-                METRIC_LABELS.get(item["metric"], item["metric"]),
+                metric_label(item["metric"]),
                 point_label(item["point"]),
                 item["change"],
                 _num(item["ratio"], 3),

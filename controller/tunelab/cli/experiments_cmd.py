@@ -365,17 +365,15 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _percent(text: str) -> float:
-    """``2`` or ``2%`` -> 0.02, for --min-effect and --max-cv."""
+def _percent(text: str, below: float = 1.0) -> float:
+    """``2%`` or ``0.02`` -> 0.02, for --min-effect and --max-cv: the spec's reader (a bare 2
+    is refused: before, it meant 2 % here and 200 % in a spec)."""
+    from tunelab.controller.spec.schema import read_fraction  # not for --help
+
     try:
-        value = float(text.rstrip("%")) / 100.0
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected a percentage such as 2 or 2%, got {text!r}"
-        ) from None
-    if not 0.0 <= value < 10.0:
-        raise argparse.ArgumentTypeError(f"expected 0-1000%, got {text!r}")
-    return value
+        return read_fraction(text, below, zero=True)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def comparison(args: argparse.Namespace) -> dict[str, Any]:
@@ -470,13 +468,13 @@ def _add_effect_args(parser: argparse.ArgumentParser) -> None:
         "--min-effect",
         type=_percent,
         metavar="PCT",
-        help="an interval inside +-PCT is 'no meaningful difference' (default 2%%)",
+        help="an interval inside +-PCT is 'no meaningful difference': 5%% or 0.05 (default 2%%)",
     )
     parser.add_argument(
         "--max-cv",
-        type=_percent,
+        type=lambda text: _percent(text, 10.0),
         metavar="PCT",
-        help="launches spread more than this are 'not enough repeats' (default 10%%)",
+        help="launches spread more than this are 'not enough repeats': 10%% or 0.1 (default 10%%)",
     )
     parser.add_argument(
         "--correction",

@@ -192,3 +192,23 @@ def test_garbage_in_a_result_is_not_counted() -> None:
     tput = by(doc["effects"], "--x=1", "output_throughput")
     assert tput["n_baseline"] == 1 and tput["verdict"] == NOT_ENOUGH
     assert by(doc["effects"], "--x=1", "median_tpot_ms")["n_baseline"] == 2
+
+
+def test_an_interaction_with_a_combination_missing_is_not_shrunk() -> None:
+    """Three factors, a true interaction of 1.5 between a and b whatever c is; one of the eight
+    combinations never ran. The interaction is averaged over the complete combinations of c:
+    before, it was divided by all of them and read 1.224 (1.5 ** (1/2)) instead of 1.5."""
+    rows: list[dict[str, Any]] = []
+    for a in ("0", "1"):
+        for b in ("0", "1"):
+            for c in ("0", "1"):
+                if (a, b, c) == ("1", "1", "1"):
+                    continue  # the missing combination
+                value = 100.0 * (2.0 if a == "1" else 1.0) * (3.0 if b == "1" else 1.0)
+                value *= 1.5 if a == b == "1" else 1.0
+                varied = {"server.flags.--a": a, "server.flags.--b": b, "server.flags.--c": c}
+                rows += launches(f"a{a}b{b}c{c}", varied, [value * f for f in (0.99, 1.0, 1.01)])
+    doc = effects_document(rows)
+    assert doc["design"] == "matrix"
+    found = by(doc["interactions"], "--a=1 x --b=1", "output_throughput")
+    assert found["ratio"] == pytest.approx(1.5, rel=1e-3)

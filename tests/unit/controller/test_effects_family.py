@@ -25,6 +25,7 @@ from tunelab.analysis.effects import (
     next_launches,
 )
 from tunelab.analysis.intervals import Cell, Estimate, Method
+from tunelab.analysis.metrics import CATALOGUE
 from tunelab.analysis.report import render_report
 from tunelab.cli.compare_view import render_compare_table
 from tunelab.controller.spec import SpecError, expand_text
@@ -39,7 +40,12 @@ def row(p: float, metric: str = "output_throughput", effect: float = 0.10) -> Ro
     """A row whose two-sided p is exactly ``p``: a +10 % log ratio, a normal (df = inf) test."""
     z = float(stats.norm.isf(p / 2))
     out: dict[str, Any] = {"change": f"--p={p}", "metric": metric, "point": "c1"}
-    return Row(out, Estimate(math.log1p(effect), math.log1p(effect) / z, math.inf), STEADY, True)
+    return Row(
+        out,
+        Estimate(math.log1p(effect), math.log1p(effect) / z, math.inf),
+        STEADY,
+        CATALOGUE["output_throughput"],
+    )
 
 
 def test_benjamini_hochberg_across_the_family_matches_the_hand_computation() -> None:

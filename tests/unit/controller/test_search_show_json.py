@@ -73,7 +73,11 @@ def test_two_points_of_one_launch_never_make_an_interval() -> None:
 def test_launches_give_an_interval_around_the_objective() -> None:
     for values in ([148.0, 152.0], [140.0, 150.0, 160.0], [150.0, 150.0]):
         trials = [done(1, 16, [100.0]), done(2, 32, [values[0]])]
-        trials += [done(3 + i, 32, [v], race=1 + i) for i, v in enumerate(values[1:])]
+        for i, v in enumerate(values[1:]):  # a round of the race: both contenders, noisy 16
+            trials += [
+                done(3 + 2 * i, 32, [v], race=1 + i),
+                done(4 + 2 * i, 16, [(60.0, 130.0)[i]], race=1 + i),
+            ]
         found = best(trials)
         lo, hi = found["interval"]
         assert isinstance(lo, float) and isinstance(hi, float)
@@ -86,6 +90,7 @@ def test_the_interval_of_a_positive_objective_never_crosses_zero() -> None:
     """Two launches far apart: a t interval of the raw values reaches below zero (the issue's
     [-140, 629]); the interval over launches on the log scale stays above it."""
     trials = [done(1, 16, [10.0]), done(2, 32, [40.0]), done(3, 32, [600.0], race=1)]
+    trials.append(done(4, 16, [30.0], race=1))  # the race's round is whole: both contenders
     found = best(trials)
     lo, hi = found["interval"]
     assert 0.0 < lo < found["objective"] < hi

@@ -14,13 +14,13 @@ from typing import Any
 
 from tunelab.analysis.effects import (
     BETTER,
-    METRIC_LABELS,
-    METRICS,
     NO_DIFFERENCE,
     WORSE,
     describe_correction,
     next_launches,
 )
+from tunelab.analysis.metrics import label as metric_label
+from tunelab.analysis.metrics import lookup
 from tunelab.analysis.report.provenance import provenance_summary
 from tunelab.analysis.report.svg import (
     PALETTE,
@@ -270,12 +270,12 @@ def summary_section(doc: dict[str, Any]) -> str:
         mine = [e for e in effects if e["metric"] == metric]
         if not mine:
             continue
-        sign = 1.0 if METRICS.get(metric, True) else -1.0
+        sign = 1.0 if lookup(metric).higher_is_better else -1.0
 
         def gain(e: dict[str, Any], sign: float = sign) -> float:
             return sign * (float(e["ratio"]) - 1)
 
-        label = escape(METRIC_LABELS.get(metric, metric))
+        label = escape(metric_label(metric))
         helped = [e for e in mine if e["verdict"] == BETTER]
         hurt = [e for e in mine if e["verdict"] == WORSE]
         parts = [f"helped most: {_effect_line(max(helped, key=gain))}"] if helped else []
@@ -331,7 +331,7 @@ def effects_section(doc: dict[str, Any]) -> str:
     for change, effects in by_change.items():
         rows = [
             Interval(
-                f"{METRIC_LABELS.get(e['metric'], e['metric'])} @ {e['point']}",
+                f"{metric_label(e['metric'])} @ {e['point']}",
                 e["ratio"] - 1,
                 ci[0],
                 ci[1],
@@ -355,7 +355,7 @@ def effects_section(doc: dict[str, Any]) -> str:
             )
         table = [
             [
-                escape(METRIC_LABELS.get(e["metric"], e["metric"])),
+                escape(metric_label(e["metric"])),
                 escape(e["point"]),
                 _num(e["baseline_mean"], 2),
                 _num(e["mean"], 2),
@@ -375,7 +375,7 @@ def effects_section(doc: dict[str, Any]) -> str:
     if largest:
         rows_ = [
             [
-                escape(METRIC_LABELS.get(i["metric"], i["metric"])),
+                escape(metric_label(i["metric"])),
                 escape(i["point"]),
                 escape(i["change"]),
                 _num(i["ratio"], 3),

@@ -6,7 +6,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tunelab.analysis.effects import METRICS
 from tunelab.analysis.intervals import (
     ALPHA,
     Method,
@@ -15,8 +14,9 @@ from tunelab.analysis.intervals import (
     family_confidence,
     launches_needed,
 )
+from tunelab.analysis.metrics import CATALOGUE
 
-METRICS_HIGHER_BETTER: dict[str, bool] = METRICS
+METRICS_HIGHER_BETTER: dict[str, bool] = {m.name: m.higher_is_better for m in CATALOGUE.values()}
 REGRESSION, IMPROVEMENT, NO_CHANGE, UNDECIDED = (
     "regression",
     "improvement",

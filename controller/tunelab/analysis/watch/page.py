@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
-from tunelab.analysis.effects import METRIC_LABELS
+from tunelab.analysis.metrics import label as metric_label
 from tunelab.analysis.report.page import CHECK_SCRIPT, STYLE
 from tunelab.analysis.report.svg import PALETTE, nice_ticks
 from tunelab.analysis.watch.changes import change_points
@@ -105,7 +105,7 @@ def _history_chart(
     for i in sorted(set(xs))[:: max(1, len(xs) // 12)]:
         body.append(f'<text x="{px(i):.1f}" y="{CH - B + 16}" text-anchor="middle">{i}</text>')
     body.append(f'<text x="{(L + CW) / 2}" y="{CH - 6}" text-anchor="middle">occurrence</text>')
-    label = escape(METRIC_LABELS.get(metric, metric))
+    label = escape(metric_label(metric))
     return (
         f'<svg class="chart-svg" viewBox="0 0 {CW} {CH}" width="{CW}" height="{CH}" role="img" '
         f'aria-label="{label}" xmlns="http://www.w3.org/2000/svg">' + "".join(body) + "</svg>"

@@ -7,10 +7,12 @@ Every interval here is over launches (race.py); "launches" counts launches, neve
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tunelab.analysis.intervals import Cell, contrast, positive_interval
+from tunelab.analysis.intervals import positive_interval
+from tunelab.analysis.judge import Verdict, wording
 from tunelab.controller.search import drift, hostclass, race
 from tunelab.controller.search.space import MAX_CONFIRM, SearchSpec
 from tunelab.controller.search.strategies import key
@@ -41,87 +43,119 @@ def _pct(value: float) -> float:
 
 
 def vs_runner_up(spec: SearchSpec, st: race.Standings) -> dict[str, Any] | None:
-    """``best.vs_runner_up``: the best against the runner-up over their launches at the race's
-    load; ``verdict`` better, tie, undecided (or racing while the race runs)."""
-    runner = st.runner_up
-    if runner is None or st.best is None:
+    """``best.vs_runner_up``: the best against the runner-up, as the race judged it (the look
+    that separated or tied it, at that look's confidence and launches); ``verdict`` better,
+    tie, undecided (or racing while the race runs)."""
+    runner, best = st.runner_up, st.best
+    if runner is None or best is None:
         return None
-    found = race.versus(spec, st, runner)
+    found = race.versus(st, runner)
     if runner.status == race.SEPARATED:
         verdict = race.BETTER
     elif runner.status == race.TIED:
         verdict = race.TIE
     else:
         verdict = race.RACING if st.verdict == race.RACING else race.UNDECIDED
+    interval = None if found is None else found.interval
     return {
         "trial": runner.trial,
         "params": ordered(spec, runner.params),
-        "change_pct": None if found is None else _pct(found.estimate.ratio - 1.0),
-        "interval": None if found is None else [_pct(found.interval[0]), _pct(found.interval[1])],
+        "change_pct": None if found is None or found.change is None else _pct(found.change),
+        "interval": None if interval is None else [_pct(interval[0]), _pct(interval[1])],
         "confidence": None if found is None else round(found.confidence, 6),
-        "launches": [len(st.best.values), len(runner.values)],
+        "launches": list(found.launches) if found else [len(best.values), len(runner.values)],
         # of those launches, how many missed an SLO at the race's load (a runner-up shown over
         # them to miss one is separated whatever its throughput: it cannot serve that load)
-        "slo_misses": [st.best.missed, runner.missed],
+        "slo_misses": [best.missed, runner.missed],
         "verdict": verdict,
     }
 
 
 def _versus_text(spec: SearchSpec, st: race.Standings, verb: str) -> str:
-    runner = st.runner_up
-    if runner is None or st.best is None:
+    """``trial 3 (...) by +7.1 % [+2.0 %, +12.5 %], 6 and 6 launches``: the comparison as the
+    race judged it; whose SLO misses are counted is said by name."""
+    runner, best = st.runner_up, st.best
+    if runner is None or best is None:
         return ""
-    found = race.versus(spec, st, runner)
-    n = f"{len(st.best.values)} and {len(runner.values)} launches"
+    found = race.versus(st, runner)
+    n = found.launches if found else (len(best.values), len(runner.values))
+    text = f"{verb} trial {runner.trial} ({_label(spec, runner.params)})".lstrip()
+    if found is not None and found.interval is not None and found.change is not None:
+        lo, hi = found.interval
+        text += f" by {found.change:+.1%} [{lo:+.1%}, {hi:+.1%}]"
+    text += f", {n[0]} and {n[1]} launches"
     if runner.missed:
-        n += f"; it missed the SLOs there in {runner.missed} of {len(runner.values)}"
-    if found is None:
-        return f"{verb} trial {runner.trial} ({_label(spec, runner.params)}), {n}"
-    lo, hi = found.interval
-    return (
-        f"{verb} trial {runner.trial} ({_label(spec, runner.params)}) by "
-        f"{found.estimate.ratio - 1.0:+.1%} [{lo:+.1%}, {hi:+.1%}], {n}"
-    )
+        text += (
+            f"; trial {runner.trial} missed the SLOs there in {runner.missed} of "
+            f"{len(runner.values)}"
+        )
+    return text
 
 
-def answer_line(spec: SearchSpec, st: race.Standings) -> str:
-    """One line: winner, tie or undecided (racing while the race runs)."""
+def answer_line(spec: SearchSpec, st: race.Standings, cancelled: bool = False) -> str:
+    """One line: winner, tie or undecided (racing while the race runs; a cancelled search says
+    it was cancelled, and where its race stood)."""
     best = st.best
     if best is None:
-        return "no configuration met the SLOs"
-    head = f"trial {best.trial} ({_label(spec, best.params)})"
+        return (
+            "cancelled: no configuration met the SLOs yet"
+            if cancelled
+            else ("no configuration met the SLOs")
+        )
+    line = _line(spec, st, best)
+    if cancelled and st.verdict == race.RACING:
+        return (
+            f"cancelled while racing (round {st.rounds}): {head(spec, best)} led "
+            + (_versus_text(spec, st, ""))
+            + ", undecided"
+        )
+    return f"cancelled: {line}" if cancelled else line
+
+
+def head(spec: SearchSpec, best: race.Entry) -> str:
+    return f"trial {best.trial} ({_label(spec, best.params)})"
+
+
+def _line(spec: SearchSpec, st: race.Standings, best: race.Entry) -> str:
     at = f"at {load_text(st.load)}"
-    if st.verdict == race.BETTER:
-        return f"winner: {head} is better than " + _versus_text(spec, st, "")[1:] + f" {at}"
+    runner = st.runner_up
+    if st.verdict == race.BETTER and runner is not None:
+        if runner.judgement is not None and runner.judgement.verdict is Verdict.BETTER:
+            return f"winner: {head(spec, best)} is better than {_versus_text(spec, st, '')} {at}"
+        return (
+            f"winner: {head(spec, best)}; trial {runner.trial} ({_label(spec, runner.params)}) "
+            f"cannot serve the load: it missed the SLOs there in {runner.missed} of "
+            f"{len(runner.values)} launches {at}"
+        )
     if st.verdict == race.TIE:
         tied = ", ".join(f"trial {e.trial} ({_label(spec, e.params)})" for e in st.tied_with)
         return (
-            f"tie: {head} and {tied} lie within ±{spec.margin:.0%} of each other {at} "
+            f"tie: {head(spec, best)} and {tied} lie within ±{spec.margin:.0%} of each other {at} "
             f"({_versus_text(spec, st, 'vs')}): either serves"
         )
     if st.verdict == race.ALONE:
         n = len(best.values)
         return (
-            f"only candidate: {head} is the one configuration near the top that met the SLOs "
-            f"({n} launch{'es' if n != 1 else ''} {at})"
+            f"only candidate: {head(spec, best)} is the one configuration near the top that met "
+            f"the SLOs ({n} launch{'es' if n != 1 else ''} {at})"
         )
     if st.verdict == race.RACING:
-        return f"racing (round {st.rounds}): {head} leads " + _versus_text(spec, st, "")[1:]
+        return f"racing (round {st.rounds}): {head(spec, best)} leads {_versus_text(spec, st, '')}"
+    budget = f"confirm: {spec.confirm_launches}"
     if st.needed and st.needed > MAX_CONFIRM:  # a hint no spec could follow is no next step
         decide = (
-            f"deciding would take about {st.needed} launches each at the spread seen (confirm "
-            f"allows {MAX_CONFIRM}): at this noise either serves; a quieter host (tunelab audit) "
-            "narrows the spread"
+            f"deciding would take about {st.needed} launches each at the spread seen (this "
+            f"search had {budget}; a spec may ask for at most {MAX_CONFIRM}); a quieter host "
+            "(tunelab audit) narrows the spread"
         )
     elif st.needed:
         decide = (
             f"submit again with search.budget.confirm: {st.needed} to decide (about that many "
-            "launches each, at the spread seen)"
+            f"launches each, at the spread seen; this search had {budget})"
         )
     else:
-        decide = "submit again with a larger search.budget.confirm to decide"
-    versus = _versus_text(spec, st, "")[1:]
-    return f"undecided: {head} leads {versus} {at}; {decide}"
+        decide = f"submit again with a larger search.budget.confirm to decide (it had {budget})"
+    return f"undecided: {head(spec, best)} leads {_versus_text(spec, st, '')} {at}; {decide}"
 
 
 def best_json(spec: SearchSpec, st: race.Standings, trials: Sequence[TrialRow]) -> dict[str, Any]:
@@ -147,29 +181,17 @@ def best_json(spec: SearchSpec, st: race.Standings, trials: Sequence[TrialRow]) 
     }
 
 
-def _verdict(spec: SearchSpec, rel: tuple[float, float] | None, n: int, m: int) -> str:
-    """The effect's verdict from its 95 % interval over launches."""
-    if rel is None:
-        return f"not enough launches ({n} and {m}): two each give an interval"
-    lo, hi = rel
-    if lo > 0:
-        return "better" if spec.maximize else "worse"
-    if hi < 0:
-        return "worse" if spec.maximize else "better"
-    if -spec.margin <= lo and hi <= spec.margin:
-        return "no meaningful difference"
-    return f"undecided over {n} and {m} launches"
-
-
 def effect(spec: SearchSpec, st: race.Standings, trials: Sequence[TrialRow]) -> dict[str, Any]:
-    """The best configuration against the space's first point, both launched at the best's
-    load (the race launches the default there), judged as ``compare`` judges a change; beside
-    it the load the default itself took under the SLOs (its own trial's)."""
+    """The best configuration against the space's first point, both launched afresh at the
+    best's load once the race was decided (``EFFECT_LAUNCHES`` each, interleaved): the launches
+    that chose the winner are selected high and are not reused (docs/search.md). Judged alone at
+    95 % by the one judge; beside it the load the default itself took under the SLOs."""
     default_key = key(spec.default_params)
     out: dict[str, Any] = {
         "against": ordered(spec, spec.default_params),
         "metric": spec.objective,
         "load": load_json(st.load),
+        "launches_from": "fresh launches of the best and the default after the race",
     }
     own = [
         t
@@ -183,22 +205,28 @@ def effect(spec: SearchSpec, st: race.Standings, trials: Sequence[TrialRow]) -> 
         return {**out, "verdict": "no configuration met the SLOs"}
     if best.key == default_key:
         return {**out, "verdict": "the default is the best configuration found"}
-    entry = st.entries.get(default_key)
-    if entry is None or not entry.values:
-        why = "failed" if not own else "has no launch at the best's load"
-        return {**out, "verdict": f"the default {why}: no effect to give"}
-    base, chosen = entry.values, best.values
-    estimate = contrast(chosen, base)
-    rel = estimate.relative_interval() if estimate is not None else None
-    cells = (Cell(tuple(chosen)), Cell(tuple(base)))
-    mean_base = cells[1].mean
+    if not own:
+        return {**out, "verdict": "the default failed: no effect to give"}
+    found = st.effect
+    fresh = st.state.effect if st.state else {}
+    mine, theirs = fresh.get(best.key, ()), fresh.get(default_key, ())
+    if found is None or found.interval is None or found.change is None:
+        n, m = len(mine), len(theirs)
+        return {
+            **out,
+            "verdict": f"not enough launches ({n} and {m}): two each give an interval",
+            "launches": [n, m],
+        }
+    verdict = wording(found.verdict, "answer")
+    if found.verdict is Verdict.UNDECIDED:
+        verdict = f"undecided over {len(mine)} and {len(theirs)} launches"
     return {
         **out,
-        "default_objective": round(mean_base, 6),
-        "relative_change": round(cells[0].mean / mean_base - 1.0, 6) if mean_base > 0 else None,
-        "interval": None if rel is None else [round(rel[0], 6), round(rel[1], 6)],
-        "verdict": _verdict(spec, rel, len(chosen), len(base)),
-        "launches": [len(chosen), len(base)],
+        "default_objective": round(statistics.fmean(theirs), 6),
+        "relative_change": round(found.change, 6),
+        "interval": [round(found.interval[0], 6), round(found.interval[1], 6)],
+        "verdict": verdict,
+        "launches": [len(mine), len(theirs)],
     }
 
 
@@ -208,14 +236,13 @@ def drift_json(spec: SearchSpec, trials: Sequence[TrialRow]) -> dict[str, Any] |
     found = drift.judge(spec, trials)
     if found is None:
         return None
+    j = found.judgement
     return {
         "start": found.start,
         "end": found.end,
         "load": load_json(found.load),
-        "change_pct": None if found.estimate is None else _pct(found.estimate.ratio - 1.0),
-        "interval": None
-        if found.interval is None
-        else [_pct(found.interval[0]), _pct(found.interval[1])],
+        "change_pct": None if j.change is None else _pct(j.change),
+        "interval": None if j.interval is None else [_pct(j.interval[0]), _pct(j.interval[1])],
         "launches": [len(found.start), len(found.end)],
         "verdict": found.verdict,
     }

@@ -1,17 +1,11 @@
-"""Drift over a search: the default re-launched at its start and its end (DESIGN.md, "Answers").
+"""Drift over a search: the stored trials in, the drift state machine's asks and verdict out
+(``tunelab.analysis.drift`` states the rules).
 
-A search runs for minutes to hours; the machine under it may change meanwhile (clocks, a
-neighbour, a thermal limit, a driver reset). Every comparison of the search assumes it did
-not. So the space's default is launched ``LAUNCHES`` times at one fixed load as soon as its
-first trial has found one (the *start*), and as many times again once the race is settled
-(the *end*), like the race's launches: ordinary trials, measured at that load whatever the
-SLOs say, whose ``details["drift"]`` is ``"start"`` or ``"end"``. They count against no
-budget, and no ranking, race or effect uses them.
-
-The end against the start is a log contrast over launches (``intervals.contrast``); its 95 %
-interval lying wholly outside ``±margin`` (the search's tie margin) is a drift beyond the
-noise, and a warning on the answer. Everything here is a pure function of the stored trials,
-so a restarted controller queues the same launches and judges the same drift.
+A search runs for minutes to hours; the machine under it may change meanwhile. The space's
+default is launched ``LAUNCHES`` times at one fixed load at the start and as many at the end,
+ordinary trials whose phase is drift start or end; they count against no budget, and no
+ranking, race or effect uses them. A drift judged better or worse (the one judge, at 95 %) is
+a warning on the answer.
 """
 
 from __future__ import annotations
@@ -19,58 +13,42 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tunelab.analysis.intervals import Estimate, contrast
+from tunelab.analysis import drift as machine
+from tunelab.analysis.evidence import Phase
+from tunelab.analysis.judge import Judgement, Verdict, wording
+from tunelab.analysis.metrics import lookup
+from tunelab.controller.search.race import launch_of
+from tunelab.controller.search.race import phase as launch_phase
 from tunelab.controller.search.space import SearchSpec
 from tunelab.controller.search.strategies import Proposal, key
-from tunelab.controller.search.trials import launch_load
 from tunelab.controller.store.search_models import TrialRow
 
-LAUNCHES = 2  # the default's launches at each end: two give an interval
+LAUNCHES = machine.LAUNCHES
 START, END = "start", "end"
 DRIFTED, STABLE, UNJUDGED = "drift", "stable", "not judged"
 
 
 def phase(t: TrialRow) -> str:
     """``"start"`` or ``"end"`` for a drift launch, else ``""``."""
-    return str(t.details.get("drift") or "")
+    found = launch_phase(t)
+    return {Phase.DRIFT_START: START, Phase.DRIFT_END: END}.get(found, "")
 
 
-def _value(t: TrialRow) -> float | None:
-    if t.state != "DONE" or t.objective is None:
-        return None
-    return t.objective
-
-
-def _reference(spec: SearchSpec, trials: Sequence[TrialRow]) -> TrialRow | None:
-    """The default's first finished trial of the strategy that settled on a load: the load the
-    drift launches are made at."""
-    default = key(spec.default_params)
-    for t in sorted(trials, key=lambda t: t.number):
-        if key(t.params) != default or phase(t) or t.details.get("race"):
-            continue
-        if t.state == "DONE" and launch_load(t.details.get("load")) is not None:
-            return t
-    return None
+def state(spec: SearchSpec, trials: Sequence[TrialRow], ending: bool = False) -> machine.DriftState:
+    start = machine.DriftState(key(spec.default_params), spec.confirm_launches > 0, ending)
+    return machine.step(start, [launch_of(t) for t in trials])[0]
 
 
 def pending(spec: SearchSpec, trials: Sequence[TrialRow], which: str) -> list[Proposal]:
-    """The drift launches still to queue at ``which`` end (``LAUNCHES`` in all, a failed one
-    included): none when the default has no load yet, or (the end) before any start."""
-    if spec.confirm_launches == 0:
-        return []  # no race, no second look: a search asked to be quick
-    missing = LAUNCHES - sum(1 for t in trials if phase(t) == which)
-    if missing <= 0:
-        return []
-    reference = _reference(spec, trials)
-    if reference is None:
-        return []
-    if which == END and not any(phase(t) == START for t in trials):
-        return []
-    load = launch_load(reference.details.get("load"))
-    if load is None:
-        return []
-    fixed = {load[0]: load[1]}
-    return [Proposal(reference.params, 0, load=fixed, drift=which)] * missing
+    """The drift launches still to queue at ``which`` end."""
+    st = machine.DriftState(key(spec.default_params), spec.confirm_launches > 0, which == END)
+    _, asks = machine.step(st, [launch_of(t) for t in trials])
+    want = Phase.DRIFT_START if which == START else Phase.DRIFT_END
+    return [
+        Proposal(dict(spec.default_params), 0, load={a.load[0]: a.load[1]}, drift=which)
+        for a in asks
+        if a.phase is want
+    ]
 
 
 def running(trials: Sequence[TrialRow]) -> int:
@@ -84,42 +62,33 @@ class Drift:
     start: list[int]  # trial numbers of the launches that gave a value
     end: list[int]
     load: dict[str, float]
-    estimate: Estimate | None
-    interval: tuple[float, float] | None  # relative: -0.1 is 10 % below the start
+    judgement: Judgement
     verdict: str  # DRIFTED, STABLE, UNJUDGED
 
 
 def judge(spec: SearchSpec, trials: Sequence[TrialRow]) -> Drift | None:
     """The drift over the search; None when no drift launch was queued."""
-    start = [t for t in trials if phase(t) == START and _value(t) is not None]
-    end = [t for t in trials if phase(t) == END and _value(t) is not None]
-    if not any(phase(t) for t in trials):
+    st = state(spec, trials)
+    found = machine.judge(st, lookup(spec.objective), spec.margin)
+    if found is None:
         return None
-    first = next((t for t in trials if phase(t)), None)
-    found = launch_load(first.details.get("load")) if first is not None else None
-    load = {} if found is None else {found[0]: found[1]}
-    estimate = contrast([_value(t) or 0.0 for t in end], [_value(t) or 0.0 for t in start])
-    if estimate is None:
-        return Drift([t.number for t in start], [t.number for t in end], load, None, None,
-                     UNJUDGED)  # fmt: skip
-    lo, hi = estimate.relative_interval()
-    verdict = DRIFTED if lo > spec.margin or hi < -spec.margin else STABLE
-    return Drift(
-        [t.number for t in start], [t.number for t in end], load, estimate, (lo, hi), verdict
-    )
+    load = {} if st.load is None else {st.load[0]: st.load[1]}
+    numbers = [[x.number for x in side if x.value is not None] for side in (st.start, st.end)]
+    return Drift(numbers[0], numbers[1], load, found, wording(found.verdict, "drift"))
 
 
 def warning(spec: SearchSpec, found: Drift | None) -> str:
     """The answer's warning for a drift beyond the noise, else ``""``."""
-    if found is None or found.verdict != DRIFTED or found.estimate is None:
+    if found is None or found.judgement.verdict not in (Verdict.BETTER, Verdict.WORSE):
         return ""
-    lo, hi = found.interval or (0.0, 0.0)
+    j = found.judgement
+    lo, hi = j.interval or (0.0, 0.0)
     at = ", ".join(f"{k} {v:g}" for k, v in found.load.items())
     return (
-        f"drift: the default measured {found.estimate.ratio - 1.0:+.1%} [{lo:+.1%}, {hi:+.1%}] "
+        f"drift: the default measured {j.change or 0.0:+.1%} [{lo:+.1%}, {hi:+.1%}] "
         f"at the end against the start of the search (trials {_numbers(found.end)} against "
-        f"{_numbers(found.start)}, at {at}), beyond ±{spec.margin:.0%}: the machine changed "
-        "while the search ran, so its comparisons may not hold; run it again"
+        f"{_numbers(found.start)}, at {at}): the machine changed while the search ran, so its "
+        "comparisons may not hold; run it again"
     )
 
 

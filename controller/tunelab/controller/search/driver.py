@@ -339,6 +339,8 @@ class SearchDriver:
             row.details["race"] = proposal.race
         if proposal.drift:
             row.details["drift"] = proposal.drift
+        if proposal.effect:
+            row.details["effect"] = True
         return row, experiment
 
     def _collect(

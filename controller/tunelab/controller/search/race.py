@@ -1,39 +1,13 @@
-"""Racing the top: a search's answer is decided, or says it is not (DESIGN.md, "Answers").
+"""Racing the top of a search: the stored trials in, the race's standing out (DESIGN.md,
+"Answers"). The race itself is the pure state machine ``tunelab.analysis.race`` (its docstring
+states the rules); this adapter only picks its field from the strategy's ranking, turns each
+stored trial into a launch record (:func:`launch_of`, the one place that reads a trial as
+evidence) and the race's asks into proposals.
 
-After the strategy's proposals, the incumbent (the best configuration the strategy found) and
-each challenger not yet separated from it get more launches at one fixed load, the incumbent's
-(the load it found, at its deepest rung's benchmark length), interleaved A B B A ... so a drift
-of the machine falls on both sides alike. The launch is the unit: each launch is one value;
-points inside one launch never make an interval.
-
-After the strategy and after each round, one *look*: the best by mean at that load against each
-other contender still racing, a log contrast over launches (``intervals.contrast``), the
-challengers one family (Holm), every look a share of alpha (Bonferroni over the
-``confirm - 1`` looks a race can take, so looking after every round does not inflate the
-error). A challenger is *separated* when its Holm-adjusted p is within that share (the best is
-better), *tied* when its interval lies inside ``±margin``. The race ends:
-
-- a **winner** ("better"): every challenger separated;
-- a **tie** ("either serves"): every challenger separated or tied, one tied at least;
-- **undecided**: ``budget.confirm`` launches per contender (or its GPU time) spent first; the
-  answer says how many launches would decide, at the spread seen.
-
-A contender that *cannot serve* the race's load is separated whatever its throughput (a load is
-only worth its throughput where the SLOs hold), while the best can: over its launches there,
-some SLO's value / limit has its interval wholly above 1 (one-sided, at the look's share of
-alpha, Bonferroni over the challengers and the SLOs). The race's load is the incumbent's own
-edge, so a miss in one launch is noise, not evidence. Such a contender is never the best while
-one that serves races.
-
-Challengers are the strategy's runner-up (always: the answer is judged against it) and its
-next best configurations whose objective lies within ``SCREEN`` of the incumbent's, at most
-``MAX_CHALLENGERS`` in all. The space's default is launched at
-the same load too (``DEFAULT_LAUNCHES``), so the answer's effect against the default is measured
-at the winner's load, over launches.
-
-Everything here is a pure function of the stored trials: a launch of the race is a trial whose
-``details["race"]`` is its round, so a restarted controller replays the same looks and reaches
-the same answer.
+Challengers are the strategy's runner-up (always: the answer is judged against it) and its next
+best configurations whose objective lies within ``SCREEN`` of the incumbent's, at most
+``MAX_CHALLENGERS`` in all. Everything here is a pure function of the stored trials, so a
+restarted controller replays the same looks and reaches the same answer.
 """
 
 from __future__ import annotations
@@ -43,15 +17,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tunelab.analysis.intervals import (
-    ALPHA,
-    Estimate,
-    Method,
-    adjust,
-    contrast,
-    launches_needed,
-    positive_interval,
-)
+from tunelab.analysis import race as machine
+from tunelab.analysis.evidence import Launch, Phase
+from tunelab.analysis.judge import Judgement
+from tunelab.analysis.metrics import lookup
 from tunelab.controller.search.space import SearchSpec
 from tunelab.controller.search.strategies import Proposal, key
 from tunelab.controller.search.trials import CLIENT_LIMITED, launch_load
@@ -59,22 +28,33 @@ from tunelab.controller.store.search_models import TrialRow
 
 MAX_CHALLENGERS = 3
 SCREEN = 0.25  # a challenger's objective within 25 % of the incumbent's enters the race
-DEFAULT_LAUNCHES = 2  # launches of the default at the race's load (for the answer's effect)
-MAX_FAILED = 2  # a contender whose race launches failed this often leaves the race
+MAX_FAILED = machine.MAX_FAILED
 
+# the race's outcome (an Outcome is a str: these compare equal to its values)
 BETTER, TIE, UNDECIDED, RACING, ALONE = "better", "tie", "undecided", "racing", "alone"
 # an entry's status
-IN_RACE, SEPARATED, TIED, FAILED, REFERENCE = "racing", "separated", "tied", "failed", "default"
+IN_RACE, SEPARATED, TIED, FAILED = "racing", "separated", "tied", "failed"
+_FAILED_STATES = ("FAILED", "CANCELLED", "SKIPPED")  # SKIPPED: refused at creation
+
+
+def phase(t: TrialRow) -> Phase:
+    """Why the trial was launched."""
+    drift = t.details.get("drift")
+    if drift:
+        return Phase.DRIFT_START if drift == "start" else Phase.DRIFT_END
+    if t.details.get("effect"):
+        return Phase.EFFECT
+    return Phase.RACE if t.details.get("race") else Phase.STRATEGY
 
 
 def is_race(t: TrialRow) -> bool:
-    return bool(t.details.get("race"))
+    return phase(t) in (Phase.RACE, Phase.EFFECT)
 
 
 def is_fixed_load(t: TrialRow) -> bool:
-    """A launch at a load it was given (the race's, or a drift launch of the default), not a
-    trial of the strategy's: no ranking, trial budget or strategy sees it."""
-    return is_race(t) or bool(t.details.get("drift"))
+    """A launch at a load it was given (the race's, an effect's or a drift launch of the
+    default), not a trial of the strategy's: no ranking, trial budget or strategy sees it."""
+    return phase(t).fixed_load
 
 
 def slo_ratios(t: TrialRow) -> dict[str, float]:
@@ -88,6 +68,26 @@ def launch_value(t: TrialRow) -> float | None:
     if t.state != "DONE" or t.objective is None:
         return None
     return statistics.fmean(t.samples) if t.samples else t.objective
+
+
+def launch_of(t: TrialRow) -> Launch:
+    """A stored trial as a launch record."""
+    seconds = t.details.get("gpu_seconds")
+    return Launch(
+        number=t.number,
+        config=key(t.params),
+        phase=phase(t),
+        round=int(t.details.get("race") or 0),
+        rung=t.rung,
+        load=launch_load(t.details.get("load")),
+        value=launch_value(t),
+        slo_ratios=slo_ratios(t),
+        host=str(t.details.get("host") or ""),
+        failed=t.state in _FAILED_STATES,
+        client_limited=t.failure_reason in CLIENT_LIMITED,
+        running=t.state == "RUNNING",
+        gpu_seconds=float(seconds) if isinstance(seconds, int | float) else 0.0,
+    )
 
 
 @dataclass(frozen=True)
@@ -120,45 +120,22 @@ def ranking(spec: SearchSpec, trials: Sequence[TrialRow]) -> list[Ranked]:
     return out
 
 
-@dataclass
+@dataclass(frozen=True)
 class Entry:
-    """A configuration in the race: its launches at the race's load and rung."""
+    """A contender as the answer shows it: the machine's contender and its parameters."""
 
     key: str
     params: dict[str, Any]
     trial: int  # its first launch at the race's load (else its latest trial)
     status: str
-    values: list[float] = field(default_factory=list)
-    launches: list[int] = field(default_factory=list)  # their trial numbers
+    values: tuple[float, ...] = ()
+    launches: tuple[int, ...] = ()
     missed: int = 0  # of those launches, how many missed an SLO at the race's load
-    over: dict[str, list[float]] = field(default_factory=dict)  # per SLO, value / limit
-    serves: bool = True  # not shown to miss an SLO there (set at each look)
+    judgement: Judgement | None = None  # the comparison that set its status, against the best
 
     @property
     def mean(self) -> float | None:
         return statistics.fmean(self.values) if self.values else None
-
-    def misses(self, level: float) -> bool:
-        """Shown to miss an SLO at the race's load: some SLO's value / limit, over launches,
-        above 1 at one-sided ``level``."""
-        for ratios in self.over.values():
-            if len(ratios) >= 2 and len(ratios) == len(self.values):
-                found = positive_interval(ratios, 1.0 - 2.0 * level)
-                if found is not None and found[0] > 1.0:
-                    return True
-        return False
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """The best against one other contender, at one look."""
-
-    other: str
-    estimate: Estimate
-    interval: tuple[float, float]  # relative: -0.1 is 10 % below the best
-    confidence: float
-    adjusted_p: float
-    launches: tuple[int, int]  # (the best's, the other's)
 
 
 @dataclass
@@ -166,173 +143,87 @@ class Standings:
     """Where the race stands, replayed from the stored trials."""
 
     verdict: str  # BETTER, TIE, UNDECIDED, RACING, ALONE; "" when nothing is feasible
-    maximize: bool = True
+    state: machine.RaceState | None = None
     load: dict[str, float] | None = None
-    rung: int = 0
-    best: Entry | None = None
-    entries: dict[str, Entry] = field(default_factory=dict)
-    comparisons: dict[str, Comparison] = field(default_factory=dict)
-    rounds: int = 0
+    params: dict[str, dict[str, Any]] = field(default_factory=dict)
     pending: list[Proposal] = field(default_factory=list)  # this round's launches not queued
     running: int = 0  # launches of the race in flight
-    gpu_seconds: float = 0.0
-    needed: int | None = None  # launches per contender that would decide (undecided)
 
     @property
     def settled(self) -> bool:
         """Nothing more to launch: the search may end with this answer."""
-        return self.verdict in (BETTER, TIE, UNDECIDED, ALONE, "") and not (
-            self.pending or self.running
+        return self.verdict != RACING and not (self.pending or self.running)
+
+    def entry(self, c: machine.Contender | None) -> Entry | None:
+        if c is None:
+            return None
+        return Entry(
+            c.key,
+            self.params[c.key],
+            c.first,
+            c.status.value,
+            c.values,
+            c.launches,
+            c.missed,
+            c.judgement,
         )
+
+    @property
+    def entries(self) -> dict[str, Entry]:
+        cs = self.state.contenders if self.state else ()
+        return {c.key: e for c in cs if (e := self.entry(c)) is not None}
+
+    @property
+    def best(self) -> Entry | None:
+        return self.entry(self.state.get(self.state.best or "")) if self.state else None
 
     @property
     def runner_up(self) -> Entry | None:
-        """The best of the other contenders by mean at the race's load (a separated one
-        included), among those with two launches there, else with one."""
-        if self.best is None:
-            return None
-        others = [
-            e for e in self.entries.values() if e.key != self.best.key and e.status != REFERENCE
-        ]
-        measured = [e for e in others if len(e.values) >= 2] or [e for e in others if e.values]
-        if not measured:
-            return None
-        return (max if self.maximize else min)(measured, key=lambda e: e.mean or 0.0)
+        return self.entry(self.state.runner_up) if self.state else None
 
     @property
     def tied_with(self) -> list[Entry]:
-        return [e for e in self.entries.values() if e.status == TIED]
+        best = self.state.best if self.state else None
+        return [
+            e
+            for c in (self.state.contenders if self.state else ())
+            if c.status is machine.Status.TIED
+            and c.against == best
+            and (e := self.entry(c)) is not None
+        ]
+
+    @property
+    def rounds(self) -> int:
+        return max(0, self.state.round) if self.state else 0
+
+    @property
+    def gpu_seconds(self) -> float:
+        return self.state.gpu_seconds if self.state else 0.0
+
+    @property
+    def needed(self) -> int | None:
+        if self.state is None or self.verdict != UNDECIDED:
+            return None
+        return machine.needed(self.state)
+
+    @property
+    def effect(self) -> Judgement | None:
+        return machine.effect(self.state) if self.state else None
 
 
-class _Replay:
-    """One pass over the stored race: looks after the strategy and after each complete round."""
-
-    def __init__(self, spec: SearchSpec, trials: Sequence[TrialRow]) -> None:
-        self.spec = spec
-        self.trials = sorted(trials, key=lambda t: t.number)
-        self.race = [t for t in self.trials if is_race(t)]
-        self.looks = max(1, spec.confirm_launches - 1)
-        self.level = ALPHA / self.looks
-
-    def evidence(self, st: Standings, upto: int) -> None:
-        """Each entry's launches at the race's load and rung, race rounds <= ``upto``."""
-        target = launch_load(st.load)
-        for e in st.entries.values():
-            e.values, e.launches, e.missed, e.over = [], [], 0, {}
-        for t in self.trials:
-            entry = st.entries.get(key(t.params))
-            value = launch_value(t)
-            if entry is None or value is None or t.rung != st.rung or t.details.get("drift"):
-                continue
-            if int(t.details.get("race") or 0) > upto:
-                continue
-            if launch_load(t.details.get("load")) != target:
-                continue
-            entry.values.append(value)
-            entry.launches.append(t.number)
-            ratios = slo_ratios(t)
-            entry.missed += any(r > 1.0 for r in ratios.values())
-            for name, ratio in ratios.items():
-                entry.over.setdefault(name, []).append(ratio)
-        for e in st.entries.values():
-            if e.launches and e.status != REFERENCE:
-                e.trial = e.launches[0]
-
-    def racing(self, st: Standings) -> list[Entry]:
-        live = [e for e in st.entries.values() if e.status == IN_RACE]
-        return sorted(
-            live,
-            key=lambda e: (
-                not e.values,
-                not e.serves,
-                -(e.mean or 0.0) if self.spec.maximize else (e.mean or 0.0),
-                e.trial,
-            ),
-        )
-
-    def look(self, st: Standings) -> None:
-        """Compare the best with each other contender still racing; mark the settled ones."""
-        live = self.racing(st)
-        if not live:
-            return
-        # Bonferroni over the challengers and the SLOs: a contender shown to miss is one test
-        shown = self.level / (max(1, len(live) - 1) * max(1, len(self.spec.slo)))
-        for e in st.entries.values():
-            e.serves = not e.misses(shown)
-        live = self.racing(st)
-        st.best = live[0]
-        if len(st.best.values) < 2:
-            return
-        others = [e for e in live[1:] if len(e.values) >= 2]
-        found = [(e, contrast(st.best.values, e.values)) for e in others]
-        pairs = [(e, est) for e, est in found if est is not None]
-        if not pairs:
-            return
-        m = len(live) - 1  # the family: every challenger still racing
-        adjusted = adjust([est.p_value() for _, est in pairs], Method.HOLM)
-        order = sorted(range(len(pairs)), key=lambda i: pairs[i][1].p_value())
-        for rank, i in enumerate(order):
-            e, est = pairs[i]
-            confidence = 1.0 - self.level / max(1, m - rank)  # Holm's step for this one
-            lo, hi = est.relative_interval(confidence)
-            st.comparisons[e.key] = Comparison(
-                e.key, est, (lo, hi), confidence, adjusted[i], (len(st.best.values), len(e.values))
-            )
-            ahead = est.log_ratio > 0 if self.spec.maximize else est.log_ratio < 0
-            cannot_serve = st.best.serves and not e.serves  # shown to miss an SLO there
-            if cannot_serve or (adjusted[i] <= self.level and ahead):
-                e.status = SEPARATED
-            elif -self.spec.margin <= lo and hi <= self.spec.margin:
-                e.status = TIED
-
-    def decided(self, st: Standings) -> str:
-        live = self.racing(st)
-        if len(live) > 1:
-            return ""
-        if any(e.status == TIED for e in st.entries.values()):
-            return TIE
-        challengers = [e for e in st.entries.values() if e.status in (SEPARATED, TIED)]
-        return BETTER if challengers else ALONE
-
-    def spent(self, st: Standings, upto: int) -> bool:
-        live = self.racing(st)
-        launched = min((len(e.values) for e in live), default=0)
-        spent = sum(
-            float(t.details.get("gpu_seconds") or 0.0)
-            for t in self.race
-            if int(t.details["race"]) <= upto
-        )
-        st.gpu_seconds = round(spent, 3)
-        if self.spec.confirm_seconds and spent >= self.spec.confirm_seconds:
-            return True
-        return launched >= self.spec.confirm_launches
-
-    def plan(self, st: Standings, round_number: int, decided: bool) -> list[str]:
-        """The keys a round launches, in order: the contenders still racing and the default
-        while it lacks launches, reversed every other round (A B B A ...). Called with the
-        evidence of the rounds before it only, so a round's plan never changes."""
-        if self.spec.confirm_launches == 0:
-            return []
-        keys = [] if decided else [e.key for e in self.racing(st)]
-        default = next((e for e in st.entries.values() if e.status == REFERENCE), None)
-        if default is not None and self.failures(default.key, round_number) < MAX_FAILED:
-            if not decided and len(default.values) < DEFAULT_LAUNCHES:
-                keys.append(default.key)
-            elif decided:
-                keys += [default.key] * max(0, 2 - len(default.values))
-        if round_number % 2 == 0:
-            keys.reverse()
-        return keys
-
-    def failures(self, k: str, before: int) -> int:
-        return sum(
-            1
-            for t in self.race
-            if key(t.params) == k
-            and t.state in ("FAILED", "CANCELLED", "SKIPPED")  # SKIPPED: refused at creation
-            and t.failure_reason not in CLIENT_LIMITED
-            and int(t.details["race"]) < before
-        )
+def settings(
+    spec: SearchSpec, load: tuple[str, float] | None, rung: int, default: str | None
+) -> machine.Settings:
+    return machine.Settings(
+        lookup(spec.objective),
+        spec.margin,
+        spec.confirm_launches,
+        load,
+        rung,
+        spec.confirm_seconds or 0.0,
+        len(spec.slo),
+        default,
+    )
 
 
 def standings(spec: SearchSpec, trials: Sequence[TrialRow]) -> Standings:
@@ -341,56 +232,35 @@ def standings(spec: SearchSpec, trials: Sequence[TrialRow]) -> Standings:
     if not ranked:
         return Standings("")
     incumbent = ranked[0]
-    st = Standings(RACING, spec.maximize, None, incumbent.rung)
-    axis_load = launch_load(incumbent.latest.details.get("load"))
-    st.load = None if axis_load is None else {axis_load[0]: axis_load[1]}
+    load = launch_load(incumbent.latest.details.get("load"))
     near = [r for r in ranked[2:] if _within(spec, r.score, incumbent.score)]
     field_ = [*ranked[:2], *near[: MAX_CHALLENGERS - 1]]
-    for ranked_one in field_:
-        st.entries[ranked_one.key] = Entry(
-            ranked_one.key, ranked_one.params, ranked_one.latest.number, IN_RACE
-        )
+    params = {r.key: r.params for r in field_}
     default_key = key(spec.default_params)
-    if default_key not in st.entries:
-        runs = [t for t in trials if key(t.params) == default_key and t.state == "DONE"]
-        runs = [t for t in runs if not is_fixed_load(t)]
-        if runs:
-            last = runs[-1]
-            st.entries[default_key] = Entry(default_key, last.params, last.number, REFERENCE)
-    replay = _Replay(spec, trials)
-    st.running = sum(1 for t in replay.race if t.state == "RUNNING")
-    if st.load is None:
-        st.verdict, st.best = (ALONE if len(field_) == 1 else UNDECIDED), st.entries[incumbent.key]
-        return st
-    rounds = max((int(t.details["race"]) for t in replay.race), default=0)
-    verdict = ""
-    for r in range(rounds + 1):
-        if r > 0:  # the round as planned after the one before it
-            planned = replay.plan(st, r, bool(verdict))
-            in_round = [t for t in replay.race if int(t.details["race"]) == r]
-            if len(in_round) < len(planned) or any(t.state == "RUNNING" for t in in_round):
-                st.rounds = r
-                st.pending = _proposals(st, planned[len(in_round) :], r)
-                st.verdict = verdict or RACING
-                replay.evidence(st, rounds)  # shown: every launch ended so far (no look)
-                _finish_best(replay, st)
-                return st
-        replay.evidence(st, r)
-        st.rounds = r
-        for e in replay.racing(st):
-            if replay.failures(e.key, r + 1) >= MAX_FAILED:
-                e.status = FAILED
-        if not verdict:
-            replay.look(st)
-            verdict = replay.decided(st)
-            if not verdict and replay.spent(st, r):
-                verdict = UNDECIDED
-    replay.spent(st, rounds)
-    st.pending = _proposals(st, replay.plan(st, rounds + 1, bool(verdict)), rounds + 1)
-    st.verdict = verdict or RACING
-    _finish_best(replay, st)
-    if st.verdict == UNDECIDED:
-        st.needed = _needed(spec, st)
+    own = [t for t in trials if key(t.params) == default_key and not is_fixed_load(t)]
+    default = default_key if any(t.state == "DONE" for t in own) else None
+    params.setdefault(default_key, dict(spec.default_params))
+    start = machine.start(
+        settings(spec, load, incumbent.rung, default), [(r.key, r.latest.number) for r in field_]
+    )
+    launches = [launch_of(t) for t in trials]
+    here = [x for x in launches if x.phase is not Phase.STRATEGY or x.config in params]
+    state, asks = machine.step(start, [x for x in here if not x.phase.value.startswith("drift")])
+    st = Standings(state.outcome.value, state, None if load is None else {load[0]: load[1]})
+    st.params = params
+    st.running = sum(1 for t in trials if is_race(t) and t.state == "RUNNING")
+    st.pending = [
+        Proposal(
+            params[a.config],
+            incumbent.rung,
+            load=st.load,
+            race=a.round,
+            effect=a.phase is Phase.EFFECT,
+        )
+        for a in asks
+    ]
+    if load is None:  # no load to race at: the strategy's answer stands as it is
+        st.verdict, st.pending = (ALONE if len(field_) == 1 else UNDECIDED), []
     return st
 
 
@@ -401,47 +271,10 @@ def _within(spec: SearchSpec, score: float, incumbent: float) -> bool:
     return score <= incumbent / (1.0 - SCREEN)
 
 
-def _finish_best(replay: _Replay, st: Standings) -> None:
-    live = replay.racing(st)
-    if live:
-        st.best = live[0]
-    elif st.best is None:
-        st.best = next((e for e in st.entries.values() if e.status != REFERENCE), None)
-
-
-def _proposals(st: Standings, keys: Sequence[str], round_number: int) -> list[Proposal]:
-    return [Proposal(st.entries[k].params, st.rung, load=st.load, race=round_number) for k in keys]
-
-
-def versus(spec: SearchSpec, st: Standings, other: Entry) -> Comparison | None:
-    """The best against ``other`` over their launches at the race's load: the estimate, and its
-    interval at the confidence the race judged it with (its Holm step, else one look's)."""
-    if st.best is None:
+def versus(st: Standings, other: Entry) -> Judgement | None:
+    """The best against ``other``: the comparison that separated or tied it (at its look's
+    confidence), else over their launches now at one look's level."""
+    if st.state is None:
         return None
-    est = contrast(st.best.values, other.values)
-    if est is None:
-        return None
-    seen = st.comparisons.get(other.key)
-    confidence = seen.confidence if seen else 1.0 - ALPHA / max(1, spec.confirm_launches - 1)
-    return Comparison(
-        other.key,
-        est,
-        est.relative_interval(confidence),
-        confidence,
-        seen.adjusted_p if seen else est.p_value(),
-        (len(st.best.values), len(other.values)),
-    )
-
-
-def _needed(spec: SearchSpec, st: Standings) -> int | None:
-    """Launches per contender that would decide the best against the runner-up, at the spread
-    seen: enough to exclude zero when they differ by more than the margin, else to fit the
-    interval inside it."""
-    runner = st.runner_up
-    found = None if runner is None else versus(spec, st, runner)
-    if found is None or st.best is None or runner is None:
-        return None
-    change = abs(found.estimate.ratio - 1.0)
-    target = max(change, spec.margin - change)
-    n = min(len(st.best.values), len(runner.values))
-    return launches_needed(found.estimate, n, target, found.confidence)
+    c = st.state.get(other.key)
+    return None if c is None else machine.versus(st.state, c)

@@ -13,27 +13,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tunelab.analysis.metrics import LATENCIES, UnknownMetric, lookup
 from tunelab.controller.spec.errors import SpecIssue
 from tunelab.controller.spec.schema import Checker
 
 SEARCH_KEYS = {"space", "objective", "slo", "load", "budget", "strategy", "eta", "parallel",
                "seed", "grid_points", "implied_oom", "margin", "noise"}  # fmt: skip
 STRATEGIES = ("grid", "random", "successive-halving", "tpe")
-# objective/SLO name -> (field of a result point, or of the run for tokens_per_joule; higher better)
-METRICS: dict[str, tuple[str, bool]] = {
-    "output_throughput": ("output_throughput", True),
-    "request_throughput": ("request_throughput", True),
-    "total_token_throughput": ("total_token_throughput", True),
-    "goodput": ("request_goodput", True),
-    "tokens_per_joule": ("tokens_per_joule", True),
-    "ttft_p99_ms": ("p99_ttft_ms", False),
-    "ttft_median_ms": ("median_ttft_ms", False),
-    "tpot_p99_ms": ("p99_tpot_ms", False),
-    "tpot_median_ms": ("median_tpot_ms", False),
-    "itl_p99_ms": ("p99_itl_ms", False),
-    "itl_median_ms": ("median_itl_ms", False),
-}
-LATENCY_METRICS = tuple(k for k, (_, up) in METRICS.items() if not up)
+# the search's objectives and SLOs are metrics of the one catalogue (tunelab.analysis.metrics):
+# an objective is a throughput, goodput, tokens per joule or a latency; an SLO a latency limit
+OBJECTIVE_UNITS = ("tok/s", "req/s", "tok/J", "ms")
+SLO_KEYS = tuple(m.aliases[0] for m in LATENCIES)  # as the search spells them: tpot_p99_ms
 MAX_TRIALS = 10_000
 # a space's size bounds the work of validating it (2 renders per axis value): more axes than a
 # search can explore are refused before any is rendered (issue 36.2)
@@ -398,16 +388,11 @@ def parse_search(raw: Any, prefix: str = "") -> tuple[SearchSpec | None, list[Sp
             check.string(name, f"search.objective.{direction}"),
             (direction == "maximize"),
         )
-        if objective not in METRICS:
-            check.fail(
-                f"search.objective.{direction}",
-                f"unknown metric {objective!r} (one of: {', '.join(METRICS)})",
-            )
-    slo_raw = check.mapping(doc.get("slo", {}), "search.slo", set(LATENCY_METRICS))
+        _objective(check, objective, maximize, f"search.objective.{direction}")
+    slo_raw = check.mapping(doc.get("slo", {}), "search.slo", set(SLO_KEYS))
     slo = {k: check.number(v, f"search.slo.{k}", 0.0) for k, v in slo_raw.items()}
     for key, limit in slo.items():
-        if limit <= 0:
-            check.fail(f"search.slo.{key}", "must be > 0")
+        check.slo_limit(limit, f"search.slo.{key}")
     load = _load(check, doc.get("load", {}))
     if load.find and not slo:
         check.fail("search.load", "find needs an slo: the largest load that meets it is found")
@@ -461,3 +446,20 @@ def parse_search(raw: Any, prefix: str = "") -> tuple[SearchSpec | None, list[Sp
         noise=noise,
     )
     return spec, []
+
+
+def _objective(check: Checker, name: str, maximize: bool, path: str) -> None:
+    """An objective the catalogue knows, of a kind a search optimises, asked for in the
+    direction the catalogue says is better."""
+    try:
+        metric = lookup(name)
+    except UnknownMetric as exc:
+        check.fail(path, str(exc))
+        return
+    if metric.unit not in OBJECTIVE_UNITS:
+        check.fail(
+            path, f"{name} is not a search objective (a throughput, goodput, tok/J or a latency)"
+        )
+    elif metric.higher_is_better != maximize:
+        better = "maximize" if metric.higher_is_better else "minimize"
+        check.fail(path, f"{name} is better {metric.direction}: {better} it")

@@ -47,6 +47,7 @@ class Proposal:
     load: dict[str, float] | None = None  # a launch of the race: this fixed load
     race: int = 0  # a launch of the race: its round (race.py)
     drift: str = ""  # a drift launch of the default: "start" or "end" (drift.py)
+    effect: bool = False  # a fresh launch of the best or the default, for the answer's effect
 
 
 @dataclass(frozen=True)

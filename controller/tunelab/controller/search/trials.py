@@ -20,9 +20,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tunelab.analysis.metrics import lookup
 from tunelab.bench.promptlengths import lengths_exact, server_mean_prompt_tokens
 from tunelab.controller.search import hostclass
-from tunelab.controller.search.space import METRICS, SearchSpec
+from tunelab.controller.search.space import SearchSpec
 from tunelab.controller.spec.errors import SpecIssue
 from tunelab.controller.spec.expand import change_label, split_path
 from tunelab.controller.spec.render import run_spec_issue
@@ -94,7 +95,7 @@ def trial_document(
         bench["find"] = {
             "axis": spec_load.axis,
             "max": spec_load.maximum,
-            "slo": {METRICS[k][0]: v for k, v in search.slo.items()},
+            "slo": {lookup(k).field: v for k, v in search.slo.items()},
             **({"plateau": spec_load.plateau} if spec_load.plateau else {}),
         }
     elif spec_load.axis == "concurrency":
@@ -149,8 +150,9 @@ class Outcome:
 
 
 def _value(point: Mapping[str, Any], name: str, run: Mapping[str, Any]) -> float | None:
-    source = run if name == "tokens_per_joule" else point
-    value = source.get(METRICS[name][0])
+    metric = lookup(name)
+    source = run if metric.scope == "run" else point
+    value = source.get(metric.field)
     if isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
     return None

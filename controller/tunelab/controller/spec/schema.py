@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from tunelab.analysis.metrics import COMPARED
 from tunelab.bench.tokens import spec_tokenizer_problem
 from tunelab.common.durations import parse_duration
 from tunelab.common.specbounds import MAX_TEXT, Range, SpecViolation, check_number
@@ -59,11 +60,11 @@ FIND_KEYS = {"axis", "max", "slo", "plateau"}
 # `compare:` (docs/report.md): how the comparison of this spec's runs judges its effects
 COMPARE_KEYS = {"correction", "primary"}
 COMPARE_CORRECTIONS = ("bh", "holm")  # Benjamini-Hochberg (the default), Holm
-COMPARE_METRICS = ("output_throughput", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms",
-                   "p99_tpot_ms", "median_itl_ms", "p99_itl_ms", "tokens_per_joule")  # fmt: skip
+COMPARE_METRICS = tuple(m.name for m in COMPARED)  # the catalogue's compared metrics
 FIND_SLO = ("p99_ttft_ms", "median_ttft_ms", "p99_tpot_ms", "median_tpot_ms", "p99_itl_ms",
             "median_itl_ms", "p99_e2el_ms", "median_e2el_ms")  # fmt: skip
 COMMAND_KEYS = {"command", "result_file", "env"}
+MIN_SLO_MS = 1.0  # an SLO below 1 ms was meant in seconds (0.025 for 25 ms)
 SLO_KEYS = {"ttft_ms", "tpot_ms"}
 # what a decode step reads, when the agent cannot read it from the model's files (roofline.py)
 ROOFLINE_KEYS = {"weight_bytes", "kv_bytes_per_token", "expert_weight_bytes", "experts",
@@ -87,6 +88,36 @@ PRIORITY = Range(-1_000_000, 1_000_000)
 REPEAT = Range(1, 1_000_000)  # the variant cap (limits.py) refuses far less
 MAX_ATTEMPTS = Range(1, 100)
 HOST_GPUS = Range(0, 1024)
+
+
+def read_fraction(value: Any, below: float, *, zero: bool = False) -> float:
+    """THE reader of a share (a margin, an effect size, a plateau, a CV), in a spec and on the
+    command line alike: "5%" and 0.05 (or "0.05") are both five percent. A bare number of 1 or
+    more is refused with the unit named: it only makes sense as a percentage ("5" would be
+    500 %), and reading it as one would give a number two meanings. Above 0 (at least 0 with
+    ``zero``) and below ``below``; ValueError says why."""
+    text = value.strip() if isinstance(value, str) else ""
+    try:
+        if text.endswith("%"):
+            share = float(text[:-1]) / 100.0
+        elif text:
+            share = float(text)
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            share = float(value)
+        else:
+            raise ValueError(value)
+    except ValueError:
+        raise ValueError(f"expected a percentage such as 5% (or 0.05), got {value!r}") from None
+    if not text.endswith("%") and abs(share) >= 1.0:
+        raise ValueError(
+            f"{value!r} is a fraction of {share:.0%}: write a percentage as 5% or 0.05 "
+            "(a bare number is a fraction of 1)"
+        )
+    above = share >= 0.0 if zero else share > 0.0
+    if not (math.isfinite(share) and above and share < below):
+        low = "at least 0%" if zero else "above 0%"
+        raise ValueError(f"must be {low} and below {below:.0%}, got {value!r}")
+    return share
 
 
 class Checker:
@@ -167,25 +198,25 @@ class Checker:
         return value
 
     def fraction(self, value: Any, path: str, below: float, *, zero: bool = False) -> float | None:
-        """A share written "5%" or 0.05, above 0 (or at least 0 with ``zero``) and below
-        ``below``; None when refused (the caller's default stands in)."""
-        text = value.strip() if isinstance(value, str) else ""
+        """A share written "5%" or 0.05 (:func:`read_fraction`); None when refused (the caller's
+        default stands in)."""
         try:
-            if text.endswith("%"):
-                share = float(text[:-1]) / 100.0
-            elif isinstance(value, int | float) and not isinstance(value, bool):
-                share = float(value)
-            else:
-                raise ValueError(value)
-        except ValueError:
-            self.fail(path, f"expected a percentage such as 5% (or 0.05), got {value!r}")
+            return read_fraction(value, below, zero=zero)
+        except ValueError as exc:
+            self.fail(path, str(exc))
             return None
-        above = share >= 0.0 if zero else share > 0.0
-        if not (math.isfinite(share) and above and share < below):
-            low = "at least 0%" if zero else "above 0%"
-            self.fail(path, f"must be {low} and below {below:.0%}, got {value!r}")
-            return None
-        return share
+
+    def slo_limit(self, limit: float, path: str) -> None:
+        """A latency limit in milliseconds: above 0, and not a value in seconds (0.025 meant
+        25 ms) or any other below ``MIN_SLO_MS``."""
+        if limit <= 0:
+            self.fail(path, "must be > 0")
+        elif limit < MIN_SLO_MS:
+            self.fail(
+                path,
+                f"{limit:g} ms is below {MIN_SLO_MS:g} ms: SLOs are in milliseconds "
+                f"({limit * 1000:g} ms is written {limit * 1000:g}, not {limit:g})",
+            )
 
     def duration(self, value: Any, path: str, bound: str = "") -> float:
         if isinstance(value, bool):
@@ -535,6 +566,8 @@ def _find(check: Checker, raw: Any) -> dict[str, Any]:
     maximum = check.number(given.get("max", 0), "benchmark.find.max", 1.0, Range(1, 100_000))
     slo_raw = check.mapping(given.get("slo", {}), "benchmark.find.slo", set(FIND_SLO))
     slo = {k: check.number(v, f"benchmark.find.slo.{k}", 0.0) for k, v in slo_raw.items()}
+    for key, limit in slo.items():
+        check.slo_limit(limit, f"benchmark.find.slo.{key}")
     if not slo:
         check.fail("benchmark.find.slo", "give at least one latency limit")
     out: dict[str, Any] = {"axis": axis, "max": maximum, "slo": slo}

@@ -41,9 +41,6 @@ DEFAULT_LAUNCHES = 3
 DEFAULT_MARGIN = 0.02
 METRIC = re.compile(r"^([a-z0-9_]+)(?:@([A-Za-z0-9.]+))?$")
 PINNED = re.compile(r"^pinned\s+(\d+)$")
-# metrics where a larger value is better; the rest (latencies, failures) are better smaller
-LARGER_IS_BETTER = {"output_throughput", "request_throughput", "total_token_throughput",
-                    "completed"}  # fmt: skip
 
 
 @dataclass(frozen=True)
