@@ -188,3 +188,31 @@ def test_a_load_search_with_a_plateau_stops_at_each_batch_cap(lab: Lab, tmp_path
     assert loads == {8: 8, 16: 16}, found["trials"]
     assert found["best"]["params"][SEQS] == 16 and found["best"]["load"]["concurrency"] == 16
     assert found["best"]["vs_runner_up"]["verdict"] == "better", found["best"]
+
+
+def test_the_answer_says_what_it_cost(lab: Lab, tmp_path: Path) -> None:
+    """Each launch's load (STARTING to READY) and measuring are stored with it and summed in
+    ``cost``: a simulator that takes 1.5 s to load makes every launch's load at least that."""
+    controller = lab.start_controller()
+    lab.add_agent("sim-a", labels="pool=demo")
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    doc["server"]["flags"]["--startup-seconds"] = 1.5
+    doc["benchmark"]["requests"] = 40  # a fixed load: requests per point
+    doc["search"].update(
+        space={SEQS: [8, 16]},
+        slo={"tpot_p99_ms": 25},
+        load={"concurrency": [8]},
+        budget={"trials": 2, "confirm": 2},
+        parallel=1,
+    )
+    path = tmp_path / "cost.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    result = controller.cli("submit", str(path), "--wait", "--json", timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr + controller.log()[-3000:]
+    found = json.loads(result.stdout)
+    cost = found["cost"]
+    launched = [t for t in found["trials"] if t["experiment"] and t["state"] != "SKIPPED"]
+    assert cost["launches"] == len(launched) >= 4  # the strategy's two and the race's
+    assert cost["load_seconds"] >= 1.5 * cost["launches"]  # wall seconds: no GPU here
+    assert cost["measure_seconds"] > 0
+    assert cost["gpu_seconds"] >= cost["load_seconds"] + cost["measure_seconds"] - 1.0

@@ -29,6 +29,7 @@ from tunelab.analysis.slos import slo_text
 from tunelab.controller.search import drift, race
 from tunelab.controller.search.answer import answer_line
 from tunelab.controller.search.backoff import SearchSpecError, StepBackoff
+from tunelab.controller.search.cost import launch_cost
 from tunelab.controller.search.space import STRATEGIES, SearchSpec
 from tunelab.controller.search.strategies import Proposal, TrialView, key, strategy_for
 from tunelab.controller.search.trials import CLIENT_LIMITED, outcome, trial_label, trial_spec
@@ -358,7 +359,8 @@ class SearchDriver:
             exp = experiments[t.experiment_id or ""]
             found = outcome(spec, exp, attempts[exp.id], fixed_load=race.is_fixed_load(t))
             t.state, t.failure_reason = found.state, found.failure_reason
-            t.details = {**t.details, **found.details}
+            spent = launch_cost(attempts[exp.id], self._store.events_for(exp.id))
+            t.details = {**t.details, **found.details, **spent}
             t.finished_at = self._clock()
             t.samples = list(found.samples)  # the answer points of this one launch
             t.objective = found.objective  # this launch's value (the launch is the unit)
