@@ -216,3 +216,5 @@ def test_the_answer_says_what_it_cost(lab: Lab, tmp_path: Path) -> None:
     assert cost["load_seconds"] >= 1.5 * cost["launches"]  # wall seconds: no GPU here
     assert cost["measure_seconds"] > 0
     assert cost["gpu_seconds"] >= cost["load_seconds"] + cost["measure_seconds"] - 1.0
+    noise = found["noise"]  # no blocks measured yet: the launches' whole spread
+    assert noise["blocks"] == 0 and noise["within_cv"] is None and noise["launches"] >= 4

@@ -289,3 +289,19 @@ def contrast(
     if df < 1.0:
         return None
     return Estimate(a.value - b.value, math.sqrt(var), df)
+
+
+def launch_spread(values: Mapping[str, Sequence[float]]) -> tuple[float, int] | None:
+    """The pooled log variance of launch values around their configuration's mean, and its
+    degrees of freedom: what launches vary by where no blocks are measured (between plus the
+    within part of one launch's own benchmark, which it cannot separate); None without a
+    configuration launched twice."""
+    ss, df = 0.0, 0
+    for vs in values.values():
+        logs = [math.log(v) for v in vs if v > 0]
+        if len(logs) < 2:
+            continue
+        centre = sum(logs) / len(logs)
+        ss += sum((y - centre) ** 2 for y in logs)
+        df += len(logs) - 1
+    return (ss / df, df) if df else None

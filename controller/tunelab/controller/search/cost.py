@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tunelab.analysis.variance import launch_spread, var_to_cv
+from tunelab.controller.search.race import Standings
 from tunelab.controller.states import AttemptState
 from tunelab.controller.store.models import AttemptRow
 from tunelab.controller.store.search_models import TrialRow
@@ -64,4 +66,18 @@ def cost_json(trials: Sequence[TrialRow]) -> dict[str, Any]:
         "gpu_seconds": total("gpu_seconds"),
         "load_seconds": total("load_seconds"),
         "measure_seconds": total("measure_seconds"),
+    }
+
+
+def noise_json(standing: Standings) -> dict[str, Any]:
+    """``noise`` of ``search show --json``: what the race's launches at its load vary by. Until
+    launches are measured in blocks (``blocks`` 0) the within part is not separated:
+    ``launch_cv`` is the launches' whole spread and ``within_cv`` is None."""
+    values = {k: e.values for k, e in standing.entries.items()}
+    found = launch_spread(values)
+    return {
+        "launch_cv": None if found is None else round(var_to_cv(found[0]), 6),
+        "within_cv": None,
+        "launches": sum(len(v) for v in values.values()),
+        "blocks": 0,
     }

@@ -18,7 +18,7 @@ from tunelab.controller.search.answer import (
     ordered,
     warnings,
 )
-from tunelab.controller.search.cost import cost_json
+from tunelab.controller.search.cost import cost_json, noise_json
 from tunelab.controller.search.space import SearchSpec
 from tunelab.controller.search.strategies import key
 from tunelab.controller.search.trials import launch_load, trial_spec
@@ -120,6 +120,7 @@ def search_document(search: SearchRow, trials: Sequence[TrialRow]) -> dict[str, 
         "warnings": warnings(spec, trials),
         "gpu_seconds": _total_gpu_seconds(trials),
         "cost": cost_json(trials),
+        "noise": noise_json(standing),
         "submitted_at": search.submitted_at,
         "finished_at": search.finished_at,
     }
