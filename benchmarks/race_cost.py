@@ -30,7 +30,7 @@ import math
 import random
 import statistics
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -217,7 +217,7 @@ def cost_table(seeds: int) -> list[str]:
 
 
 def _rows(cell: Cell, name: str, gap: float, seeds: int) -> list[str]:
-    methods = {
+    methods: dict[str, Callable[[random.Random], Outcome]] = {
         "today": lambda rng: today(cell, gap, rng),
         "grid x3": lambda rng: grid3(cell, gap, rng),
         "allocated, no profile": lambda rng: allocated(cell, gap, rng, None),

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from tunelab.analysis import allocation, variance
 from tunelab.analysis.allocation import Costs, Side, Step
-from tunelab.analysis.intervals import ALPHA
+from tunelab.analysis.intervals import ALPHA, Estimate
 from tunelab.analysis.judge import Judgement, judge_pair
 from tunelab.analysis.metrics import Metric, lookup
 from tunelab.analysis.variance import Components, Launch, Prior, cv_to_var
@@ -119,7 +119,7 @@ def _sides(launches: Mapping[str, list[list[float]]], keys: Sequence[str], up: s
     return [Side(k, tuple(len(b) for b in launches[k]), up == k) for k in keys]
 
 
-def _target(est: variance.Estimate | None, settings: Settings) -> float:
+def _target(est: Estimate | None, settings: Settings) -> float:
     effect = abs(est.log_ratio) if est is not None else 0.0
     return max(effect, math.log1p(settings.margin) - effect)
 
@@ -129,7 +129,7 @@ def _steps(
     launches: Mapping[str, list[list[float]]],
     best: str,
     up: str,
-    est: variance.Estimate | None,
+    est: Estimate | None,
     settings: Settings,
     spent: float,
 ) -> list[Step]:
@@ -158,7 +158,7 @@ def _needed(
     launches: Mapping[str, list[list[float]]],
     best: str,
     other: str,
-    est: variance.Estimate | None,
+    est: Estimate | None,
     settings: Settings,
 ) -> tuple[float, int] | None:
     a, b = _sides(launches, (best, other), "")
