@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tunelab.analysis.variance import Components, Prior, cv_to_var, var_to_cv
+from tunelab.analysis.variance import Components, Prior, cv_to_var
 
 DECLARED_DF = 10.0  # search.noise: weighs as ten launch degrees of freedom
 MAX_PRIOR_DF = 50.0  # a profile never outweighs a search's own data by more than this
@@ -36,14 +36,6 @@ class NoiseProfile:
     df_between: float
     df_within: float
     searches: int  # how many searches (and watch occurrences) it pools
-
-    @property
-    def launch_cv(self) -> float:
-        return var_to_cv(self.between)
-
-    @property
-    def within_cv(self) -> float:
-        return var_to_cv(self.within)
 
 
 def remember(old: NoiseProfile | None, key: ProfileKey, c: Components) -> NoiseProfile | None:
