@@ -4,6 +4,7 @@ scheduling on one database never place two runs on one host."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -376,3 +377,20 @@ def test_the_turn_lease_is_a_setting(postgres: PostgresServer) -> None:
     store = open_store(postgres.new_database(), turn_lease=config.db_turn_lease)
     assert isinstance(store, PostgresStore) and store.lease == 1.5
     store.close()
+
+
+def test_an_attempt_timeline_and_its_events_on_both_engines(store: SqlStore) -> None:
+    timeline = {"timeline": 1, "step_seconds": 1.0, "windows": 2, "series": {"x": [1.0, None]}}
+    events = [{"kind": "kv_cache_full", "at_s": 40.0, "values": {"preemptions": 140}}]
+    size = store.put_timeline("a-1", timeline, events, 1.8e9)
+    assert size == len(json.dumps(timeline, separators=(",", ":")).encode())
+    assert store.timeline("a-1") == timeline
+    assert store.timeline("a-2") is None
+    assert store.timeline_events(["a-1", "a-2"]) == {"a-1": events}
+    store.put_timeline("a-1", {**timeline, "windows": 3}, [], 1.8e9 + 1)  # a re-sent result
+    assert store.timeline("a-1") == {**timeline, "windows": 3}
+    assert store.timeline_events(["a-1"]) == {"a-1": []}
+    many = [f"b-{i}" for i in range(1200)]  # past one IN (...) batch
+    for attempt in many[::300]:
+        store.put_timeline(attempt, timeline, events, 1.8e9)
+    assert sorted(store.timeline_events(many)) == sorted(many[::300])

@@ -29,6 +29,7 @@ from tunelab.agent.statedir import UntrustedStateDir
 from tunelab.agent.statefile import StateDirBusy, StateDirLock
 from tunelab.agent.statewriter import DurableWriter
 from tunelab.agent.system import System
+from tunelab.agent.timeline.recorder import TimelineSources
 from tunelab.common import __version__
 from tunelab.common.capacity import Limits
 from tunelab.common.serving import Daemon, run_until_signalled, start_daemon
@@ -78,6 +79,7 @@ class AgentApp:
             quarantined=self.quarantined,
             provenance=RunProvenance(self.gpu, time.time),
             datasets_dir=config.datasets_dir,
+            timeline=TimelineSources(self.gpu, audit_system),
         )
         # Other parts register their collectors here; AgentMetrics serves it on /metrics.
         self.metrics_registry = CollectorRegistry()

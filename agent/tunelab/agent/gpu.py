@@ -27,6 +27,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol
 
+# re-exported: the one table lives in tunelab.common, which the controller reads too
+from tunelab.common.clockevents import CLOCK_EVENT_REASONS as CLOCK_EVENT_REASONS
+from tunelab.common.clockevents import clock_event_names as clock_event_names
+
 FieldValue = int | float | str | bool | list[int] | None
 
 
@@ -54,29 +58,6 @@ class GpuProcess:
     uuid: str
     pid: int
     used_memory_bytes: int | None
-
-
-# Clock-event (throttle) reason bits, as NVML defines them, with the label values we export.
-CLOCK_EVENT_REASONS: dict[int, str] = {
-    0x1: "gpu_idle",
-    0x2: "applications_clocks_setting",
-    0x4: "sw_power_cap",
-    0x8: "hw_slowdown",
-    0x10: "sync_boost",
-    0x20: "sw_thermal_slowdown",
-    0x40: "hw_thermal_slowdown",
-    0x80: "hw_power_brake_slowdown",
-    0x100: "display_clock_setting",
-}
-
-
-def clock_event_names(mask: int) -> list[str]:
-    """Decode a clock-event bitmask into reason names (unknown bits as hex)."""
-    names = [name for bit, name in CLOCK_EVENT_REASONS.items() if mask & bit]
-    unknown = mask & ~sum(CLOCK_EVENT_REASONS)
-    if unknown:
-        names.append(f"0x{unknown:x}")
-    return names
 
 
 class GpuBackend(Protocol):

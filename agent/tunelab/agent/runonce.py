@@ -44,6 +44,8 @@ from tunelab.agent.runs.record import RunRecord
 from tunelab.agent.runs.states import RunState
 from tunelab.agent.servers.registry import ServerRegistry
 from tunelab.agent.servers.supervisor import SupervisorSettings
+from tunelab.agent.system import System
+from tunelab.agent.timeline.recorder import TimelineSources
 from tunelab.agent.wire import run_spec_from_pb, run_to_pb
 from tunelab.common import __version__
 from tunelab.common.auth import ClientAuth, read_token
@@ -253,7 +255,13 @@ def run_once(
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     gpu = open_backend(Path(nvml_snapshot) if nvml_snapshot else None)
     registry = ServerRegistry(state_dir, gpu, SupervisorSettings())
-    runs = RunExecutor(state_dir, registry, BuiltinJob, provenance=RunProvenance(gpu, time.time))
+    runs = RunExecutor(
+        state_dir,
+        registry,
+        BuiltinJob,
+        provenance=RunProvenance(gpu, time.time),
+        timeline=TimelineSources(gpu, System()),
+    )
     stop = threading.Event()
 
     def on_term(signum: int, frame: FrameType | None) -> None:

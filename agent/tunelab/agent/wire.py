@@ -264,8 +264,11 @@ def _run_spec_to_pb(spec: RunSpec) -> run_pb2.RunSpec:
                 find_slo=b.get("find_slo", {}),
                 find_plateau=b.get("find_plateau", 0.0),
                 tokenizer=b.get("tokenizer_file") or b.get("tokenizer", ""),
+                timeline_step_seconds=b.get("timeline_step_s", 1.0),
             )
         )
+        if not b.get("timeline_step_s", 1.0):
+            pb.benchmark.builtin.timeline = False
         if b.get("dataset", "random") != "random" or b.get("dataset_path"):
             pb.benchmark.builtin.dataset.CopyFrom(
                 run_pb2.DatasetSpec(

@@ -35,6 +35,8 @@ DECODE_INPUT_LEN = 32
 DECODE_REQUESTS = 3
 DEFAULT_PROFILE_MAX_BYTES = 500 * 1000 * 1000
 DEFAULT_STOP_TIMEOUT_S = 120.0
+MIN_TIMELINE_STEP_S = 0.1
+MAX_TIMELINE_STEP_S = 60.0
 
 
 class BenchConfigError(ValueError):
@@ -148,6 +150,11 @@ class BenchConfig:
     reset_cache_url: str = ""  # POSTed before each point and its warm-up
     # asked for (None: the default, on for several points): the agent fills reset_cache_url
     reset_cache: bool | None = None
+    # the client's series of the attempt's timeline (tunelab.bench.timeline): the window step
+    # (0 = off) and the grid's origin in epoch seconds (0 = the sweep's own start), which the
+    # agent sets to its timeline's so the client's windows line up with the engine's and GPUs'
+    timeline_step_s: float = 1.0
+    timeline_start: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("concurrency", "rates", "percentiles", "percentile_metrics"):
@@ -246,6 +253,11 @@ class BenchConfig:
             find_slo=dict(pb.find_slo),
             find_plateau=pb.find_plateau,
             tokenizer=pb.tokenizer,
+            timeline_step_s=(
+                0.0
+                if pb.HasField("timeline") and not pb.timeline
+                else pb.timeline_step_seconds or 1.0
+            ),
         ).with_preset()
 
     # checks -----------------------------------------------------------------------------------
@@ -327,6 +339,17 @@ class BenchConfig:
         check(self.slo_ttft_ms >= 0, "slo_ttft_ms", "must be >= 0")
         check(self.slo_tpot_ms >= 0, "slo_tpot_ms", "must be >= 0")
         check(self.request_timeout_s > 0, "request_timeout_s", "must be > 0")
+        check(
+            self.timeline_step_s == 0
+            or MIN_TIMELINE_STEP_S <= self.timeline_step_s <= MAX_TIMELINE_STEP_S,
+            "timeline_step_s",
+            f"must be 0 (off) or between {MIN_TIMELINE_STEP_S:g} and {MAX_TIMELINE_STEP_S:g} s",
+        )
+        check(
+            math.isfinite(self.timeline_start) and self.timeline_start >= 0,
+            "timeline_start",
+            "must be epoch seconds >= 0",
+        )
         check(
             math.isfinite(self.warmup_seconds) and self.warmup_seconds >= 0,
             "warmup_seconds",

@@ -54,6 +54,7 @@ from tunelab.bench.records import request_line
 from tunelab.bench.selfcheck import Monitor
 from tunelab.bench.stats import breakdowns, detailed, summarize
 from tunelab.bench.stream import LiveCounters, RequestRecord, send
+from tunelab.bench.timeline.client import ClientWindows
 from tunelab.bench.tokens import TokenPrompts
 from tunelab.bench.transport import PoolStats, open_session, warm_connections
 from tunelab.bench.workload import PlannedRequest, Workload, arrival_offsets, ramp_offsets
@@ -113,6 +114,11 @@ class Sweep:
                 f"{config.dataset_sha256.lower()}",
             )
         self.multi_turn = config.dataset == "multi-turn"
+        self.windows = (
+            ClientWindows(config.timeline_step_s, config.timeline_start)
+            if config.timeline_step_s
+            else None
+        )
 
     async def run(self, done: list[dict[str, Any]]) -> None:
         """Run every point, appending each summary to ``done`` as it finishes (so a stopped
@@ -172,11 +178,13 @@ class Sweep:
                 for w in p["warnings"]
             ]
             + self.dataset.warnings(),
+            **({"client_timeline": self.windows.to_dict()} if self.windows is not None else {}),
         }
 
     # one point ---------------------------------------------------------------------------------
     async def run_point(self, point: Point) -> dict[str, Any]:
         state = PointState(point)
+        began = time.perf_counter()
         state.requests = point.requests
         if not point.concurrency:
             state.clock_start = "first_arrival"
@@ -240,6 +248,8 @@ class Sweep:
         if state.clock_start == "first_request" and state.records:
             state.started = min(r.dispatched for r in state.records)
         ended = max((r.end for r in state.records), default=state.started)
+        if self.windows is not None:
+            self.windows.mark_point(point.index, began, state.started, ended)
         summary = self._describe(point, state, ended - state.started)
         summary.update(
             summarize(
@@ -358,6 +368,8 @@ class Sweep:
     ) -> RequestRecord:
         await send(session, self.config.endpoint, body, rec, self.chat, self.live, self.timeout)
         self.outcomes[rec.error_kind or "ok"] += 1
+        if self.windows is not None:
+            self.windows.add(rec)
         return rec
 
     async def _warmup(

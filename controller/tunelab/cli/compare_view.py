@@ -333,6 +333,8 @@ def render_compare_table(doc: dict[str, Any], width: int = WIDTH) -> str:
         )
         for command in more.commands:
             console.print(f"  {command}", soft_wrap=True)
+    for line in doc.get("timeline_differences") or []:  # docs/timeline.md
+        console.print(f"timeline: {line}", highlight=False, markup=False)
     for warning in doc.get("warnings", []):
         console.print(f"warning: {warning}")
     return _text(console)

@@ -64,6 +64,9 @@ def attempt_json(a: controller_pb2.Attempt, full: bool) -> dict[str, Any]:
         data["result"] = _loads(a.result_json)
         data["gpu_summary"] = _loads(a.gpu_summary_json)
         data["provenance"] = _loads(a.provenance_json)
+        data["timeline_events"] = _loads(a.timeline_events_json) or []
+        if a.timeline_json:
+            data["timeline"] = _loads(a.timeline_json)
     return data
 
 
@@ -302,7 +305,7 @@ def print_table(table: Sequence[Sequence[str]]) -> None:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    request = controller_pb2.GetExperimentRequest(id=args.id)
+    request = controller_pb2.GetExperimentRequest(id=args.id, timeline=args.timeline)
     experiment = ControllerClient.for_args(args).get_experiment(request).experiment
     data = experiment_json(experiment, full=True)
     if args.json:
@@ -449,6 +452,12 @@ def cmd_report(args: argparse.Namespace) -> int:
         profiles = ablation_profiles(args, document["experiments"])
         if profiles["diffs"]:
             document["profiles"] = profiles
+    if not args.no_timelines:
+        from tunelab.cli.timeline_view import fetch_timelines
+
+        document["timelines"] = fetch_timelines(
+            ControllerClient.for_args(args), document["experiments"]
+        )
     default = re.sub(r"[^A-Za-z0-9._-]+", "_", "-".join(args.ids))[:80]
     out = Path(args.out or f"report-{default}.html")
     try:
@@ -534,6 +543,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     show = sub.add_parser("show", help="one experiment: spec, attempts, results, GPU summary")
     show.add_argument("id", help="experiment id or name")
+    show.add_argument(
+        "--timeline",
+        action="store_true",
+        help="each attempt's timeline too (every series per window with --json; docs/timeline.md)",
+    )
     add_json_arg(show, "the experiment, spec and results included")
     add_controller_args(show)
     show.set_defaults(handler=cmd_show)
@@ -590,6 +604,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--no-profiles",
         action="store_true",
         help="leave out the profile diff (fetching the kept traces can take a while)",
+    )
+    report.add_argument(
+        "--no-timelines",
+        action="store_true",
+        help="leave out the attempts' timeline panels (docs/timeline.md)",
     )
     _add_effect_args(report)
     add_controller_args(report)

@@ -34,7 +34,7 @@ def _attempts(args: argparse.Namespace, ids: list[str]) -> tuple[Attempts, dict[
     benchmarks: dict[str, Any] = {}
     with ControllerClient.for_args(args) as client:
         for experiment_id in ids:
-            request = controller_pb2.GetExperimentRequest(id=experiment_id)
+            request = controller_pb2.GetExperimentRequest(id=experiment_id, timeline=True)
             experiment = client.get_experiment(request).experiment
             out[experiment_id] = [attempt_json(a, full=True) for a in experiment.attempts]
             spec = json.loads(experiment.spec_json or "{}")

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tunelab.bench.promptlengths import lengths_exact, prompt_tokens_line
+from tunelab.cli.timeline_view import event_lines, series_lines
 from tunelab.common.durations import format_duration
 
 ServerArgv = Callable[[dict[str, Any]], list[str]]
@@ -145,6 +146,7 @@ def render_show(data: dict[str, Any], server_argv: ServerArgv) -> str:
             out.append(f"    {lengths}")
         if a["state"] not in ("QUEUED", "DISPATCHING", "CANCELLED"):
             out.append(_gpu_line(a["gpu_summary"] or {}, a.get("host") or ""))
+        out.extend(event_lines(a) + series_lines(a))
         if a.get("provenance"):
             from tunelab.analysis.report.provenance import provenance_lines  # only when shown
 

@@ -37,6 +37,7 @@ from tunelab.controller.spec.render import to_run_spec
 from tunelab.controller.states import ATTEMPT_LIVE, AttemptState
 from tunelab.controller.store import AttemptChange, AttemptRow, HostRow, Store, StoreConflict
 from tunelab.controller.store.changes import AttemptFields
+from tunelab.controller.timelines import keep_timeline
 
 log = structlog.get_logger(__name__)
 A = AttemptState
@@ -371,6 +372,10 @@ class AttemptDriver:
                 summary["benchmark_energy_used_joules"], summary["benchmark_energy_source"] = energy
             summary["tokens_per_joule"] = tokens_per_joule(fields.get("result"), summary)
             fields["gpu_summary"] = summary
+        if "result" in fields:  # the timeline goes to its own table, before the attempt ends
+            fields["result"] = keep_timeline(
+                self._store, attempt.id, fields["result"], self._clock()
+            )
         try:
             fields["message"] = message
             done, experiment = self._store.finish_attempt(

@@ -40,6 +40,7 @@ from tunelab.controller.store.changes import HostFields
 from tunelab.controller.store.search_models import SearchRow
 from tunelab.controller.store.watch_models import WATCH_ACTIVE, WATCH_PAUSED, WatchRow
 from tunelab.controller.submission import Submissions
+from tunelab.controller.timelines import timeline_differences, with_timelines
 from tunelab.controller.watchcache import WatchCache
 from tunelab.controller.watches.document import watch_document, watch_summary
 from tunelab.controller.watches.spec import watch_from_text
@@ -121,13 +122,15 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             raise NotFoundError(f"no experiment {shown(key)}")
         return row
 
-    def _pb(self, row: ExperimentRow) -> controller_pb2.Experiment:
+    def _pb(self, row: ExperimentRow, timeline: bool = False) -> controller_pb2.Experiment:
         exports = {
             str(e["ref"]): str(e["message"])
             for e in self._store.events_for(row.id)
             if e["kind"] == MLFLOW_EVENT
         }
-        return experiment_to_pb(row, self._store.attempts_for(row.id), exports=exports)
+        pb = experiment_to_pb(row, self._store.attempts_for(row.id), exports=exports)
+        with_timelines(self._store, pb, timeline)
+        return pb
 
     @_unary
     def SubmitExperiments(
@@ -275,7 +278,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         self, request: controller_pb2.GetExperimentRequest, context: grpc.ServicerContext
     ) -> controller_pb2.GetExperimentResponse:
         return controller_pb2.GetExperimentResponse(
-            experiment=self._pb(self._experiment(request.id))
+            experiment=self._pb(self._experiment(request.id), timeline=request.timeline)
         )
 
     @_stream
@@ -560,6 +563,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         unique = list({r.id: r for r in rows}.values())
         attempts = self._store.attempts_for_many([r.id for r in unique])
         document = compare(redacted_pairs((r, attempts[r.id]) for r in unique))
+        document["timeline_differences"] = timeline_differences(self._store, document, attempts)
         return controller_pb2.CompareRunsResponse(
             comparison_json=json.dumps(document, sort_keys=True)
         )

@@ -66,6 +66,7 @@ FIELD_RANGES: dict[str, Range] = {
     "BuiltinBenchmark.slo_tpot_ms": Range(0, 7 * DAY * 1000),
     "BuiltinBenchmark.seed": Range(0, 2**63 - 1),
     "BuiltinBenchmark.warmup_seconds": Range(0, DAY),
+    "BuiltinBenchmark.timeline_step_seconds": Range(0, 60),
     "ProfileSpec.point": Range(0, MAX_SWEEP_POINTS - 1),
     "ProfileSpec.window_seconds": Range(0, DAY),
     "ProfileSpec.window_requests": Range(0, 100_000_000),

@@ -149,6 +149,8 @@ class Attempt(_message.Message):
     FAILURE_REASON_FIELD_NUMBER: _builtins.int
     FAILURE_LINE_FIELD_NUMBER: _builtins.int
     MLFLOW_RUN_URL_FIELD_NUMBER: _builtins.int
+    TIMELINE_JSON_FIELD_NUMBER: _builtins.int
+    TIMELINE_EVENTS_JSON_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """also the run id on the agent"""
     experiment_id: _builtins.str
@@ -172,6 +174,10 @@ class Attempt(_message.Message):
     failure_line: _builtins.str
     mlflow_run_url: _builtins.str
     """where the automatic MLflow export put it; empty: not (yet)"""
+    timeline_json: _builtins.str
+    """the attempt's timeline, only when GetExperiment asks for it"""
+    timeline_events_json: _builtins.str
+    """the named events read from it (always, when it has one)"""
     @_builtins.property
     def gpus(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """GPU indices given to the run (empty = the whole host)"""
@@ -195,10 +201,12 @@ class Attempt(_message.Message):
         failure_reason: _server_pb2.FailureReason.ValueType = ...,
         failure_line: _builtins.str = ...,
         mlflow_run_url: _builtins.str = ...,
+        timeline_json: _builtins.str = ...,
+        timeline_events_json: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "experiment_id", b"experiment_id", "failure_line", b"failure_line", "failure_reason", b"failure_reason", "finished_at", b"finished_at", "gpu_summary_json", b"gpu_summary_json", "gpus", b"gpus", "host", b"host", "id", b"id", "message", b"message", "mlflow_run_url", b"mlflow_run_url", "number", b"number", "progress_json", b"progress_json", "provenance_json", b"provenance_json", "result_json", b"result_json", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "experiment_id", b"experiment_id", "failure_line", b"failure_line", "failure_reason", b"failure_reason", "finished_at", b"finished_at", "gpu_summary_json", b"gpu_summary_json", "gpus", b"gpus", "host", b"host", "id", b"id", "message", b"message", "mlflow_run_url", b"mlflow_run_url", "number", b"number", "progress_json", b"progress_json", "provenance_json", b"provenance_json", "result_json", b"result_json", "state", b"state", "timeline_events_json", b"timeline_events_json", "timeline_json", b"timeline_json"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -412,15 +420,19 @@ class GetExperimentRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     ID_FIELD_NUMBER: _builtins.int
+    TIMELINE_FIELD_NUMBER: _builtins.int
     id: _builtins.str
+    timeline: _builtins.bool
+    """fill each attempt's timeline_json (show --timeline)"""
     def __init__(
         self,
         *,
         id: _builtins.str = ...,
+        timeline: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "timeline", b"timeline"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

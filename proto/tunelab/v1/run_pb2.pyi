@@ -116,6 +116,8 @@ class BuiltinBenchmark(_message.Message):
     FIND_SLO_FIELD_NUMBER: _builtins.int
     TOKENIZER_FIELD_NUMBER: _builtins.int
     FIND_PLATEAU_FIELD_NUMBER: _builtins.int
+    TIMELINE_STEP_SECONDS_FIELD_NUMBER: _builtins.int
+    TIMELINE_FIELD_NUMBER: _builtins.int
     api: _builtins.str
     """"completions" (default) or "chat" """
     model: _builtins.str
@@ -175,6 +177,11 @@ class BuiltinBenchmark(_message.Message):
     """With find: also stop the ladder where two doublings in a row each raised the output
     throughput by less than this fraction (0.05 = 5 %); the answer is the load before them. 0: off.
     """
+    timeline_step_seconds: _builtins.float
+    """The attempt's timeline (docs/timeline.md): the window step in seconds, 0 = the default 1 s;
+    timeline false records none.
+    """
+    timeline: _builtins.bool
     @_builtins.property
     def concurrency(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """closed loop sweep; empty when request_rate is set"""
@@ -229,10 +236,12 @@ class BuiltinBenchmark(_message.Message):
         find_slo: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
         tokenizer: _builtins.str = ...,
         find_plateau: _builtins.float = ...,
+        timeline_step_seconds: _builtins.float = ...,
+        timeline: _builtins.bool | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_ignore_eos", b"_ignore_eos", "_reset_cache", b"_reset_cache", "_temperature", b"_temperature", "dataset", b"dataset", "ignore_eos", b"ignore_eos", "profile", b"profile", "reset_cache", b"reset_cache", "temperature", b"temperature"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_ignore_eos", b"_ignore_eos", "_reset_cache", b"_reset_cache", "_temperature", b"_temperature", "_timeline", b"_timeline", "dataset", b"dataset", "ignore_eos", b"ignore_eos", "profile", b"profile", "reset_cache", b"reset_cache", "temperature", b"temperature", "timeline", b"timeline"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_ignore_eos", b"_ignore_eos", "_reset_cache", b"_reset_cache", "_temperature", b"_temperature", "api", b"api", "burstiness", b"burstiness", "concurrency", b"concurrency", "dataset", b"dataset", "duration_seconds", b"duration_seconds", "find_axis", b"find_axis", "find_max", b"find_max", "find_plateau", b"find_plateau", "find_slo", b"find_slo", "ignore_eos", b"ignore_eos", "input_len", b"input_len", "max_concurrency", b"max_concurrency", "model", b"model", "output_len", b"output_len", "preset", b"preset", "profile", b"profile", "ramp", b"ramp", "ramp_end_rate", b"ramp_end_rate", "ramp_start_rate", b"ramp_start_rate", "range_ratio", b"range_ratio", "rates", b"rates", "request_rate", b"request_rate", "requests", b"requests", "reset_cache", b"reset_cache", "reset_cache_url", b"reset_cache_url", "seed", b"seed", "slo_tpot_ms", b"slo_tpot_ms", "slo_ttft_ms", b"slo_ttft_ms", "temperature", b"temperature", "tokenizer", b"tokenizer", "url", b"url", "warmup", b"warmup", "warmup_seconds", b"warmup_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_ignore_eos", b"_ignore_eos", "_reset_cache", b"_reset_cache", "_temperature", b"_temperature", "_timeline", b"_timeline", "api", b"api", "burstiness", b"burstiness", "concurrency", b"concurrency", "dataset", b"dataset", "duration_seconds", b"duration_seconds", "find_axis", b"find_axis", "find_max", b"find_max", "find_plateau", b"find_plateau", "find_slo", b"find_slo", "ignore_eos", b"ignore_eos", "input_len", b"input_len", "max_concurrency", b"max_concurrency", "model", b"model", "output_len", b"output_len", "preset", b"preset", "profile", b"profile", "ramp", b"ramp", "ramp_end_rate", b"ramp_end_rate", "ramp_start_rate", b"ramp_start_rate", "range_ratio", b"range_ratio", "rates", b"rates", "request_rate", b"request_rate", "requests", b"requests", "reset_cache", b"reset_cache", "reset_cache_url", b"reset_cache_url", "seed", b"seed", "slo_tpot_ms", b"slo_tpot_ms", "slo_ttft_ms", b"slo_ttft_ms", "temperature", b"temperature", "timeline", b"timeline", "timeline_step_seconds", b"timeline_step_seconds", "tokenizer", b"tokenizer", "url", b"url", "warmup", b"warmup", "warmup_seconds", b"warmup_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__ignore_eos: _TypeAlias = _typing.Literal["ignore_eos"]  # noqa: Y015
     _WhichOneofArgType__ignore_eos: _TypeAlias = _typing.Literal["_ignore_eos", b"_ignore_eos"]  # noqa: Y015
@@ -240,12 +249,16 @@ class BuiltinBenchmark(_message.Message):
     _WhichOneofArgType__reset_cache: _TypeAlias = _typing.Literal["_reset_cache", b"_reset_cache"]  # noqa: Y015
     _WhichOneofReturnType__temperature: _TypeAlias = _typing.Literal["temperature"]  # noqa: Y015
     _WhichOneofArgType__temperature: _TypeAlias = _typing.Literal["_temperature", b"_temperature"]  # noqa: Y015
+    _WhichOneofReturnType__timeline: _TypeAlias = _typing.Literal["timeline"]  # noqa: Y015
+    _WhichOneofArgType__timeline: _TypeAlias = _typing.Literal["_timeline", b"_timeline"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__ignore_eos) -> _WhichOneofReturnType__ignore_eos | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__reset_cache) -> _WhichOneofReturnType__reset_cache | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__temperature) -> _WhichOneofReturnType__temperature | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__timeline) -> _WhichOneofReturnType__timeline | None: ...
 
 Global___BuiltinBenchmark: _TypeAlias = BuiltinBenchmark  # noqa: Y015
 

@@ -65,7 +65,7 @@ def relabel(text: str, server: str) -> list[MetricFamilyText]:
                 else:
                     current.type = value
             continue
-        name, labels, rest = _split_sample(line)
+        name, labels, rest = split_sample(line)
         name = _name(name)
         if current is None or not _belongs(name, current.name):
             current = families.setdefault(name, MetricFamilyText(name))
@@ -122,7 +122,7 @@ def _sample_name(sample: str) -> str:
     return sample.split("{", 1)[0]
 
 
-def _split_sample(line: str) -> tuple[str, list[tuple[str, str]], str]:
+def split_sample(line: str) -> tuple[str, list[tuple[str, str]], str]:
     """``name{a="x",b="y"} value [ts]`` -> (name, [(a, '"x"'), ...], 'value [ts]')."""
     brace = line.find("{")
     space = line.find(" ")
@@ -178,17 +178,17 @@ class EngineResult:
     seconds: float
 
 
-def fetch_metrics(port: int, timeout: float) -> str:
-    """GET the engine's /metrics on loopback as text format 0.0.4."""
+def fetch_metrics(port: int, timeout: float, max_bytes: int = MAX_BYTES) -> str:
+    """GET the engine's /metrics on loopback as text format 0.0.4 (at most ``max_bytes``)."""
     request = urllib.request.Request(
         f"http://127.0.0.1:{port}/metrics", headers={"Accept": "text/plain;version=0.0.4"}
     )
     with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 (loopback URL)
         if response.status != 200:
             raise ValueError(f"HTTP {response.status}")
-        body: bytes = response.read(MAX_BYTES + 1)
-    if len(body) > MAX_BYTES:
-        raise ValueError(f"/metrics larger than {MAX_BYTES} bytes")
+        body: bytes = response.read(max_bytes + 1)
+    if len(body) > max_bytes:
+        raise ValueError(f"/metrics larger than {max_bytes} bytes")
     return body.decode("utf-8", errors="replace")
 
 

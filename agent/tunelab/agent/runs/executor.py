@@ -22,6 +22,7 @@ from tunelab.agent.engines.traces import TRACE_DIR, keep_traces
 from tunelab.agent.errors import AgentError, Conflict, InvalidSpec, NotFound, storage_error
 from tunelab.agent.quarantine import QuarantineList
 from tunelab.agent.recordbook import RecordBook
+from tunelab.agent.runs.builtinjob import PROCESS_FILE
 from tunelab.agent.runs.commandjob import RESULT_FILE_FIELD, BenchFailed, CommandJob, confined
 from tunelab.agent.runs.datasetfile import resolve_dataset
 from tunelab.agent.runs.metrics import exported_progress
@@ -35,12 +36,14 @@ from tunelab.agent.servers.spec import SERVER_NAME, ServerSpec, ValidServerSpec
 from tunelab.agent.servers.states import ServerState
 from tunelab.agent.statefile import read_json, write_json_atomic
 from tunelab.agent.statewriter import DurableWriter
+from tunelab.agent.timeline.recorder import TimelineRecorder, TimelineSources
 from tunelab.agent.watching import watch_versioned
 from tunelab.common.rpcerrors import shown
 
 log = structlog.get_logger(__name__)
 RUN_FILE = "run.json"
 RESULT_FILE = "result.json"
+TIMELINE_ORIGIN_FILE = "timeline-origin.json"
 STOP_GRACE_BENCH = 10.0
 POLL = 0.25
 
@@ -80,6 +83,7 @@ class RunExecutor:
         quarantined: QuarantineList | None = None,
         ports: PortPool | None = None,
         datasets_dir: Path | None = None,
+        timeline: TimelineSources | None = None,
     ) -> None:
         self._dir = state_dir / "runs"
         # each agent's auto ports start at a place of its own (its state dir's hash): two
@@ -87,6 +91,7 @@ class RunExecutor:
         self._ports = ports or PortPool()
         self._datasets_dir = datasets_dir or state_dir / "datasets"
         self._provenance = provenance
+        self._timeline = timeline
         self._dir.mkdir(parents=True, exist_ok=True)
         self._registry = registry
         self._builtin_job = builtin_job
@@ -329,7 +334,7 @@ class RunExecutor:
                 )
             self._registry.wait_for(server.id, _changed_since(server.version), POLL * 4)
 
-    def _job(self, record: RunRecord) -> BenchJob:
+    def _job(self, record: RunRecord, timeline_start: float = 0.0) -> BenchJob:
         with self._lock:
             known = self._jobs.get(record.run_id)
             if known is not None:
@@ -346,13 +351,25 @@ class RunExecutor:
             engine_plan = self._engine_plan(record)
             if engine_plan is not None:
                 config.update(engine_plan.bench)
+            if timeline_start:
+                config["timeline_start"] = timeline_start
             job = self._builtin_job(config, workdir, record.spec.experiment or record.run_id)
         with self._lock:
             self._jobs[record.run_id] = job
             return job
 
     def _benchmark(self, record: RunRecord, fresh: bool) -> None:
-        job = self._job(record)
+        recorder = self._recorder(record, fresh)
+        job = self._job(record, recorder.start_at if recorder is not None else 0.0)
+        try:
+            self._measure(record, job, fresh, recorder)
+        finally:
+            if recorder is not None:
+                recorder.stop()
+
+    def _measure(
+        self, record: RunRecord, job: BenchJob, fresh: bool, recorder: TimelineRecorder | None
+    ) -> None:
         if fresh:
             self._transition(record.run_id, RunState.BENCHMARKING, "benchmark started")
             job.start()
@@ -374,8 +391,34 @@ class RunExecutor:
         if progress is not None:
             self._update(record.run_id, progress=progress)
         result = self._with_traces(record, job.result())
+        if recorder is not None:
+            recorder.stop()
+            result["timeline"] = recorder.document(result.pop("client_timeline", None))
         self._write_result(record.run_id, result)  # on disk before reported
         self._transition(record.run_id, RunState.STOPPING, "benchmark finished", result=result)
+
+    # --- the timeline (issue 47; tunelab.agent.timeline) -------------------------------------
+
+    def _recorder(self, record: RunRecord, fresh: bool) -> TimelineRecorder | None:
+        """The run's timeline recorder, started; None for a command benchmark or when the spec
+        turned it off. Its origin is kept in the run folder, so a restarted agent's recorder
+        stays on the grid that the running load generator bins its requests on."""
+        step = float((record.spec.builtin or {}).get("timeline_step_s", 0.0) or 0.0)
+        if self._timeline is None or record.spec.builtin is None or not step:
+            return None
+        path = self.run_dir(record.run_id) / TIMELINE_ORIGIN_FILE
+        start_at: float | None = None
+        if not fresh:
+            with contextlib.suppress(OSError, ValueError, TypeError):
+                start_at = float(read_json(path)["start"])
+        process_file = self.run_dir(record.run_id) / PROCESS_FILE
+        recorder = self._timeline.recorder(
+            step, record.port or None, lambda: _bench_pid(process_file), start_at
+        )
+        with contextlib.suppress(OSError):
+            write_json_atomic(path, {"start": recorder.start_at, "step": step})
+        recorder.start()
+        return recorder
 
     # --- engine profiler and cache reset (issue 27; tunelab.agent.engines.profiling) ---------
 
@@ -520,6 +563,15 @@ class RunExecutor:
 
 def _changed_since(version: int) -> Callable[[ServerRecord], bool]:
     return lambda record: record.version != version
+
+
+def _bench_pid(path: Path) -> int | None:
+    """The load generator's pid, read (never signalled) for its CPU share on the timeline."""
+    try:
+        pid = int(read_json(path)[0])
+    except (OSError, ValueError, TypeError, IndexError, KeyError):
+        return None
+    return pid if pid > 1 else None
 
 
 class _Closing(Exception):

@@ -21,9 +21,11 @@ from tunelab.bench.simulator.engine import BadRequest, Generation, error_body, p
 from tunelab.bench.simulator.http import Connection, Request
 from tunelab.bench.simulator.metrics import SimMetrics
 from tunelab.bench.simulator.options import SimSettings, add_sim_arguments, settings_from_args
+from tunelab.bench.simulator.phases import Script
 from tunelab.bench.simulator.profiler import SimProfiler
 from tunelab.bench.simulator.timing import DeadlineScheduler, LatenessStats, new_event_loop
 
+METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LISTEN_BACKLOG = 4096  # a closed loop of 1024 connects at once; asyncio's default is 100
 PROGRESS_LABEL = "Loading safetensors checkpoint shards"
 
@@ -83,7 +85,12 @@ class SimApp:
         self.out = out
         self.ready = False
         self.lateness = LatenessStats()
-        self.metrics = SimMetrics(settings.model, self.lateness)
+        self.metrics = SimMetrics(
+            settings.model,
+            self.lateness,
+            Script(settings.phases),
+            asyncio.get_running_loop().time,
+        )
         self.requests = 0
         self.started = time.time()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -200,7 +207,17 @@ class SimApp:
         conn.send_response(200, json.dumps(body).encode())
 
     def _metrics(self, conn: Connection) -> None:
-        conn.send_response(200, self.metrics.render(), "text/plain; version=0.0.4; charset=utf-8")
+        kind = self.settings.metrics_fault
+        body = self.metrics.render()
+        if kind == "huge":  # past any scraper's cap: 40 MiB of valid-looking series
+            line = b'vllm:num_requests_running{model_name="%d"} 1\n'
+            body += b"".join(line % i for i in range(40 * 1024 * 1024 // len(line)))
+        elif kind == "malformed":
+            body = b"vllm:num_requests_running{model_name=unquoted} one\n\x00\xff garbage\n"
+        if kind == "slow":  # answers after 5 s; generation keeps going meanwhile
+            asyncio.get_running_loop().call_later(5.0, conn.send_response, 200, body, METRICS_TYPE)
+            return
+        conn.send_response(200, body, METRICS_TYPE)
 
     def _stats(self, conn: Connection) -> None:
         body = {
@@ -248,6 +265,7 @@ class SimApp:
             if fault.status is not None:
                 conn.send_response(fault.status, error_body(fault.status, "injected fault"))
                 return
+        self.metrics.script.arrived(request.received)
         Generation(
             conn,
             req,

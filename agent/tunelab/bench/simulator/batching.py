@@ -187,6 +187,7 @@ class BatchEngine:
             return
         running = len(self.running)
         duration = self.base + self.per_seq * running + self.per_prefill_token * prefill
+        duration *= self.metrics.script.slowdown(start)  # a scripted slow phase (phases.py)
         self.stats.add(duration, running, prefill)
         end = start + duration
         self.busy = True

@@ -135,7 +135,7 @@ class Generation:
         self.request_id = request_id
         self.fault = fault
         self.ttft = settings.ttft_ms / 1000.0
-        self.itl = settings.itl_ms / 1000.0
+        self.itl = settings.itl_ms / 1000.0 * metrics.script.slowdown(arrival)
         self.per_chunk = settings.tokens_per_chunk
         self.role_at = settings.role_chunk_ms / 1000.0 if settings.role_chunk_ms >= 0 else -1.0
         self.drop_after = settings.drop_after_chunks

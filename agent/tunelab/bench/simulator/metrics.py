@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -21,6 +22,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from tunelab.bench.simulator.phases import Script
 from tunelab.bench.simulator.timing import LatenessStats
 
 TTFT_BUCKETS = (
@@ -62,8 +64,16 @@ class Histogram:
 class SimMetrics(Collector):
     """Everything ``/metrics`` shows, updated by the generation streams."""
 
-    def __init__(self, model: str, lateness: LatenessStats) -> None:
+    def __init__(
+        self,
+        model: str,
+        lateness: LatenessStats,
+        script: Script | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.model = model
+        self.script = script or Script(())
+        self.clock = clock
         self.lateness = lateness
         self.running = 0
         self.waiting = 0  # requests queued for a batch slot (the serving model only)
@@ -106,16 +116,22 @@ class SimMetrics(Collector):
         )
         running.add_metric([self.model], self.running)
         yield running
+        now = self.clock()
         waiting = GaugeMetricFamily(
             "vllm:num_requests_waiting", "Requests waiting for a batch slot.", labels=labels
         )
-        waiting.add_metric([self.model], self.waiting)
+        waiting.add_metric([self.model], self.waiting + self.script.extra_waiting(now))
         yield waiting
         kv = GaugeMetricFamily(
             "vllm:kv_cache_usage_perc", "KV-cache usage, 1 = full.", labels=labels
         )
-        kv.add_metric([self.model], self.kv_usage)
+        kv.add_metric([self.model], 1.0 if self.script.cache_full(now) else self.kv_usage)
         yield kv
+        preempted = CounterMetricFamily(
+            "vllm:num_preemptions", "Requests preempted (scripted phases only).", labels=labels
+        )
+        preempted.add_metric([self.model], self.script.preemptions(now))
+        yield preempted
         prompt = CounterMetricFamily(
             "vllm:prompt_tokens", "Prompt tokens processed.", labels=labels
         )

@@ -10,6 +10,7 @@ import math
 import random
 from dataclasses import dataclass
 
+from tunelab.bench.simulator.phases import Phase, parse_phase
 from tunelab.bench.simulator.upgrade import read_upgrade
 
 USAGE_MODES = ("continuous", "final", "none")
@@ -84,6 +85,8 @@ class SimSettings:
     kv_cache_tokens: int | None = None
     oom_above_seqs: int | None = None
     chat_template: str = ""  # {prompt}: the user's message; "": the model has none
+    phases: tuple[Phase, ...] = ()  # scripted metric steps (phases.py)
+    metrics_fault: str = ""  # huge | slow | malformed: a hostile /metrics (tests)
 
     @property
     def batching(self) -> bool:
@@ -308,6 +311,21 @@ def add_serving_model_arguments(p: argparse.ArgumentParser) -> None:
         help="KV cache size: a request holds prompt + output tokens; one that does not fit "
         "waits (default: no limit)",
     )
+    p.add_argument(
+        "--metrics-fault",
+        choices=("huge", "slow", "malformed"),
+        default="",
+        help="a hostile /metrics: 40 MiB, answered after 5 s, or not the text format",
+    )
+    p.add_argument(
+        "--phase",
+        type=parse_phase,
+        action="append",
+        default=[],
+        metavar="KIND@START[-END][xRATE]",
+        help="scripted metric steps from the first request: queue (waiting grows), cache-full "
+        "(KV 100 %% and preemptions), slow (requests stream RATE times slower); repeatable",
+    )
     g.add_argument(
         "--oom-above-seqs",
         type=_positive_int,
@@ -370,4 +388,6 @@ def _settings(args: argparse.Namespace, scale: float) -> SimSettings:
         kv_cache_tokens=args.kv_cache_tokens,
         oom_above_seqs=args.oom_above_seqs,
         chat_template=args.chat_template,
+        phases=tuple(getattr(args, "phase", None) or ()),
+        metrics_fault=getattr(args, "metrics_fault", "") or "",
     )

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tunelab.analysis.mlflow.timeline_metrics import timeline_metrics
 from tunelab.common import __version__
 
 KEY_TAG = "tunelab.key"
@@ -161,6 +162,7 @@ def attempt_plan(
         value = _number(summary.get(source))
         if value is not None:
             metrics.append((name, value, 0))
+    metrics += [(metric_key(k), v, s) for k, v, s in timeline_metrics(attempt.get("timeline"))]
     engine = provenance.get("engine") or {}
     system = provenance.get("system") or {}
     gpus = provenance.get("gpus") or []

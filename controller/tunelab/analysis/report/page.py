@@ -544,6 +544,14 @@ def _share(value: Any) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
+def timelines(doc: dict[str, Any]) -> str:
+    """Each shown attempt's timeline panels (docs/timeline.md), named as its row is."""
+    from tunelab.analysis.timeline.panels import timeline_section  # only when there are some
+
+    names = {r.get("attempt"): f"{r['name']} ({r.get('attempt')})" for r in doc["experiments"]}
+    return timeline_section(doc["timelines"], lambda a: names.get(a, a))
+
+
 def render_report(doc: dict[str, Any], title: str) -> str:
     n = len(doc["experiments"])
     design = doc.get("design", "none")
@@ -553,6 +561,7 @@ def render_report(doc: dict[str, Any], title: str) -> str:
         ("Effects", effects_section(doc)),
         ("GPU power, clocks, energy and the roofline", gpu_section(doc)),
         *([("Profiles", profiles_section(doc))] if doc.get("profiles") else []),
+        *([("Timelines", timelines(doc))] if doc.get("timelines") else []),
         ("Provenance", provenance_section(doc)),
         ("Failures", failures_section(doc)),
     ]

@@ -177,6 +177,9 @@ class MlflowExporter:
         attempts = self._store.attempts_for_many([e.id for e in members])
         pairs = [(e, attempts.get(e.id, [])) for e in members]
         document, by_id, reports = group_export(pairs, self._report)
+        for rows in by_id.values():  # the timelines as step metrics (timeline_metrics.py)
+            for attempt in rows:
+                attempt["timeline"] = self._store.timeline(str(attempt["id"]))
         search = self._store.get_search(group)
         searches = (
             {group: search_document(search, self._store.search_trials(group))}

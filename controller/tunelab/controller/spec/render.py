@@ -101,6 +101,10 @@ def to_run_spec(spec: dict[str, Any], run_name: str, gpus: list[int]) -> run_pb2
             builtin.reset_cache = bench["reset_cache"]
         if bench.get("tokenizer"):
             builtin.tokenizer = bench["tokenizer"]
+        if "timeline_step" in bench:
+            builtin.timeline_step_seconds = bench["timeline_step"]
+            if not bench["timeline_step"]:
+                builtin.timeline = False
         if "profile" in spec:
             builtin.profile.CopyFrom(profile_spec(spec["profile"]))
         if "find" in bench:  # a load search (search: load: find)

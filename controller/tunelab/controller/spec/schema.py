@@ -31,7 +31,9 @@ HOST_KEYS = {"name", "labels", "gpus"}
 BUILTIN_KEYS = {"api", "model", "concurrency", "rate", "burstiness", "requests", "duration",
                 "input_len", "output_len", "range_ratio", "warmup", "ignore_eos", "temperature",
                 "slo", "seed", "preset", "url", "dataset", "max_concurrency",
-                "ramp", "reset_cache", "reset_cache_url", "find", "tokenizer"}  # fmt: skip
+                "ramp", "reset_cache", "reset_cache_url", "find", "tokenizer",
+                "timeline"}  # fmt: skip
+TIMELINE_KEYS = {"step"}
 # benchmark.dataset (docs/workloads.md): key -> (kind, DatasetSpec field)
 DATASET_KEYS: dict[str, tuple[str, str]] = {
     "name": ("string", "name"),
@@ -440,6 +442,8 @@ def check_benchmark(check: Checker, raw: Any, default_model: str) -> dict[str, A
         out["reset_cache"] = check.boolean(bench["reset_cache"], "benchmark.reset_cache")
     if "reset_cache_url" in bench:
         out["reset_cache_url"] = _server_path(check, bench["reset_cache_url"], "reset_cache_url")
+    if "timeline" in bench:  # kept only when given: a spec without one stores as it did
+        out["timeline_step"] = _timeline_step(check, bench["timeline"])
     if "tokenizer" in bench:  # kept only when given: a spec without one stores as it did
         out["tokenizer"] = _tokenizer(check, bench["tokenizer"])
     for key, default, minimum, field in BUILTIN_NUMBERS:
@@ -454,6 +458,19 @@ def check_benchmark(check: Checker, raw: Any, default_model: str) -> dict[str, A
     if out["preset"] not in ("", "decode"):
         check.fail("benchmark.preset", f"must be decode or empty, got {out['preset']!r}")
     return out
+
+
+def _timeline_step(check: Checker, raw: Any) -> float:
+    """``benchmark.timeline``: ``false`` (none, 0.0) or ``{step: 250ms}`` (0.1 s to 60 s)."""
+    if raw is False:
+        return 0.0
+    if raw is True:
+        return 1.0
+    given = check.mapping(raw, "benchmark.timeline", TIMELINE_KEYS)
+    step = check.duration(given.get("step", 1.0), "benchmark.timeline.step")
+    if step and not 0.1 <= step <= 60:
+        check.fail("benchmark.timeline.step", f"must be between 100ms and 60s, got {step:g}s")
+    return step or 1.0
 
 
 def check_dataset(check: Checker, raw: Any) -> dict[str, Any]:

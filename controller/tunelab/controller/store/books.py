@@ -12,6 +12,7 @@ from tunelab.controller.store.models import ExperimentRow, FencingToken
 from tunelab.controller.store.search_models import SearchRow, TrialRow
 from tunelab.controller.store.searches import SearchStatements
 from tunelab.controller.store.slurmbook import SlurmJobRow, SlurmStatements
+from tunelab.controller.store.timelinebook import TimelineStatements
 from tunelab.controller.store.watch_models import OccurrenceRow, WatchRow
 from tunelab.controller.store.watches import WatchStatements
 
@@ -22,6 +23,7 @@ class StatementBooks:
     searches: SearchStatements
     slurm: SlurmStatements
     watches: WatchStatements
+    timelines: TimelineStatements
 
     # --- searches (searches.py) --------------------------------------------------------------
 
@@ -119,3 +121,16 @@ class StatementBooks:
         self, watch: str, number: int, verdict: dict[str, Any], now: float, fence: FencingToken
     ) -> None:
         self.watches.judge_occurrence(watch, number, verdict, now, fence)
+
+    # --- timelines (timelinebook.py) ---------------------------------------------------------
+
+    def put_timeline(
+        self, attempt_id: str, timeline: dict[str, Any], events: list[dict[str, Any]], now: float
+    ) -> int:
+        return self.timelines.put_timeline(attempt_id, timeline, events, now)
+
+    def timeline(self, attempt_id: str) -> dict[str, Any] | None:
+        return self.timelines.timeline(attempt_id)
+
+    def timeline_events(self, attempt_ids: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+        return self.timelines.timeline_events(attempt_ids)

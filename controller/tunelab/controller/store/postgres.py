@@ -48,6 +48,7 @@ from tunelab.controller.store.searches import SearchSql, SearchStatements
 from tunelab.controller.store.secrets import HostSecrets
 from tunelab.controller.store.slurmbook import SlurmSql, SlurmStatements
 from tunelab.controller.store.statements import Statements
+from tunelab.controller.store.timelinebook import TimelineSql, TimelineStatements
 from tunelab.controller.store.watches import WatchSql, WatchStatements
 
 WRITE_LOCK = 0x7475_6E65_0001  # "tune" + 1: one writer at a time
@@ -58,6 +59,7 @@ LEASE = 3.0  # seconds a frozen controller keeps the turn (or a transaction) bef
 _STATEMENTS = Statements(POSTGRESQL)
 _SEARCH_SQL = SearchSql(POSTGRESQL)
 _SLURM_SQL = SlurmSql(POSTGRESQL)
+_TIMELINE_SQL = TimelineSql(POSTGRESQL)
 _WATCH_SQL = WatchSql(POSTGRESQL)
 _BUMP_EPOCH = (
     "INSERT INTO meta (key, value) VALUES ('scheduler_epoch', '1') ON CONFLICT (key) "
@@ -140,6 +142,7 @@ class PostgresStore(SqlStore):
         self.sql = _STATEMENTS
         self.searches = SearchStatements(self, _SEARCH_SQL)
         self.slurm = SlurmStatements(self, _SLURM_SQL)
+        self.timelines = TimelineStatements(self, _TIMELINE_SQL)
         self.watches = WatchStatements(self, _WATCH_SQL)
         self.url = url
         self.where = redact(url)

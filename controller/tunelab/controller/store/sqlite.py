@@ -27,11 +27,13 @@ from tunelab.controller.store.searches import SearchSql, SearchStatements
 from tunelab.controller.store.secrets import HostSecrets
 from tunelab.controller.store.slurmbook import SlurmSql, SlurmStatements
 from tunelab.controller.store.statements import Statements
+from tunelab.controller.store.timelinebook import TimelineSql, TimelineStatements
 from tunelab.controller.store.watches import WatchSql, WatchStatements
 
 _STATEMENTS = Statements(SQLITE)
 _SEARCH_SQL = SearchSql(SQLITE)
 _SLURM_SQL = SlurmSql(SQLITE)
+_TIMELINE_SQL = TimelineSql(SQLITE)
 _WATCH_SQL = WatchSql(SQLITE)
 _TURN = FencingToken(epoch=0)
 
@@ -41,6 +43,7 @@ class SqliteStore(SqlStore):
         self.sql = _STATEMENTS
         self.searches = SearchStatements(self, _SEARCH_SQL)
         self.slurm = SlurmStatements(self, _SLURM_SQL)
+        self.timelines = TimelineStatements(self, _TIMELINE_SQL)
         self.watches = WatchStatements(self, _WATCH_SQL)
         self.path = Path(path)
         self.where = str(path)

@@ -24,6 +24,7 @@ TABLES = (
     "slurm_jobs",
     "watches",
     "watch_occurrences",
+    "attempt_timelines",
 )  # in the order foreign keys need (a pool names a host, a job an attempt)
 FORMAT = "tunelab-store-export"
 BATCH = 500
@@ -42,6 +43,7 @@ def export_lines(store: SqlStore) -> Iterator[str]:
             "search_trials": "grp, number",
             "slurm_pools": "name",
             "slurm_jobs": "attempt_id",
+            "attempt_timelines": "attempt_id",
             "watches": "name",
             "watch_occurrences": "watch, number",
         }[table]
