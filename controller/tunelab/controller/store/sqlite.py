@@ -22,6 +22,7 @@ from tunelab.controller.store.core import SqlStore
 from tunelab.controller.store.dbfile import FileIdentity, create_private, translate
 from tunelab.controller.store.dialect import SQLITE
 from tunelab.controller.store.models import FencingToken
+from tunelab.controller.store.noisebook import NoiseSql, NoiseStatements
 from tunelab.controller.store.schema import SQLITE_VERSIONS, migrate
 from tunelab.controller.store.searches import SearchSql, SearchStatements
 from tunelab.controller.store.secrets import HostSecrets
@@ -34,6 +35,7 @@ _STATEMENTS = Statements(SQLITE)
 _SEARCH_SQL = SearchSql(SQLITE)
 _SLURM_SQL = SlurmSql(SQLITE)
 _TIMELINE_SQL = TimelineSql(SQLITE)
+_NOISE_SQL = NoiseSql(SQLITE)
 _WATCH_SQL = WatchSql(SQLITE)
 _TURN = FencingToken(epoch=0)
 
@@ -44,6 +46,7 @@ class SqliteStore(SqlStore):
         self.searches = SearchStatements(self, _SEARCH_SQL)
         self.slurm = SlurmStatements(self, _SLURM_SQL)
         self.timelines = TimelineStatements(self, _TIMELINE_SQL)
+        self.noise = NoiseStatements(self, _NOISE_SQL)
         self.watches = WatchStatements(self, _WATCH_SQL)
         self.path = Path(path)
         self.where = str(path)
