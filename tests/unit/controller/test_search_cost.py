@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tunelab.controller.search.cost import cost_json, launch_cost, phases
+from tunelab.controller.search.cost import blocks_of, cost_json, launch_cost, phases
 from tunelab.controller.states import AttemptState, TrialState
 from tunelab.controller.store.models import AttemptRow
 from tunelab.controller.store.search_models import TrialRow
@@ -56,3 +56,23 @@ def test_the_search_sums_what_its_launches_cost() -> None:
         "load_seconds": 90.0,
         "measure_seconds": 40.0,
     }
+
+
+def _timeline(tokens: list[float]) -> dict[str, Any]:
+    """One point measured from 0 s to 30 s in 1 s windows (blocks of 10 s)."""
+    return {
+        "timeline": 1,
+        "step_seconds": 1.0,
+        "start": 1000.0,
+        "windows": len(tokens),
+        "series": {"client.output_tokens": tokens, "client.completed": [1.0] * len(tokens)},
+        "points": [{"index": 0, "start_s": 0.0, "measure_s": 0.0, "end_s": float(len(tokens))}],
+    }
+
+
+def test_a_launch_is_measured_in_blocks_of_its_answer_point() -> None:
+    tokens = [100.0] * 10 + [120.0] * 10 + [110.0] * 10
+    assert blocks_of(_timeline(tokens), 0) == [100.0, 120.0, 110.0]  # tokens/s over 10 s each
+    assert blocks_of(_timeline(tokens), 3) == []  # no such point
+    assert blocks_of(None, 0) == [] and blocks_of(_timeline(tokens), None) == []
+    assert blocks_of({"timeline": 99}, 0) == []  # a document this version cannot read

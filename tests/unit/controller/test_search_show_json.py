@@ -127,3 +127,16 @@ def test_the_document_says_what_it_cost_and_what_launches_vary_by() -> None:
     assert noise["launches"] == 4 and noise["blocks"] == 0 and noise["within_cv"] is None
     expected = math.sqrt(math.expm1((math.log(1.1) ** 2 / 2 + math.log(1.1) ** 2 / 2) / 2))
     assert noise["launch_cv"] == pytest.approx(expected, rel=1e-4)
+
+
+def test_launches_measured_in_blocks_split_the_noise_between_and_within() -> None:
+    # launch means 100, 110 (config 16) and 150, 165 (config 32): launch noise; blocks +-1 %
+    trials = [done(1, 16, [100.0]), done(2, 32, [150.0])]
+    trials += [done(3, 32, [165.0], race=1), done(4, 16, [110.0], race=1)]
+    for t in trials:
+        v = t.objective or 0.0
+        t.details["blocks"] = [v * 0.99, v, v * 1.01]
+    noise = document(trials)["noise"]
+    assert noise["launches"] == 4 and noise["blocks"] == 12
+    assert 0.005 < noise["within_cv"] < 0.015  # the blocks' +-1 %
+    assert noise["launch_cv"] > 0.05  # log(1.1) apart within each configuration

@@ -1,4 +1,4 @@
-"""What a launch cost, and what a search spent (issue 44, items 2 and 5).
+"""What a launch cost and measured, and what a search spent (issue 44, items 2 and 5).
 
 A launch's *load* is its attempt's STARTING -> READY (the server's start-up: weights read,
 kernels compiled, the engine warmed) and its *measuring* READY -> the attempt's end, both read
@@ -7,6 +7,10 @@ them, so to the poll's resolution). Each is kept with the trial (``details``) as
 wall seconds times the attempt's GPUs, and wall seconds where no GPU was allocated (the budget
 counts a GPU-less host as one GPU). The allocation (``tunelab.analysis.allocation``) weighs a
 new launch's load against a block's measuring with them; ``search show`` sums them.
+
+A launch's *blocks* (:func:`blocks_of`) are its answer point's timeline cut by the one
+definition (``tunelab.analysis.timeline.blocks``): the within-launch replicates the variance
+components are estimated from (``noise`` in ``search show --json``).
 """
 
 from __future__ import annotations
@@ -14,6 +18,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tunelab.analysis import variance
+from tunelab.analysis.timeline.blocks import blocks
+from tunelab.analysis.timeline.model import TimelineError, parse
 from tunelab.analysis.variance import launch_spread, var_to_cv
 from tunelab.controller.search.race import Standings
 from tunelab.controller.states import AttemptState
@@ -69,15 +76,44 @@ def cost_json(trials: Sequence[TrialRow]) -> dict[str, Any]:
     }
 
 
-def noise_json(standing: Standings) -> dict[str, Any]:
-    """``noise`` of ``search show --json``: what the race's launches at its load vary by. Until
-    launches are measured in blocks (``blocks`` 0) the within part is not separated:
-    ``launch_cv`` is the launches' whole spread and ``within_cv`` is None."""
-    values = {k: e.values for k, e in standing.entries.items()}
-    found = launch_spread(values)
+def blocks_of(timeline: Mapping[str, Any] | None, point_index: Any) -> list[float]:
+    """The output throughput of each block of the launch's answer point; empty where it has no
+    timeline, the point no whole block, or the document does not parse."""
+    if timeline is None or not isinstance(point_index, int):
+        return []
+    try:
+        found = blocks(parse(timeline), point_index)
+    except (TimelineError, KeyError, TypeError, ValueError):
+        return []
+    return [round(b.output_throughput, 4) for b in found if b.output_throughput > 0]
+
+
+def noise_json(standing: Standings, trials: Sequence[TrialRow]) -> dict[str, Any]:
+    """``noise`` of ``search show --json``: what the race's launches at its load vary by. Where
+    every one of them was measured in two blocks or more (the objective output throughput),
+    the variance components split it into between and within launches; else ``launch_cv`` is
+    the launches' whole spread, ``within_cv`` None and ``blocks`` 0."""
+    by_number = {t.number: t for t in trials}
+    entries = standing.entries
+    launched = [(k, by_number.get(n)) for k, e in entries.items() for n in e.launches]
+    measured = [
+        variance.Launch(k, tuple(b))
+        for k, t in launched
+        if t is not None and len(b := t.details.get("blocks") or []) >= 2
+    ]
+    if launched and len(measured) == len(launched):
+        c = variance.fit(measured)
+        if c is not None and c.df_between > 0:
+            return {
+                "launch_cv": round(c.launch_cv, 6),
+                "within_cv": round(c.within_cv, 6),
+                "launches": c.launches,
+                "blocks": c.blocks,
+            }
+    found = launch_spread({k: e.values for k, e in entries.items()})
     return {
         "launch_cv": None if found is None else round(var_to_cv(found[0]), 6),
         "within_cv": None,
-        "launches": sum(len(v) for v in values.values()),
+        "launches": len(launched),
         "blocks": 0,
     }

@@ -29,7 +29,7 @@ from tunelab.analysis.slos import slo_text
 from tunelab.controller.search import drift, race
 from tunelab.controller.search.answer import answer_line
 from tunelab.controller.search.backoff import SearchSpecError, StepBackoff
-from tunelab.controller.search.cost import launch_cost
+from tunelab.controller.search.cost import blocks_of, launch_cost
 from tunelab.controller.search.space import STRATEGIES, SearchSpec
 from tunelab.controller.search.strategies import Proposal, TrialView, key, strategy_for
 from tunelab.controller.search.trials import CLIENT_LIMITED, outcome, trial_label, trial_spec
@@ -361,6 +361,11 @@ class SearchDriver:
             t.state, t.failure_reason = found.state, found.failure_reason
             spent = launch_cost(attempts[exp.id], self._store.events_for(exp.id))
             t.details = {**t.details, **found.details, **spent}
+            if found.objective is not None and spec.objective == "output_throughput":
+                last = attempts[exp.id][-1]
+                measured = blocks_of(self._store.timeline(last.id), t.details.get("point_index"))
+                if len(measured) >= 2:  # within-launch replicates (the variance components)
+                    t.details["blocks"] = measured
             t.finished_at = self._clock()
             t.samples = list(found.samples)  # the answer points of this one launch
             t.objective = found.objective  # this launch's value (the launch is the unit)

@@ -120,7 +120,7 @@ def search_document(search: SearchRow, trials: Sequence[TrialRow]) -> dict[str, 
         "warnings": warnings(spec, trials),
         "gpu_seconds": _total_gpu_seconds(trials),
         "cost": cost_json(trials),
-        "noise": noise_json(standing),
+        "noise": noise_json(standing, trials),
         "submitted_at": search.submitted_at,
         "finished_at": search.finished_at,
     }
