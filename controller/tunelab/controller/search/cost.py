@@ -19,9 +19,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tunelab.analysis import variance
+from tunelab.analysis.noise import ProfileKey
 from tunelab.analysis.timeline.blocks import blocks
 from tunelab.analysis.timeline.model import TimelineError, parse
-from tunelab.analysis.variance import launch_spread, var_to_cv
+from tunelab.analysis.variance import Components, launch_spread, var_to_cv
 from tunelab.controller.search.race import Standings
 from tunelab.controller.states import AttemptState
 from tunelab.controller.store.models import AttemptRow
@@ -88,32 +89,53 @@ def blocks_of(timeline: Mapping[str, Any] | None, point_index: Any) -> list[floa
     return [round(b.output_throughput, 4) for b in found if b.output_throughput > 0]
 
 
-def noise_json(standing: Standings, trials: Sequence[TrialRow]) -> dict[str, Any]:
-    """``noise`` of ``search show --json``: what the race's launches at its load vary by. Where
-    every one of them was measured in two blocks or more (the objective output throughput),
-    the variance components split it into between and within launches; else ``launch_cv`` is
-    the launches' whole spread, ``within_cv`` None and ``blocks`` 0."""
+def race_components(standing: Standings, trials: Sequence[TrialRow]) -> Components | None:
+    """The variance components of the race's launches at its load, where every one of them was
+    measured in two blocks or more and some contender launched twice; else None."""
     by_number = {t.number: t for t in trials}
-    entries = standing.entries
-    launched = [(k, by_number.get(n)) for k, e in entries.items() for n in e.launches]
+    launched = [(k, by_number.get(n)) for k, e in standing.entries.items() for n in e.launches]
     measured = [
         variance.Launch(k, tuple(b))
         for k, t in launched
         if t is not None and len(b := t.details.get("blocks") or []) >= 2
     ]
-    if launched and len(measured) == len(launched):
-        c = variance.fit(measured)
-        if c is not None and c.df_between > 0:
-            return {
-                "launch_cv": round(c.launch_cv, 6),
-                "within_cv": round(c.within_cv, 6),
-                "launches": c.launches,
-                "blocks": c.blocks,
-            }
+    if not launched or len(measured) != len(launched):
+        return None
+    c = variance.fit(measured)
+    return c if c is not None and c.df_between > 0 else None
+
+
+def noise_json(standing: Standings, trials: Sequence[TrialRow]) -> dict[str, Any]:
+    """``noise`` of ``search show --json``: what the race's launches at its load vary by. Where
+    they were measured in blocks (:func:`race_components`), between and within launches; else
+    ``launch_cv`` is the launches' whole spread, ``within_cv`` None and ``blocks`` 0."""
+    c = race_components(standing, trials)
+    if c is not None:
+        return {
+            "launch_cv": round(c.launch_cv, 6),
+            "within_cv": round(c.within_cv, 6),
+            "launches": c.launches,
+            "blocks": c.blocks,
+        }
+    entries = standing.entries
     found = launch_spread({k: e.values for k, e in entries.items()})
     return {
         "launch_cv": None if found is None else round(var_to_cv(found[0]), 6),
         "within_cv": None,
-        "launches": len(launched),
+        "launches": sum(len(e.launches) for e in entries.values()),
         "blocks": 0,
     }
+
+
+def profile_key(base: Mapping[str, Any], trials: Sequence[TrialRow]) -> ProfileKey | None:
+    """Where a search's noise is remembered: its trials' host class (one class a search), the
+    engine the spec names (else its command) and the model its readiness waits for."""
+    server = base.get("server") if isinstance(base.get("server"), Mapping) else None
+    classes = {str(c) for t in trials if (c := t.details.get("host_class"))}
+    if server is None or len(classes) != 1:
+        return None
+    command = server.get("command") or []
+    engine = str(server.get("engine") or (command[-1] if command else ""))
+    ready = server.get("ready") if isinstance(server.get("ready"), Mapping) else {}
+    model = str(ready.get("model") or "")
+    return ProfileKey(classes.pop(), engine, model) if engine and model else None

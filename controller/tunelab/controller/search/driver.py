@@ -25,11 +25,12 @@ from typing import Any
 
 import structlog
 
+from tunelab.analysis import noise
 from tunelab.analysis.slos import slo_text
 from tunelab.controller.search import drift, race
 from tunelab.controller.search.answer import answer_line
 from tunelab.controller.search.backoff import SearchSpecError, StepBackoff
-from tunelab.controller.search.cost import blocks_of, launch_cost
+from tunelab.controller.search.cost import blocks_of, launch_cost, profile_key, race_components
 from tunelab.controller.search.space import STRATEGIES, SearchSpec
 from tunelab.controller.search.strategies import Proposal, TrialView, key, strategy_for
 from tunelab.controller.search.trials import CLIENT_LIMITED, outcome, trial_label, trial_spec
@@ -420,4 +421,18 @@ class SearchDriver:
             )
         target = state or (SearchState.DONE if standing.best is not None else SearchState.FAILED)
         self._store.finish_search(search.group, target, summary, self._clock(), fence)
+        self._remember_noise(search, standing, trials)
         log.info("search_finished", group=search.group, state=target, message=summary)
+
+    def _remember_noise(
+        self, search: SearchRow, standing: race.Standings, trials: Sequence[TrialRow]
+    ) -> None:
+        """Pool the race's variance components into the noise profile of its host class,
+        engine and model (after the fenced finish: only the controller that finished it)."""
+        found = race_components(standing, trials)
+        key = profile_key(search.base, trials)
+        if found is None or key is None:
+            return
+        pooled = noise.remember(self._store.noise_profile(key), key, found)
+        if pooled is not None:
+            self._store.put_noise_profile(pooled, self._clock())
