@@ -747,7 +747,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.cost:
-        from race_cost import cost_table  # beside this script
+        from benchmarks.race_cost import cost_table  # beside this script
 
         started = time.monotonic()
         print("\n".join(cost_table(args.cost)))
