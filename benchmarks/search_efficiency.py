@@ -410,7 +410,7 @@ def run_search(strategy: str, agents: int, seed: int, surf: Surface = SURFACE) -
             trial.state, trial.failure_reason = TrialState.FAILED, result.failure
             continue
         trial.state = TrialState.DONE
-        trial.details["load"] = {"concurrency": surf.concurrency}
+        trial.load = ("concurrency", float(surf.concurrency))
         if result.objective is not None:  # one launch, one value (the launch is the unit)
             trial.samples = [result.objective]
             trial.objective = result.objective
@@ -491,19 +491,20 @@ def run_raced(strategy: str, seed: int, cv: float, surf: Surface, confirm: int =
         )
         trials.append(trial)
         if proposal.race:
-            trial.details["race"] = proposal.race
+            trial.phase = "effect" if proposal.effect else "race"
+            trial.race_round = proposal.race
         elif implied_oom(spec, proposal.params, trials) is not None:
             trial.state, trial.failure_reason = TrialState.SKIPPED, "IMPLIED_OOM"
             continue
         trial.experiment_id = f"x{trial.number}"
         result = noisy_launch(proposal.params, rung0 * spec.eta**proposal.rung, rng, cv, surf)
         gpu += result.duration_s
-        trial.details["gpu_seconds"] = result.duration_s
+        trial.gpu_seconds = result.duration_s
         if result.failure:
             trial.state, trial.failure_reason = TrialState.FAILED, result.failure
             continue
         trial.state = TrialState.DONE
-        trial.details["load"] = {"concurrency": surf.concurrency}
+        trial.load = ("concurrency", float(surf.concurrency))
         if result.objective is not None:
             trial.samples, trial.objective = [result.objective], result.objective
     st = race.standings(spec, trials)

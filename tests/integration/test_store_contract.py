@@ -22,7 +22,7 @@ from tests.unit.controller import test_store_scheduler as unit
 from tests.unit.controller.test_store_scheduler import host, queue
 from tunelab.analysis.noise import NoiseProfile, ProfileKey
 from tunelab.controller.scheduler import Scheduler
-from tunelab.controller.states import AttemptState
+from tunelab.controller.states import AttemptState, SearchState, TrialState
 from tunelab.controller.store import (
     HostRow,
     SqliteStore,
@@ -36,6 +36,7 @@ from tunelab.controller.store.core import SqlStore
 from tunelab.controller.store.factory import open_store
 from tunelab.controller.store.postgres import SCHEDULE_LOCK, PostgresStore
 from tunelab.controller.store.schema import load_migrations
+from tunelab.controller.store.search_models import SearchRow, TrialRow
 from tunelab.controller.store.slurmbook import SlurmJobRow
 from tunelab.controller.store.transfer import TABLES, export_lines, import_lines
 
@@ -94,6 +95,40 @@ def slurm_attempt(store: SqlStore) -> str:
     store.set_slurm_pool("pool", {"partition": "old"})
     store.set_slurm_pool("pool", {"partition": "gpu", "max_jobs": 4})  # replaces, one row
     return store.create_attempt(experiment, "pool", [], store.now()).id
+
+
+def test_a_trials_launch_evidence_is_columns_and_older_rows_are_carried_over(
+    store: SqlStore,
+) -> None:
+    """Migration 9 (issue 43.2): the phase, race round, load, SLO ratios, host and GPU-seconds
+    of a trial are written and read as columns on both engines; and its step copies them out
+    of the details of a row written before it (here: one whose columns are reset)."""
+    store.insert_search(SearchRow("g-e", "s", SearchState.RUNNING, {}, {}, 1.0))
+    row = TrialRow("g-e", 1, {"a": 1}, TrialState.RUNNING, 1.0, phase="race", race_round=2)
+    with store.scheduling_pass() as turn:
+        assert turn is not None
+        store.add_trials([row], [], turn)
+        row.state, row.objective = TrialState.DONE, 100.0
+        row.load, row.slo_ratios, row.host, row.gpu_seconds = ("rate", 4.0), {"x": 0.9}, "h", 7.5
+        store.finish_trial(row, turn)
+    [back] = store.search_trials("g-e")
+    assert (back.phase, back.race_round, back.load) == ("race", 2, ("rate", 4.0))
+    assert (back.slo_ratios, back.host, back.gpu_seconds) == ({"x": 0.9}, "h", 7.5)
+    # a row as written before migration 9: its evidence only in details, the columns default
+    old = {"race": 3, "load": {"concurrency": 8}, "slo_margins": {"tpot_p99_ms": 0.25},
+           "host": "h2", "gpu_seconds": 12.0}  # fmt: skip
+    store.insert_search(SearchRow("g-o", "s", SearchState.RUNNING, {}, {}, 1.0))
+    with store.scheduling_pass() as turn:
+        assert turn is not None
+        store.add_trials(
+            [TrialRow("g-o", 1, {"a": 1}, TrialState.DONE, 1.0, details=old)], [], turn
+        )
+    with store._tx() as conn:
+        store._carry_launch_evidence(conn)
+    [carried] = store.search_trials("g-o")
+    assert (carried.phase, carried.race_round, carried.load) == ("race", 3, ("concurrency", 8.0))
+    assert carried.slo_ratios == {"tpot_p99_ms": 0.75}
+    assert (carried.host, carried.gpu_seconds) == ("h2", 12.0)
 
 
 def test_slurm_pools_and_jobs_on_both_engines(store: SqlStore) -> None:

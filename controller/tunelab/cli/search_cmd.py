@@ -162,8 +162,14 @@ def render_search(doc: dict[str, Any]) -> str:
     names = [_short(p["path"]) for p in doc.get("space", [])]
     if names:
         lines += _wrapped(f"parameters: {' '.join(names)}")
+    # only the strategy's trials are ranked: a launch at a given load (the race's, the effect's,
+    # a drift launch of the default) is measured there whatever the SLOs say (issue 46)
     ranked = sorted(
-        (t for t in doc["trials"] if t["objective"] is not None),
+        (
+            t
+            for t in doc["trials"]
+            if t["objective"] is not None and t.get("phase", "strategy") == "strategy"
+        ),
         key=lambda t: t["objective"],
         reverse="maximize" in doc["objective"],
     )
@@ -180,7 +186,8 @@ def render_search(doc: dict[str, Any]) -> str:
                 str(rank.get(t["number"], "-")),
                 f"{t['number']}"
                 + (f" rung {t['rung']}" if t["rung"] else "")
-                + (f" race {t['race']}" if t.get("race") else "")
+                + (f" race {t['race']}" if t.get("race") and t.get("phase") != "effect" else "")
+                + (" effect" if t.get("phase") == "effect" else "")
                 + (f" drift {t['drift']}" if t.get("drift") else ""),
                 _values(t["params"]),
                 _load(t.get("load"), short=True),
@@ -227,7 +234,7 @@ def render_search(doc: dict[str, Any]) -> str:
             n, m = effect["launches"]
             said = (
                 f"{against}: {effect['relative_change']:+.1%} [95% {lo:+.1%}, {hi:+.1%}] over "
-                f"{n} and {m} launches — {effect['verdict']}{beside}"
+                f"{n} and {m} fresh launches — {effect['verdict']}{beside}"
             )
         elif effect.get("relative_change") is not None:
             said = f"{against}: {effect['relative_change']:+.1%} — {effect['verdict']}{beside}"

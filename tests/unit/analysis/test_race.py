@@ -41,30 +41,18 @@ def play(
         if not asks:
             return state, launches
         for ask in asks:
-            n = len(launches) + 1
-            if rng is not None and rng.random() < limited:
-                launches.append(
-                    Launch(
-                        n,
-                        ask.config,
-                        ask.phase,
-                        ask.round,
-                        load=LOAD,
-                        failed=True,
-                        client_limited=True,
-                    )
-                )
-                continue
-            value = measure(ask.config)
+            limit = rng is not None and rng.random() < limited  # the client's, no evidence
+            value = None if limit else measure(ask.config)
             launches.append(
                 Launch(
-                    n,
+                    len(launches) + 1,
                     ask.config,
                     ask.phase,
                     ask.round,
                     load=LOAD,
                     value=value,
                     failed=value is None,
+                    client_limited=limit,
                 )
             )
     raise AssertionError("the race never settled")

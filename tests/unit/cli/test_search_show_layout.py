@@ -26,6 +26,11 @@ def trial(number: int, tokens: int, seqs: int, value: float | None, **details: A
     row.samples = [] if value is None else [value]
     row.details = {"load": {"concurrency": 38}, "slo_margins": MARGINS, "gpu_seconds": 41.5,
                    "gpus": 0, **details}  # fmt: skip
+    row.load, row.gpu_seconds = ("concurrency", 38.0), 41.5
+    row.slo_ratios = {k: 1.0 - v for k, v in MARGINS.items()}
+    race = details.get("race")
+    if isinstance(race, int) and race:
+        row.phase, row.race_round = "race", race
     return row
 
 
@@ -92,3 +97,16 @@ def test_gpu_seconds_only_where_the_trial_had_gpus() -> None:
     gpu = search_doc([trial(1, 512, 8, 741.2, gpus=2), trial(2, 512, 16, 900.0, gpus=0)])
     assert [t["gpu_seconds"] for t in gpu["trials"]] == [41.5, None]
     assert gpu["gpu_seconds"] == 41.5
+
+
+def test_launches_at_a_given_load_are_not_ranked_with_the_strategys() -> None:
+    """Issue 46: in a search whose SLOs nobody met, the drift launches of the default (measured
+    at a fixed load whatever the SLOs say) were ranked #1-#4 with objectives."""
+    trials = [trial(1, 512, 8, None), trial(2, 512, 16, None)]
+    for number in (3, 4, 5, 6):
+        drift = trial(number, 512, 8, 700.0 + number)
+        drift.phase = "drift_start" if number < 5 else "drift_end"
+        trials.append(drift)
+    text = render_search(search_doc(trials))
+    rows = [line for line in text.splitlines() if " drift " in line]
+    assert len(rows) == 4 and all(line.startswith("- ") for line in rows), rows

@@ -159,7 +159,7 @@ def test_a_drift_launch_of_the_same_configuration_is_no_relaunch_of_a_saturated_
 
     first = TrialRow("g-1", 1, {"a": 1}, TrialState.FAILED, 1.0, failure_reason="CLIENT_SATURATED")
     later = TrialRow("g-1", 2, {"a": 1}, TrialState.RUNNING, 1.0)
-    later.details = {"drift": "start"}
+    later.phase = "drift_start"
     assert not superseded(first, [first, later])
     assert [p.params for p in retries([first, later])] == [{"a": 1}]
     again = TrialRow("g-1", 3, {"a": 1}, TrialState.RUNNING, 1.0)

@@ -41,8 +41,12 @@ def test_a_retried_launch_loads_twice() -> None:
 
 
 def test_the_search_sums_what_its_launches_cost() -> None:
-    def trial(n: int, state: TrialState, **details: float) -> TrialRow:
-        return TrialRow("g", n, {}, state, 0.0, experiment_id=f"x-{n}", details=dict(details))
+    def trial(
+        n: int, state: TrialState, gpu_seconds: float | None = None, **details: float
+    ) -> TrialRow:
+        row = TrialRow("g", n, {}, state, 0.0, experiment_id=f"x-{n}", details=dict(details))
+        row.gpu_seconds = gpu_seconds  # the launch record's column
+        return row
 
     trials = [
         trial(1, TrialState.DONE, gpu_seconds=100.0, load_seconds=60.0, measure_seconds=40.0),

@@ -49,9 +49,9 @@ def trial(number: int, objective: float | None, phase: str = "", value: int = 16
     row = TrialRow("g-1", number, {A: value}, TrialState.DONE, 1.0, experiment_id=f"x-{number}")
     row.objective = objective
     row.samples = [] if objective is None else [objective]
-    row.details = {"load": {"concurrency": 12}}
+    row.load = ("concurrency", 12.0)
     if phase:
-        row.details["drift"] = phase
+        row.phase = f"drift_{phase}"
     return row
 
 
@@ -103,7 +103,7 @@ def test_start_launches_wait_for_the_default_load_and_are_queued_once() -> None:
     assert drift.pending(spec, [], drift.START) == []  # no load yet
     failed = trial(1, None)
     failed.state = TrialState.FAILED
-    failed.details = {}
+    failed.load = None
     assert drift.pending(spec, [failed], drift.START) == []
     trials = [trial(1, 100.0)]
     start = drift.pending(spec, trials, drift.START)

@@ -37,9 +37,9 @@ def launch(number: int, value: Any, objective: float | None, race_round: int = 0
     row = TrialRow("g-1", number, {A: value}, TrialState.DONE, 1.0, experiment_id=f"x-{number}")
     row.objective = objective
     row.samples = [] if objective is None else [objective]
-    row.details = {"load": {"concurrency": 8}, "gpu_seconds": 10.0}
+    row.load, row.gpu_seconds = ("concurrency", 8.0), 10.0
     if race_round:
-        row.details["race"] = race_round
+        row.phase, row.race_round = "race", race_round
     return row
 
 
@@ -59,7 +59,7 @@ def settle(
             value = p.params[A]
             row = launch(len(trials) + 1, value, measure(value), p.race)
             if margin is not None:
-                row.details["slo_margins"] = {"tpot_p99_ms": margin(value)}
+                row.slo_ratios = {"tpot_p99_ms": 1.0 - margin(value)}
             trials.append(row)
     raise AssertionError("the race never settled")
 
@@ -163,8 +163,8 @@ def test_a_replay_of_the_same_trials_reaches_the_same_answer_mid_round_too() -> 
     again = race.standings(spec, list(reversed(trials)))  # the store's order does not matter
     assert (again.verdict, again.best and again.best.key) == (st.verdict, st.best and st.best.key)
     # a round half queued: the rest of it, never a new plan
-    partial = [t for t in trials if int(t.details.get("race") or 0) < 2]
-    partial.append(next(t for t in trials if t.details.get("race") == 2))
+    partial = [t for t in trials if t.race_round < 2]
+    partial.append(next(t for t in trials if t.race_round == 2))
     partial[-1].state, partial[-1].objective = TrialState.RUNNING, None
     mid = race.standings(spec, partial)
     assert mid.verdict == race.RACING and not mid.settled
@@ -188,7 +188,7 @@ def test_one_feasible_configuration_alone_is_said() -> None:
     assert all(p.effect for p in st.pending)
     trials += [launch(3 + i, p.params[A], 10.0 + i, p.race) for i, p in enumerate(st.pending)]
     for t in trials[2:]:
-        t.details["effect"] = True
+        t.phase = "effect"
     st = race.standings(spec, trials)
     assert st.verdict == race.ALONE and st.settled
     assert answer_line(spec, st).startswith("only candidate: trial 2")
@@ -250,9 +250,9 @@ def test_a_challenger_that_misses_the_slos_at_the_races_load_cannot_win_it() -> 
     rng = random.Random(7)
     spec = spec_of((1, 2))
     trials = [launch(1, 1, 90.0), launch(2, 2, 100.0)]
-    trials[0].details["load"] = {"concurrency": 4}
+    trials[0].load = ("concurrency", 4.0)
     for t in trials:
-        t.details["slo_margins"] = {"tpot_p99_ms": 0.1}
+        t.slo_ratios = {"tpot_p99_ms": 0.9}
     st = settle(
         spec,
         trials,
@@ -294,3 +294,34 @@ def test_a_best_that_misses_the_slos_itself_is_compared_on_throughput_as_before(
     st = settle(spec, trials, lambda v: truth[v] * rng.gauss(1, 0.03), lambda v: -0.1)
     assert st.verdict == race.BETTER and st.best is not None and st.best.key == key({A: 2})
     assert best_json(spec, st, trials)["vs_runner_up"]["change_pct"] > 50
+
+
+def test_the_effect_against_the_default_is_not_measured_on_the_launches_that_chose_the_winner() -> (
+    None
+):
+    """The selection-biased effect (issue 43.3): the winner's race launches are the high draws
+    that made it the winner. Here they read 10 % above the default, but launched afresh after
+    the race the two measure the same: the effect must say so, not "better" (before, the race's
+    own launches were reused and it said "better" in 10 % of A/A searches)."""
+    spec = spec_of((1, 2, 3))
+    trials = [launch(1, 1, 100.0), launch(2, 2, 111.0), launch(3, 3, 80.0)]
+    race_values = {
+        1: iter([100.0, 100.3, 99.7, 100.1, 99.9]),
+        2: iter([110.0, 110.5, 109.5, 110.2, 109.8]),
+        3: iter([80.0, 80.2, 79.8, 80.1, 79.9]),
+    }
+    fresh = {1: iter([100.0, 100.4, 99.6]), 2: iter([100.1, 99.7, 100.2])}
+    for _ in range(50):
+        st = race.standings(spec, trials)
+        if st.settled:
+            break
+        for p in st.pending:
+            value = next(fresh[p.params[A]] if p.effect else race_values[p.params[A]])
+            row = launch(len(trials) + 1, p.params[A], value, p.race)
+            row.phase = "effect" if p.effect else "race"
+            trials.append(row)
+    assert st.verdict == race.BETTER and st.best is not None and st.best.key == key({A: 2})
+    found = effect(spec, st, trials)
+    assert found["launches"] == [3, 3]
+    assert found["verdict"] == "no meaningful difference", found
+    assert abs(found["relative_change"]) < 0.01

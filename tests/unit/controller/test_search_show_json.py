@@ -43,7 +43,9 @@ def done(number: int, seqs: int, points: list[float], race: int = 0, rung: int =
         "g-1", number, {SEQS: seqs}, TrialState.DONE, 1.0, rung=rung, experiment_id=f"x-{number}"
     )
     row.samples, row.objective = points, round(sum(points) / len(points), 6)
-    row.details = {"load": {"concurrency": 4}, **({"race": race} if race else {})}
+    row.load = ("concurrency", 4.0)
+    if race:
+        row.phase, row.race_round = "race", race
     return row
 
 
@@ -114,7 +116,8 @@ def test_the_document_says_what_it_cost_and_what_launches_vary_by() -> None:
     trials = [done(1, 16, [100.0]), done(2, 32, [150.0])]
     trials += [done(3, 32, [165.0], race=1), done(4, 16, [110.0], race=1)]
     for t in trials:
-        t.details.update(gpu_seconds=30.0, load_seconds=20.0, measure_seconds=10.0)
+        t.details.update(load_seconds=20.0, measure_seconds=10.0)
+        t.gpu_seconds = 30.0
     doc = document(trials)
     assert doc["cost"] == {
         "launches": 4,
@@ -140,3 +143,13 @@ def test_launches_measured_in_blocks_split_the_noise_between_and_within() -> Non
     assert noise["launches"] == 4 and noise["blocks"] == 12
     assert 0.005 < noise["within_cv"] < 0.015  # the blocks' +-1 %
     assert noise["launch_cv"] > 0.05  # log(1.1) apart within each configuration
+
+
+def test_a_cancelled_search_says_it_was_cancelled() -> None:
+    """Issue 43.7: the answer of a search cancelled mid-race read 'racing (round 0): ...' as if
+    it were still running."""
+    row = search_row()
+    row.state = SearchState.CANCELLED
+    doc = search_document(row, [done(1, 16, [100.0]), done(2, 32, [150.0])])
+    assert doc["answer"].startswith("cancelled before the race was decided: trial 2"), doc["answer"]
+    assert doc["answer"].endswith("undecided")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tunelab.controller.states import ExperimentState, HostState
+from tunelab.controller.states import ExperimentState, HostState, SearchState, TrialState
 from tunelab.controller.store import (
     ExperimentRow,
     HostRow,
@@ -23,6 +23,7 @@ from tunelab.controller.store import (
 )
 from tunelab.controller.store.dialect import POSTGRESQL
 from tunelab.controller.store.schema import load_migrations, statements
+from tunelab.controller.store.search_models import SearchRow, TrialRow
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "store"
 OLD_DB = FIXTURES / "controller-f58540c.db"
@@ -50,6 +51,41 @@ def row(experiment_id: str, name: str = "n") -> ExperimentRow:
     return ExperimentRow(experiment_id, "g", name, ExperimentState.QUEUED, {"host": {}}, 0)
 
 
+# what migration 9 added, dropped again by a test that goes back to an older version
+VERSION_9_COLUMNS = "".join(
+    f"ALTER TABLE search_trials DROP COLUMN {c};"
+    for c in ("phase", "race_round", "load_axis", "load_value", "slo_ratios_json", "host",
+              "gpu_seconds")
+)  # fmt: skip
+
+
+def test_version_9_carries_a_search_trials_evidence_out_of_its_details(tmp_path: Path) -> None:
+    """A search trial written before migration 9 kept its race round, load, SLO margins, host
+    and GPU-seconds in details only; the migration's step makes them columns."""
+    path = tmp_path / "controller.db"
+    store = SqliteStore(path)
+    store.insert_search(SearchRow("g-o", "s", SearchState.RUNNING, {}, {}, 1.0))
+    old = {"drift": "end", "load": {"rate": 2.5}, "slo_margins": {"ttft_p99_ms": -0.5},
+           "host": "h", "gpu_seconds": 3.0}  # fmt: skip
+    with store.scheduling_pass() as turn:
+        assert turn is not None
+        store.add_trials(
+            [TrialRow("g-o", 1, {"a": 1}, TrialState.DONE, 1.0, details=old)], [], turn
+        )
+    store.close()
+    with sqlite3.connect(path) as conn:  # back to version 8
+        conn.executescript(VERSION_9_COLUMNS)
+        conn.execute("PRAGMA user_version = 8")
+    [trial] = SqliteStore(path).search_trials("g-o")
+    assert (trial.phase, trial.load, trial.host, trial.gpu_seconds) == (
+        "drift_end",
+        ("rate", 2.5),
+        "h",
+        3.0,
+    )
+    assert trial.slo_ratios == {"ttft_p99_ms": 1.5}
+
+
 def test_version_4_moves_the_waits_copied_onto_queued_rows_into_one_row_per_selector(
     tmp_path: Path,
 ) -> None:
@@ -64,6 +100,7 @@ def test_version_4_moves_the_waits_copied_onto_queued_rows_into_one_row_per_sele
             "UPDATE experiments SET message = 'waiting for a free host';"
             "UPDATE experiments SET message = 'attempt 1 lost on h; queued again' WHERE id = 'c';"
         )
+        conn.executescript(VERSION_9_COLUMNS)
 
     store = SqliteStore(path)
 
@@ -237,6 +274,7 @@ def test_version_5_copies_failure_reasons_out_of_results_into_columns(tmp_path: 
             "ALTER TABLE attempts DROP COLUMN failure_line; DROP TABLE submissions;"
             "PRAGMA user_version = 4;"
         )
+        conn.executescript(VERSION_9_COLUMNS)
 
     store = SqliteStore(path)
 

@@ -98,17 +98,16 @@ def answer_line(spec: SearchSpec, st: race.Standings, cancelled: bool = False) -
     best = st.best
     if best is None:
         return (
-            "cancelled: no configuration met the SLOs yet"
+            "cancelled: no configuration met the SLOs"
             if cancelled
             else ("no configuration met the SLOs")
         )
-    line = _line(spec, st, best)
     if cancelled and st.verdict == race.RACING:
         return (
-            f"cancelled while racing (round {st.rounds}): {head(spec, best)} led "
-            + (_versus_text(spec, st, ""))
-            + ", undecided"
+            f"cancelled before the race was decided: {head(spec, best)} led "
+            f"{_versus_text(spec, st, '')}; undecided"
         )
+    line = _line(spec, st, best)
     return f"cancelled: {line}" if cancelled else line
 
 
@@ -199,7 +198,8 @@ def effect(spec: SearchSpec, st: race.Standings, trials: Sequence[TrialRow]) -> 
         if key(t.params) == default_key and not race.is_fixed_load(t) and t.state == "DONE"
     ]
     met = [t for t in own if t.objective is not None]
-    out["default_load"] = load_json(met[-1].details.get("load")) if met else None
+    load = met[-1].load if met else None
+    out["default_load"] = None if load is None else load_json({load[0]: load[1]})
     best = st.best
     if best is None:
         return {**out, "verdict": "no configuration met the SLOs"}

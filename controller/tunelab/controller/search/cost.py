@@ -69,9 +69,10 @@ def cost_json(trials: Sequence[TrialRow]) -> dict[str, Any]:
         found = [float(v) for t in launched if isinstance(v := t.details.get(name), int | float)]
         return round(sum(found), 3) if found else None
 
+    gpu = [t.gpu_seconds for t in launched if t.gpu_seconds is not None]
     return {
         "launches": len(launched),
-        "gpu_seconds": total("gpu_seconds"),
+        "gpu_seconds": round(sum(gpu), 3) if gpu else None,
         "load_seconds": total("load_seconds"),
         "measure_seconds": total("measure_seconds"),
     }

@@ -26,6 +26,7 @@ from typing import Any
 import structlog
 
 from tunelab.analysis import noise
+from tunelab.analysis.evidence import Phase
 from tunelab.analysis.slos import slo_text
 from tunelab.controller.search import drift, race
 from tunelab.controller.search.answer import answer_line
@@ -293,8 +294,8 @@ class SearchDriver:
                 experiments.append(experiment)
         if new:
             self._store.add_trials(new, experiments, fence)
-            log.info("search_race_queued", group=search.group, round=new[0].details.get("race"),
-                     drift=new[0].details.get("drift"), count=len(experiments))  # fmt: skip
+            log.info("search_race_queued", group=search.group, round=new[0].race_round,
+                     phase=new[0].phase, count=len(experiments))  # fmt: skip
         return len(experiments)
 
     def _trial(
@@ -337,12 +338,13 @@ class SearchDriver:
         )
         row.experiment_id = experiment.id
         row.details = {"label": trial_label(proposal.params)}
-        if proposal.race:
-            row.details["race"] = proposal.race
+        row.race_round = proposal.race
         if proposal.drift:
-            row.details["drift"] = proposal.drift
-        if proposal.effect:
-            row.details["effect"] = True
+            row.phase = Phase.DRIFT_START if proposal.drift == "start" else Phase.DRIFT_END
+        elif proposal.effect:
+            row.phase = Phase.EFFECT
+        elif proposal.race:
+            row.phase = Phase.RACE
         return row, experiment
 
     def _collect(
@@ -362,6 +364,8 @@ class SearchDriver:
             t.state, t.failure_reason = found.state, found.failure_reason
             spent = launch_cost(attempts[exp.id], self._store.events_for(exp.id))
             t.details = {**t.details, **found.details, **spent}
+            t.load, t.slo_ratios, t.host = found.load, found.slo_ratios, found.host
+            t.gpu_seconds = found.gpu_seconds
             if found.objective is not None and spec.objective == "output_throughput":
                 last = attempts[exp.id][-1]
                 measured = blocks_of(self._store.timeline(last.id), t.details.get("point_index"))
@@ -412,7 +416,8 @@ class SearchDriver:
         standing = race.standings(spec, trials)
         done = sum(1 for t in trials if t.state in (TrialState.DONE, TrialState.FAILED))
         if standing.best is not None:
-            summary = f"{why}; {answer_line(spec, standing)}"
+            cancelled = state is SearchState.CANCELLED
+            summary = f"{why}; {answer_line(spec, standing, cancelled)}"
         else:
             failed = sum(1 for t in trials if t.state is TrialState.FAILED)
             summary = (

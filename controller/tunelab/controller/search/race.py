@@ -23,7 +23,7 @@ from tunelab.analysis.judge import Judgement
 from tunelab.analysis.metrics import lookup
 from tunelab.controller.search.space import SearchSpec
 from tunelab.controller.search.strategies import Proposal, key
-from tunelab.controller.search.trials import CLIENT_LIMITED, launch_load
+from tunelab.controller.search.trials import CLIENT_LIMITED
 from tunelab.controller.store.search_models import TrialRow
 
 MAX_CHALLENGERS = 3
@@ -38,13 +38,8 @@ _FAILED_STATES = ("FAILED", "CANCELLED", "SKIPPED")  # SKIPPED: refused at creat
 
 
 def phase(t: TrialRow) -> Phase:
-    """Why the trial was launched."""
-    drift = t.details.get("drift")
-    if drift:
-        return Phase.DRIFT_START if drift == "start" else Phase.DRIFT_END
-    if t.details.get("effect"):
-        return Phase.EFFECT
-    return Phase.RACE if t.details.get("race") else Phase.STRATEGY
+    """Why the trial was launched (its column)."""
+    return Phase(t.phase)
 
 
 def is_race(t: TrialRow) -> bool:
@@ -57,12 +52,6 @@ def is_fixed_load(t: TrialRow) -> bool:
     return phase(t).fixed_load
 
 
-def slo_ratios(t: TrialRow) -> dict[str, float]:
-    """Per SLO, the launch's value / limit (1 - its margin): above 1 missed it."""
-    margins = t.details.get("slo_margins") or {}
-    return {k: 1.0 - float(m) for k, m in margins.items() if isinstance(m, int | float)}
-
-
 def launch_value(t: TrialRow) -> float | None:
     """One launch's value: the mean of its answer points (None: failed or no load met)."""
     if t.state != "DONE" or t.objective is None:
@@ -71,22 +60,21 @@ def launch_value(t: TrialRow) -> float | None:
 
 
 def launch_of(t: TrialRow) -> Launch:
-    """A stored trial as a launch record."""
-    seconds = t.details.get("gpu_seconds")
+    """A stored trial as a launch record (its evidence columns, migration 0009)."""
     return Launch(
         number=t.number,
         config=key(t.params),
         phase=phase(t),
-        round=int(t.details.get("race") or 0),
+        round=t.race_round,
         rung=t.rung,
-        load=launch_load(t.details.get("load")),
+        load=t.load,
         value=launch_value(t),
-        slo_ratios=slo_ratios(t),
-        host=str(t.details.get("host") or ""),
+        slo_ratios=t.slo_ratios,
+        host=t.host,
         failed=t.state in _FAILED_STATES,
         client_limited=t.failure_reason in CLIENT_LIMITED,
         running=t.state == "RUNNING",
-        gpu_seconds=float(seconds) if isinstance(seconds, int | float) else 0.0,
+        gpu_seconds=t.gpu_seconds or 0.0,
     )
 
 
@@ -232,7 +220,7 @@ def standings(spec: SearchSpec, trials: Sequence[TrialRow]) -> Standings:
     if not ranked:
         return Standings("")
     incumbent = ranked[0]
-    load = launch_load(incumbent.latest.details.get("load"))
+    load = incumbent.latest.load
     near = [r for r in ranked[2:] if _within(spec, r.score, incumbent.score)]
     field_ = [*ranked[:2], *near[: MAX_CHALLENGERS - 1]]
     params = {r.key: r.params for r in field_}

@@ -21,7 +21,7 @@ from tunelab.controller.search.answer import (
 from tunelab.controller.search.cost import cost_json, noise_json
 from tunelab.controller.search.space import SearchSpec
 from tunelab.controller.search.strategies import key
-from tunelab.controller.search.trials import launch_load, trial_spec
+from tunelab.controller.search.trials import trial_spec
 from tunelab.controller.spec.render import server_argv
 from tunelab.controller.states import SearchState
 from tunelab.controller.store.search_models import SearchRow, TrialRow
@@ -30,7 +30,7 @@ from tunelab.controller.store.search_models import SearchRow, TrialRow
 def launches_at(trials: Sequence[TrialRow], t: TrialRow) -> list[float]:
     """The values of ``t``'s configuration's launches at its load and rung, up to ``t``: one
     value per launch."""
-    where = launch_load(t.details.get("load"))
+    where = t.load
     out = []
     for o in trials:
         if o.number > t.number or key(o.params) != key(t.params) or o.rung != t.rung:
@@ -38,7 +38,7 @@ def launches_at(trials: Sequence[TrialRow], t: TrialRow) -> list[float]:
         if drift.phase(o) != drift.phase(t):  # a drift launch counts only with its own end
             continue
         value = race.launch_value(o)
-        if value is not None and launch_load(o.details.get("load")) == where:
+        if value is not None and o.load == where:
             out.append(value)
     return out
 
@@ -50,9 +50,10 @@ def trial_json(spec: SearchSpec, trials: Sequence[TrialRow], t: TrialRow) -> dic
         "number": t.number,
         "params": ordered(spec, t.params),
         "rung": t.rung,
-        "race": t.details.get("race"),
-        "drift": t.details.get("drift"),  # a launch of the default at the start or the end
-        "host": t.details.get("host"),  # where it ran, and that host's class
+        "race": t.race_round or None,
+        "phase": t.phase,  # strategy, race, effect (after the race), drift_start, drift_end
+        "drift": drift.phase(t) or None,  # a launch of the default at the start or the end
+        "host": t.host or None,  # where it ran, and that host's class
         "host_class": t.details.get("host_class"),
         "state": t.state,
         "objective": t.objective,
@@ -74,8 +75,7 @@ def _gpu_seconds(t: TrialRow) -> float | None:
     say how many is taken as it was counted)."""
     if t.details.get("gpus", 1) == 0:
         return None
-    value = t.details.get("gpu_seconds")
-    return float(value) if isinstance(value, int | float) else None
+    return t.gpu_seconds
 
 
 def _total_gpu_seconds(trials: Sequence[TrialRow]) -> float | None:
@@ -126,7 +126,7 @@ def search_document(search: SearchRow, trials: Sequence[TrialRow]) -> dict[str, 
     }
     if standing.best is not None:
         doc["best"] = best_json(spec, standing, trials)
-        doc["answer"] = answer_line(spec, standing)
+        doc["answer"] = answer_line(spec, standing, search.state is SearchState.CANCELLED)
         if search.state is SearchState.DONE:
             doc["recommendation"] = {
                 **recommendation(search, spec, standing.best.params),

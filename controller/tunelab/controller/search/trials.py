@@ -17,7 +17,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tunelab.analysis.metrics import lookup
@@ -146,7 +146,12 @@ class Outcome:
     objective: float | None = None  # this launch's value: the mean of its answer points
     samples: tuple[float, ...] = ()  # the answer points of this one launch
     failure_reason: str = ""
-    details: dict[str, Any] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)  # for display
+    # the launch as evidence (the trial's columns, migration 0009)
+    load: tuple[str, float] | None = None
+    slo_ratios: dict[str, float] = field(default_factory=dict)
+    host: str = ""
+    gpu_seconds: float | None = None
 
 
 def _value(point: Mapping[str, Any], name: str, run: Mapping[str, Any]) -> float | None:
@@ -226,7 +231,28 @@ def outcome(
 ) -> Outcome:
     """The outcome of a trial whose experiment is terminal. ``fixed_load``: a launch of the
     race, measured at the load it was given whether or not that point meets the SLOs (its
-    margins are kept beside the value)."""
+    margins are kept beside the value). Its evidence typed: the load, each SLO's value over
+    its limit, the host and the GPU-seconds the budget counts (a GPU-less host's wall time
+    as one GPU's)."""
+    found = _outcome(search, exp, attempts, fixed_load)
+    used = found.details
+    margins_ = used.get("slo_margins") or {}
+    seconds = used.get("gpu_seconds")
+    return replace(
+        found,
+        load=launch_load(used.get("load")),
+        slo_ratios={k: round(1.0 - float(m), 6) for k, m in margins_.items() if m is not None},
+        host=str(used.get("host") or ""),
+        gpu_seconds=float(seconds) if isinstance(seconds, int | float) else None,
+    )
+
+
+def _outcome(
+    search: SearchSpec,
+    exp: ExperimentRow,
+    attempts: Sequence[AttemptRow],
+    fixed_load: bool = False,
+) -> Outcome:
     last = attempts[-1] if attempts else None
     used: dict[str, Any] = {"gpu_seconds": gpu_seconds(attempts), "experiment": exp.id}
     # the budget counts a GPU-less host's wall time as one GPU's; the document shows

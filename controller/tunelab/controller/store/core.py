@@ -48,6 +48,7 @@ from tunelab.controller.store.rows import (
     experiment_of,
     host_of,
 )
+from tunelab.controller.store.searches import carry_launch_evidence
 from tunelab.controller.store.secrets import HostSecrets
 from tunelab.controller.store.statements import (
     ATTEMPT_INSERT_COLUMNS,
@@ -117,6 +118,10 @@ class SqlStore(StatementBooks, ABC):
                 found.append((str(reason), str(line), row["id"]))
         if found:
             conn.executemany(self.sql.set_failure, found)
+
+    def _carry_launch_evidence(self, conn: Any) -> None:
+        """Migration 9's step, after its SQL: a search trial's evidence out of its details."""
+        carry_launch_evidence(conn, self.searches.search_sql)
 
     # --- helpers -----------------------------------------------------------------------------
 

@@ -184,7 +184,7 @@ class PostgresStore(SqlStore):
                     _PgConnection(conn),
                     PostgresVersions(),
                     before={2: self._move_tokens_out},
-                    after={5: self._copy_failures_out},
+                    after={5: self._copy_failures_out, 9: self._carry_launch_evidence},
                 )
         except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
             if hasattr(self, "_pool"):

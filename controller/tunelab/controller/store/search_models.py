@@ -1,5 +1,5 @@
-"""The searches' rows and the store's part for them (migration 0006, ``0006_searches.sql``;
-statements in searches.py)."""
+"""The searches' rows and the store's part for them (migrations 0006 and 0009; statements in
+searches.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from tunelab.analysis.evidence import Phase
 from tunelab.controller.states import SearchState, TrialState
 from tunelab.controller.store.models import ExperimentRow, FencingToken
 
@@ -38,12 +39,21 @@ class TrialRow:
     experiment_id: str | None = None
     objective: float | None = None
     samples: list[float] = field(default_factory=list)
-    details: dict[str, Any] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)  # for display only
     failure_reason: str = ""
     finished_at: float | None = None
+    # the launch as evidence (migration 0009): tunelab.analysis.evidence.Launch is read from
+    # these, never from details
+    phase: str = "strategy"  # evidence.Phase: strategy, race, effect, drift_start, drift_end
+    race_round: int = 0  # a race or effect launch's round (race.py)
+    load: tuple[str, float] | None = None  # the load it was measured at: ("concurrency", 8.0)
+    slo_ratios: dict[str, float] = field(default_factory=dict)  # per SLO, value / limit
+    host: str = ""
+    gpu_seconds: float | None = None  # as the budget counts them; None: not recorded
 
     def __post_init__(self) -> None:
         self.state = TrialState(self.state)  # a misspelt state fails here, not in the store
+        Phase(self.phase)  # likewise a misspelt phase
 
 
 class SearchStore(Protocol):

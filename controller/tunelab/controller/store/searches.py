@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from enum import StrEnum
 from typing import Any
 
+from tunelab.analysis.evidence import Phase
 from tunelab.controller.states import (
     SearchState,
     TransitionError,
@@ -38,7 +39,8 @@ def _moved(current: StrEnum, target: StrEnum, check: Callable[[Any, Any], None],
 
 TRIAL_COLUMNS = (
     "grp, number, params_json, rung, experiment_id, state, objective, samples_json, "
-    "details_json, failure_reason, created_at, finished_at"
+    "details_json, failure_reason, created_at, finished_at, phase, race_round, load_axis, "
+    "load_value, slo_ratios_json, host, gpu_seconds"
 )
 
 
@@ -56,12 +58,13 @@ class SearchSql:
         self.trials = f"SELECT * FROM search_trials WHERE grp = {p} ORDER BY number"
         self.search_state = f"SELECT state FROM searches WHERE grp = {p}"
         self.insert_trial = (
-            f"INSERT INTO search_trials ({TRIAL_COLUMNS}) VALUES ({dialect.marks(12)})"
+            f"INSERT INTO search_trials ({TRIAL_COLUMNS}) VALUES ({dialect.marks(19)})"
         )
         self.trial_state = f"SELECT state FROM search_trials WHERE grp = {p} AND number = {p}"
         self.finish_trial = (
             f"UPDATE search_trials SET state = {p}, objective = {p}, samples_json = {p}, "
-            f"details_json = {p}, failure_reason = {p}, finished_at = {p} "
+            f"details_json = {p}, failure_reason = {p}, finished_at = {p}, load_axis = {p}, "
+            f"load_value = {p}, slo_ratios_json = {p}, host = {p}, gpu_seconds = {p} "
             f"WHERE grp = {p} AND number = {p} AND state = 'RUNNING'"
         )
         self.finish_search = (
@@ -70,6 +73,12 @@ class SearchSql:
         )
         self.cancel_search = (
             f"UPDATE searches SET cancel_requested = 1 WHERE grp = {p} AND state = 'RUNNING'"
+        )
+        self.all_trial_details = "SELECT grp, number, details_json FROM search_trials"
+        self.set_evidence = (
+            f"UPDATE search_trials SET phase = {p}, race_round = {p}, load_axis = {p}, "
+            f"load_value = {p}, slo_ratios_json = {p}, host = {p}, gpu_seconds = {p} "
+            f"WHERE grp = {p} AND number = {p}"
         )
         self.dialect = dialect
 
@@ -108,7 +117,57 @@ def _trial(row: Any) -> TrialRow:
         details=json.loads(row["details_json"]),
         failure_reason=row["failure_reason"],
         finished_at=row["finished_at"],
+        phase=row["phase"],
+        race_round=row["race_round"],
+        load=(row["load_axis"], row["load_value"]) if row["load_axis"] else None,
+        slo_ratios=json.loads(row["slo_ratios_json"]),
+        host=row["host"],
+        gpu_seconds=row["gpu_seconds"],
     )
+
+
+def _evidence(t: TrialRow) -> tuple[Any, ...]:
+    """The evidence columns written when a trial ends (migration 0009)."""
+    axis, value = t.load if t.load is not None else ("", None)
+    return (axis, value, json.dumps(t.slo_ratios, sort_keys=True), t.host, t.gpu_seconds)
+
+
+def evidence_of_details(details: Any) -> tuple[Any, ...]:
+    """Migration 9's reading of an older row's details: (phase, race round, load axis, load
+    value, SLO ratios JSON, host, GPU-seconds); whatever it cannot read stays at its default."""
+    d = details if isinstance(details, dict) else {}
+    drift, race = d.get("drift"), d.get("race")
+    phase = {"start": "drift_start", "end": "drift_end"}.get(str(drift), "")
+    if not phase:
+        phase = "effect" if d.get("effect") else ("race" if race else "strategy")
+    race_round = race if isinstance(race, int) and not isinstance(race, bool) else 0
+    axis, value = "", None
+    load = d.get("load")
+    load = load if isinstance(load, dict) else {}
+    for name in ("concurrency", "rate"):
+        found = load.get(name)
+        if isinstance(found, int | float) and not isinstance(found, bool):
+            axis, value = name, float(found)
+            break
+    margins = d.get("slo_margins")
+    ratios = {
+        str(k): round(1.0 - float(m), 6)
+        for k, m in (margins.items() if isinstance(margins, dict) else ())
+        if isinstance(m, int | float) and not isinstance(m, bool)
+    }
+    seconds = d.get("gpu_seconds")
+    gpu = float(seconds) if isinstance(seconds, int | float) else None
+    host = str(d.get("host") or "")
+    return phase, race_round, axis, value, json.dumps(ratios, sort_keys=True), host, gpu
+
+
+def carry_launch_evidence(conn: Any, sql: SearchSql) -> None:
+    """Migration 9's step, after its SQL: the evidence kept in older rows' details becomes
+    columns."""
+    rows = conn.execute(sql.all_trial_details, ()).fetchall()
+    for row in rows:
+        found = evidence_of_details(json.loads(row["details_json"]))
+        conn.execute(sql.set_evidence, (*found, row["grp"], row["number"]))
 
 
 class SearchStatements:
@@ -193,6 +252,10 @@ class SearchStatements:
                     t.failure_reason,
                     t.created_at,
                     t.finished_at,
+                    Phase(t.phase).value,
+                    t.race_round,
+                    *_evidence(t)[:2],
+                    *_evidence(t)[2:],
                 )
                 for t in trials
             ]:  # one statement each: never a batch left open on the wire (core._insert_rows)
@@ -223,6 +286,7 @@ class SearchStatements:
                     json.dumps(trial.details, sort_keys=True),
                     trial.failure_reason,
                     trial.finished_at,
+                    *_evidence(trial),
                     trial.group,
                     trial.number,
                 ),

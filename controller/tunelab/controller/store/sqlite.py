@@ -69,7 +69,7 @@ class SqliteStore(SqlStore):
                 self._conn,
                 SQLITE_VERSIONS,
                 before={2: self._move_tokens_out},
-                after={5: self._copy_failures_out},
+                after={5: self._copy_failures_out, 9: self._carry_launch_evidence},
             )
             self.migrated_from = before
             if before < 2 <= self.schema_version and not memory:
