@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from dataclasses import replace
 
-from tunelab.analysis import race
+from tunelab.analysis import race, variance
 from tunelab.analysis.evidence import Launch, Phase
+from tunelab.analysis.intervals import contrast
 from tunelab.analysis.judge import Verdict
 from tunelab.analysis.metrics import CATALOGUE
 
@@ -167,3 +169,36 @@ def test_a_replay_reaches_the_same_state_as_the_race_did() -> None:
     )
     again, asks = race.step(race.start(s, [("b", 1), ("c", 2), ("a", 3)]), list(reversed(launches)))
     assert again == state and asks == ()
+
+
+def _blocked(number: int, config: str, values: list[float], round_: int = 0) -> Launch:
+    phase = Phase.RACE if round_ else Phase.STRATEGY
+    mean = sum(values) / len(values)
+    return Launch(number, config, phase, round_, load=LOAD, value=mean, blocks=tuple(values))
+
+
+def test_launches_measured_in_blocks_are_judged_by_the_variance_components() -> None:
+    """Issue 44: where every launch carries blocks, the race's comparison is the variance
+    components' contrast (launches the unit, blocks weighed by the within-launch noise), and
+    without blocks the contrast over launch values, as before."""
+    rows = {
+        "a": [[100.0, 101.0, 99.0], [104.0, 103.0, 105.0], [98.0, 97.5, 99.5]],
+        "b": [[120.0, 121.0, 119.0], [118.0, 117.0, 119.5], [123.0, 122.0, 124.0]],
+    }
+    launches = [
+        _blocked(1 + 2 * i + j, k, rows[k][i], i)
+        for i in range(3)
+        for j, k in enumerate(("a", "b"))
+    ]
+    best = race.Contender("b", 2, values=tuple(x.value or 0 for x in launches if x.config == "b"))
+    best = replace(best, blocks=tuple(x.blocks for x in launches if x.config == "b"))
+    other = race.Contender("a", 1, values=tuple(x.value or 0 for x in launches if x.config == "a"))
+    other = replace(other, blocks=tuple(x.blocks for x in launches if x.config == "a"))
+    found = race.pair_estimate(best, other, [best, other])
+    data = [variance.Launch(x.config, x.blocks) for x in launches]
+    fitted = variance.fit(data)
+    assert fitted is not None
+    assert found == variance.contrast(fitted, data, "b", "a")
+    assert found is not None and found.df == fitted.df_between == 4  # the launches' df
+    plain = replace(other, blocks=())
+    assert race.pair_estimate(best, plain, [best, plain]) == contrast(best.values, plain.values)

@@ -75,6 +75,7 @@ def launch_of(t: TrialRow) -> Launch:
         client_limited=t.failure_reason in CLIENT_LIMITED,
         running=t.state == "RUNNING",
         gpu_seconds=t.gpu_seconds or 0.0,
+        blocks=tuple(float(b) for b in t.details.get("blocks") or ()),
     )
 
 
