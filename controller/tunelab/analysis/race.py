@@ -84,6 +84,7 @@ class Settings:
     slos: int = 0
     default: str | None = None  # the default's key: the effect's reference
     alpha: float = ALPHA
+    prior: variance.Prior | None = None  # search.noise: the variance components declared
 
     @property
     def looks(self) -> int:
@@ -380,19 +381,24 @@ def _look(state: RaceState) -> RaceState:
     )
 
 
-def pair_estimate(best: Contender, other: Contender, pool: Sequence[Contender]) -> Estimate | None:
+def pair_estimate(
+    best: Contender,
+    other: Contender,
+    pool: Sequence[Contender],
+    prior: variance.Prior | None = None,
+) -> Estimate | None:
     """``best`` against ``other``: over launches (``intervals.contrast``), or, where every launch
     of the contenders in ``pool`` was measured in blocks, by the variance components fitted over
     them (``variance.contrast``: the launches stay the unit; blocks count as replicates only
-    where the launch noise is shown negligible), so a race judges with the right standard
-    error (issue 44)."""
+    where the launch noise is shown negligible, or with ``prior`` unless its launches
+    contradict it), so a race judges with the right standard error (issue 44)."""
     pool = [c for c in pool if c.values]
     measured = all(len(c.blocks) == len(c.values) for c in pool) and all(
         len(b) >= 2 for c in pool for b in c.blocks
     )
     if measured and {best.key, other.key} <= {c.key for c in pool}:
         data = [variance.Launch(c.key, b) for c in pool for b in c.blocks]
-        components = variance.fit(data)
+        components = variance.fit(data, prior)
         if components is not None:
             return variance.contrast(components, data, best.key, other.key)
     return contrast(best.values, other.values)
@@ -400,7 +406,7 @@ def pair_estimate(best: Contender, other: Contender, pool: Sequence[Contender]) 
 
 def _family(best: Contender, others: Sequence[Contender], s: Settings) -> dict[str, Judgement]:
     """The best against each other racing contender, one Holm family at the look's level."""
-    pairs = [(c, pair_estimate(best, c, [best, *others])) for c in others]
+    pairs = [(c, pair_estimate(best, c, [best, *others], s.prior)) for c in others]
     known = [(c, e) for c, e in pairs if e is not None]
     adjusted = adjust([e.p_value() for _, e in known], Method.HOLM)
     order = sorted(range(len(known)), key=lambda i: known[i][1].p_value())
@@ -460,7 +466,8 @@ def versus(state: RaceState, other: Contender) -> Judgement | None:
     if other.judgement is not None and other.against == best.key:
         return other.judgement
     s = state.settings
-    found = pair_estimate(best, other, [best, *[c for c in state.racing if c.key != best.key]])
+    pool = [best, *[c for c in state.racing if c.key != best.key]]
+    found = pair_estimate(best, other, pool, s.prior)
     j = judge_pair(
         found,
         s.metric,

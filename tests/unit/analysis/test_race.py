@@ -202,3 +202,22 @@ def test_launches_measured_in_blocks_are_judged_by_the_variance_components() -> 
     assert found is not None and found.df == fitted.df_between == 4  # the launches' df
     plain = replace(other, blocks=())
     assert race.pair_estimate(best, plain, [best, plain]) == contrast(best.values, plain.values)
+
+
+def test_a_declared_noise_lends_the_race_its_degrees_of_freedom() -> None:
+    """search.noise: with launches agreeing as the prior says, the comparison's degrees of
+    freedom are the prior's and the blocks' (Satterthwaite), not the 2 launches' alone."""
+    rows = {
+        "a": [[100.0, 101.0, 99.0], [100.8, 99.8, 101.3]],
+        "b": [[110.0, 111.0, 109.0], [109.4, 110.2, 108.6]],
+    }
+    field_ = []
+    for k, key_rows in rows.items():
+        c = race.Contender(k, 1, values=tuple(sum(r) / 3 for r in key_rows))
+        field_.append(replace(c, blocks=tuple(tuple(r) for r in key_rows)))
+    best, other = field_[1], field_[0]
+    alone = race.pair_estimate(best, other, field_)
+    prior = variance.Prior(variance.cv_to_var(0.003), variance.cv_to_var(0.01), 20.0)
+    helped = race.pair_estimate(best, other, field_, prior)
+    assert alone is not None and helped is not None
+    assert alone.df == 2 and helped.df > 10

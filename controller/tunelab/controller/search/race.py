@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tunelab.analysis import noise
 from tunelab.analysis import race as machine
 from tunelab.analysis.evidence import Launch, Phase
 from tunelab.analysis.judge import Judgement
@@ -212,6 +213,7 @@ def settings(
         spec.confirm_seconds or 0.0,
         len(spec.slo),
         default,
+        prior=None if spec.noise is None else noise.declared(*spec.noise),
     )
 
 
