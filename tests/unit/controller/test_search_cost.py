@@ -62,7 +62,7 @@ def test_the_search_sums_what_its_launches_cost() -> None:
     }
 
 
-def _timeline(tokens: list[float]) -> dict[str, Any]:
+def timeline_doc(tokens: list[float]) -> dict[str, Any]:
     """One point measured from 0 s to 30 s in 1 s windows (blocks of 10 s)."""
     return {
         "timeline": 1,
@@ -76,7 +76,7 @@ def _timeline(tokens: list[float]) -> dict[str, Any]:
 
 def test_a_launch_is_measured_in_blocks_of_its_answer_point() -> None:
     tokens = [100.0] * 10 + [120.0] * 10 + [110.0] * 10
-    assert blocks_of(_timeline(tokens), 0) == [100.0, 120.0, 110.0]  # tokens/s over 10 s each
-    assert blocks_of(_timeline(tokens), 3) == []  # no such point
-    assert blocks_of(None, 0) == [] and blocks_of(_timeline(tokens), None) == []
+    assert blocks_of(timeline_doc(tokens), 0) == [100.0, 120.0, 110.0]  # tokens/s over 10 s each
+    assert blocks_of(timeline_doc(tokens), 3) == []  # no such point
+    assert blocks_of(None, 0) == [] and blocks_of(timeline_doc(tokens), None) == []
     assert blocks_of({"timeline": 99}, 0) == []  # a document this version cannot read

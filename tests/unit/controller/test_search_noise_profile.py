@@ -8,6 +8,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+from tests.unit.controller.test_search_cost import timeline_doc
 from tests.unit.controller.test_search_driver import BASE, with_hosts
 from tunelab.analysis.noise import ProfileKey
 from tunelab.controller.search.driver import SearchDriver
@@ -30,15 +31,7 @@ LEVEL = {16: 1000.0, 32: 1030.0}  # 3 % apart: the race needs its launches
 
 def timeline(tokens_per_s: list[float]) -> dict[str, Any]:
     """One point, measured from 0 s, 10 one-second windows per block."""
-    tokens = [v for v in tokens_per_s for _ in range(10)]
-    return {
-        "timeline": 1,
-        "step_seconds": 1.0,
-        "start": 1000.0,
-        "windows": len(tokens),
-        "series": {"client.output_tokens": tokens, "client.completed": [1.0] * len(tokens)},
-        "points": [{"index": 0, "start_s": 0.0, "measure_s": 0.0, "end_s": float(len(tokens))}],
-    }
+    return timeline_doc([v for v in tokens_per_s for _ in range(10)])
 
 
 def run_queued(store: SqliteStore, rng: random.Random) -> None:
