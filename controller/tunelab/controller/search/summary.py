@@ -27,6 +27,12 @@ from tunelab.controller.states import SearchState
 from tunelab.controller.store.search_models import SearchRow, TrialRow
 
 
+def _evidence_group(t: TrialRow) -> str:
+    """Launches counted together: the strategy's and the race's; the effect's fresh ones apart
+    (they are what the effect rests on); each end of the drift apart."""
+    return t.phase if t.phase in ("effect", "drift_start", "drift_end") else "race"
+
+
 def launches_at(trials: Sequence[TrialRow], t: TrialRow) -> list[float]:
     """The values of ``t``'s configuration's launches at its load and rung, up to ``t``: one
     value per launch."""
@@ -35,7 +41,7 @@ def launches_at(trials: Sequence[TrialRow], t: TrialRow) -> list[float]:
     for o in trials:
         if o.number > t.number or key(o.params) != key(t.params) or o.rung != t.rung:
             continue
-        if drift.phase(o) != drift.phase(t):  # a drift launch counts only with its own end
+        if _evidence_group(o) != _evidence_group(t):
             continue
         value = race.launch_value(o)
         if value is not None and o.load == where:
