@@ -2,10 +2,10 @@
 draws it, screenshotted by headless Chromium.
 
 One agent (``tunelab-agent serve`` with the replayed H200 NVML snapshot) runs the simulator at
-concurrency 8 for 40 s with scripted phases (a queue that grows from 8 s after the first request, a cache-full phase
-with preemptions from 18 s, requests twice as slow from 28 s); the timeline section of the
-report is written to ``--html`` and, with ``--png``, screenshotted (``chromium --headless
---screenshot``). Prints the events it found.
+concurrency 8 for 40 s with scripted phases, timed from its first request (a queue that grows
+from 8 s, a cache-full phase with preemptions from 18 s, requests twice as slow from 28 s); the
+timeline section of the report is written to ``--html`` and, with ``--png``, screenshotted by
+headless Chromium (tests/support/browser.py). Prints the events it found.
 
   python benchmarks/timeline_page.py --html /tmp/timeline.html --png docs/timeline.png
 """
@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -24,6 +22,7 @@ HERE = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(HERE))
 
 from tests.support.agent_proc import AgentProcess  # noqa: E402
+from tests.support.browser import screenshot  # noqa: E402
 from tunelab.analysis.report.page import STYLE  # noqa: E402
 from tunelab.analysis.timeline.events import find_events  # noqa: E402
 from tunelab.analysis.timeline.model import parse  # noqa: E402
@@ -86,15 +85,8 @@ def main() -> int:
         encoding="utf-8",
     )
     if args.png:
-        browser = shutil.which("chromium") or shutil.which("chromium-browser")
-        if browser is None:
-            raise SystemExit("no chromium on PATH (apt-get install chromium)")
-        subprocess.run(
-            [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-             f"--screenshot={args.png.resolve()}", "--window-size=1000,860",
-             args.html.resolve().as_uri()],
-            check=True, timeout=120, capture_output=True,
-        )  # fmt: skip
+        with tempfile.TemporaryDirectory(prefix="tl-chromium-") as profile:
+            screenshot(args.html, args.png.resolve(), Path(profile), width=1000, height=860)
         print(f"screenshot: {args.png}")
     return 0
 

@@ -249,7 +249,15 @@ class Sweep:
             state.started = min(r.dispatched for r in state.records)
         ended = max((r.end for r in state.records), default=state.started)
         if self.windows is not None:
-            self.windows.mark_point(point.index, began, state.started, ended)
+            self.windows.mark_point(
+                point.index,
+                began,
+                state.started,
+                ended,
+                concurrency=point.concurrency,
+                request_rate=point.request_rate,
+                ramp=bool(self.config.ramp),
+            )
         summary = self._describe(point, state, ended - state.started)
         summary.update(
             summarize(

@@ -14,6 +14,7 @@ import structlog
 from tunelab.analysis.timeline.differences import compare_differences
 from tunelab.analysis.timeline.events import find_events
 from tunelab.analysis.timeline.model import TimelineError, parse
+from tunelab.bench.timeline.document import is_timeline
 from tunelab.controller.store.models import AttemptRow
 from tunelab.controller.store.timelinebook import TimelineStore
 from tunelab.v1 import controller_pb2
@@ -25,8 +26,8 @@ def keep_timeline(
     store: TimelineStore, attempt_id: str, result: dict[str, Any] | None, now: float
 ) -> dict[str, Any] | None:
     """The result without its timeline, which is stored (with its events) first."""
-    if not isinstance(result, dict) or "timeline" not in result:
-        return result
+    if not isinstance(result, dict) or not is_timeline(result.get("timeline")):
+        return result  # none, or an external tool's own "timeline" key: its result as it is
     rest = {k: v for k, v in result.items() if k != "timeline"}
     document = result["timeline"]
     try:

@@ -27,7 +27,7 @@ def test_requests_are_binned_on_the_agents_grid() -> None:
     windows.add(record(0.6, [0.7, 1.2, 1.7, 2.2], 8))  # sent in window 0, ends in window 1
     windows.add(record(1.6, [1.8, 2.0], 4))
     windows.add(record(2.6, [], 0, ok=False))  # failed in window 2
-    windows.mark_point(0, 0.5, 0.6, 3.0)
+    windows.mark_point(0, 0.5, 0.6, 3.0, concurrency=2, request_rate=0.0, ramp=False)
     doc = windows.to_dict()
     s = doc["series"]
     assert doc["windows"] == 3
@@ -41,7 +41,10 @@ def test_requests_are_binned_on_the_agents_grid() -> None:
     assert s["client.ttft_p50_ms"][1] == pytest.approx(200.0, rel=0.03)
     assert s["client.ttft_p50_ms"][2] is None
     assert s["client.itl_p50_ms"][0] == pytest.approx(250.0, rel=0.03)  # 0.5 s per 2 tokens
-    assert doc["points"] == [{"index": 0, "start_s": 0.0, "measure_s": 0.1, "end_s": 2.5}]
+    assert doc["points"] == [
+        {"index": 0, "start_s": 0.0, "measure_s": 0.1, "end_s": 2.5, "concurrency": 2,
+         "request_rate": 0.0, "ramp": False}
+    ]  # fmt: skip
 
 
 def test_percentiles_of_the_log_histogram() -> None:

@@ -142,3 +142,11 @@ def test_differences_between_two_configurations() -> None:
     ]
     lines = compare_differences(rows, {"e1": [[]], "e2": [full, full]})
     assert lines == ["--max-num-seqs=512 preempted 280 times after t=30 s; x never"]
+
+
+def test_a_ramped_point_is_not_read_for_a_step() -> None:
+    tokens = [100.0 if w < 26 else 40.0 for w in range(N)]
+    doc = timeline({"client.output_tokens": tokens})
+    assert [k for k, _ in kinds(doc)] == ["throughput_step"]
+    doc["points"][0]["ramp"] = True
+    assert kinds(doc) == []

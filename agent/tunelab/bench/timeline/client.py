@@ -107,8 +107,11 @@ class ClientWindows:
                 self.itl[w][_bucket((at - previous) * 1000.0 / tokens)] += round(tokens)
             previous = at
 
-    def mark_point(self, index: int, began: float, measured: float, ended: float) -> None:
-        """One load point's span (perf_counter times): its warm-up, measured part and end."""
+    def mark_point(
+        self, index: int, began: float, measured: float, ended: float, **load: Any
+    ) -> None:
+        """One load point's span (perf_counter times): its warm-up, measured part and end, and
+        its load (``concurrency``, ``request_rate``, ``ramp``: a rate that rises on purpose)."""
         origin = self.start - self._offset
         self.points.append(
             {
@@ -116,6 +119,7 @@ class ClientWindows:
                 "start_s": round(began - origin, 3),
                 "measure_s": round(measured - origin, 3),
                 "end_s": round(ended - origin, 3),
+                **load,
             }
         )
         self._w(ended)

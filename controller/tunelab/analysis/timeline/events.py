@@ -289,6 +289,8 @@ def _throughput_steps(timeline: Timeline) -> list[Event]:
     tokens = timeline.get("client.output_tokens")
     out = []
     for span in timeline.points:
+        if span.ramp:
+            continue  # a ramp steps its throughput on purpose
         windows = list(measured_windows(timeline, span.index))
         values = [float(tokens[w] or 0.0) for w in windows]
         split = _best_split(values)

@@ -24,6 +24,7 @@ class PointSpan:
     start_s: float
     measure_s: float  # the warm-up ends here
     end_s: float
+    ramp: bool = False  # its rate rises on purpose (no throughput step is read there)
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,7 @@ def parse(doc: Mapping[str, Any]) -> Timeline:
             _number(p["start_s"], "points"),
             _number(p["measure_s"], "points"),
             _number(p["end_s"], "points"),
+            bool(p.get("ramp")),
         )
         for p in doc.get("points") or []
         if isinstance(p, Mapping)
