@@ -80,3 +80,11 @@ def test_a_launch_is_measured_in_blocks_of_its_answer_point() -> None:
     assert blocks_of(timeline_doc(tokens), 3) == []  # no such point
     assert blocks_of(None, 0) == [] and blocks_of(timeline_doc(tokens), None) == []
     assert blocks_of({"timeline": 99}, 0) == []  # a document this version cannot read
+
+
+def test_a_ready_the_poll_never_saw_is_the_benchmarks_start() -> None:
+    """Found by the e2e test: a short start-up was READY between two polls, so the stored
+    transitions go STARTING -> BENCHMARKING; the launch still has a load and a measuring."""
+    a = _attempt("x-1-a1", [], finished=20.0)
+    ev = _events("x-1-a1", {"STARTING": 10.0, "BENCHMARKING": 12.0})
+    assert phases(a, ev) == {"load_seconds": 2.0, "measure_seconds": 8.0}

@@ -38,7 +38,10 @@ def phases(attempt: AttemptRow, events: Sequence[Mapping[str, Any]]) -> dict[str
             entered.setdefault(str(e["to_state"]), float(e["at"]))
     gpus = max(1, len(attempt.gpus))
     out: dict[str, float] = {}
-    start, ready = entered.get(AttemptState.STARTING.value), entered.get(AttemptState.READY.value)
+    start = entered.get(AttemptState.STARTING.value)
+    # READY as the controller saw it, else the benchmark's start (a poll may see STARTING and
+    # then BENCHMARKING, READY having come and gone between two polls)
+    ready = entered.get(AttemptState.READY.value, entered.get(AttemptState.BENCHMARKING.value))
     end = attempt.finished_at
     if start is not None:
         loaded = ready if ready is not None else end
