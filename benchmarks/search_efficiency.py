@@ -41,7 +41,12 @@ simulator's engine in virtual time, Poisson arrivals.
 ``--real-check`` runs three points of a shorter surface (32 output tokens, concurrency 32) on real
 processes, the simulator and ``tunelab bench`` on loopback, beside the analytic figures.
 
+``--cost SEEDS`` prints the race's cost to a decision instead (benchmarks/race_cost.py: today's
+race, a grid of 3 launches a point and the race that allocates blocks and launches by cost, at
+launch CV 0.3, 3 and 10 %, block CV 2 and 10 %, launches of 5 s and 10 min).
+
 Usage: python benchmarks/search_efficiency.py [--seeds 5] [--check] [--real-check] [--json FILE]
+       python benchmarks/search_efficiency.py --cost 200
 """
 
 from __future__ import annotations
@@ -735,7 +740,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--confirm", type=int, default=6, help="with --noise: launches per contender (default 6)"
     )
+    parser.add_argument(
+        "--cost",
+        type=int,
+        metavar="SEEDS",
+        help="only the race's cost to a decision (benchmarks/race_cost.py), SEEDS seeds per cell",
+    )
     args = parser.parse_args(argv)
+    if args.cost:
+        from benchmarks.race_cost import cost_table  # beside this script
+
+        started = time.monotonic()
+        print("\n".join(cost_table(args.cost)))
+        print(f"(computed in {time.monotonic() - started:.1f} s)")
+        return 0
     if args.noise:
         started = time.monotonic()
         print("\n".join(noise_table(args.noise, args.confirm)))

@@ -31,6 +31,38 @@ def search_doc(lab: Lab, group: str) -> dict[str, Any]:
     return found
 
 
+def run_small_search(
+    lab: Lab,
+    tmp_path: Path,
+    load: dict[str, Any],
+    trials: int,
+    startup: float | None = None,
+    requests: int | None = None,
+) -> dict[str, Any]:
+    """The example over --max-num-seqs 8 and 16 only, one agent, a TPOT SLO, confirm 2: its
+    ``submit --wait --json`` document."""
+    controller = lab.start_controller()
+    lab.add_agent("sim-a", labels="pool=demo")
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    if startup is not None:
+        doc["server"]["flags"]["--startup-seconds"] = startup
+    if requests is not None:
+        doc["benchmark"]["requests"] = requests
+    doc["search"].update(
+        space={SEQS: [8, 16]},
+        slo={"tpot_p99_ms": 25},
+        load=load,
+        budget={"trials": trials, "confirm": 2},
+        parallel=1,
+    )
+    path = tmp_path / "small.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    result = controller.cli("submit", str(path), "--wait", "--json", timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr + controller.log()[-3000:]
+    found: dict[str, Any] = json.loads(result.stdout)
+    return found
+
+
 def test_the_example_search_prints_the_best_configuration_and_two_agents_share_it(
     lab: Lab,
 ) -> None:
@@ -120,7 +152,7 @@ def test_a_controller_killed_mid_race_resumes_it_and_reaches_the_same_answer(
     assert sum(1 for t in after["trials"] if not t["race"] and not t["drift"]) == 4
     rounds: dict[int, list[str]] = {}
     for t in after["trials"]:
-        if t["race"]:
+        if t["race"] and t["phase"] == "race":  # an effect round launches each side 3 times
             rounds.setdefault(t["race"], []).append(json.dumps(t["params"]))
     assert all(len(keys) == len(set(keys)) for keys in rounds.values()), (
         "no launch of a round queued twice across the restart",
@@ -168,23 +200,28 @@ def test_a_load_search_with_a_plateau_stops_at_each_batch_cap(lab: Lab, tmp_path
     queue, TTFT pays): without a plateau the load search walks to the maximum, measuring
     queueing. ``plateau: 20%`` stops the ladder where doubling the load stopped paying, so each
     trial's load is its cap, found in a few points, and its throughput is the cap's."""
-    controller = lab.start_controller()
-    lab.add_agent("sim-a", labels="pool=demo")
-    doc = yaml.safe_load(EXAMPLE.read_text())
-    doc["search"].update(
-        space={SEQS: [8, 16]},
-        slo={"tpot_p99_ms": 25},
-        load={"concurrency": "find", "max": 256, "plateau": "20%"},
-        budget={"trials": 6, "confirm": 2},
-        parallel=1,
+    found = run_small_search(
+        lab, tmp_path, load={"concurrency": "find", "max": 256, "plateau": "20%"}, trials=6
     )
-    path = tmp_path / "plateau.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    result = controller.cli("submit", str(path), "--wait", "--json", timeout=300)
-    assert result.returncode == 0, result.stdout + result.stderr + controller.log()[-3000:]
-    found = json.loads(result.stdout)
     measured = [t for t in found["trials"] if t["state"] == "DONE" and not t["drift"]]
     loads = {t["params"][SEQS]: t["load"]["concurrency"] for t in measured if not t["race"]}
     assert loads == {8: 8, 16: 16}, found["trials"]
     assert found["best"]["params"][SEQS] == 16 and found["best"]["load"]["concurrency"] == 16
     assert found["best"]["vs_runner_up"]["verdict"] == "better", found["best"]
+
+
+def test_the_answer_says_what_it_cost(lab: Lab, tmp_path: Path) -> None:
+    """Each launch's load (STARTING to READY) and measuring are stored with it and summed in
+    ``cost``: a simulator that takes 1.5 s to load makes every launch's load at least that."""
+    # a fixed load: requests per point
+    found = run_small_search(
+        lab, tmp_path, load={"concurrency": [8]}, trials=2, startup=1.5, requests=40
+    )
+    cost = found["cost"]
+    launched = [t for t in found["trials"] if t["experiment"] and t["state"] != "SKIPPED"]
+    assert cost["launches"] == len(launched) >= 4  # the strategy's two and the race's
+    assert cost["load_seconds"] >= 1.5 * cost["launches"]  # wall seconds: no GPU here
+    assert cost["measure_seconds"] > 0
+    assert cost["gpu_seconds"] >= cost["load_seconds"] + cost["measure_seconds"] - 1.0
+    noise = found["noise"]  # no blocks measured yet: the launches' whole spread
+    assert noise["blocks"] == 0 and noise["within_cv"] is None and noise["launches"] >= 4

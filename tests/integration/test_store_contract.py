@@ -20,6 +20,7 @@ import pytest
 from tests.support.postgres import PostgresServer
 from tests.unit.controller import test_store_scheduler as unit
 from tests.unit.controller.test_store_scheduler import host, queue
+from tunelab.analysis.noise import NoiseProfile, ProfileKey
 from tunelab.controller.scheduler import Scheduler
 from tunelab.controller.states import AttemptState, SearchState, TrialState
 from tunelab.controller.store import (
@@ -446,3 +447,16 @@ def test_an_attempt_timeline_and_its_events_on_both_engines(store: SqlStore) -> 
     for attempt in many[::300]:
         store.put_timeline(attempt, timeline, events, 1.8e9)
     assert sorted(store.timeline_events(many)) == sorted(many[::300])
+
+
+def test_a_noise_profile_on_both_engines(store: SqlStore) -> None:
+    key = ProfileKey("1x NVIDIA H100 80GB HBM3", "vllm 0.11.0", "glm-5")
+    assert store.noise_profile(key) is None
+    first = NoiseProfile(key, 0.0004, 0.0025, 2.0, 20.0, 1)
+    store.put_noise_profile(first, 1.8e9)
+    assert store.noise_profile(key) == first
+    second = NoiseProfile(key, 0.0007, 0.0019, 8.0, 60.0, 2)
+    store.put_noise_profile(second, 1.8e9 + 1)  # replaced whole
+    assert store.noise_profile(key) == second
+    other = ProfileKey(key.host_class, "sglang 0.5.2", key.model)
+    assert store.noise_profile(other) is None

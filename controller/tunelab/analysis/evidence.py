@@ -54,6 +54,7 @@ class Launch:
     client_limited: bool = False
     running: bool = False
     gpu_seconds: float = 0.0
+    blocks: tuple[float, ...] = ()  # the value of each block of its answer point (issue 44)
 
     @property
     def missed(self) -> bool:

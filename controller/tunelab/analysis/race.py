@@ -36,8 +36,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
+from tunelab.analysis import variance
 from tunelab.analysis.evidence import Launch, Load, Phase
-from tunelab.analysis.intervals import ALPHA, Cell, Method, adjust, contrast, log_contrast
+from tunelab.analysis.intervals import (
+    ALPHA,
+    Cell,
+    Estimate,
+    Method,
+    adjust,
+    contrast,
+    log_contrast,
+)
 from tunelab.analysis.judge import Judgement, Verdict, judge_pair
 from tunelab.analysis.metrics import Direction, Metric
 
@@ -75,6 +84,7 @@ class Settings:
     slos: int = 0
     default: str | None = None  # the default's key: the effect's reference
     alpha: float = ALPHA
+    prior: variance.Prior | None = None  # search.noise: the variance components declared
 
     @property
     def looks(self) -> int:
@@ -101,6 +111,7 @@ class Contender:
     first: int  # its first launch at the race's load (else the strategy's latest trial)
     status: Status = Status.RACING
     values: tuple[float, ...] = ()
+    blocks: tuple[tuple[float, ...], ...] = ()  # each launch's blocks, beside ``values``
     launches: tuple[int, ...] = ()
     ratios: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
     missed: int = 0  # launches that missed an SLO at the race's load
@@ -266,12 +277,14 @@ def _absorb(state: RaceState, found: Sequence[Launch], policy: Policy) -> RaceSt
 
 def _add(c: Contender, found: Sequence[Launch], s: Settings) -> Contender:
     values, numbers, ratios = list(c.values), list(c.launches), dict(c.ratios)
+    blocks = list(c.blocks)
     missed, failures = c.missed, c.failures
     for x in found:
         failures += x.phase is Phase.RACE and x.counts_as_failure
         if x.value is None or x.load != s.load or x.rung != s.rung:
             continue
         values.append(x.value)
+        blocks.append(x.blocks)
         numbers.append(x.number)
         missed += x.missed
         for name, ratio in x.slo_ratios.items():
@@ -285,6 +298,7 @@ def _add(c: Contender, found: Sequence[Launch], s: Settings) -> Contender:
         first=first,
         status=status,
         values=tuple(values),
+        blocks=tuple(blocks),
         launches=tuple(numbers),
         ratios=ratios,
         missed=missed,
@@ -367,9 +381,32 @@ def _look(state: RaceState) -> RaceState:
     )
 
 
+def pair_estimate(
+    best: Contender,
+    other: Contender,
+    pool: Sequence[Contender],
+    prior: variance.Prior | None = None,
+) -> Estimate | None:
+    """``best`` against ``other``: over launches (``intervals.contrast``), or, where every launch
+    of the contenders in ``pool`` was measured in blocks, by the variance components fitted over
+    them (``variance.contrast``: the launches stay the unit; blocks count as replicates only
+    where the launch noise is shown negligible, or with ``prior`` unless its launches
+    contradict it), so a race judges with the right standard error (issue 44)."""
+    pool = [c for c in pool if c.values]
+    measured = all(len(c.blocks) == len(c.values) for c in pool) and all(
+        len(b) >= 2 for c in pool for b in c.blocks
+    )
+    if measured and {best.key, other.key} <= {c.key for c in pool}:
+        data = [variance.Launch(c.key, b) for c in pool for b in c.blocks]
+        components = variance.fit(data, prior)
+        if components is not None:
+            return variance.contrast(components, data, best.key, other.key)
+    return contrast(best.values, other.values)
+
+
 def _family(best: Contender, others: Sequence[Contender], s: Settings) -> dict[str, Judgement]:
     """The best against each other racing contender, one Holm family at the look's level."""
-    pairs = [(c, contrast(best.values, c.values)) for c in others]
+    pairs = [(c, pair_estimate(best, c, [best, *others], s.prior)) for c in others]
     known = [(c, e) for c, e in pairs if e is not None]
     adjusted = adjust([e.p_value() for _, e in known], Method.HOLM)
     order = sorted(range(len(known)), key=lambda i: known[i][1].p_value())
@@ -429,9 +466,10 @@ def versus(state: RaceState, other: Contender) -> Judgement | None:
     if other.judgement is not None and other.against == best.key:
         return other.judgement
     s = state.settings
-    estimate = contrast(best.values, other.values)
+    pool = [best, *[c for c in state.racing if c.key != best.key]]
+    found = pair_estimate(best, other, pool, s.prior)
     j = judge_pair(
-        estimate,
+        found,
         s.metric,
         margin=s.margin,
         confidence=1.0 - s.level,

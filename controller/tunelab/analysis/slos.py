@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-# the search's SLO keys (tunelab.controller.search.space.LATENCY_METRICS): metric, statistic
+# the search's SLO keys (the latency metrics of tunelab.analysis.metrics): metric, statistic
 _STATISTIC = {"p99": "p99", "median": "median"}
 
 

@@ -203,6 +203,8 @@ def render_search(doc: dict[str, Any]) -> str:
         lines += ["", *_wrapped(f"answer: {doc['answer']}")]
     for warning in doc.get("warnings") or []:
         lines += _wrapped(f"warning: {warning}")
+    if doc.get("cost"):
+        lines += _wrapped(_cost_line(doc["cost"], doc.get("noise") or {}))
     rec = doc.get("recommendation")
     best = doc.get("best")
     if best and rec:
@@ -234,6 +236,24 @@ def render_search(doc: dict[str, Any]) -> str:
         lines += ["  server argv:", *argv_lines(rec["argv"])]
         lines += ["  spec snippet:", *_wrapped(json.dumps(rec["spec"]), "    ")]
     return "\n".join(lines)
+
+
+def _cost_line(cost: dict[str, Any], noise: dict[str, Any]) -> str:
+    """What the answer cost, and what its launches vary by (issue 44)."""
+
+    def seconds(key: str) -> str:
+        value = cost.get(key)
+        return "?" if value is None else f"{value:,.0f}"
+
+    line = (
+        f"cost: {cost['launches']} launches, {seconds('gpu_seconds')} GPU-s "
+        f"(loading {seconds('load_seconds')}, measuring {seconds('measure_seconds')})"
+    )
+    if noise.get("launch_cv") is not None:
+        line += f"; launch noise {noise['launch_cv']:.1%}"
+        if noise.get("within_cv") is not None:
+            line += f", within {noise['within_cv']:.1%} ({noise['blocks']} blocks)"
+    return line
 
 
 def _load(load: dict[str, Any] | None, short: bool = False) -> str:

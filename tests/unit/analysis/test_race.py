@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from dataclasses import replace
 
-from tunelab.analysis import race
+from tunelab.analysis import race, variance
 from tunelab.analysis.evidence import Launch, Phase
+from tunelab.analysis.intervals import contrast
 from tunelab.analysis.judge import Verdict
 from tunelab.analysis.metrics import CATALOGUE
 
@@ -167,3 +169,55 @@ def test_a_replay_reaches_the_same_state_as_the_race_did() -> None:
     )
     again, asks = race.step(race.start(s, [("b", 1), ("c", 2), ("a", 3)]), list(reversed(launches)))
     assert again == state and asks == ()
+
+
+def _blocked(number: int, config: str, values: list[float], round_: int = 0) -> Launch:
+    phase = Phase.RACE if round_ else Phase.STRATEGY
+    mean = sum(values) / len(values)
+    return Launch(number, config, phase, round_, load=LOAD, value=mean, blocks=tuple(values))
+
+
+def test_launches_measured_in_blocks_are_judged_by_the_variance_components() -> None:
+    """Issue 44: where every launch carries blocks, the race's comparison is the variance
+    components' contrast (launches the unit, blocks weighed by the within-launch noise), and
+    without blocks the contrast over launch values, as before."""
+    rows = {
+        "a": [[100.0, 101.0, 99.0], [104.0, 103.0, 105.0], [98.0, 97.5, 99.5]],
+        "b": [[120.0, 121.0, 119.0], [118.0, 117.0, 119.5], [123.0, 122.0, 124.0]],
+    }
+    launches = [
+        _blocked(1 + 2 * i + j, k, rows[k][i], i)
+        for i in range(3)
+        for j, k in enumerate(("a", "b"))
+    ]
+    best = race.Contender("b", 2, values=tuple(x.value or 0 for x in launches if x.config == "b"))
+    best = replace(best, blocks=tuple(x.blocks for x in launches if x.config == "b"))
+    other = race.Contender("a", 1, values=tuple(x.value or 0 for x in launches if x.config == "a"))
+    other = replace(other, blocks=tuple(x.blocks for x in launches if x.config == "a"))
+    found = race.pair_estimate(best, other, [best, other])
+    data = [variance.Launch(x.config, x.blocks) for x in launches]
+    fitted = variance.fit(data)
+    assert fitted is not None
+    assert found == variance.contrast(fitted, data, "b", "a")
+    assert found is not None and found.df == fitted.df_between == 4  # the launches' df
+    plain = replace(other, blocks=())
+    assert race.pair_estimate(best, plain, [best, plain]) == contrast(best.values, plain.values)
+
+
+def test_a_declared_noise_lends_the_race_its_degrees_of_freedom() -> None:
+    """search.noise: with launches agreeing as the prior says, the comparison's degrees of
+    freedom are the prior's and the blocks' (Satterthwaite), not the 2 launches' alone."""
+    rows = {
+        "a": [[100.0, 101.0, 99.0], [100.8, 99.8, 101.3]],
+        "b": [[110.0, 111.0, 109.0], [109.4, 110.2, 108.6]],
+    }
+    field_ = []
+    for k, key_rows in rows.items():
+        c = race.Contender(k, 1, values=tuple(sum(r) / 3 for r in key_rows))
+        field_.append(replace(c, blocks=tuple(tuple(r) for r in key_rows)))
+    best, other = field_[1], field_[0]
+    alone = race.pair_estimate(best, other, field_)
+    prior = variance.Prior(variance.cv_to_var(0.003), variance.cv_to_var(0.01), 20.0)
+    helped = race.pair_estimate(best, other, field_, prior)
+    assert alone is not None and helped is not None
+    assert alone.df == 2 and helped.df > 10

@@ -110,3 +110,22 @@ def test_launches_at_a_given_load_are_not_ranked_with_the_strategys() -> None:
     text = render_search(search_doc(trials))
     rows = [line for line in text.splitlines() if " drift " in line]
     assert len(rows) == 4 and all(line.startswith("- ") for line in rows), rows
+
+
+def test_the_answer_says_what_it_cost() -> None:
+    doc = finished_search()
+    doc["cost"] = {
+        "launches": 9,
+        "gpu_seconds": 373.5,
+        "load_seconds": 45.0,
+        "measure_seconds": 300,
+    }
+    doc["noise"] = {"launch_cv": 0.012, "within_cv": 0.031, "launches": 4, "blocks": 12}
+    lines = render_search(doc).splitlines()
+    assert (
+        "cost: 9 launches, 374 GPU-s (loading 45, measuring 300); launch noise 1.2%, "
+        "within 3.1% (12 blocks)"
+    ) in lines
+    doc["noise"] = {"launch_cv": None, "within_cv": None, "launches": 0, "blocks": 0}
+    doc["cost"]["load_seconds"] = None
+    assert "cost: 9 launches, 374 GPU-s (loading ?, measuring 300)" in render_search(doc)

@@ -5,7 +5,10 @@ interval of a positive objective never reaches zero."""
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
+
+import pytest
 
 from tunelab.controller.search.submit import search_from_text
 from tunelab.controller.search.summary import search_document
@@ -107,6 +110,39 @@ def test_a_survivor_of_a_deeper_rung_is_the_incumbent() -> None:
     found = best(trials)
     assert found["params"] == {SEQS: 32} and found["trial"] == 3
     assert found["objective"] == 90.5 and found["launches"] == 1 and found["interval"] is None
+
+
+def test_the_document_says_what_it_cost_and_what_launches_vary_by() -> None:
+    trials = [done(1, 16, [100.0]), done(2, 32, [150.0])]
+    trials += [done(3, 32, [165.0], race=1), done(4, 16, [110.0], race=1)]
+    for t in trials:
+        t.details.update(load_seconds=20.0, measure_seconds=10.0)
+        t.gpu_seconds = 30.0
+    doc = document(trials)
+    assert doc["cost"] == {
+        "launches": 4,
+        "gpu_seconds": 120.0,
+        "load_seconds": 80.0,
+        "measure_seconds": 40.0,
+    }
+    # two launches each: log(165/150)^2 / 2 + log(110/100)^2 / 2 over 2 df -> CV ~ 6.8 %
+    noise = doc["noise"]
+    assert noise["launches"] == 4 and noise["blocks"] == 0 and noise["within_cv"] is None
+    expected = math.sqrt(math.expm1((math.log(1.1) ** 2 / 2 + math.log(1.1) ** 2 / 2) / 2))
+    assert noise["launch_cv"] == pytest.approx(expected, rel=1e-4)
+
+
+def test_launches_measured_in_blocks_split_the_noise_between_and_within() -> None:
+    # launch means 100, 110 (config 16) and 150, 165 (config 32): launch noise; blocks +-1 %
+    trials = [done(1, 16, [100.0]), done(2, 32, [150.0])]
+    trials += [done(3, 32, [165.0], race=1), done(4, 16, [110.0], race=1)]
+    for t in trials:
+        v = t.objective or 0.0
+        t.details["blocks"] = [v * 0.99, v, v * 1.01]
+    noise = document(trials)["noise"]
+    assert noise["launches"] == 4 and noise["blocks"] == 12
+    assert 0.005 < noise["within_cv"] < 0.015  # the blocks' +-1 %
+    assert noise["launch_cv"] > 0.05  # log(1.1) apart within each configuration
 
 
 def test_a_cancelled_search_says_it_was_cancelled() -> None:

@@ -164,3 +164,39 @@ def test_a_bad_plateau_is_named(load: str, problem: str) -> None:
     assert any(
         i.path == "search.load.plateau" and problem in i.problem for i in caught.value.issues
     ), caught.value
+
+
+@pytest.mark.parametrize(
+    ("confirm", "launches", "seconds"),
+    [("6", 6, 0.0), ("2h", 100, 7200.0), ("30m", 100, 1800.0), ("{gpu_time: 1h}", 100, 3600.0)],
+)
+def test_the_race_budget_may_be_a_gpu_time(confirm: str, launches: int, seconds: float) -> None:
+    text = BASE + FULL.replace("duration: 6h}", f"duration: 6h, confirm: {confirm}}}")
+    found = search_from_text(text)
+    assert found is not None
+    assert (found.spec.confirm_launches, found.spec.confirm_seconds) == (launches, seconds)
+
+
+@pytest.mark.parametrize(("confirm", "problem"), [("0s", "above 0"), ("lots", "a duration")])
+def test_a_bad_gpu_time_is_named(confirm: str, problem: str) -> None:
+    text = BASE + FULL.replace("duration: 6h}", f"duration: 6h, confirm: {confirm}}}")
+    with pytest.raises(SpecError) as caught:
+        search_from_text(text)
+    found = [i for i in caught.value.issues if i.path == "search.budget.confirm"]
+    assert len(found) == 1 and problem in found[0].problem, caught.value
+
+
+def test_the_noise_may_be_declared() -> None:
+    found = search_from_text(BASE + FULL + "  noise: {launch: 1%, within: 0.05}\n")
+    assert found is not None and found.spec.noise == (0.01, 0.05)
+    assert SearchSpec.from_dict(found.spec.to_dict()) == found.spec
+
+
+@pytest.mark.parametrize(
+    ("noise", "path"),
+    [("{launch: 1%}", "search.noise"), ("{launch: 1%, within: 0}", "search.noise.within")],
+)
+def test_a_bad_noise_is_named(noise: str, path: str) -> None:
+    with pytest.raises(SpecError) as caught:
+        search_from_text(BASE + FULL + f"  noise: {noise}\n")
+    assert any(i.path == path for i in caught.value.issues), caught.value

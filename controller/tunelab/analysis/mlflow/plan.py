@@ -17,30 +17,37 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tunelab.analysis.metrics import Metric, lookup
 from tunelab.analysis.mlflow.timeline_metrics import timeline_metrics
 from tunelab.common import __version__
 
 KEY_TAG = "tunelab.key"
 MLFLOW_EVENT = "mlflow_export"  # the store's event per exported attempt; its message: the link
 DIGEST_TAG = "tunelab.digest"
-# per load point, the figures of the point (steps: the point's index in the sweep)
+
+
+def mlflow_name(metric: Metric) -> str:
+    """A metric's MLflow name: the search's spelling for a latency, ``p50`` for a median
+    (``ttft_p50_ms``), else its catalogue name (``goodput``)."""
+    if metric.unit == "ms":
+        return metric.aliases[0].replace("_median_", "_p50_")
+    return metric.name
+
+
+# per load point, the figures of the point (steps: the point's index in the sweep), named from
+# the metric catalogue (tunelab.analysis.metrics); the load itself beside them
+EXPORTED = ("output_throughput", "request_throughput", "median_ttft_ms", "p99_ttft_ms",
+            "median_tpot_ms", "p99_tpot_ms", "median_itl_ms", "p99_itl_ms", "goodput")  # fmt: skip
 POINT_METRICS = {
-    "output_throughput": "output_throughput",
-    "request_throughput": "request_throughput",
-    "median_ttft_ms": "ttft_p50_ms",
-    "p99_ttft_ms": "ttft_p99_ms",
-    "median_tpot_ms": "tpot_p50_ms",
-    "p99_tpot_ms": "tpot_p99_ms",
-    "median_itl_ms": "itl_p50_ms",
-    "p99_itl_ms": "itl_p99_ms",
-    "request_goodput": "goodput",
+    **{m.field: mlflow_name(m) for m in map(lookup, EXPORTED)},
     "concurrency": "concurrency",
     "request_rate": "request_rate",
 }
+# per run; mean power keeps the name it was exported under (gpu_power_watts, its alias)
 RUN_METRICS = {
-    "tokens_per_joule": "tokens_per_joule",
-    "mean_power_watts": "gpu_power_watts",
-    "energy_joules": "energy_joules",
+    "tokens_per_joule": mlflow_name(lookup("tokens_per_joule")),
+    "mean_power_watts": lookup("mean_power_watts").aliases[0],
+    "energy_joules": mlflow_name(lookup("energy_joules")),
 }
 MAX_PARAM_VALUE = 6000  # MLflow's limit on a parameter's value
 MAX_KEY = 250

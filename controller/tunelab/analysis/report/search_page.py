@@ -9,6 +9,7 @@ import math
 from html import escape
 from typing import Any
 
+from tunelab.analysis.metrics import LATENCIES, lookup
 from tunelab.analysis.report.page import CHECK_SCRIPT, STYLE, _figure, _num, _table
 from tunelab.analysis.report.svg import PALETTE, Series, bar_chart, pareto_front, xy_chart
 from tunelab.analysis.slos import slo_label, slo_text
@@ -64,10 +65,7 @@ def objective_section(search: dict[str, Any]) -> str:
     return f"<div class='grid'>{''.join(figures)}</div>"
 
 
-# the search's SLO keys and the compare document's point keys (search.space.METRICS)
-_POINT_KEY = {"ttft_p99_ms": "p99_ttft_ms", "ttft_median_ms": "median_ttft_ms",
-              "tpot_p99_ms": "p99_tpot_ms", "tpot_median_ms": "median_tpot_ms",
-              "itl_p99_ms": "p99_itl_ms", "itl_median_ms": "median_itl_ms"}  # fmt: skip
+SLO_SPELLING = {m.aliases[0] for m in LATENCIES}  # the search's SLO keys: tpot_p99_ms
 
 
 def _pareto_chart(compare_doc: dict[str, Any], key: str, limit: float | None) -> str | None:
@@ -75,11 +73,11 @@ def _pareto_chart(compare_doc: dict[str, Any], key: str, limit: float | None) ->
     point has both figures."""
     name = slo_label(key)
     points = [
-        (float(p["output_throughput"]), float(p[_POINT_KEY[key]]))
+        (float(p["output_throughput"]), float(p[lookup(key).field]))
         for row in compare_doc.get("experiments", [])
         for p in row.get("points", [])
         if isinstance(p.get("output_throughput"), int | float)
-        and isinstance(p.get(_POINT_KEY[key]), int | float)
+        and isinstance(p.get(lookup(key).field), int | float)
     ]
     if not points:
         return None
@@ -104,7 +102,7 @@ def pareto_section(search: dict[str, Any], compare_doc: dict[str, Any]) -> str:
     """One chart per SLO of the search (every limit that can bind the load is drawn against
     its own latency); p99 TPOT alone when the search has none."""
     slo = search.get("slo") or {}
-    keys = [k for k in slo if k in _POINT_KEY] or ["tpot_p99_ms"]
+    keys = [k for k in slo if k in SLO_SPELLING] or ["tpot_p99_ms"]
     figures = [f for k in keys if (f := _pareto_chart(compare_doc, k, slo.get(k))) is not None]
     if not figures:
         return "<p class='muted'>No measured point yet.</p>"

@@ -25,12 +25,14 @@ from typing import Any
 
 import structlog
 
+from tunelab.analysis import noise
 from tunelab.analysis.evidence import Phase
 from tunelab.analysis.slos import slo_text
 from tunelab.controller.guard import StepGuard
 from tunelab.controller.search import drift, race
 from tunelab.controller.search.answer import answer_line
 from tunelab.controller.search.backoff import SearchSpecError
+from tunelab.controller.search.cost import blocks_of, launch_cost, profile_key, race_components
 from tunelab.controller.search.space import STRATEGIES, SearchSpec
 from tunelab.controller.search.strategies import Proposal, TrialView, key, strategy_for
 from tunelab.controller.search.trials import CLIENT_LIMITED, outcome, trial_label, trial_spec
@@ -346,9 +348,15 @@ class SearchDriver:
             exp = experiments[t.experiment_id or ""]
             found = outcome(spec, exp, attempts[exp.id], fixed_load=race.is_fixed_load(t))
             t.state, t.failure_reason = found.state, found.failure_reason
-            t.details = {**t.details, **found.details}
+            spent = launch_cost(attempts[exp.id], self._store.events_for(exp.id))
+            t.details = {**t.details, **found.details, **spent}
             t.load, t.slo_ratios, t.host = found.load, found.slo_ratios, found.host
             t.gpu_seconds = found.gpu_seconds
+            if found.objective is not None and spec.objective == "output_throughput":
+                last = attempts[exp.id][-1]
+                measured = blocks_of(self._store.timeline(last.id), t.details.get("point_index"))
+                if len(measured) >= 2:  # within-launch replicates (the variance components)
+                    t.details["blocks"] = measured
             t.finished_at = self._clock()
             t.samples = list(found.samples)  # the answer points of this one launch
             t.objective = found.objective  # this launch's value (the launch is the unit)
@@ -404,4 +412,18 @@ class SearchDriver:
             )
         target = state or (SearchState.DONE if standing.best is not None else SearchState.FAILED)
         self._store.finish_search(search.group, target, summary, self._clock(), fence)
+        self._remember_noise(search, standing, trials)
         log.info("search_finished", group=search.group, state=target, message=summary)
+
+    def _remember_noise(
+        self, search: SearchRow, standing: race.Standings, trials: Sequence[TrialRow]
+    ) -> None:
+        """Pool the race's variance components into the noise profile of its host class,
+        engine and model (after the fenced finish: only the controller that finished it)."""
+        found = race_components(standing, trials)
+        key = profile_key(search.base, trials)
+        if found is None or key is None:
+            return
+        pooled = noise.remember(self._store.noise_profile(key), key, found)
+        if pooled is not None:
+            self._store.put_noise_profile(pooled, self._clock())

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tunelab.analysis import noise
 from tunelab.analysis import race as machine
 from tunelab.analysis.evidence import Launch, Phase
 from tunelab.analysis.judge import Judgement
@@ -75,6 +76,7 @@ def launch_of(t: TrialRow) -> Launch:
         client_limited=t.failure_reason in CLIENT_LIMITED,
         running=t.state == "RUNNING",
         gpu_seconds=t.gpu_seconds or 0.0,
+        blocks=tuple(float(b) for b in t.details.get("blocks") or ()),
     )
 
 
@@ -211,6 +213,7 @@ def settings(
         spec.confirm_seconds or 0.0,
         len(spec.slo),
         default,
+        prior=None if spec.noise is None else noise.declared(*spec.noise),
     )
 
 

@@ -18,7 +18,7 @@ from tunelab.controller.spec.errors import SpecIssue
 from tunelab.controller.spec.schema import Checker
 
 SEARCH_KEYS = {"space", "objective", "slo", "load", "budget", "strategy", "eta", "parallel",
-               "seed", "grid_points", "implied_oom", "margin"}  # fmt: skip
+               "seed", "grid_points", "implied_oom", "margin", "noise"}  # fmt: skip
 STRATEGIES = ("grid", "random", "successive-halving", "tpe")
 # the search's objectives and SLOs are metrics of the one catalogue (tunelab.analysis.metrics):
 # an objective is a throughput, goodput, tokens per joule or a latency; an SLO a latency limit
@@ -141,6 +141,7 @@ class SearchSpec:
     confirm_launches: int = CONFIRM_LAUNCHES  # the race: launches per contender (0: no race)
     confirm_seconds: float = 0.0  # the race: GPU-seconds it may spend (0: launches only)
     margin: float = MARGIN  # the race's tie margin, relative
+    noise: tuple[float, float] | None = None  # search.noise: (launch CV, within CV), declared
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -168,6 +169,9 @@ class SearchSpec:
                 "confirm_gpu_seconds": self.confirm_seconds,
             },
             "margin": self.margin,
+            "noise": None
+            if self.noise is None
+            else {"launch": self.noise[0], "within": self.noise[1]},
             "eta": self.eta,
             "parallel": self.parallel,
             "seed": self.seed,
@@ -213,6 +217,9 @@ class SearchSpec:
             confirm_launches=data["budget"].get("confirm_launches", CONFIRM_LAUNCHES),
             confirm_seconds=data["budget"].get("confirm_gpu_seconds", 0.0),
             margin=data.get("margin", MARGIN),
+            noise=None
+            if data.get("noise") is None
+            else (data["noise"]["launch"], data["noise"]["within"]),
         )
 
 
@@ -272,9 +279,16 @@ def _implied_oom(check: Checker, raw: Any, params: list[Param]) -> tuple[str, ..
 
 
 def _confirm(check: Checker, raw: Any) -> tuple[int, float]:
-    """``search.budget.confirm``: launches per contender of the race (``6``), or
-    ``{launches: 6, gpu_time: 2h}`` (the GPU time the race may spend; either may be given)."""
+    """``search.budget.confirm``: launches per contender of the race (``6``), a GPU time
+    (``2h``: the race launches as the allocation says until it is spent), or
+    ``{launches: 6, gpu_time: 2h}`` (either may be given)."""
     where = "search.budget.confirm"
+    if isinstance(raw, str) and not raw.strip().isdigit():
+        refused = len(check.issues)
+        seconds = check.duration(raw, where)
+        if seconds <= 0 and len(check.issues) == refused:
+            check.fail(where, f"a GPU time must be above 0, got {raw!r}")
+        return MAX_CONFIRM, seconds
     if not isinstance(raw, Mapping):
         launches = check.integer(raw, where, 0)
         if launches > MAX_CONFIRM:
@@ -288,6 +302,18 @@ def _confirm(check: Checker, raw: Any) -> tuple[int, float]:
         check.fail(f"{where}.launches", f"must be <= {MAX_CONFIRM}, got {launches}")
     seconds = check.duration(given["gpu_time"], f"{where}.gpu_time") if "gpu_time" in given else 0.0
     return launches, seconds
+
+
+def _noise(check: Checker, raw: Any) -> tuple[float, float] | None:
+    """``search.noise: {launch: 1%, within: 5%}``: the variance components declared (each a CV),
+    in place of the remembered noise profile (tunelab.analysis.noise)."""
+    given = check.mapping(raw, "search.noise", {"launch", "within"})
+    if set(given) != {"launch", "within"}:
+        check.fail("search.noise", "give launch: CV and within: CV (e.g. launch: 1%, within: 5%)")
+        return None
+    launch = check.fraction(given["launch"], "search.noise.launch", 1.0, zero=True)
+    within = check.fraction(given["within"], "search.noise.within", 1.0)
+    return None if launch is None or within is None else (launch, within)
 
 
 def _margin(check: Checker, raw: Any) -> float:
@@ -385,6 +411,7 @@ def parse_search(raw: Any, prefix: str = "") -> tuple[SearchSpec | None, list[Sp
     )
     confirm_launches, confirm_seconds = _confirm(check, budget.get("confirm", CONFIRM_LAUNCHES))
     margin = _margin(check, doc.get("margin", MARGIN))
+    noise = _noise(check, doc["noise"]) if "noise" in doc else None
     strategy = check.string(doc.get("strategy", "grid"), "search.strategy")
     if strategy not in STRATEGIES:
         check.fail("search.strategy", f"must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
@@ -416,6 +443,7 @@ def parse_search(raw: Any, prefix: str = "") -> tuple[SearchSpec | None, list[Sp
         confirm_launches=confirm_launches,
         confirm_seconds=confirm_seconds,
         margin=margin,
+        noise=noise,
     )
     return spec, []
 

@@ -18,12 +18,19 @@ from tunelab.controller.search.answer import (
     ordered,
     warnings,
 )
+from tunelab.controller.search.cost import cost_json, noise_json
 from tunelab.controller.search.space import SearchSpec
 from tunelab.controller.search.strategies import key
 from tunelab.controller.search.trials import trial_spec
 from tunelab.controller.spec.render import server_argv
 from tunelab.controller.states import SearchState
 from tunelab.controller.store.search_models import SearchRow, TrialRow
+
+
+def _evidence_group(t: TrialRow) -> str:
+    """Launches counted together: the strategy's and the race's; the effect's fresh ones apart
+    (they are what the effect rests on); each end of the drift apart."""
+    return t.phase if t.phase in ("effect", "drift_start", "drift_end") else "race"
 
 
 def launches_at(trials: Sequence[TrialRow], t: TrialRow) -> list[float]:
@@ -34,7 +41,7 @@ def launches_at(trials: Sequence[TrialRow], t: TrialRow) -> list[float]:
     for o in trials:
         if o.number > t.number or key(o.params) != key(t.params) or o.rung != t.rung:
             continue
-        if drift.phase(o) != drift.phase(t):  # a drift launch counts only with its own end
+        if _evidence_group(o) != _evidence_group(t):
             continue
         value = race.launch_value(o)
         if value is not None and o.load == where:
@@ -118,6 +125,8 @@ def search_document(search: SearchRow, trials: Sequence[TrialRow]) -> dict[str, 
         "drift": drift_json(spec, trials),
         "warnings": warnings(spec, trials),
         "gpu_seconds": _total_gpu_seconds(trials),
+        "cost": cost_json(trials),
+        "noise": noise_json(standing, trials),
         "submitted_at": search.submitted_at,
         "finished_at": search.finished_at,
     }

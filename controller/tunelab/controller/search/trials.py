@@ -314,6 +314,7 @@ def _outcome(
         samples = (best_value,)
     used["slo_margins"] = margins(search, best_point)
     used["load"] = _load_of(best_point)
+    used["point_index"] = best_point.get("point_index")  # its blocks are cut from this point
     if fixed_load and not meets(search, best_point):
         used["message"] = "missed the SLOs at the race's load"
     objective = sum(samples) / len(samples)

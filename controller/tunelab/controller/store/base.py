@@ -30,6 +30,7 @@ from tunelab.controller.store.models import (
     FencingToken,
     HostRow,
 )
+from tunelab.controller.store.noisebook import NoiseStore
 from tunelab.controller.store.search_models import SearchStore
 from tunelab.controller.store.timelinebook import TimelineStore
 from tunelab.controller.store.watch_models import WatchStore
@@ -60,7 +61,7 @@ class StoreFull(StoreError):
     """The disk holding the database is full; the transaction was rolled back."""
 
 
-class Store(SearchStore, WatchStore, FaultBook, TimelineStore, Protocol):
+class Store(SearchStore, WatchStore, FaultBook, TimelineStore, NoiseStore, Protocol):
     # hosts
     def add_host(self, host: HostRow, replace: bool = False) -> HostRow: ...
     def remove_host(self, name: str) -> None: ...

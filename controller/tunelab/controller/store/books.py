@@ -8,9 +8,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from tunelab.analysis.noise import NoiseProfile, ProfileKey
 from tunelab.controller.states import SearchState
 from tunelab.controller.store.faults import FaultStatements, StepFault
 from tunelab.controller.store.models import ExperimentRow, FencingToken
+from tunelab.controller.store.noisebook import NoiseStatements
 from tunelab.controller.store.search_models import SearchRow, TrialRow
 from tunelab.controller.store.searches import SearchStatements
 from tunelab.controller.store.slurmbook import SlurmJobRow, SlurmStatements
@@ -27,6 +29,7 @@ class StatementBooks:
     watches: WatchStatements
     faults: FaultStatements
     timelines: TimelineStatements
+    noise: NoiseStatements
 
     # --- searches (searches.py) --------------------------------------------------------------
 
@@ -153,3 +156,11 @@ class StatementBooks:
 
     def timeline_events(self, attempt_ids: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
         return self.timelines.timeline_events(attempt_ids)
+
+    # --- noise profiles (noisebook.py) -------------------------------------------------------
+
+    def noise_profile(self, key: ProfileKey) -> NoiseProfile | None:
+        return self.noise.noise_profile(key)
+
+    def put_noise_profile(self, profile: NoiseProfile, now: float) -> None:
+        self.noise.put_noise_profile(profile, now)

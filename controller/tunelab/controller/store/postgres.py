@@ -44,6 +44,7 @@ from tunelab.controller.store.dburl import redact
 from tunelab.controller.store.dialect import POSTGRESQL
 from tunelab.controller.store.faults import FaultSql, FaultStatements
 from tunelab.controller.store.models import FencingToken
+from tunelab.controller.store.noisebook import NoiseSql, NoiseStatements
 from tunelab.controller.store.schema import migrate
 from tunelab.controller.store.searches import SearchSql, SearchStatements
 from tunelab.controller.store.secrets import HostSecrets
@@ -61,6 +62,7 @@ _STATEMENTS = Statements(POSTGRESQL)
 _SEARCH_SQL = SearchSql(POSTGRESQL)
 _SLURM_SQL = SlurmSql(POSTGRESQL)
 _TIMELINE_SQL = TimelineSql(POSTGRESQL)
+_NOISE_SQL = NoiseSql(POSTGRESQL)
 _WATCH_SQL = WatchSql(POSTGRESQL)
 _FAULT_SQL = FaultSql(POSTGRESQL)
 _BUMP_EPOCH = (
@@ -145,6 +147,7 @@ class PostgresStore(SqlStore):
         self.searches = SearchStatements(self, _SEARCH_SQL)
         self.slurm = SlurmStatements(self, _SLURM_SQL)
         self.timelines = TimelineStatements(self, _TIMELINE_SQL)
+        self.noise = NoiseStatements(self, _NOISE_SQL)
         self.watches = WatchStatements(self, _WATCH_SQL)
         self.faults = FaultStatements(self, _FAULT_SQL)
         self.url = url

@@ -23,6 +23,7 @@ from tunelab.controller.store.dbfile import FileIdentity, create_private, transl
 from tunelab.controller.store.dialect import SQLITE
 from tunelab.controller.store.faults import FaultSql, FaultStatements
 from tunelab.controller.store.models import FencingToken
+from tunelab.controller.store.noisebook import NoiseSql, NoiseStatements
 from tunelab.controller.store.schema import SQLITE_VERSIONS, migrate
 from tunelab.controller.store.searches import SearchSql, SearchStatements
 from tunelab.controller.store.secrets import HostSecrets
@@ -35,6 +36,7 @@ _STATEMENTS = Statements(SQLITE)
 _SEARCH_SQL = SearchSql(SQLITE)
 _SLURM_SQL = SlurmSql(SQLITE)
 _TIMELINE_SQL = TimelineSql(SQLITE)
+_NOISE_SQL = NoiseSql(SQLITE)
 _WATCH_SQL = WatchSql(SQLITE)
 _FAULT_SQL = FaultSql(SQLITE)
 _TURN = FencingToken(epoch=0)
@@ -46,6 +48,7 @@ class SqliteStore(SqlStore):
         self.searches = SearchStatements(self, _SEARCH_SQL)
         self.slurm = SlurmStatements(self, _SLURM_SQL)
         self.timelines = TimelineStatements(self, _TIMELINE_SQL)
+        self.noise = NoiseStatements(self, _NOISE_SQL)
         self.watches = WatchStatements(self, _WATCH_SQL)
         self.faults = FaultStatements(self, _FAULT_SQL)
         self.path = Path(path)

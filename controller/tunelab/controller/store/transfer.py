@@ -25,6 +25,7 @@ TABLES = (
     "watches",
     "watch_occurrences",
     "attempt_timelines",
+    "noise_profiles",
 )  # in the order foreign keys need (a pool names a host, a job an attempt)
 FORMAT = "tunelab-store-export"
 BATCH = 500
@@ -44,6 +45,7 @@ def export_lines(store: SqlStore) -> Iterator[str]:
             "slurm_pools": "name",
             "slurm_jobs": "attempt_id",
             "attempt_timelines": "attempt_id",
+            "noise_profiles": "host_class, engine, model",
             "watches": "name",
             "watch_occurrences": "watch, number",
         }[table]
