@@ -15,22 +15,20 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tunelab.analysis.effects import CORRECTIONS, EffectSettings, effects_document
+from tunelab.analysis.metrics import COMPARED, lookup
 from tunelab.analysis.roofline import annotate_points, power_share
 from tunelab.analysis.rows import AttemptRecord, ExperimentRecord
 from tunelab.bench.promptlengths import lengths_exact
 
+# the figures of a point the document copies: throughputs, the compared latencies, request
+# counts (fields of the metric catalogue), and the server's own prompt-token count
 POINT_FIELDS = (
-    "output_throughput",
-    "request_throughput",
-    "total_token_throughput",
-    "median_ttft_ms",
-    "p99_ttft_ms",
-    "median_tpot_ms",
-    "p99_tpot_ms",
-    "median_itl_ms",
-    "p99_itl_ms",
-    "completed",
-    "failed",
+    *(
+        lookup(n).field
+        for n in ("output_throughput", "request_throughput", "total_token_throughput")
+    ),
+    *(m.field for m in COMPARED if m.unit == "ms"),
+    *(lookup(n).field for n in ("completed", "failed")),
     "mean_input_tokens",  # the server's own count (usage.prompt_tokens), mean per request
 )
 REPEAT_SUFFIX = re.compile(r"#\d+$")

@@ -58,6 +58,7 @@ def settle(
         for p in st.pending:
             value = p.params[A]
             row = launch(len(trials) + 1, value, measure(value), p.race)
+            row.phase = "effect" if p.effect else row.phase
             if margin is not None:
                 row.slo_ratios = {"tpot_p99_ms": 1.0 - margin(value)}
             trials.append(row)
@@ -355,3 +356,22 @@ def test_failed_and_saturated_launches_add_no_unpaid_looks() -> None:
         wrong += st.verdict == race.BETTER
         assert st.state is not None and st.state.looks <= 1
     assert wrong <= 26, wrong
+
+
+def test_a_tie_with_an_earlier_best_does_not_survive_a_new_leader() -> None:
+    """The stale-tie bug through the controller: 2 ties 1 (the best then, within ±5 %); 3 then
+    takes the lead at ~109. The old race kept 2 'tied' with the best (tied_with [2]) while the
+    best was 3, so the answer could read 'tie ... either serves' for means of 109.4 and 100.0."""
+    spec = spec_of((1, 2, 3), confirm=6, margin=0.05)
+    seq = {1: iter([100.1, 100.0]), 2: iter([100.1]), 3: iter([100.0, 130.0])}
+    then = {1: 100.0, 2: 100.0, 3: 109.4}
+    calls = [0]
+
+    def measure(value: Any) -> float:
+        calls[0] += 1
+        return next(seq[value], then[value] * (1.0 + 0.002 * (calls[0] % 3 - 1)))
+
+    trials = [launch(1, 1, 100.0), launch(2, 2, 100.0), launch(3, 3, 95.0)]
+    st = settle(spec, trials, measure)
+    assert st.best is not None and st.best.key == key({A: 3})
+    assert st.tied_with == [] and st.verdict != race.TIE, answer_line(spec, st)
