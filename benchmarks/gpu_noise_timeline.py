@@ -219,8 +219,10 @@ def main() -> int:
                 power.append(compare_power(attempt["timeline"], samples))
             events += [f"{e.get('kind')} at {e.get('at_s')} s" for e in attempt["timeline_events"]]
     noise: dict[str, Any] = {}
-    lines = ["| load | launches | blocks | launch CV | within-launch CV | whole-point CV | "
-             "mean tok/s |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    head = (
+        "| load | launches | blocks | launch CV | within-launch CV | whole-point CV | mean tok/s |"
+    )
+    lines = [head, "|---|---|---|---|---|---|---|"]
     for concurrency, launches in by_load.items():
         components = fit(launches)
         per_launch = whole[concurrency]
@@ -237,13 +239,21 @@ def main() -> int:
         }
         lines.append(
             f"| c={concurrency} | {len(launches)} | {noise[f'c{concurrency}']['blocks']} | "
-            + (f"{components.launch_cv:.2%} | {components.within_cv:.2%} | "
-               if components else "- | - | ")  # fmt: skip
+            + (
+                f"{components.launch_cv:.2%} | {components.within_cv:.2%} | "
+                if components
+                else "- | - | "
+            )
             + f"{cv:.2%} | {statistics.fmean(per_launch) if per_launch else 0:.0f} |"
         )
-    lines += ["", "| GPU 0, per 1 s window | windows | timeline mean | nvidia-smi mean | "
-              "timeline max | nvidia-smi max | mean abs diff | correlation |",
-              "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines += [
+        "",
+        (
+            "| GPU 0, per 1 s window | windows | timeline mean | nvidia-smi mean | timeline max | "
+            "nvidia-smi max | mean abs diff | correlation |"
+        ),
+        "|---|---|---|---|---|---|---|---|",
+    ]
     units = {"power": "W", "sm": "MHz", "mem": "MHz"}
     for key, unit in units.items():
         rows = [p[key] for p in power if key in p]
