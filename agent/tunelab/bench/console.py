@@ -9,6 +9,7 @@ import sys
 from types import TracebackType
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -148,7 +149,7 @@ def _pair(point: dict[str, Any], metric: str, first: str = "mean", second: str =
         return "-"
     low = point[f"{first}_{metric}_ms"]
     shown = "batched" if metric == "itl_per_token" and batched(point) else f"{low:.1f}"
-    return f"{shown} / {point[f'{second}_{metric}_ms']:.1f}"
+    return f"{shown}/{point[f'{second}_{metric}_ms']:.1f}"
 
 
 def batched(point: dict[str, Any]) -> bool:
@@ -189,12 +190,17 @@ def client_column(point: dict[str, Any]) -> str:
 def render_summary(document: dict[str, Any], decode: bool, console: Console | None = None) -> None:
     """The summary table (one row per point), errors, warnings, and the decode line."""
     out = console or Console(width=None if sys.stdout.isatty() else width())
-    table = Table(title=f"tunelab bench: {document['config']['model']} ({document['status']})")
+    # no vertical borders: ten columns and their figures fit in 100 without wrapping
+    table = Table(
+        title=f"tunelab bench: {document['config']['model']} ({document['status']})",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
     for header in (
-        "point", "ok", "failed", "req/s", "out tok/s", "TTFT mean/p99", "TPOT mean/p99",
-        "ITL/token p50/p99", "E2E mean/p99", "client",
+        "point", "ok", "failed", "req/s", "out\ntok/s", "TTFT\nmean/p99", "TPOT\nmean/p99",
+        "ITL/token\np50/p99", "E2E\nmean/p99", "client",
     ):  # fmt: skip
-        table.add_column(header, justify="right")
+        table.add_column(header, justify="right", no_wrap=True)
     for p in document["points"]:
         table.add_row(
             point_label(p["concurrency"], p["request_rate"], p),
