@@ -156,13 +156,14 @@ def test_help_does_not_load_the_load_generator() -> None:
     )
     out = subprocess.run([sys.executable, "-P", "-c", probe], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    # only pure-Python leaves: the sim-server's argparse option table (which names its flags and
-    # reads its --speed-file), and the prompt-length line the views print
+    # only pure-Python leaves: the sim-server's argparse option table (which names its flags,
+    # reads its --speed-file and parses its --phase), and the prompt-length line the views print
     expected = [
         "tunelab.bench",
         "tunelab.bench.promptlengths",
         "tunelab.bench.simulator",
         "tunelab.bench.simulator.options",
+        "tunelab.bench.simulator.phases",
         "tunelab.bench.simulator.upgrade",
     ]
     assert out.stdout.strip() == repr(expected)
