@@ -123,18 +123,20 @@ def _watch_doc(env: dict[str, str]) -> dict[str, Any]:
 
 
 def _watch(env: dict[str, str]) -> bool:
-    """A watch every 5 s: two occurrences judged (the baseline, then one against it), then
+    """A watch every 5 s: its baseline (pooled from the first occurrences until it has three
+    launches a metric: docs/watch-judging.md), then an occurrence judged against it, then
     paused, and the occurrence the schedule had queued meanwhile judged too, so the table shown
     at the end has no occurrence still running."""
     _say(f"a watch every 5 s, each run judged against the first: {WATCH.relative_to(REPO)}")
     if _tunelab(env, "watch", "add", str(WATCH)).returncode != 0:
         return False
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + 120
     paused = False
     while time.monotonic() < deadline:
         occurrences = _watch_doc(env).get("occurrences", [])
         judged = sum(1 for o in occurrences if o["verdict"] is not None)
-        if judged >= 2 and not paused:
+        against = any(o["verdict"] not in (None, "baseline") for o in occurrences)
+        if against and not paused:
             paused = _tunelab(env, "watch", "pause", "demo-watch").returncode == 0
             continue  # read again: one may have been queued before the pause
         if paused and judged == len(occurrences):
