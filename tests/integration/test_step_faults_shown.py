@@ -54,7 +54,8 @@ def test_search_show_and_hosts_say_which_step_fails_and_why(tmp_path: Path) -> N
         assert isinstance(fault, dict), doc
         assert fault["failures"] >= 1 and "tpe needs Optuna" in fault["error"], fault
         shown = controller.cli("search", "show", "g-tpe")
-        assert "step failing (" in shown.stdout and "tpe needs Optuna" in shown.stdout
+        text = " ".join(shown.stdout.split())  # the line wraps at 100 columns
+        assert "step failing (" in text and "tpe needs Optuna" in text, shown.stdout
         hosts = controller.cli_json("hosts", "ls")
         (pool,) = [h for h in hosts if h["name"] == "cluster"]
         reason = pool.get("state_reason") or pool.get("reason") or json.dumps(pool)

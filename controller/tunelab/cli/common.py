@@ -14,6 +14,7 @@ Exit codes, the same for every command (README "Exit codes"):
 from __future__ import annotations
 
 import argparse
+import datetime
 import ipaddress
 import json
 import os
@@ -276,7 +277,14 @@ def rpc_error(
 # --- output -------------------------------------------------------------------------------------
 
 
-def step_error_line(doc: dict[str, Any], when: Callable[[Any], str] = str) -> list[str]:
+def local_time(stamp: Any) -> str:
+    """A unix time as the local date and time (``-`` for none)."""
+    if isinstance(stamp, bool) or not isinstance(stamp, int | float):
+        return "-"
+    return datetime.datetime.fromtimestamp(stamp).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def step_error_line(doc: dict[str, Any], when: Callable[[Any], str] = local_time) -> list[str]:
     """The controller's account of this watch's or search's failing control-loop step (its
     ``step_error``), if any: a line to show under the object's head."""
     fault = doc.get("step_error")
