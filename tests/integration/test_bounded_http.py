@@ -50,12 +50,12 @@ def test_a_302_loop_is_one_request() -> None:
 
 def test_a_slowloris_answer_ends_at_the_total_deadline() -> None:
     with hostile(slowloris()) as server:
-        start = time.monotonic()
         with pytest.raises(HttpFailure) as info:
             get(server.url, seconds=1.0, max_body=CAP)
+        # bytes kept coming all along, so a per-read timeout never fires: only a deadline over
+        # the whole request ends it with a timeout (a regression hangs into pytest's timeout)
         assert info.value.kind in ("TimeoutError", "timeout")
-        # bytes kept coming all along: only a deadline over the whole request ends it
-        assert time.monotonic() - start < 30
+        assert len(server.requests) == 1
 
 
 def test_a_garbage_status_line_is_one_printable_failure() -> None:
